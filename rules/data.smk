@@ -1,0 +1,115 @@
+# The data stage: ILSVRC2012 raw layout -> index -> TFRecord (TensorFlow), RecordIO (MXNet),
+# LMDB (Caffe2's format, read by PyTorch). Paper section IV-E.
+
+rule embedded_dataset:
+    output:
+        directory(f"{DATA}/embedded/ILSVRC2012"),
+    params:
+        py=PY["workflow"],
+        emb=config["dataset"]["embedded"],
+    log:
+        f"{LOGS}/data/embedded_dataset.log",
+    benchmark:
+        f"{LOGS}/data/embedded_dataset.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.data.embedded --out {output} "
+        "--classes {params.emb[classes]} --train-per-class {params.emb[train_per_class]} "
+        "--val-per-class {params.emb[val_per_class]} --seed {params.emb[seed]} "
+        "--val-layout {params.emb[val_layout]} > {log} 2>&1"
+
+
+rule index_dataset:
+    input:
+        dataset=DATASET_ROOT if EMBEDDED else [],
+    output:
+        directory(f"{DATA}/index"),
+    params:
+        py=PY["workflow"],
+        root=lambda w, input: input.dataset or DATASET_ROOT,
+        val_labels=config["dataset"]["val_labels"],
+        seed=CONV["shuffle_seed"],
+        max_rejects=CONV["max_reject_fraction"],
+    threads: CONV["threads"]
+    log:
+        f"{LOGS}/data/index_dataset.log",
+    benchmark:
+        f"{LOGS}/data/index_dataset.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.data.index --root {params.root:q} --out {output} "
+        "--val-labels={params.val_labels:q} --seed {params.seed} "
+        "--max-reject-fraction {params.max_rejects} --threads {threads} > {log} 2>&1"
+
+
+rule tfrecord:
+    input:
+        rules.index_dataset.output,
+    output:
+        directory(f"{DATA}/tfrecord"),
+    params:
+        py=PY["tensorflow"],
+        encoding=encoding_args(),
+        train_shards=tfrecord_shards("train"),
+        val_shards=tfrecord_shards("val"),
+        label_offset=CONV["tfrecord"]["label_offset"],
+    threads: CONV["threads"]
+    log:
+        f"{LOGS}/data/tfrecord.log",
+    benchmark:
+        f"{LOGS}/data/tfrecord.bench.tsv"
+    conda:
+        "../envs/tf-mxnet.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.data.tfrecord --index {input} --out {output} "
+        "--threads {threads} {params.encoding} --train-shards {params.train_shards} "
+        "--val-shards {params.val_shards} --label-offset {params.label_offset} > {log} 2>&1"
+
+
+rule recordio:
+    input:
+        rules.index_dataset.output,
+    output:
+        directory(f"{DATA}/recordio"),
+    params:
+        py=PY["mxnet"],
+        encoding=encoding_args(),
+    threads: CONV["threads"]
+    log:
+        f"{LOGS}/data/recordio.log",
+    benchmark:
+        f"{LOGS}/data/recordio.bench.tsv"
+    conda:
+        "../envs/tf-mxnet.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.data.recordio --index {input} --out {output} "
+        "--threads {threads} {params.encoding} > {log} 2>&1"
+
+
+rule lmdb:
+    input:
+        rules.index_dataset.output,
+    output:
+        directory(f"{DATA}/lmdb"),
+    params:
+        py=PY["pytorch"],
+        encoding=encoding_args(),
+    threads: CONV["threads"]
+    log:
+        f"{LOGS}/data/lmdb.log",
+    benchmark:
+        f"{LOGS}/data/lmdb.bench.tsv"
+    conda:
+        "../envs/torch.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.data.lmdb_caffe2 --index {input} --out {output} "
+        "--threads {threads} {params.encoding} > {log} 2>&1"
+
+
+rule data:
+    input:
+        rules.tfrecord.output,
+        rules.recordio.output,
+        rules.lmdb.output,

@@ -1,0 +1,1 @@
+"""What every stage and every framework shares: atomic outputs, parallel maps, errors."""
