@@ -1,7 +1,14 @@
+import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
+
+
+# The stage modules, importable even from a snakemake installed outside envs/setup.sh's .venv.
+sys.path.insert(0, workflow.basedir)
+from workflow_scripts.common.errors import StageError  # noqa: E402
+from workflow_scripts.data import layout as dataset_layout  # noqa: E402
 
 validate(config, workflow.source_path("../schemas/config.schema.yaml"))
 
@@ -25,10 +32,12 @@ def _interpreter(env):
 PY = {env: _interpreter(env) for env in config["envs"]}
 
 EMBEDDED = not config["dataset"]["root"]
-if not EMBEDDED and not Path(config["dataset"]["root"]).is_dir():
-    raise WorkflowError(f"config dataset.root = {config['dataset']['root']!r} is not a directory")
-if config["dataset"]["val_labels"] and not Path(config["dataset"]["val_labels"]).is_file():
-    raise WorkflowError(f"config dataset.val_labels = {config['dataset']['val_labels']!r} does not exist")
+if not EMBEDDED:
+    # A wrong path or a missing val label file stops the run now, not hours into a cluster job.
+    try:
+        dataset_layout.check(config["dataset"]["root"], config["dataset"]["val_labels"])
+    except StageError as exc:
+        raise WorkflowError(str(exc))
 DATASET_ROOT = f"{DATA}/embedded/ILSVRC2012" if EMBEDDED else config["dataset"]["root"]
 
 CONV = config["conversion"]

@@ -1,0 +1,95 @@
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
+
+
+def interpreter(env):
+    exe = REPO / CONFIG["envs"][env]
+    if not exe.exists():
+        pytest.fail(f"{exe} missing: run 'bash envs/setup.sh' first (the README's test command does)")
+    return str(exe)
+
+
+def run_stage(env, module, *args, check=True, timeout=600):
+    """Run a stage module with its environment's interpreter, as the rules do."""
+    proc = subprocess.run([interpreter(env), "-m", module, *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{module} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def run_reader(env, script, *args):
+    """Run one of tests/readers/ in a framework's environment; it prints JSON."""
+    proc = subprocess.run([interpreter(env), str(REPO / "tests" / "readers" / script), *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def tree_hashes(path):
+    path = Path(path)
+    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="session")
+def quirky_tree(tmp_path_factory):
+    """A small raw-layout tree with CMYK, PNG-as-JPEG, grayscale, truncated, empty and
+    non-image files (flat val/ with TF's synset label list)."""
+    from workflow_scripts.data import embedded
+
+    root = tmp_path_factory.mktemp("quirky") / "ILSVRC2012"
+    embedded.make(root, seed=7, broken=True, **QUIRKY)
+    return root
+
+
+@pytest.fixture(scope="session")
+def quirky_converted(quirky_tree, tmp_path_factory):
+    """The quirky tree through the index stage and all three converters."""
+    out = tmp_path_factory.mktemp("converted")
+    run_stage("workflow", "workflow_scripts.data.index", "--root", quirky_tree, "--out", out / "index",
+              "--max-reject-fraction", "0.2", "--threads", "2")
+    run_stage("tensorflow", "workflow_scripts.data.tfrecord", "--index", out / "index", "--out",
+              out / "tfrecord", "--train-shards", "3", "--val-shards", "2", "--threads", "2")
+    run_stage("mxnet", "workflow_scripts.data.recordio", "--index", out / "index", "--out", out / "recordio")
+    run_stage("pytorch", "workflow_scripts.data.lmdb_caffe2", "--index", out / "index", "--out", out / "lmdb")
+    return out
+
+
+QUIRKY = dict(classes=5, train_per_class=6, val_per_class=4)
+
+
+def source_catalog(root):
+    """{split: {file name: facts}} for every decodable image of the quirky tree, worked out from
+    the tree itself (folders, label file, the generator's naming), not from the index stage."""
+    from PIL import Image
+
+    root = Path(root)
+    synsets = sorted(p.name for p in (root / "train").iterdir())
+    label = {w: i for i, w in enumerate(synsets)}
+    val_labels = (root / "imagenet_2012_validation_synset_labels.txt").read_text().split()
+    n_val = QUIRKY["classes"] * QUIRKY["val_per_class"]  # broken val files are numbered after these
+    files = {"train": [(p, label[p.parent.name]) for p in (root / "train").rglob("*.JPEG") if "broken" not in p.name],
+             "val": [(p, label[val_labels[n - 1]]) for p in (root / "val").glob("*.JPEG")
+                     if (n := int(p.stem.rsplit("_", 1)[1])) <= n_val]}
+    out = {}
+    for split, items in files.items():
+        out[split] = {}
+        for p, lab in items:
+            im = Image.open(p)
+            out[split][p.name] = {"label": lab, "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
+                                  "rgb_jpeg": im.format == "JPEG" and im.mode == "RGB", "size": list(im.size)}
+    return out
+
+
+sys.path.insert(0, str(REPO))

@@ -1,0 +1,69 @@
+"""Every image and label of a tree with ImageNet's quirks arrives in each format, read back
+with the framework's own reader."""
+from conftest import run_reader, source_catalog
+
+
+def _check_stored(entry, src):
+    """Pass-through images keep their bytes; CMYK / PNG / grayscale ones were re-encoded."""
+    if src["rgb_jpeg"]:
+        assert entry["sha256"] == src["sha256"]
+    else:
+        assert entry["sha256"] != src["sha256"]
+
+
+def test_tfrecord_read_by_tf_data(quirky_tree, quirky_converted):
+    src = source_catalog(quirky_tree)
+    got = run_reader("tensorflow", "read_tfrecord.py", quirky_converted / "tfrecord")
+    assert got["train_shards"] == 3 and got["val_shards"] == 2
+    assert got["train_index_ok"] and got["val_index_ok"], "DALI index does not match the shards"
+    for split in ("train", "val"):
+        assert set(got[split]) == set(src[split])
+        for name, rec in got[split].items():
+            s = src[split][name]
+            assert rec["label"] == s["label"], name
+            assert rec["format"] == "JPEG" and rec["shape"][2] == 3, name
+            assert rec["hw"] == [rec["shape"][0], rec["shape"][1]] == [s["size"][1], s["size"][0]], name
+            _check_stored(rec, s)
+    assert sum(not s["rgb_jpeg"] for s in src["train"].values()) == 4  # the tree really has quirks
+
+
+def test_recordio_read_by_mxnet(quirky_tree, quirky_converted):
+    src = source_catalog(quirky_tree)
+    got = run_reader("mxnet", "read_recordio.py", quirky_converted / "recordio")
+    for split in ("train", "val"):
+        items = got[split]
+        assert [i["key"] for i in items] == [i["id"] for i in items] == list(range(len(src[split])))
+        by_hash = {s["sha256"]: s for s in src[split].values()}
+        passthrough = [i for i in items if i["sha256"] in by_hash]
+        assert len(passthrough) == sum(s["rgb_jpeg"] for s in src[split].values())
+        for i in passthrough:
+            assert i["label"] == by_hash[i["sha256"]]["label"]
+        assert all(i["shape"][2] == 3 for i in items)
+        assert sorted(int(i["label"]) for i in items) == sorted(s["label"] for s in src[split].values())
+    assert sorted(got["val_iter_labels"]) == sorted(s["label"] for s in src["val"].values())
+
+
+def test_lmdb_read_by_pytorch_dataset(quirky_tree, quirky_converted):
+    src = source_catalog(quirky_tree)
+    got = run_reader("pytorch", "read_lmdb.py", quirky_converted / "lmdb")
+    for split in ("train", "val"):
+        items = got[split]
+        assert len(items) == len(src[split])
+        by_hash = {s["sha256"]: s for s in src[split].values()}
+        for i in items:
+            assert i["mode"] == "RGB" and i["label"] == i["loader_label"]
+            if i["sha256"] in by_hash:
+                assert i["label"] == by_hash[i["sha256"]]["label"]
+                assert i["size"] == by_hash[i["sha256"]]["size"]
+        assert sum(i["sha256"] in by_hash for i in items) == sum(s["rgb_jpeg"] for s in src[split].values())
+        assert sorted(i["label"] for i in items) == sorted(s["label"] for s in src[split].values())
+
+
+def test_formats_hold_the_same_order(quirky_converted):
+    """The train order is shuffled once, so record i is the same image in every format."""
+    tf_ = run_reader("tensorflow", "read_tfrecord.py", quirky_converted / "tfrecord")
+    lm = run_reader("pytorch", "read_lmdb.py", quirky_converted / "lmdb")
+    mx = run_reader("mxnet", "read_recordio.py", quirky_converted / "recordio")
+    lmdb_order = [i["sha256"] for i in lm["train"]]
+    assert [i["sha256"] for i in mx["train"]] == lmdb_order
+    assert set(r["sha256"] for r in tf_["train"].values()) == set(lmdb_order)

@@ -1,0 +1,39 @@
+"""Probing and encoding images as ImageNet really has them."""
+import io
+
+import pytest
+from PIL import Image
+
+from workflow_scripts.data import images
+
+
+def _jpeg(mode="RGB", size=(64, 48), fmt="JPEG"):
+    buf = io.BytesIO()
+    Image.new("RGB", size, (200, 30, 30)).convert(mode).save(buf, format=fmt)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("data, fmt, mode", [
+    (_jpeg(), "JPEG", "RGB"), (_jpeg("CMYK"), "JPEG", "CMYK"), (_jpeg("L"), "JPEG", "L"),
+    (_jpeg(fmt="PNG"), "PNG", "RGB")], ids=["rgb", "cmyk", "gray", "png-as-jpeg"])
+def test_quirks_are_reencoded_to_rgb_jpeg(data, fmt, mode):
+    p = images.probe(data)
+    assert (p.ok, p.fmt, p.mode, p.width, p.height) == (True, fmt, mode, 64, 48)
+    out, w, h, action = images.encode(data, p, images.Encoding())
+    im = Image.open(io.BytesIO(out))
+    assert (im.format, im.mode, im.size, (w, h)) == ("JPEG", "RGB", (64, 48), (64, 48))
+    assert (out == data) == (action == "passthrough") == ((fmt, mode) == ("JPEG", "RGB"))
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b"", "empty file"), (b"<html>not found</html>", "not an image"),
+    (_jpeg(size=(640, 480))[:2000], "cannot decode")], ids=["empty", "html", "truncated"])
+def test_broken_files_are_rejected_with_a_reason(data, reason):
+    assert images.probe(data).reason.startswith(reason)
+
+
+def test_resize_shorter_side():
+    data = _jpeg(size=(500, 375))
+    out, w, h, action = images.encode(data, images.probe(data), images.Encoding(resize_shorter=160))
+    assert (w, h, action) == (213, 160, "resized")
+    assert Image.open(io.BytesIO(out)).size == (213, 160)

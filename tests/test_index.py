@@ -1,0 +1,38 @@
+"""The index stage: rejects listed with reasons, a reject threshold naming the files, a seeded order."""
+import csv
+
+from conftest import run_stage
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def test_rejects_are_listed_and_the_stage_continues(quirky_converted):
+    rejects = _rows(quirky_converted / "index" / "rejects.tsv")
+    reasons = sorted(r["reason"].split(":")[0] for r in rejects)
+    assert reasons == ["cannot decode"] * 2 + ["empty file"] * 2 + ["not an image"] * 2
+    manifest = (quirky_converted / "lmdb" / "manifest.json").read_text()
+    assert all(r["relpath"] in manifest for r in rejects)
+
+
+def test_too_many_rejects_fail_naming_the_files(quirky_tree, tmp_path):
+    proc = run_stage("workflow", "workflow_scripts.data.index", "--root", quirky_tree, "--out",
+                     tmp_path / "index", "--max-reject-fraction", "0.01", check=False)
+    assert proc.returncode == 2
+    assert "conversion.max_reject_fraction" in proc.stderr
+    assert "n10000002_broken_text.JPEG: not an image" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "index").exists()
+
+
+def test_train_order_is_seeded(quirky_tree, quirky_converted, tmp_path):
+    def order(seed):
+        out = tmp_path / f"index{seed}"
+        run_stage("workflow", "workflow_scripts.data.index", "--root", quirky_tree, "--out", out,
+                  "--max-reject-fraction", "0.2", "--seed", seed)
+        return [r["relpath"] for r in _rows(out / "train.tsv")]
+
+    assert order(0) == [r["relpath"] for r in _rows(quirky_converted / "index" / "train.tsv")]
+    assert order(1) != order(0) and sorted(order(1)) == sorted(order(0))
