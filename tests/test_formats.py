@@ -67,3 +67,16 @@ def test_formats_hold_the_same_order(quirky_converted):
     lmdb_order = [i["sha256"] for i in lm["train"]]
     assert [i["sha256"] for i in mx["train"]] == lmdb_order
     assert set(r["sha256"] for r in tf_["train"].values()) == set(lmdb_order)
+
+
+def test_dali_reads_all_three_formats(quirky_tree, quirky_converted):
+    """NVIDIA DALI's tfrecord (with our index files), mxnet and caffe2 readers, on the CPU."""
+    src = source_catalog(quirky_tree)
+    got = run_reader("pytorch", "read_dali.py", quirky_converted)
+    lm = run_reader("pytorch", "read_lmdb.py", quirky_converted / "lmdb")
+    for split in ("train", "val"):
+        index_order = [i["label"] for i in lm[split]]
+        assert sorted(index_order) == sorted(s["label"] for s in src[split].values())
+        for fmt in ("tfrecord", "mxnet", "caffe2"):
+            assert got[fmt][split]["labels"] == index_order, (fmt, split)
+            assert all(shape[2] == 3 for shape in got[fmt][split]["shapes"]), (fmt, split)

@@ -16,7 +16,7 @@ def ordered_map(fn, items, workers, desc, unit="img"):
     items = list(items)
     window = max(1, workers) * 8
     bar = tqdm(total=len(items), desc=desc, unit=unit, file=sys.stderr,
-               mininterval=0.5 if sys.stderr.isatty() else 10.0, disable=None)
+               mininterval=0.5 if sys.stderr.isatty() else 10.0)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         pending = collections.deque()
         it = iter(items)

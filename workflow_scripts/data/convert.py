@@ -1,0 +1,122 @@
+"""What the three format converters share: reading the index, producing each image's stored
+bytes in order and in parallel, the atomic output directory and the manifest.
+
+A format module supplies only `write_split(out_dir, split, records, count) -> [files]`.
+"""
+import argparse
+import collections
+import csv
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..common.atomic import atomic_dir, write_json
+from ..common.errors import StageError
+from ..common.parallel import ordered_map
+from . import images
+
+SPLITS = ("train", "val")
+
+
+@dataclass(frozen=True)
+class Record:
+    position: int  # 0-based order in the split, the same in every format
+    relpath: str
+    label: int
+    synset: str
+    text: str
+    data: bytes  # JPEG bytes as stored
+    width: int
+    height: int
+    action: str  # passthrough | resized | reencoded-<fmt>-<mode>
+
+
+class Index:
+    """The index stage's output directory (see index.py)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        summary = self.path / "summary.json"
+        if not summary.is_file():
+            raise StageError(f"{summary} is missing: run the index stage first")
+        self.summary = json.loads(summary.read_text())
+        self.root = Path(self.summary["root"])
+        self.synsets = (self.path / "synsets.txt").read_text().split()
+        self.words = dict(ln.split("\t", 1) for ln in (self.path / "synset_words.txt").read_text().splitlines())
+
+    def rows(self, split):
+        with open(self.path / f"{split}.tsv", newline="") as f:
+            return list(csv.DictReader(f, delimiter="\t"))
+
+    def records(self, split, enc, threads):
+        rows = self.rows(split)
+
+        def load(pos_row):
+            pos, row = pos_row
+            path = self.root / row["relpath"]
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise StageError(f"{path}: cannot read ({exc}); was the dataset changed after indexing?")
+            probe = images.Probe(row["format"], row["mode"], int(row["width"]), int(row["height"]))
+            data, w, h, action = images.encode(data, probe, enc)
+            return Record(pos, row["relpath"], int(row["label"]), row["synset"],
+                          self.words.get(row["synset"], row["synset"]), data, w, h, action)
+
+        return len(rows), ordered_map(load, enumerate(rows), threads, f"{split}")
+
+
+def _counting(records, stats):
+    for rec in records:
+        stats[rec.action] += 1
+        yield rec
+
+
+def run(fmt, write_split, args, extra_manifest=None):
+    """Convert both splits with the format's `write_split`; write synsets and the manifest."""
+    index = Index(args.index)
+    enc = images.Encoding(args.resize_shorter, args.quality)
+    with atomic_dir(args.out) as tmp:
+        shutil.copy(index.path / "synsets.txt", tmp / "synsets.txt")
+        splits = {}
+        start = time.perf_counter()
+        for split in SPLITS:
+            count, records = index.records(split, enc, args.threads)
+            actions = collections.Counter()
+            files = write_split(tmp, split, _counting(records, actions), count)
+            splits[split] = {
+                "images": count,
+                "files": sorted(str(p.relative_to(tmp)) for p in files),
+                "bytes": sum(p.stat().st_size for p in files if p.is_file()),
+                "stored_as": dict(sorted(actions.items())),
+            }
+        with open(index.path / "rejects.tsv", newline="") as f:
+            rejected = list(csv.DictReader(f, delimiter="\t"))
+        write_json(tmp / "manifest.json", {
+            "format": fmt,
+            "source": str(index.root),
+            "classes": len(index.synsets),
+            "encoding": enc.describe(),
+            "splits": splits,
+            "rejected": rejected,
+            **(extra_manifest or {}),
+        })
+    elapsed = time.perf_counter() - start
+    total = sum(v["images"] for v in splits.values())
+    # Timings go to the log, never into the outputs: equal inputs must give equal bytes.
+    print(f"{fmt}: " + ", ".join(f"{s} {v['images']} images, {v['bytes'] / 1e6:.1f} MB" for s, v in splits.items()))
+    print(f"{fmt}: converted {total} images in {elapsed:.3f} s ({total / elapsed:.0f} images/s, "
+          f"{args.threads} threads)")
+
+
+def arg_parser(description):
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--index", required=True, help="the index stage's output directory")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--resize-shorter", type=int, default=0, help="0: pass the JPEG bytes through")
+    ap.add_argument("--quality", type=int, default=95, help="JPEG quality when re-encoding")
+    return ap

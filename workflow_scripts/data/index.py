@@ -1,0 +1,104 @@
+"""Index stage: find every image of the raw layout, check it decodes, label it, fix the order.
+
+Writes, atomically, to one directory shared by the three format converters:
+  synsets.txt   one wnid per line; line number (0-based) = class label
+  train.tsv     relpath, label, synset, format, mode, width, height, bytes (shuffled, seeded)
+  val.tsv       the same, in file order
+  rejects.tsv   split, relpath, reason for each file that does not decode
+  summary.json  counts, where labels came from, the dataset root
+Re-encoding decisions are the converters' (they depend on the encoding config, this does not).
+"""
+import argparse
+import csv
+import os
+import random
+from pathlib import Path
+
+from ..common.atomic import atomic_dir, write_json
+from ..common.errors import StageError, run_main
+from ..common.parallel import ordered_map
+from . import images, layout
+
+COLUMNS = ("relpath", "label", "synset", "format", "mode", "width", "height", "bytes")
+SPLITS = ("train", "val")
+
+
+def _probe_file(root):
+    def probe(item):
+        data = (root / item.relpath).read_bytes()
+        return item, images.probe(data), len(data)
+    return probe
+
+
+def _synset_words(root):
+    """Human-readable class names where the dataset has them (Kaggle's LOC_synset_mapping.txt or
+    the devkit's synset_words.txt); TFRecord's image/class/text falls back to the wnid."""
+    for name in ("LOC_synset_mapping.txt", "synset_words.txt"):
+        path = Path(root) / name
+        if path.is_file():
+            return dict(ln.split(None, 1) for ln in path.read_text().splitlines() if ln.strip())
+    return {}
+
+
+def build(root, out, val_labels="", seed=0, max_reject_fraction=0.01, threads=1):
+    lay = layout.discover(root, val_labels)
+    label_of = {wnid: i for i, wnid in enumerate(lay.synsets)}
+    words = _synset_words(lay.root)
+    rows, rejects = {}, []
+    for split in SPLITS:
+        items = getattr(lay, split)
+        rows[split] = []
+        for item, pr, nbytes in ordered_map(_probe_file(lay.root), items, threads, f"index {split}"):
+            if pr.ok:
+                rows[split].append((item.relpath, label_of[item.synset], item.synset, pr.fmt, pr.mode,
+                                    pr.width, pr.height, nbytes))
+            else:
+                rejects.append((split, item.relpath, pr.reason))
+    total = len(lay.train) + len(lay.val)
+    if total and len(rejects) / total > max_reject_fraction:
+        names = "\n  ".join(f"{lay.root / r[1]}: {r[2]}" for r in rejects[:20])
+        more = f"\n  ... and {len(rejects) - 20} more" if len(rejects) > 20 else ""
+        raise StageError(
+            f"{len(rejects)} of {total} images ({len(rejects) / total:.2%}) do not decode, more than "
+            f"config conversion.max_reject_fraction = {max_reject_fraction}:\n  {names}{more}")
+    random.Random(seed).shuffle(rows["train"])
+    with atomic_dir(out) as tmp:
+        (tmp / "synsets.txt").write_text("".join(f"{w}\n" for w in lay.synsets))
+        (tmp / "synset_words.txt").write_text("".join(f"{w}\t{words.get(w, w).strip()}\n" for w in lay.synsets))
+        for split in SPLITS:
+            _write_tsv(tmp / f"{split}.tsv", COLUMNS, rows[split])
+        _write_tsv(tmp / "rejects.tsv", ("split", "relpath", "reason"), rejects)
+        write_json(tmp / "summary.json", {
+            "root": str(lay.root.resolve()),
+            "classes": len(lay.synsets),
+            "val_labels": lay.val_source,
+            "shuffle_seed": seed,
+            "images": {s: len(rows[s]) for s in SPLITS},
+            "rejected": {s: sum(r[0] == s for r in rejects) for s in SPLITS},
+            "non_rgb_jpeg": {s: sum(r[3] != "JPEG" or r[4] != "RGB" for r in rows[s]) for s in SPLITS},
+        })
+    for split, relpath, reason in rejects:
+        print(f"rejected {split} {relpath}: {reason}")
+
+
+def _write_tsv(path, header, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, delimiter="\t", lineterminator="\n")
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", required=True, help="ILSVRC2012 raw layout (train/, val/)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--val-labels", default="")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-reject-fraction", type=float, default=0.01)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    a = ap.parse_args()
+    build(a.root, a.out, a.val_labels, a.seed, a.max_reject_fraction, a.threads)
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,134 @@
+"""Read the ILSVRC2012 raw layout: which files exist, and which synset each belongs to.
+
+train/<wnid>/<wnid>_<n>.JPEG, and val/ as either synset folders or flat ILSVRC2012_val_*.JPEG
+files labelled by Kaggle's LOC_val_solution.csv or by one synset per line in image order
+(TensorFlow's imagenet_2012_validation_synset_labels.txt). Class index = position of the wnid in
+the sorted list of train synsets.
+"""
+import csv
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..common.errors import StageError
+
+IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
+VAL_NAME = re.compile(r"^ILSVRC2012_val_(\d{8})$")
+# Where a flat val/ folder's labels are looked for, in this order, when config names none.
+LABEL_FILE_NAMES = ("LOC_val_solution.csv", "imagenet_2012_validation_synset_labels.txt")
+
+
+@dataclass(frozen=True)
+class Item:
+    relpath: str  # relative to the dataset root, '/'-separated
+    synset: str
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+    synsets: list  # sorted train wnids; index = class label
+    train: list  # of Item
+    val: list  # of Item
+    val_source: str  # how val labels were found, for the manifest
+
+
+def _images_in(folder):
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def check(root, val_labels=""):
+    """The cheap part of discover(): the layout is there and val labels can be found.
+    Returns the val label file, or None for synset folders. Run at workflow parse time."""
+    root = Path(root)
+    if not root.is_dir():
+        raise StageError(f"dataset root {root} (config dataset.root) is not a directory")
+    for d in (root / "train", root / "val"):
+        if not d.is_dir():
+            raise StageError(f"{d} is missing: expected the ILSVRC2012 layout train/<wnid>/ and val/")
+    val_dir = root / "val"
+    has_dirs = has_files = False
+    with os.scandir(val_dir) as it:
+        for entry in it:
+            has_dirs |= entry.is_dir()
+            has_files |= entry.is_file() and Path(entry.name).suffix.lower() in IMAGE_SUFFIXES
+    if has_dirs and has_files:
+        raise StageError(f"{val_dir} mixes synset folders and loose images; use one layout")
+    if not has_dirs and not has_files:
+        raise StageError(f"{val_dir} holds no images")
+    return _find_label_file(root, val_dir, val_labels) if has_files else None
+
+
+def discover(root, val_labels=""):
+    label_file = check(root, val_labels)
+    root = Path(root)
+    train_dir = root / "train"
+    synsets = sorted(p.name for p in train_dir.iterdir() if p.is_dir())
+    if not synsets:
+        raise StageError(f"{train_dir} holds no synset folders (train/<wnid>/<wnid>_<n>.JPEG)")
+    train = [Item(p.relative_to(root).as_posix(), wnid)
+             for wnid in synsets for p in _images_in(train_dir / wnid)]
+    if not train:
+        raise StageError(f"{train_dir} holds synset folders but no .JPEG files")
+    val, source = _val_items(root, root / "val", label_file)
+    unknown = sorted({it.synset for it in val} - set(synsets))
+    if unknown:
+        raise StageError(f"validation labels name synsets with no train folder: "
+                         f"{', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''} ({source})")
+    return Layout(root, synsets, train, val, source)
+
+
+def _val_items(root, val_dir, label_file):
+    if label_file is None:
+        items = [Item(p.relative_to(root).as_posix(), d.name)
+                 for d in sorted(p for p in val_dir.iterdir() if p.is_dir()) for p in _images_in(d)]
+        return items, "val/<wnid>/ folders"
+    labels = _read_label_file(label_file)
+    items = []
+    for p in _images_in(val_dir):
+        m = VAL_NAME.match(p.stem)
+        if not m:
+            raise StageError(f"{p}: flat val/ files must be named ILSVRC2012_val_%08d.JPEG")
+        wnid = labels.get(int(m.group(1)))
+        if wnid is None:
+            raise StageError(f"{p.name} has no label in {label_file}")
+        items.append(Item(p.relative_to(root).as_posix(), wnid))
+    return items, f"labels from {label_file}"
+
+
+def _find_label_file(root, val_dir, val_labels):
+    if val_labels:
+        path = Path(val_labels)
+        if not path.is_file():
+            raise StageError(f"validation label file {path} (config dataset.val_labels) does not exist")
+        return path
+    for folder in (root, val_dir, root.parent):
+        for name in LABEL_FILE_NAMES:
+            if (folder / name).is_file():
+                return folder / name
+    raise StageError(
+        f"{val_dir} holds flat ILSVRC2012_val_*.JPEG files but no label file was found: looked for "
+        f"{' or '.join(LABEL_FILE_NAMES)} in {root}, {val_dir} and {root.parent}; "
+        f"set config dataset.val_labels to its path")
+
+
+def _read_label_file(path):
+    """Kaggle's CSV maps image id -> 'wnid x y x y ...'; TF's text file is one wnid per line,
+    line i for image i (1-based). Returns {image number: wnid}."""
+    text = Path(path).read_text()
+    if text.startswith("ImageId,"):
+        labels = {}
+        for row in csv.DictReader(text.splitlines()):
+            m = VAL_NAME.match(row.get("ImageId") or "")
+            pred = (row.get("PredictionString") or "").split()
+            if not m or not pred:
+                raise StageError(f"{path}: cannot read row {row!r} (ImageId,PredictionString)")
+            labels[int(m.group(1))] = pred[0]
+        return labels
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    bad = [ln for ln in lines[:50] if not re.fullmatch(r"n\d{8}", ln)]
+    if not lines or bad:
+        raise StageError(f"{path} is neither Kaggle's LOC_val_solution.csv nor one synset (nXXXXXXXX) "
+                         f"per line{': first bad line ' + repr(bad[0]) if bad else ''}")
+    return {i + 1: wnid for i, wnid in enumerate(lines)}
