@@ -3,13 +3,13 @@
 Each record is mxnet.recordio.pack(IRHeader(flag=0, label, id=position, id2=0), jpeg), so
 mx.io.ImageRecordIter and DALI's MXNet reader read it as they read im2rec's output.
 """
+import mxnet as mx
+
 from ..common.errors import run_main
 from . import convert
 
 
 def write_split(out, split, records, count):
-    import mxnet as mx
-
     rec_path, idx_path, lst_path = out / f"{split}.rec", out / f"{split}.idx", out / f"{split}.lst"
     rec_io = mx.recordio.MXIndexedRecordIO(str(idx_path), str(rec_path), "w")
     with open(lst_path, "w") as lst:

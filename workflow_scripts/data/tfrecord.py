@@ -4,6 +4,7 @@ train-%05d-of-%05d / validation-%05d-of-%05d, written with tf.io.TFRecordWriter;
 shard under idx/, DALI's tfrecord2idx format: one "offset size" line per record.
 """
 import numpy as np
+import tensorflow as tf
 
 from ..common.errors import run_main
 from . import convert
@@ -12,7 +13,7 @@ from . import convert
 FRAME_OVERHEAD = 16
 
 
-def example(tf, rec, label_offset):
+def example(rec, label_offset):
     def b(v):
         return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
 
@@ -40,8 +41,6 @@ def example(tf, rec, label_offset):
 
 def writer(shards, label_offset):
     def write_split(out, split, records, count):
-        import tensorflow as tf
-
         prefix = "train" if split == "train" else "validation"
         n_shards = max(1, min(shards[split], count))
         bounds = np.linspace(0, count, n_shards + 1).astype(int)
@@ -53,7 +52,7 @@ def writer(shards, label_offset):
             offset = 0
             with tf.io.TFRecordWriter(str(out / name)) as w, open(out / "idx" / f"{name}.idx", "w") as idx:
                 for _ in range(bounds[s], bounds[s + 1]):
-                    data = example(tf, next(records), label_offset).SerializeToString()
+                    data = example(next(records), label_offset).SerializeToString()
                     w.write(data)
                     idx.write(f"{offset} {len(data) + FRAME_OVERHEAD}\n")
                     offset += len(data) + FRAME_OVERHEAD

@@ -1,0 +1,101 @@
+"""Who this process is in a data-parallel run: rank, world size, local rank, master address.
+
+Read from SLURM (a task started by srun), from torchrun-style variables (RANK, WORLD_SIZE, ...,
+as the project's local launcher sets them), or a single process. Each framework's trainer turns
+this into its own launcher's settings: torch.distributed's MASTER_ADDR/PORT, Horovod's Gloo
+rendezvous variables.
+"""
+import os
+import re
+import socket
+import subprocess
+from dataclasses import asdict, dataclass
+
+DEFAULT_PORT = 29500
+
+
+@dataclass(frozen=True)
+class Launch:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_size: int = 1
+    node_rank: int = 0
+    num_nodes: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int = DEFAULT_PORT
+    source: str = "single"
+    hostname: str = ""
+    job_id: str = ""
+
+    def as_dict(self):
+        return asdict(self)
+
+    def horovod_env(self, rendezvous_port):
+        """The variables horovodrun's Gloo mode gives each worker, for workers started by srun
+        or by the local launcher instead (the launcher runs the rendezvous server)."""
+        return {
+            "HOROVOD_RANK": str(self.rank), "HOROVOD_SIZE": str(self.world_size),
+            "HOROVOD_LOCAL_RANK": str(self.local_rank), "HOROVOD_LOCAL_SIZE": str(self.local_size),
+            "HOROVOD_CROSS_RANK": str(self.node_rank), "HOROVOD_CROSS_SIZE": str(self.num_nodes),
+            "HOROVOD_HOSTNAME": self.hostname, "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_RENDEZVOUS_ADDR": self.master_addr,
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(rendezvous_port),
+        }
+
+
+def expand_nodelist(nodelist):
+    """SLURM's compressed host list ('n[1-2,5]') as host names, via scontrol where it exists."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                             timeout=30, check=True).stdout.split()
+        if out:
+            return out
+    except (OSError, subprocess.SubprocessError):
+        pass
+    hosts = []
+    for m in re.finditer(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist):
+        prefix, ranges = m.group(1), m.group(2)
+        if not ranges:
+            hosts.append(prefix)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            for n in range(int(lo), int(hi or lo) + 1):
+                hosts.append(f"{prefix}{n:0{len(lo)}d}")
+    return hosts
+
+
+def _tasks_on_node(spec, node):
+    """SLURM_STEP_TASKS_PER_NODE ('2(x3),1') -> tasks on node number `node`."""
+    counts = []
+    for part in spec.split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        counts += [int(m.group(1))] * int(m.group(2) or 1)
+    return counts[node]
+
+
+def detect(env=None):
+    env = os.environ if env is None else env
+    host = socket.gethostname()
+    port = int(env.get("DLSCALE_MASTER_PORT", 0) or 0)
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return Launch(rank=int(env["RANK"]), world_size=int(env["WORLD_SIZE"]),
+                      local_rank=int(env.get("LOCAL_RANK", 0)),
+                      local_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
+                      node_rank=int(env.get("GROUP_RANK", env.get("NODE_RANK", 0))),
+                      num_nodes=int(env.get("NNODES", 1)), master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+                      master_port=int(env.get("MASTER_PORT", port or DEFAULT_PORT)), source="env",
+                      hostname=host, job_id=env.get("SLURM_JOB_ID", ""))
+    if "SLURM_PROCID" in env and "SLURM_STEP_NUM_TASKS" in env:
+        nodes = expand_nodelist(env["SLURM_STEP_NODELIST"])
+        node = int(env.get("SLURM_NODEID", 0))
+        job = env.get("SLURM_JOB_ID", "0")
+        return Launch(rank=int(env["SLURM_PROCID"]), world_size=int(env["SLURM_STEP_NUM_TASKS"]),
+                      local_rank=int(env.get("SLURM_LOCALID", 0)),
+                      local_size=_tasks_on_node(env.get("SLURM_STEP_TASKS_PER_NODE", "1"), node),
+                      node_rank=node, num_nodes=len(nodes), master_addr=nodes[0],
+                      # One port per job, so two jobs sharing a node do not collide.
+                      master_port=port or DEFAULT_PORT + int(job) % 2000, source="slurm",
+                      hostname=host, job_id=job)
+    return Launch(hostname=host, master_port=port or DEFAULT_PORT)

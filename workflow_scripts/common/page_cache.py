@@ -1,0 +1,105 @@
+"""Clearing the page cache before a run, as the study did (page cache, dentries and inodes on the
+head and compute nodes), and checking that the dataset really left memory.
+
+Methods, in order: a configured command (e.g. a sudo rule); writing 3 to
+/proc/sys/vm/drop_caches (root); else evicting the dataset's own files with
+posix_fadvise(POSIX_FADV_DONTNEED), which needs no privilege. Whatever ran, residency of the
+dataset files is then measured with mincore(2), so a drop that did not happen is never reported
+as done.
+"""
+import ctypes
+import ctypes.util
+import mmap
+import os
+import subprocess
+from pathlib import Path
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+PAGE = os.sysconf("SC_PAGE_SIZE")
+MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def dataset_files(paths):
+    out = []
+    for p in map(Path, paths):
+        if p.is_file():
+            out.append(p)
+        elif p.is_dir():
+            out += sorted(q for q in p.rglob("*") if q.is_file())
+    return out
+
+
+def resident_bytes(path):
+    """Bytes of `path` now in the page cache (mincore over a read-only mapping)."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, MAP_FAILED):
+            raise OSError(ctypes.get_errno(), f"mmap {path}")
+        try:
+            pages = (size + PAGE - 1) // PAGE
+            vec = (ctypes.c_ubyte * pages)()
+            if _libc.mincore(addr, size, vec) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore {path}")
+            return min(size, sum(b & 1 for b in vec) * PAGE)
+        finally:
+            _libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+def residency(files):
+    total = sum(os.path.getsize(f) for f in files)
+    return {"files": len(files), "bytes": total, "resident_bytes": sum(resident_bytes(f) for f in files)}
+
+
+def evict(files):
+    """posix_fadvise(DONTNEED) per file; dirty pages cannot be dropped, so flush them first."""
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def clear(paths, command="", drop_caches="/proc/sys/vm/drop_caches"):
+    """Clear the cache for a run over `paths`; returns what ran and what was verified."""
+    files = dataset_files(paths)
+    report = {"before": residency(files), "attempts": []}
+    method = None
+    if command:
+        proc = subprocess.run(command, shell=True, capture_output=True, text=True)
+        report["attempts"].append({"method": "command", "command": command, "ok": proc.returncode == 0,
+                                   "error": proc.stderr.strip()[-500:]})
+        method = "command" if proc.returncode == 0 else None
+    if method is None:
+        try:
+            os.sync()
+            with open(drop_caches, "w") as f:
+                f.write("3\n")
+            method = "drop_caches"
+            report["attempts"].append({"method": "drop_caches", "ok": True})
+        except OSError as exc:
+            report["attempts"].append({"method": "drop_caches", "ok": False, "error": str(exc)})
+    if method is None:
+        evict(files)
+        method = "fadvise_dontneed"
+        report["attempts"].append({"method": "fadvise_dontneed", "ok": True})
+    after = residency(files)
+    report.update({
+        "method": method,
+        "after": after,
+        # Only a drop of all three (page cache, dentries, inodes) counts as the study's clear.
+        "dropped_all_caches": method in ("drop_caches", "command"),
+        "dataset_evicted": after["resident_bytes"] == 0,
+    })
+    return report

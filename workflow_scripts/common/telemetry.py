@@ -1,0 +1,142 @@
+"""Per-node telemetry during a run (study Fig. 7 and 8; seed 004 Fig. 7).
+
+At a fixed interval: read MB/s of the block device or NFS mount the dataset lives on, send and
+receive MB/s per network interface (and per InfiniBand port, from its counters under
+/sys/class/infiniband), CPU utilisation, and GPU utilisation and memory through NVML where a GPU
+exists. One CSV per node per run, long format: time_s, node, metric, device, value.
+"""
+import csv
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+IB_ROOT = Path("/sys/class/infiniband")
+
+
+def _mount_of(path):
+    path = os.path.realpath(path)
+    best = None
+    for part in psutil.disk_partitions(all=True):
+        mp = part.mountpoint.rstrip("/") or "/"
+        if (path == mp or path.startswith(mp.rstrip("/") + "/")) and (best is None or len(mp) > len(best.mountpoint)):
+            best = part
+    return best
+
+
+def _nfs_read_bytes(mountpoint):
+    """Bytes read from the server for one NFS mount (/proc/self/mountstats, 'bytes:' line)."""
+    inside = False
+    for line in Path("/proc/self/mountstats").read_text().splitlines():
+        if line.startswith("device "):
+            inside = f" mounted on {mountpoint} " in line
+        elif inside and line.strip().startswith("bytes:"):
+            return int(line.split()[5])  # serverreadbytes
+    return 0
+
+
+class StorageProbe:
+    """Cumulative read bytes for where `path` lives: NFS mount, else its block device, else
+    (overlay and similar) all physical disks."""
+
+    def __init__(self, path):
+        part = _mount_of(path) if path else None
+        self.kind, self.device = "disks", "all"
+        if part is not None and part.fstype.startswith("nfs"):
+            self.kind, self.device = "nfs", part.mountpoint
+        elif part is not None and part.device.startswith("/dev/"):
+            name = os.path.basename(os.path.realpath(part.device))
+            if name in (psutil.disk_io_counters(perdisk=True) or {}):
+                self.kind, self.device = "block", name
+
+    def read_bytes(self):
+        if self.kind == "nfs":
+            return _nfs_read_bytes(self.device)
+        disks = psutil.disk_io_counters(perdisk=True) or {}
+        if self.kind == "block":
+            return disks[self.device].read_bytes
+        return sum(d.read_bytes for n, d in disks.items() if not n.startswith(("loop", "ram")))
+
+
+def _ib_counters():
+    """{'mlx5_0/1': (xmit bytes, rcv bytes)}; the port counters count 4-byte words."""
+    out = {}
+    for port in IB_ROOT.glob("*/ports/*"):
+        c = port / "counters"
+        try:
+            out[f"{port.parent.parent.name}/{port.name}"] = (int((c / "port_xmit_data").read_text()) * 4,
+                                                              int((c / "port_rcv_data").read_text()) * 4)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+class _Gpus:
+    def __init__(self):
+        self.handles = []
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception:  # no NVML library, no driver, no GPU: nothing to sample
+            self.handles = []
+
+    def sample(self):
+        for i, h in enumerate(self.handles):
+            util = self.nvml.nvmlDeviceGetUtilizationRates(h)
+            mem = self.nvml.nvmlDeviceGetMemoryInfo(h)
+            yield f"gpu{i}", util.gpu, mem.used / 2**20
+
+
+class Telemetry(threading.Thread):
+    """Samples every `interval` seconds into `csv_path` until stop()."""
+
+    def __init__(self, csv_path, dataset_path=None, interval=1.0):
+        super().__init__(daemon=True)
+        self.csv_path, self.interval = Path(csv_path), interval
+        self.storage = StorageProbe(dataset_path)
+        self.gpus = _Gpus()
+        self.node = socket.gethostname()
+        self._halt = threading.Event()
+
+    def _snapshot(self):
+        return (time.perf_counter(), self.storage.read_bytes(), psutil.net_io_counters(pernic=True), _ib_counters())
+
+    def run(self):
+        self.csv_path.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        psutil.cpu_percent(None)
+        with open(self.csv_path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["time_s", "node", "metric", "device", "value"])
+            prev = self._snapshot()
+            while not self._halt.wait(self.interval):
+                cur = self._snapshot()
+                dt = cur[0] - prev[0]
+                t = round(cur[0] - t0, 3)
+                rows = [(t, self.node, "read_MBps", f"{self.storage.kind}:{self.storage.device}",
+                         (cur[1] - prev[1]) / dt / 1e6),
+                        (t, self.node, "cpu_percent", "all", psutil.cpu_percent(None))]
+                for nic, c in cur[2].items():
+                    if nic in prev[2]:
+                        rows.append((t, self.node, "send_MBps", nic, (c.bytes_sent - prev[2][nic].bytes_sent) / dt / 1e6))
+                        rows.append((t, self.node, "recv_MBps", nic, (c.bytes_recv - prev[2][nic].bytes_recv) / dt / 1e6))
+                for port, (tx, rx) in cur[3].items():
+                    if port in prev[3]:
+                        rows.append((t, self.node, "send_MBps", f"ib:{port}", (tx - prev[3][port][0]) / dt / 1e6))
+                        rows.append((t, self.node, "recv_MBps", f"ib:{port}", (rx - prev[3][port][1]) / dt / 1e6))
+                for gpu, util, mem in self.gpus.sample():
+                    rows.append((t, self.node, "gpu_util_percent", gpu, util))
+                    rows.append((t, self.node, "gpu_mem_MB", gpu, mem))
+                w.writerows(rows)
+                f.flush()
+                prev = cur
+
+    def stop(self):
+        self._halt.set()
+        self.join(timeout=10)
