@@ -6,9 +6,11 @@ configfile: "config.yaml"
 
 include: "rules/common.smk"
 include: "rules/data.smk"
+include: "rules/train.smk"
 
 
 rule all:
     input:
         rules.data.input,
+        rules.training.input,
     default_target: True

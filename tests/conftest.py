@@ -1,6 +1,6 @@
 import hashlib
 import json
-import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +90,45 @@ def source_catalog(root):
             out[split][p.name] = {"label": lab, "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
                                   "rgb_jpeg": im.format == "JPEG" and im.mode == "RGB", "size": list(im.size)}
     return out
+
+
+SNAKEMAKE = str(REPO / ".venv" / "bin" / "snakemake")
+
+
+def write_config(workdir, **overrides):
+    cfg = yaml.safe_load(yaml.safe_dump(CONFIG))
+    cfg["envs"] = {env: interpreter(env) for env in cfg["envs"]}
+    for dotted, value in overrides.items():
+        node = cfg
+        *parents, leaf = dotted.split("__")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
+
+
+def snakemake(workdir, *args, check=True):
+    proc = subprocess.run([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+                           "--cores", "2", *args], capture_output=True, text=True, timeout=900)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def planned_jobs(workdir, target="all"):
+    """{rule: job count} a dry run for `target` would execute."""
+    out = snakemake(workdir, target, "-n", "--quiet", "rules").stdout
+    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", out, re.M)}
+    return {rule: n for rule, n in jobs.items() if rule not in ("total", "all", "data", "training")}
+
+
+@pytest.fixture(scope="session")
+def pipeline_run(tmp_path_factory):
+    """The embedded default, exactly as the quick start runs it, in a scratch working directory."""
+    work = tmp_path_factory.mktemp("pipeline")
+    write_config(work)
+    snakemake(work)
+    return work
 
 
 sys.path.insert(0, str(REPO))

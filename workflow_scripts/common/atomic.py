@@ -29,5 +29,9 @@ def atomic_dir(final):
 
 
 def write_json(path, obj):
-    """Stable JSON (sorted keys, fixed indent) so equal content gives equal bytes."""
-    Path(path).write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    """Stable JSON (sorted keys, fixed indent) so equal content gives equal bytes; written to a
+    scratch name and renamed, so a reader never sees half a file."""
+    path = Path(path)
+    scratch = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    scratch.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    os.replace(scratch, path)

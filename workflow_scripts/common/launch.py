@@ -31,17 +31,41 @@ class Launch:
     def as_dict(self):
         return asdict(self)
 
-    def horovod_env(self, rendezvous_port):
+    def horovod_env(self, rendezvous_addr, rendezvous_port):
         """The variables horovodrun's Gloo mode gives each worker, for workers started by srun
         or by the local launcher instead (the launcher runs the rendezvous server)."""
         return {
+            "HOROVOD_GLOO_IFACE": iface_towards(rendezvous_addr),
             "HOROVOD_RANK": str(self.rank), "HOROVOD_SIZE": str(self.world_size),
             "HOROVOD_LOCAL_RANK": str(self.local_rank), "HOROVOD_LOCAL_SIZE": str(self.local_size),
             "HOROVOD_CROSS_RANK": str(self.node_rank), "HOROVOD_CROSS_SIZE": str(self.num_nodes),
             "HOROVOD_HOSTNAME": self.hostname, "HOROVOD_CONTROLLER": "gloo",
-            "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_RENDEZVOUS_ADDR": self.master_addr,
+            "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_RENDEZVOUS_ADDR": rendezvous_addr,
             "HOROVOD_GLOO_RENDEZVOUS_PORT": str(rendezvous_port),
         }
+
+
+def iface_towards(host):
+    """The network interface this host would use to reach `host` (Gloo binds to one)."""
+    import psutil
+
+    ip = socket.gethostbyname(host)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((ip, 9))  # UDP connect sends nothing; it only picks the route
+        local = s.getsockname()[0]
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == local for a in addrs):
+            return name
+    return "lo"
+
+
+def setup_horovod(launch, env=None):
+    """Before hvd.init(): give a worker started by srun or the local launcher horovodrun's
+    variables, pointing at the launcher's rendezvous server."""
+    env = os.environ if env is None else env
+    if "HOROVOD_RANK" in env or launch.world_size == 1:
+        return
+    env.update(launch.horovod_env(env["DLSCALE_RENDEZVOUS_ADDR"], env["DLSCALE_RENDEZVOUS_PORT"]))
 
 
 def expand_nodelist(nodelist):
@@ -77,7 +101,7 @@ def _tasks_on_node(spec, node):
 
 def detect(env=None):
     env = os.environ if env is None else env
-    host = socket.gethostname()
+    host = env.get("SLURMD_NODENAME") or socket.gethostname()
     port = int(env.get("DLSCALE_MASTER_PORT", 0) or 0)
     if "RANK" in env and "WORLD_SIZE" in env:
         return Launch(rank=int(env["RANK"]), world_size=int(env["WORLD_SIZE"]),

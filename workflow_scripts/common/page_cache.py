@@ -7,12 +7,17 @@ posix_fadvise(POSIX_FADV_DONTNEED), which needs no privilege. Whatever ran, resi
 dataset files is then measured with mincore(2), so a drop that did not happen is never reported
 as done.
 """
+import argparse
 import ctypes
 import ctypes.util
+import json
 import mmap
 import os
+import socket
 import subprocess
 from pathlib import Path
+
+from .atomic import write_json
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -56,8 +61,12 @@ def resident_bytes(path):
 
 
 def residency(files):
+    """Resident bytes of `files`. For a file the caller may not write, Linux's mincore reports
+    every page as resident (a side-channel guard), so such files are counted as unverifiable and
+    a clear over them is never reported as verified."""
     total = sum(os.path.getsize(f) for f in files)
-    return {"files": len(files), "bytes": total, "resident_bytes": sum(resident_bytes(f) for f in files)}
+    return {"files": len(files), "bytes": total, "resident_bytes": sum(resident_bytes(f) for f in files),
+            "unverifiable_files": sum(not os.access(f, os.W_OK) for f in files)}
 
 
 def evict(files):
@@ -100,6 +109,23 @@ def clear(paths, command="", drop_caches="/proc/sys/vm/drop_caches"):
         "after": after,
         # Only a drop of all three (page cache, dentries, inodes) counts as the study's clear.
         "dropped_all_caches": method in ("drop_caches", "command"),
-        "dataset_evicted": after["resident_bytes"] == 0,
+        "dataset_evicted": after["resident_bytes"] == 0 and after["unverifiable_files"] == 0,
     })
     return report
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Clear the page cache before a run and verify it.")
+    ap.add_argument("--paths", nargs="*", default=[], help="the dataset files or directories of the run")
+    ap.add_argument("--command", default="", help="a configured drop command (e.g. a sudo rule)")
+    ap.add_argument("--drop-caches", default="/proc/sys/vm/drop_caches")
+    ap.add_argument("--out", required=True, help="JSON report; {node} is replaced by this host's name")
+    a = ap.parse_args()
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    report = {"node": node, **clear(a.paths, a.command, a.drop_caches)}
+    write_json(a.out.replace("{node}", node), report)
+    print(json.dumps({k: report[k] for k in ("node", "method", "dropped_all_caches", "dataset_evicted")}))
+
+
+if __name__ == "__main__":
+    main()

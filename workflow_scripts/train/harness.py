@@ -47,6 +47,13 @@ def arg_parser(description):
     return ap
 
 
+def read_manifest(data_dir):
+    path = Path(data_dir) / "manifest.json"
+    if not path.is_file():
+        raise StageError(f"{path} is missing: {data_dir} is not an output of the data stage")
+    return json.loads(path.read_text())
+
+
 def weights_digest(arrays):
     """sha256 over the model's parameters in order (numpy arrays): equal on every rank iff the
     ranks hold identical weights."""
@@ -70,8 +77,9 @@ class Run:
         self.digests = {}
         self.telemetry = None
         if self.launch.local_rank == 0 and args.telemetry_interval > 0:
-            dataset = args.data if args.data_source == "real" else None
-            self.telemetry = Telemetry(self.dir / f"telemetry.{self.node}.csv", dataset, args.telemetry_interval)
+            # Synthetic runs watch the dataset's device too: it should show no reads.
+            self.telemetry = Telemetry(self.dir / f"telemetry.{self.node}.csv", args.data or None,
+                                       args.telemetry_interval)
             self.telemetry.start()
 
     @property

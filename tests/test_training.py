@@ -1,0 +1,159 @@
+"""The training stage on the embedded default: each framework, 2 data-parallel processes on the
+CPU (Gloo), checked from the runs' own outputs."""
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import CONFIG, REPO, interpreter, planned_jobs, snakemake, write_config
+
+from workflow_scripts.common import launch, page_cache
+
+FRAMEWORKS = ("tensorflow", "mxnet", "pytorch")
+
+
+def run_of(work, framework):
+    return work / "results" / "runs" / "local" / f"{framework}_fp32_2gpu"
+
+
+def steps_of(run):
+    return [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_both_ranks_hold_identical_weights(pipeline_run, framework):
+    run = run_of(pipeline_run, framework)
+    ranks = [json.loads((run / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["launch"]["world_size"] for r in ranks] == [2, 2]
+    assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
+    assert ranks[0]["weights_sha256"]["after_step_1"] != ranks[0]["weights_sha256"]["final"]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_summary_is_images_timed_over_time_timed_after_warmup(pipeline_run, framework):
+    run = run_of(pipeline_run, framework)
+    summary = json.loads((run / "summary.json").read_text())
+    steps = steps_of(run)
+    warmup, timed = CONFIG["training"]["warmup_steps"], CONFIG["training"]["steps"]
+    assert [s["phase"] for s in steps] == ["warmup"] * warmup + ["timed"] * timed
+    global_batch = CONFIG["training"]["batch_per_gpu"][framework] * 2
+    after = steps[warmup:]
+    assert summary["images_timed"] == timed * global_batch == sum(s["images"] for s in after)
+    assert summary["images_per_s"] == pytest.approx(sum(s["images"] for s in after) / sum(s["wall_s"] for s in after))
+    rates = [s["images"] / s["wall_s"] for s in after]
+    assert summary["step_images_per_s_cv"] == pytest.approx(statistics.pstdev(rates) / statistics.fmean(rates))
+    assert summary["stable"] == (summary["step_images_per_s_cv"] <= 0.02)
+    # Warm-up is really excluded: the first step (graph building, first reads) is far slower.
+    assert steps[0]["wall_s"] > max(s["wall_s"] for s in after) or warmup == 0
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_loss_falls(pipeline_run, framework):
+    losses = [s["loss"] for s in steps_of(run_of(pipeline_run, framework))]
+    assert statistics.fmean(losses[-5:]) < statistics.fmean(losses[:3]), losses
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_run_records_cache_clearing_and_telemetry(pipeline_run, framework):
+    run = run_of(pipeline_run, framework)
+    summary = json.loads((run / "summary.json").read_text())
+    (cache,) = summary["page_cache"].values()
+    assert cache["dataset_evicted"] and cache["after"]["resident_bytes"] == 0 and cache["before"]["files"] > 0
+    (csv,) = run.glob("telemetry.*.csv")
+    metrics = {line.split(",")[2] for line in csv.read_text().splitlines()[1:]}
+    assert {"read_MBps", "cpu_percent", "send_MBps", "recv_MBps"} <= metrics
+
+
+def test_editing_one_frameworks_batch_reruns_only_its_run(pipeline_run):
+    try:
+        write_config(pipeline_run, training__batch_per_gpu__mxnet=8)
+        assert planned_jobs(pipeline_run) == {"train": 1}
+        out = snakemake(pipeline_run, "-n").stdout
+        assert "framework=mxnet" in out and "framework=pytorch" not in out and "framework=tensorflow" not in out
+    finally:
+        write_config(pipeline_run)
+
+
+def test_synthetic_run_reads_no_dataset_file(pipeline_run, tmp_path):
+    lmdb = pipeline_run / "data" / "lmdb"
+    files = page_cache.dataset_files([lmdb])
+    page_cache.evict(files)
+    assert page_cache.residency(files)["resident_bytes"] == 0
+    proc = subprocess.run([interpreter("pytorch"), "-m", "workflow_scripts.train.pytorch_ddp", "--data", str(lmdb),
+                           "--data-source", "synthetic", "--classes", "16", "--batch-per-gpu", "4",
+                           "--image-size", "32", "--warmup-steps", "1", "--steps", "3", "--out", str(tmp_path),
+                           "--telemetry-interval", "0.2"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert page_cache.residency(files)["resident_bytes"] == 0, "a synthetic run read the dataset"
+    assert json.loads((tmp_path / "summary.json").read_text())["timed_steps"] == 3
+
+
+def _nobody(cmd):
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+
+
+def _clear_as_nobody(f, out):
+    proc = subprocess.run(_nobody([interpreter("workflow"), "-m", "workflow_scripts.common.page_cache",
+                                   "--paths", str(f), "--out", str(out)]),
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(out.read_text())
+
+
+def test_cache_clearing_without_root_evicts_the_dataset_and_says_so():
+    d = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    os.chmod(d, 0o777)
+    mine, roots = d / "mine.bin", d / "roots.bin"
+    for f in (mine, roots):
+        f.write_bytes(os.urandom(4 << 20))
+        os.chmod(f, 0o644)
+        f.read_bytes()
+        assert page_cache.resident_bytes(f) > 0
+    os.chown(mine, 65534, 65534)  # the unprivileged user's own dataset
+    report = _clear_as_nobody(mine, d / "mine.json")
+    assert report["method"] == "fadvise_dontneed" and report["dataset_evicted"]
+    assert report["dropped_all_caches"] is False
+    assert report["before"]["resident_bytes"] > 0 and report["after"]["resident_bytes"] == 0
+    assert page_cache.resident_bytes(mine) == 0
+    assert any(a["method"] == "drop_caches" and not a["ok"] for a in report["attempts"])
+    # For a file the user may not write, Linux's mincore reports every page resident, so the
+    # eviction cannot be verified: the report must not claim it.
+    report = _clear_as_nobody(roots, d / "roots.json")
+    assert report["method"] == "fadvise_dontneed" and report["dataset_evicted"] is False
+    assert report["after"]["unverifiable_files"] == 1
+
+
+def test_unavailable_drop_caches_or_failing_command_is_never_claimed(tmp_path):
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(1 << 20))
+    report = page_cache.clear([f], command="false", drop_caches=str(tmp_path / "no" / "drop_caches"))
+    assert report["method"] == "fadvise_dontneed" and report["dropped_all_caches"] is False
+    assert [(a["method"], a["ok"]) for a in report["attempts"]] == [
+        ("command", False), ("drop_caches", False), ("fadvise_dontneed", True)]
+
+
+def test_mxnet_fp16_on_a_cpu_fails_clearly(tmp_path):
+    proc = subprocess.run([interpreter("mxnet"), "-m", "workflow_scripts.train.mxnet_horovod", "--data-source",
+                           "synthetic", "--precision", "fp16", "--batch-per-gpu", "2", "--out", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "mxnet fp16 needs a GPU" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_unplaceable_point_is_a_parse_time_error(tmp_path):
+    write_config(tmp_path, training__gpus=[3])
+    proc = snakemake(tmp_path, "-n", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "training.gpus = 3" in out and "'local'" in out
+
+
+def test_launch_environment_from_slurm():
+    env = {"SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+           "SLURM_STEP_NODELIST": "gpu[07-08]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_ID": "4242",
+           "SLURMD_NODENAME": "gpu08"}
+    got = launch.detect(env)
+    assert (got.rank, got.world_size, got.local_rank, got.local_size, got.node_rank, got.num_nodes) == (3, 4, 1, 2, 1, 2)
+    assert (got.master_addr, got.hostname, got.source) == ("gpu07", "gpu08", "slurm")
+    assert launch.expand_nodelist("n[1-2],login,c[001-002,5]") == ["n1", "n2", "login", "c001", "c002", "c5"]

@@ -1,0 +1,137 @@
+"""ResNet-50 (tf.keras.applications) with Horovod, reading the data stage's TFRecords with
+tf.data; decode threads = physical cores - 4 per GPU, as the study (on a CPU host: the host's
+cores shared by its ranks).
+
+FP16 is Keras mixed precision: mixed_float16 with loss scaling on a GPU, mixed_bfloat16 on a CPU.
+"""
+import glob
+import os
+
+import psutil
+import tensorflow as tf
+
+from ..common.errors import StageError, run_main
+from ..common.launch import setup_horovod
+from . import harness
+
+MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+FEATURES = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
+            "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+
+
+def decode_threads(run, gpu):
+    if run.args.decode_threads:
+        return run.args.decode_threads
+    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    if gpu:  # the study: 4 threads per GPU go to compute, copies, events and communication
+        return max(1, cores - 4 * run.launch.local_size)
+    return max(1, cores // run.launch.local_size)
+
+
+def dataset(run, label_offset, threads):
+    a, launch = run.args, run.launch
+    files = sorted(glob.glob(os.path.join(a.data, "train-*-of-*")))
+    if not files:
+        raise StageError(f"{a.data} holds no train-*-of-* TFRecord shards")
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    # Each rank reads its own files where there are enough of them, else every rank reads all
+    # and keeps its share of the records.
+    if len(files) >= launch.world_size:
+        ds = ds.shard(launch.world_size, launch.rank)
+    ds = ds.shuffle(len(files), seed=a.seed).interleave(tf.data.TFRecordDataset, cycle_length=min(8, len(files)),
+                                                        num_parallel_calls=tf.data.AUTOTUNE)
+    if len(files) < launch.world_size:
+        ds = ds.shard(launch.world_size, launch.rank)
+
+    def parse(record):
+        ex = tf.io.parse_single_example(record, FEATURES)
+        shape = tf.image.extract_jpeg_shape(ex["image/encoded"])
+        begin, size, _ = tf.image.sample_distorted_bounding_box(
+            shape, tf.zeros([0, 0, 4]), min_object_covered=0.1, aspect_ratio_range=(3 / 4, 4 / 3),
+            area_range=(0.08, 1.0), max_attempts=10, use_image_if_no_bounding_boxes=True)
+        crop = tf.stack([begin[0], begin[1], size[0], size[1]])
+        img = tf.io.decode_and_crop_jpeg(ex["image/encoded"], crop, channels=3)
+        img = tf.image.resize(img, [a.image_size, a.image_size])
+        img = (tf.image.random_flip_left_right(img) - MEAN) / STD
+        return img, tf.cast(ex["image/class/label"], tf.int32) - label_offset
+
+    return (ds.shuffle(10 * a.batch_per_gpu, seed=a.seed + launch.rank).repeat()
+            .map(parse, num_parallel_calls=threads).batch(a.batch_per_gpu, drop_remainder=True)
+            .prefetch(tf.data.AUTOTUNE))
+
+
+def main():
+    args = harness.arg_parser(__doc__.splitlines()[0]).parse_args()
+    import horovod
+    import horovod.tensorflow as hvd
+
+    run = harness.Run(args, "tensorflow", {"tensorflow": tf.__version__, "horovod": horovod.__version__})
+    launch = run.launch
+    # Ranks on one host share its cores (set before TensorFlow initialises its runtime).
+    tf.config.threading.set_intra_op_parallelism_threads(max(1, (os.cpu_count() or 1) // launch.local_size))
+    setup_horovod(launch)
+    hvd.init()
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+        tf.config.experimental.set_memory_growth(gpus[hvd.local_rank()], True)
+    if args.precision == "fp16":
+        tf.keras.mixed_precision.set_global_policy("mixed_float16" if gpus else "mixed_bfloat16")
+    tf.random.set_seed(args.seed)
+    threads = decode_threads(run, bool(gpus))
+    if args.data_source == "synthetic":
+        classes, train_images = args.classes or 1000, 0
+        x = tf.random.normal([args.batch_per_gpu, args.image_size, args.image_size, 3], seed=args.seed)
+        y = tf.random.uniform([args.batch_per_gpu], 0, classes, tf.int32, seed=args.seed + launch.rank)
+        batches = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
+    else:
+        classes = len(open(os.path.join(args.data, "synsets.txt")).read().split())
+        manifest = harness.read_manifest(args.data)
+        train_images = manifest["splits"]["train"]["images"]
+        batches = iter(dataset(run, manifest.get("label_offset", 0), threads))
+    model = tf.keras.applications.ResNet50(weights=None, classes=classes, classifier_activation=None,
+                                           input_shape=(args.image_size, args.image_size, 3))
+    # Zero gamma in the last BN of each residual block (as torchvision's zero_init_residual):
+    # blocks start as identity, which keeps the first steps from scratch stable.
+    for layer in model.layers:
+        if layer.name.endswith("_3_bn"):
+            layer.gamma.assign(tf.zeros_like(layer.gamma))
+    opt = tf.keras.optimizers.SGD(run.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+    if args.precision == "fp16" and gpus:
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
+    ce = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = ce(y, tf.cast(model(x, training=True), tf.float32))
+            scaled = opt.get_scaled_loss(loss) if hasattr(opt, "get_scaled_loss") else loss
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        if hasattr(opt, "get_unscaled_gradients"):
+            grads = opt.get_unscaled_gradients(grads)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return hvd.allreduce(loss)
+
+    steps = run.total_steps(train_images or args.batch_per_gpu * launch.world_size * args.steps)
+    run.log.start()
+    for i in range(steps):
+        x, y = next(batches)
+        loss = step(x, y)
+        if i == 0:  # everyone continues from rank 0's weights and optimizer state (eagerly: one trace)
+            hvd.broadcast_variables(model.variables, root_rank=0)
+            hvd.broadcast_variables(opt.variables(), root_rank=0)
+        run.log.end(float(loss))
+        if i == 0:
+            run.record_digest("after_step_1", harness.weights_digest(v.numpy() for v in model.trainable_variables))
+    run.record_digest("final", harness.weights_digest(v.numpy() for v in model.trainable_variables))
+    if launch.rank == 0:
+        model.save_weights(os.path.join(args.out, "weights.h5"))
+    run.finish({"device": gpus[hvd.local_rank()].name if gpus else "cpu", "classes": classes,
+                "train_images": train_images, "decode_threads": threads,
+                "policy": tf.keras.mixed_precision.global_policy().name})
+
+
+if __name__ == "__main__":
+    run_main(main)
