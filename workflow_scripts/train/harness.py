@@ -54,6 +54,11 @@ def read_manifest(data_dir):
     return json.loads(path.read_text())
 
 
+def classes_of(data_dir):
+    """Number of classes of a data stage output (its synsets.txt)."""
+    return len((Path(data_dir) / "synsets.txt").read_text().split())
+
+
 def weights_digest(arrays):
     """sha256 over the model's parameters in order (numpy arrays): equal on every rank iff the
     ranks hold identical weights."""
@@ -95,6 +100,8 @@ class Run:
         steps are part of the first epoch and excluded from timing)."""
         if self.args.mode == "steps":
             return self.args.warmup_steps + self.args.steps
+        if not train_images:
+            raise StageError("mode epochs needs real data: a synthetic run has no epoch (use mode steps)")
         steps = math.ceil(self.args.epochs * train_images / self.global_batch)
         if steps <= self.args.warmup_steps:
             raise StageError(f"{self.args.epochs} epoch(s) of {train_images} images at global batch "

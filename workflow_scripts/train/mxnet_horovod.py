@@ -56,7 +56,7 @@ def main():
         y = mx.nd.random.randint(0, classes, shape=(args.batch_per_gpu,), ctx=ctx).astype("float32")
         it = None
     else:
-        classes = len(open(os.path.join(args.data, "synsets.txt")).read().split())
+        classes = harness.classes_of(args.data)
         train_images = harness.read_manifest(args.data)["splits"]["train"]["images"]
         it = records(run, gpu, threads)
     net = gluon.model_zoo.vision.resnet50_v1(classes=classes)
@@ -90,7 +90,7 @@ def main():
             b = it.next()
         return b.data[0].as_in_context(ctx).astype(dtype, copy=False), b.label[0].as_in_context(ctx)
 
-    steps = run.total_steps(train_images or args.batch_per_gpu * launch.world_size * args.steps)
+    steps = run.total_steps(train_images)
     run.log.start()
     for i in range(steps):
         data, label = next_batch()

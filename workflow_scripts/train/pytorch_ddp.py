@@ -27,7 +27,7 @@ def _loader(run, device):
         x = torch.randn(a.batch_per_gpu, 3, a.image_size, a.image_size, generator=g).to(device)
         y = torch.randint(0, classes, (a.batch_per_gpu,), generator=g).to(device)
         return classes, 0, None, lambda: (x, y)
-    classes = len((open(os.path.join(a.data, "synsets.txt")).read().split()))
+    classes = harness.classes_of(a.data)
     tf = T.Compose([T.RandomResizedCrop(a.image_size, antialias=True), T.RandomHorizontalFlip(),
                     T.PILToTensor(), T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)])
     ds = LMDBImageNet(os.path.join(a.data, "train"), transform=tf)
@@ -81,7 +81,7 @@ def main():
     amp_dtype = (torch.float16 if cuda else torch.bfloat16) if args.precision == "fp16" else None
     scaler = torch.amp.GradScaler(enabled=amp_dtype == torch.float16)
     loss_fn = torch.nn.CrossEntropyLoss()
-    steps = run.total_steps(train_images or args.batch_per_gpu * launch.world_size * args.steps)
+    steps = run.total_steps(train_images)
     model.train()
     run.log.start()
     for step in range(steps):

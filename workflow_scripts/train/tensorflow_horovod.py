@@ -86,7 +86,7 @@ def main():
         y = tf.random.uniform([args.batch_per_gpu], 0, classes, tf.int32, seed=args.seed + launch.rank)
         batches = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
     else:
-        classes = len(open(os.path.join(args.data, "synsets.txt")).read().split())
+        classes = harness.classes_of(args.data)
         manifest = harness.read_manifest(args.data)
         train_images = manifest["splits"]["train"]["images"]
         batches = iter(dataset(run, manifest.get("label_offset", 0), threads))
@@ -114,7 +114,7 @@ def main():
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return hvd.allreduce(loss)
 
-    steps = run.total_steps(train_images or args.batch_per_gpu * launch.world_size * args.steps)
+    steps = run.total_steps(train_images)
     run.log.start()
     for i in range(steps):
         x, y = next(batches)
