@@ -9,6 +9,7 @@ from snakemake.utils import validate
 # The stage modules, importable even from a snakemake installed outside envs/setup.sh's .venv.
 sys.path.insert(0, workflow.basedir)
 from workflow_scripts.common.errors import StageError  # noqa: E402
+from workflow_scripts.common import slurm  # noqa: E402
 from workflow_scripts.data import layout as dataset_layout  # noqa: E402
 
 validate(config, workflow.source_path("../schemas/config.schema.yaml"))
@@ -77,14 +78,34 @@ def placement(system, gpus):
     return nodes, gpus // nodes
 
 
+IN_SLURM_JOB = "SLURM_JOB_ID" in os.environ  # the Snakefile is parsed again inside every cluster job
+
+
+def _check_partition(system, gpus):
+    """Ask SLURM, when the workflow is parsed on a cluster, whether the partition can ever hold
+    this run: a job it cannot place would otherwise wait in the queue for ever."""
+    sysc = config["systems"][system]
+    if not sysc["partition"] or IN_SLURM_JOB:
+        return
+    nodes, per_node = placement(system, gpus)
+    gpus_per_node = per_node if sysc["gpu_request"] != "none" else 0
+    problem = slurm.placement_problem(sysc["partition"], nodes, per_node, sysc["cpus_per_task"], gpus_per_node,
+                                      sysc["mem_mb"])
+    if problem:
+        raise WorkflowError(f"config systems.{system} (training.gpus = {gpus}): {problem}")
+
+
 def run_dir(system, framework, precision, gpus):
     return f"{RESULTS}/runs/{system}/{framework}_{precision}_{gpus}gpu"
 
 
+for _system in TRAIN["systems"]:
+    for _gpus in TRAIN["gpus"]:
+        _check_partition(_system, _gpus)
+
 TRAINING_RUNS = [
     f"{run_dir(s, f, p, g)}/summary.json"
     for s in TRAIN["systems"] for f in TRAIN["frameworks"] for p in TRAIN["precisions"] for g in TRAIN["gpus"]
-    if placement(s, g)
 ]
 
 
@@ -100,10 +121,56 @@ def trainer_args(w):
             f"--seed {TRAIN['seed']} --telemetry-interval {TRAIN['telemetry_interval']}")
 
 
+def _gpus_of_node(system, per_node):
+    """'4' or 'v100:4': one node's GPU request, or None for a system without GPU requests."""
+    sysc = config["systems"][system]
+    if sysc["gpu_request"] == "none":
+        return None
+    return f"{sysc['gpu_type']}:{per_node}" if sysc["gpu_type"] else str(per_node)
+
+
+def _gpu_flag(system, per_node):
+    """The GPU request of one node as sbatch and srun spell it."""
+    gpus = _gpus_of_node(system, per_node)
+    if gpus is None:
+        return ""
+    return f"--gres=gpu:{gpus}" if config["systems"][system]["gpu_request"] == "gres" else f"--gpus-per-node={gpus}"
+
+
 def launcher_args(w):
+    """Where the processes of one run start: the node and task geometry and, inside a SLURM job,
+    the srun flags (the job step's own SLURM_* settings are not inherited)."""
     nodes, per_node = placement(w.system, int(w.gpus))
+    sysc = config["systems"][w.system]
     horovod = " --horovod" if w.framework in ("tensorflow", "mxnet") else ""
-    return f"--nproc-per-node {per_node} --nodes {nodes}{horovod}"
+    return (f"--nproc-per-node {per_node} --nodes {nodes} --cpus-per-task {sysc['cpus_per_task']}"
+            f" --srun-args={_gpu_flag(w.system, per_node)!r}{horovod}")
+
+
+def slurm_gres(w):
+    """gpu_request: gres goes through the plugin's own gres resource (it refuses --gres in
+    slurm_extra); tasks_per_gpu = 0 stops it adding --ntasks-per-gpu = all tasks, the
+    multi-GPU trap of snakemake-executor-plugin-slurm issues 316 and 459."""
+    _, per_node = placement(w.system, int(w.gpus))
+    gpus = _gpus_of_node(w.system, per_node)
+    return f"gpu:{gpus}" if gpus and config["systems"][w.system]["gpu_request"] == "gres" else None
+
+
+def slurm_extra(w):
+    """sbatch flags the executor plugin has no resource for: the task geometry, --gpus-per-node
+    (the plugin's own gpu resource would ask for GPUs per job, not per node), extras."""
+    _, per_node = placement(w.system, int(w.gpus))
+    sysc = config["systems"][w.system]
+    flags = [f"--ntasks-per-node={per_node}"]
+    if sysc["gpu_request"] == "gpus-per-node":
+        flags.append(_gpu_flag(w.system, per_node))
+    return " ".join(flags + ([sysc["sbatch_extra"]] if sysc["sbatch_extra"] else []))
+
+
+def system_value(key, unset=None):
+    """A training job's resource from its system's config; `unset` where the system leaves it
+    to the cluster (the plugin then passes nothing)."""
+    return lambda w: config["systems"][w.system][key] or unset
 
 
 def training_data(w):

@@ -1,19 +1,25 @@
 """Start a data-parallel run: K processes on this host, or N nodes x K tasks through srun.
 
-    python -m workflow_scripts.train.launch --nproc-per-node 2 [--srun --nodes 2] [--horovod] \
+    python -m workflow_scripts.train.launch --nproc-per-node 2 [--nodes 2] [--horovod] \
         -- python -m workflow_scripts.train.pytorch_ddp ...
+    python -m workflow_scripts.train.launch --per-node --nodes 2 -- python -m ...page_cache ...
 
-Locally it sets torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...) per child;
-under srun each task reads SLURM's (common/launch.py). With --horovod it also runs the Gloo
-rendezvous server that horovodrun would run, here, and tells every worker where it is.
+Inside a SLURM allocation (SLURM_JOB_ID set) the tasks are started with srun, each reading
+SLURM's variables (common/launch.py); elsewhere, or for a single process, as child processes
+with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...). --per-node runs the
+command once on every node of the run (page-cache clearing). With --horovod it also runs the
+Gloo rendezvous server that horovodrun would run, here, and tells every worker where it is.
 """
 import argparse
 import os
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 import time
+
+from ..common import slurm
 
 
 def _free_port():
@@ -34,35 +40,49 @@ def _rendezvous(hosts, per_node):
     return server, port
 
 
+def srun_command(nodes, per_node, cpus_per_task, extra=""):
+    """The srun line for one run. Snakemake's SLURM job step strips the job's SLURM_* geometry
+    from the environment, so every size is given here rather than inherited."""
+    cmd = ["srun", f"--nodes={nodes}", f"--ntasks={nodes * per_node}", f"--ntasks-per-node={per_node}",
+           "--kill-on-bad-exit=1", "--label"]
+    if cpus_per_task:
+        cmd.append(f"--cpus-per-task={cpus_per_task}")
+    return cmd + shlex.split(extra)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nproc-per-node", type=int, default=1)
     ap.add_argument("--nodes", type=int, default=1)
-    ap.add_argument("--srun", action="store_true", help="start the tasks with srun (inside a SLURM job)")
+    ap.add_argument("--per-node", action="store_true", help="one task per node (node-level work)")
+    ap.add_argument("--launcher", choices=("auto", "srun", "local"), default="auto",
+                    help="auto: srun inside a SLURM allocation when more than one process runs")
+    ap.add_argument("--cpus-per-task", type=int, default=0, help="srun only")
+    ap.add_argument("--srun-args", default="", help="further srun flags (e.g. --gpus-per-node=4)")
     ap.add_argument("--horovod", action="store_true", help="run Horovod's Gloo rendezvous server")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
     if not cmd:
         ap.error("no command to launch")
+    per_node = 1 if a.per_node else a.nproc_per_node
+    use_srun = a.launcher == "srun" or (
+        a.launcher == "auto" and "SLURM_JOB_ID" in os.environ and a.nodes * per_node > 1)
+    if a.nodes > 1 and not use_srun:
+        ap.error(f"{a.nodes} nodes need srun: run inside a SLURM allocation (snakemake --profile slurm)")
     env = dict(os.environ)
     here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    if a.srun:
-        from ..common.launch import expand_nodelist
-
-        hosts = expand_nodelist(os.environ["SLURM_JOB_NODELIST"])[: a.nodes]
-    else:
-        hosts = [here]
     server = None
-    if a.horovod:
-        server, port = _rendezvous(hosts, a.nproc_per_node)
+    if a.horovod and not a.per_node:
+        hosts = slurm.job_hosts(os.environ["SLURM_JOB_ID"])[: a.nodes] if use_srun else [here]
+        server, port = _rendezvous(hosts, per_node)
         env.update(DLSCALE_RENDEZVOUS_ADDR=here, DLSCALE_RENDEZVOUS_PORT=str(port))
     try:
-        if a.srun:
-            srun = ["srun", f"--nodes={a.nodes}", f"--ntasks={a.nodes * a.nproc_per_node}",
-                    f"--ntasks-per-node={a.nproc_per_node}", "--kill-on-bad-exit=1"]
+        if use_srun:
+            srun = srun_command(a.nodes, per_node, a.cpus_per_task, a.srun_args)
+            print("launch:", shlex.join(srun + cmd), file=sys.stderr, flush=True)
             sys.exit(subprocess.call(srun + cmd, env=env))
-        sys.exit(_local(cmd, env, a.nproc_per_node))
+        sys.exit(_local(cmd, env, per_node))
     finally:
         if server:
             server.stop()

@@ -1,0 +1,172 @@
+"""The pipeline on a real two-node SLURM cluster (tests/slurm_cluster.py): `snakemake --profile
+slurm all` on the embedded default, every training run spanning both nodes with one task each,
+checked from the runs' own outputs; placement errors at parse time; SLURM's reason for a job
+that waits; a cancelled (pre-empted) run retried with its log kept."""
+import json
+import subprocess
+import threading
+import time
+
+import pytest
+import slurm_cluster
+import yaml
+from conftest import REPO, SNAKEMAKE, interpreter, write_config
+
+FRAMEWORKS = ("tensorflow", "mxnet", "pytorch")
+SYSTEM = {"gpus_per_node": 1, "max_nodes": 2, "partition": slurm_cluster.PARTITION, "cpus_per_task": 2,
+          "mem_mb": 3000, "time_min": 30}
+# What the test profile must change in the user's profile, and nothing else: this cluster's
+# partition, and polling that suits a cluster without slurmdbd (sacct would fail) and 2-second jobs.
+PROFILE_CHANGES = {"slurm-status-command": "squeue", "seconds-between-status-checks": 2,
+                   "slurm-init-seconds-before-status-checks": 2}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    why = slurm_cluster.missing_prerequisites()
+    if why:
+        pytest.skip(f"SLURM cluster tests skipped: {why}")
+    c = slurm_cluster.Cluster()
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+def test_profile_is_found_from_the_repository_root():
+    user = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
+    assert user["executor"] == "slurm" and (REPO / "slurm").resolve() == (REPO / "profiles" / "slurm").resolve()
+
+
+def make_test_profile(work):
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    profile["default-resources"]["slurm_partition"] = slurm_cluster.PARTITION
+    profile.update(PROFILE_CHANGES)
+    d = work / "profile"
+    d.mkdir(exist_ok=True)
+    (d / "config.yaml").write_text(yaml.safe_dump(profile))
+    return d
+
+
+def cluster_config(work, **overrides):
+    """The embedded default on this cluster: one system of 1-task nodes, runs of 2 (both nodes)."""
+    write_config(work, **{"systems": {"cluster": SYSTEM}, "training__systems": ["cluster"], "training__gpus": [2],
+                          "conversion__threads": 2, "training__warmup_steps": 2, "training__steps": 6, **overrides})
+
+
+def run_snakemake(work, *args, timeout=1800):
+    return subprocess.Popen([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
+                             "--profile", str(make_test_profile(work)), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def squeue(*fields):
+    out = subprocess.run(["squeue", "-h", "-o", "|".join(fields)], capture_output=True, text=True, timeout=30).stdout
+    return [line.split("|") for line in out.splitlines()]
+
+
+def cancel_first_running(words, seen, stop):
+    """Cancel the first running job whose comment (rule and wildcards) matches, once: the
+    cluster pre-empts a run."""
+    while not stop.is_set():
+        for job, state, comment in squeue("%i", "%T", "%k"):
+            if state == "RUNNING" and all(w in comment for w in words):
+                time.sleep(3)  # let it get into its work
+                subprocess.run(["scancel", job], timeout=30)
+                seen.append(job)
+                return
+        time.sleep(1)
+
+
+@pytest.fixture(scope="module")
+def slurm_run(cluster, tmp_path_factory):
+    work = tmp_path_factory.mktemp("slurm")
+    cluster_config(work)
+    cancelled, stop = [], threading.Event()
+    watcher = threading.Thread(target=cancel_first_running, args=(("rule_train", "pytorch"), cancelled, stop), daemon=True)
+    watcher.start()
+    proc = run_snakemake(work, "all")
+    try:
+        out, _ = proc.communicate(timeout=1800)
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, f"snakemake --profile slurm all failed:\n{out[-6000:]}\n{cluster.logs()}"
+    return work, out, cancelled
+
+
+def run_of(work, framework):
+    return work / "results" / "runs" / "cluster" / f"{framework}_fp32_2gpu"
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_ranks_ran_on_two_nodes_and_averaged_their_gradients(slurm_run, framework):
+    work, _, _ = slurm_run
+    run = run_of(work, framework)
+    ranks = [json.loads((run / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert {r["node"] for r in ranks} == {"n1", "n2"}
+    assert [r["launch"]["source"] for r in ranks] == ["slurm", "slurm"]
+    assert ranks[0]["launch"]["job_id"] == ranks[1]["launch"]["job_id"] != ""
+    assert [(r["launch"]["rank"], r["launch"]["world_size"], r["launch"]["num_nodes"]) for r in ranks] == [(0, 2, 2), (1, 2, 2)]
+    # Same weights on both ranks after the first step: the step's gradients were averaged
+    # across the nodes (each rank read different images).
+    assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
+    assert ranks[0]["weights_sha256"]["after_step_1"] != ranks[0]["weights_sha256"]["final"]
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["num_nodes"], summary["world_size"]) == (2, 2)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_caches_cleared_and_telemetry_on_every_node(slurm_run, framework):
+    work, _, _ = slurm_run
+    run = run_of(work, framework)
+    summary = json.loads((run / "summary.json").read_text())
+    assert set(summary["page_cache"]) == {"n1", "n2"}
+    assert all(r["node"] == n and r["after"]["resident_bytes"] == 0 for n, r in summary["page_cache"].items())
+    assert sorted(p.name for p in run.glob("telemetry.*.csv")) == ["telemetry.n1.csv", "telemetry.n2.csv"]
+
+
+def test_every_job_went_through_slurm(slurm_run):
+    work, out, _ = slurm_run
+    submitted = out.count("has been submitted with SLURM jobid")
+    # The data stage's five jobs, three training runs and the retry of the cancelled one (and
+    # whatever later stages add).
+    assert submitted >= 5 + 3 + 1, out[-3000:]
+    for fw in FRAMEWORKS:
+        log = (work / "logs" / "train" / "cluster" / f"{fw}_fp32_2gpu.log").read_text()
+        assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in log
+
+
+def test_cancelled_run_is_retried_and_its_log_kept(slurm_run):
+    work, _, cancelled = slurm_run
+    assert len(cancelled) == 1, "the watcher never saw the PyTorch run running"
+    log = work / "logs" / "train" / "cluster" / "pytorch_fp32_2gpu.log"
+    first = log.with_name(log.name + ".attempt1").read_text()
+    assert first.startswith(f"attempt 1 on n1, SLURM job {cancelled[0]}")
+    assert log.read_text().startswith("attempt 2 on n1, SLURM job ")
+    assert log.with_name(log.name + ".attempt2").read_text() == log.read_text()
+    assert json.loads((run_of(work, "pytorch") / "summary.json").read_text())["timed_steps"] == 6
+
+
+def test_point_the_partition_cannot_hold_fails_at_parse_time(cluster, tmp_path):
+    cluster_config(tmp_path, systems={"cluster": dict(SYSTEM, max_nodes=3)}, training__gpus=[3])
+    proc = subprocess.run([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "-n"],
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "systems.cluster (training.gpus = 3)" in out and "has 2 usable node(s)" in out and "needs 3" in out
+
+
+def test_waiting_job_is_reported_with_slurms_reason(cluster):
+    job = subprocess.run(["sbatch", "--parsable", "--hold", "--comment", "rule_train_wildcards_x",
+                          "--wrap", "true"], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    try:
+        proc = subprocess.run([interpreter("workflow"), "-m", "workflow_scripts.common.slurm", "pending"],
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith(job))
+        assert "rule_train_wildcards_x" in line and "reason: JobHeldUser" in line
+    finally:
+        subprocess.run(["scancel", job], timeout=30)

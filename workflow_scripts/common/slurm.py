@@ -1,0 +1,99 @@
+"""What the pipeline asks SLURM itself: the nodes of a job, what a partition can hold (checked
+when the workflow is parsed), and why submitted jobs are still waiting.
+
+    python -m workflow_scripts.common.slurm pending     # this user's waiting jobs, with SLURM's reason
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from .launch import expand_nodelist
+
+
+def _run(cmd, timeout=30):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True).stdout
+
+
+def job_hosts(job_id):
+    """The nodes of a job in allocation order. Read from squeue, because Snakemake's job step
+    removes SLURM_JOB_NODELIST from the environment of a rule's shell."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or _run(["squeue", "-h", "-j", str(job_id), "-o", "%N"]).strip()
+    return expand_nodelist(nodelist)
+
+
+@dataclass
+class Node:
+    name: str
+    cpus: int
+    memory_mb: int
+    gpus: int
+    state: str
+
+
+def _gpus(gres):
+    """GPUs in sinfo's GRES column: 'gpu:4', 'gpu:v100:4(S:0-1)', 'gpu:a:2,gpu:b:2' -> count."""
+    return sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[^:,()]+)?:(\d+)", gres or ""))
+
+
+def partition_nodes(partition):
+    """The nodes of a partition, or None when this machine has no sinfo (not a cluster)."""
+    if not shutil.which("sinfo"):
+        return None
+    try:
+        out = _run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N|%c|%m|%G|%T"])
+    except (OSError, subprocess.SubprocessError) as exc:
+        # No controller to ask (a laptop with the client installed, a dry run): sbatch will say.
+        print(f"dlscale: could not check partition {partition!r} with sinfo ({exc}); not checked", file=sys.stderr)
+        return None
+    nodes = {}
+    for line in out.splitlines():
+        name, cpus, mem, gres, state = line.split("|")
+        nodes[name] = Node(name, int(cpus.rstrip("+")), int(re.sub(r"\D", "", mem) or 0), _gpus(gres), state)
+    return list(nodes.values())
+
+
+def placement_problem(partition, nodes, per_node, cpus_per_task, gpus_per_node, mem_mb):
+    """Why `nodes` nodes of `per_node` tasks could never start in `partition` (None if they can,
+    or if there is no sinfo to ask). A job SLURM can never place waits in the queue forever."""
+    found = partition_nodes(partition)
+    if found is None:
+        return None
+    if not found:
+        return f"partition {partition!r} does not exist or has no nodes (sinfo -p {partition})"
+    fit = [n for n in found
+           if n.cpus >= per_node * max(cpus_per_task, 1) and n.gpus >= gpus_per_node
+           and (not mem_mb or n.memory_mb >= mem_mb) and not n.state.startswith(("drain", "down", "fail"))]
+    if len(fit) < nodes:
+        return (f"partition {partition!r} has {len(fit)} usable node(s) with {per_node * max(cpus_per_task, 1)} CPUs"
+                f"{f', {gpus_per_node} GPUs' if gpus_per_node else ''}{f', {mem_mb} MB' if mem_mb else ''} each; "
+                f"the run needs {nodes} (sinfo -N -p {partition}: "
+                + ", ".join(f"{n.name} {n.cpus} CPUs {n.gpus} GPUs {n.memory_mb} MB {n.state}" for n in found) + ")")
+    return None
+
+
+def pending(user=None):
+    """[(job id, name, comment, state, reason)] of the user's jobs that have not started."""
+    out = _run(["squeue", "-h", "-u", user or os.environ.get("USER") or "root", "-t", "PENDING",
+                "-o", "%i|%j|%k|%T|%r"])
+    return [tuple(line.split("|", 4)) for line in out.splitlines() if line.strip()]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=("pending",))
+    ap.add_argument("--user", default=None)
+    a = ap.parse_args()
+    rows = pending(a.user)
+    if not rows:
+        print("no pending jobs")
+    for job, name, comment, state, reason in rows:
+        # Snakemake's SLURM plugin puts the rule and wildcards in the job comment.
+        print(f"{job}\t{comment or name}\t{state}\treason: {reason}")
+
+
+if __name__ == "__main__":
+    main()
