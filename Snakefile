@@ -4,13 +4,20 @@
 configfile: "config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/train.smk"
+include: "rules/int8.smk"
+include: "rules/report.smk"
 
 
 rule all:
     input:
         rules.data.input,
         rules.training.input,
+        rules.int8.input,
+        rules.report_tables.input,
     default_target: True

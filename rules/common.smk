@@ -1,3 +1,4 @@
+import json
 import os
 import sys
 from pathlib import Path
@@ -103,10 +104,11 @@ for _system in TRAIN["systems"]:
     for _gpus in TRAIN["gpus"]:
         _check_partition(_system, _gpus)
 
-TRAINING_RUNS = [
-    f"{run_dir(s, f, p, g)}/summary.json"
-    for s in TRAIN["systems"] for f in TRAIN["frameworks"] for p in TRAIN["precisions"] for g in TRAIN["gpus"]
-]
+# The sweep: one training run per point.
+SWEEP = [{"system": s, "framework": f, "precision": p, "gpus": g, "nodes": placement(s, g)[0],
+          "run_dir": run_dir(s, f, p, g)}
+         for s in TRAIN["systems"] for f in TRAIN["frameworks"] for p in TRAIN["precisions"] for g in TRAIN["gpus"]]
+TRAINING_RUNS = [f"{point['run_dir']}/summary.json" for point in SWEEP]
 
 
 def trainer_args(w):
@@ -118,7 +120,20 @@ def trainer_args(w):
             f"--mode {TRAIN['mode']} --warmup-steps {TRAIN['warmup_steps']} --steps {TRAIN['steps']} "
             f"--epochs {TRAIN['epochs']} --lr {TRAIN['lr']} --momentum {TRAIN['momentum']} "
             f"--weight-decay {TRAIN['weight_decay']} --decode-threads {TRAIN['decode_threads']} "
-            f"--seed {TRAIN['seed']} --telemetry-interval {TRAIN['telemetry_interval']}")
+            f"--seed {TRAIN['seed']} --telemetry-interval {TRAIN['telemetry_interval']}"
+            + (pytorch_args() if w.framework == "pytorch" else ""))
+
+
+def pytorch_args():
+    """training.pytorch as pytorch_ddp's flags (YAML true/false -> on/off)."""
+    p = TRAIN["pytorch"]
+
+    def onoff(v):
+        return v if v == "auto" else ("on" if v else "off")
+
+    return (f" --amp-dtype {p['amp_dtype']} --channels-last {onoff(p['channels_last'])} "
+            f"--compile {p['compile'] if p['compile'] else 'off'} --gpu-decode {onoff(p['gpu_decode'])} "
+            f"--loader-workers {p['loader_workers']} --tf32 {onoff(p['tf32'])} --bucket-cap-mb {p['bucket_cap_mb']}")
 
 
 def _gpus_of_node(system, per_node):

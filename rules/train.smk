@@ -20,6 +20,7 @@ rule train:
         args=trainer_args,
         launch=launcher_args,
         cache_command=TRAIN["cache_clear_command"],
+        retries=TRAIN["retries"],
     threads: lambda w: int(w.gpus)
     retries: TRAIN["retries"]
     resources:
@@ -56,7 +57,12 @@ rule train:
         "--command={params.cache_command:q} --out {params.run_dir}/cache.{{node}}.json && "
         "{params.py} -m workflow_scripts.train.launch {params.launch} -- "
         "{params.py} -m workflow_scripts.train.{params.trainer} {params.args} --out {params.run_dir} "
-        ") > $attempt_log 2>&1 || rc=$?; cp $attempt_log {log}; exit $rc"
+        ") > $attempt_log 2>&1 || rc=$?; cp $attempt_log {log}; "
+        # The last attempt's failure becomes the run's result (status failed, and why), so the
+        # tables list it rather than the sweep stopping short of them.
+        "if [ $rc -ne 0 ] && [ {resources.attempt} -gt {params.retries} ]; then "
+        "{params.py} -m workflow_scripts.train.failure --out {params.run_dir} --log $attempt_log "
+        "--attempts {resources.attempt} --exit-code $rc; rc=0; fi; exit $rc"
 
 
 rule training:

@@ -50,9 +50,11 @@ def make_test_profile(work):
 
 
 def cluster_config(work, **overrides):
-    """The embedded default on this cluster: one system of 1-task nodes, runs of 2 (both nodes)."""
+    """The embedded default on this cluster: one system of 1-task nodes, runs of 2 (both nodes);
+    no job asks for more CPUs than a node has (a local run caps threads at --cores, SLURM does not)."""
     write_config(work, **{"systems": {"cluster": SYSTEM}, "training__systems": ["cluster"], "training__gpus": [2],
-                          "conversion__threads": 2, "training__warmup_steps": 2, "training__steps": 6, **overrides})
+                          "conversion__threads": 2, "inference__threads": 2, "training__warmup_steps": 2,
+                          "training__steps": 6, **overrides})
 
 
 def run_snakemake(work, *args, timeout=1800):

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import CONFIG, REPO, interpreter, planned_jobs, snakemake, write_config
+from conftest import CONFIG, REPO, interpreter, snakemake, write_config
 
 from workflow_scripts.common import launch, page_cache
 
@@ -65,16 +65,6 @@ def test_run_records_cache_clearing_and_telemetry(pipeline_run, framework):
     (csv,) = run.glob("telemetry.*.csv")
     metrics = {line.split(",")[2] for line in csv.read_text().splitlines()[1:]}
     assert {"read_MBps", "cpu_percent", "send_MBps", "recv_MBps"} <= metrics
-
-
-def test_editing_one_frameworks_batch_reruns_only_its_run(pipeline_run):
-    try:
-        write_config(pipeline_run, training__batch_per_gpu__mxnet=8)
-        assert planned_jobs(pipeline_run) == {"train": 1}
-        out = snakemake(pipeline_run, "-n").stdout
-        assert "framework=mxnet" in out and "framework=pytorch" not in out and "framework=tensorflow" not in out
-    finally:
-        write_config(pipeline_run)
 
 
 def test_synthetic_run_reads_no_dataset_file(pipeline_run, tmp_path):

@@ -28,10 +28,22 @@ def atomic_dir(final):
     os.replace(scratch, final)
 
 
+@contextlib.contextmanager
+def atomic_file(final):
+    """Yield a scratch path beside `final`, renamed to `final` on success: a reader never sees
+    half a file."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    scratch = final.with_name(f".{final.name}.partial-{os.getpid()}")
+    try:
+        yield scratch
+    except BaseException:
+        scratch.unlink(missing_ok=True)
+        raise
+    os.replace(scratch, final)
+
+
 def write_json(path, obj):
-    """Stable JSON (sorted keys, fixed indent) so equal content gives equal bytes; written to a
-    scratch name and renamed, so a reader never sees half a file."""
-    path = Path(path)
-    scratch = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    scratch.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(scratch, path)
+    """Stable JSON (sorted keys, fixed indent) so equal content gives equal bytes."""
+    with atomic_file(path) as scratch:
+        scratch.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")

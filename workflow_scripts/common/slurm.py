@@ -4,6 +4,7 @@ when the workflow is parsed), and why submitted jobs are still waiting.
     python -m workflow_scripts.common.slurm pending     # this user's waiting jobs, with SLURM's reason
 """
 import argparse
+import functools
 import os
 import re
 import shutil
@@ -39,6 +40,7 @@ def _gpus(gres):
     return sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[^:,()]+)?:(\d+)", gres or ""))
 
 
+@functools.lru_cache(maxsize=None)  # one sinfo per partition, however many sweep points use it
 def partition_nodes(partition):
     """The nodes of a partition, or None when this machine has no sinfo (not a cluster)."""
     if not shutil.which("sinfo"):
@@ -53,7 +55,7 @@ def partition_nodes(partition):
     for line in out.splitlines():
         name, cpus, mem, gres, state = line.split("|")
         nodes[name] = Node(name, int(cpus.rstrip("+")), int(re.sub(r"\D", "", mem) or 0), _gpus(gres), state)
-    return list(nodes.values())
+    return tuple(nodes.values())
 
 
 def placement_problem(partition, nodes, per_node, cpus_per_task, gpus_per_node, mem_mb):

@@ -6,6 +6,7 @@ A run directory holds:
   rank<r>.json             per rank: host, launch, weight digest after the first step and at the end
   telemetry.<node>.csv     one time series per node (written by local rank 0)
   cache.<node>.json        the page-cache report of that node (written before training)
+  provenance.<node>.json   that node's CPU, memory, GPUs, driver, CUDA, GPU topology (local rank 0)
   summary.json             images/s and variation (metrics.summarize), config, versions, cache
   weights.*                the final weights (framework format)
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from ..common import metrics
 from ..common.atomic import write_json
 from ..common.errors import StageError
+from ..common import provenance
 from ..common.launch import detect
 from ..common.telemetry import Telemetry
 
@@ -81,6 +83,8 @@ class Run:
                                    write=self.launch.rank == 0)
         self.digests = {}
         self.telemetry = None
+        if self.launch.local_rank == 0:
+            write_json(self.dir / f"provenance.{self.node}.json", provenance.node_facts())
         if self.launch.local_rank == 0 and args.telemetry_interval > 0:
             # Synthetic runs watch the dataset's device too: it should show no reads.
             self.telemetry = Telemetry(self.dir / f"telemetry.{self.node}.csv", args.data or None,
@@ -121,7 +125,9 @@ class Run:
         if self.launch.rank != 0:
             return None
         caches = {p.stem.split(".", 1)[1]: json.loads(p.read_text()) for p in sorted(self.dir.glob("cache.*.json"))}
+        settings = {k: v for k, v in vars(self.args).items() if k != "out"}
         summary = {
+            "status": "ok",
             "framework": self.framework,
             **metrics.summarize(self.log.steps),
             "global_batch": self.global_batch,
@@ -132,6 +138,9 @@ class Run:
             "lr": self.lr,
             "versions": {"python": sys.version.split()[0], "platform": platform.platform(), **self.versions},
             "page_cache": caches or {"note": "no cache report: clearing did not run before this run"},
+            "provenance": {"nodes": {p.stem.split(".", 1)[1]: json.loads(p.read_text())
+                                     for p in sorted(self.dir.glob("provenance.*.json"))},
+                           "code": provenance.code_version(), "settings_hash": provenance.settings_hash(settings)},
             **(extra or {}),
         }
         write_json(self.dir / "summary.json", summary)

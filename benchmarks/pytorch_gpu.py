@@ -1,0 +1,565 @@
+"""PyTorch ResNet-50 training throughput on GPUs, synthetic and real data, with correctness checks.
+
+One call does everything a GPU lease allows, in priority order, within --budget-s (what does not
+fit is listed as skipped, never silently dropped):
+
+  data      the embedded generator's ILSVRC-layout JPEGs (about 400-500 x 300-375, the ImageNet
+            quirks re-encoded by the data stage), indexed and written to the Caffe2 LMDB by the
+            pipeline's own modules; rendered in parallel, byte-identical to embedded.make
+  ceilings  the device's measured rates: a device-to-device copy, bf16 and TF32 matrix products
+  loaders   input pipeline alone: nvJPEG batch decode, decode + augment, the GPU loader, the CPU
+            (Pillow) loader, in images/s
+  check     the project's training step (pytorch_ddp.Trainer) on the same real batch: the CPU
+            path (fp32, Pillow preprocessing) against the GPU paths (GPU preprocessing; fp32,
+            TF32, bf16), per-step loss within a tolerance fixed beforehand
+  variants  pytorch_ddp itself, one process per GPU (workflow_scripts.train.launch for several),
+            each run's images/s read from its summary.json: images timed / seconds timed over
+            the timed steps after the warm-up steps (which hold compilation and cuDNN tuning)
+
+    python3 benchmarks/pytorch_gpu.py --plan h100 --out OUT --budget-s 560
+    python3 benchmarks/pytorch_gpu.py --plan scaling --gpus 2 --out OUT --budget-s 480
+
+Writes OUT/results.json (everything, per-step losses included) and OUT/results.md (tables).
+"""
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+SEED = 2018
+WARMUP, STEPS = 10, 100  # the study's short test
+PY = sys.executable
+# NVLink multicast stays off on shared hosts (the device notes); NCCL and PyTorch read these.
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+# ---------------------------------------------------------------- variants
+
+
+def variant(name, data, precision, opts, gpus=1, target="", est=60):
+    return {"name": name, "data": data, "precision": precision, "opts": opts, "gpus": gpus,
+            "target": target, "est_s": est}
+
+
+COMPILED = ["--channels-last", "on", "--compile", "default"]
+EAGER_CL = ["--channels-last", "on", "--compile", "off"]
+GPU_DECODE = ["--gpu-decode", "on"]
+CPU_DECODE = ["--gpu-decode", "off"]
+
+
+def plan_h100():
+    cudagraphs = ["--channels-last", "on", "--compile", "reduce-overhead"]
+    return [
+        ("variant", variant("syn_bf16_cl_compile", "synthetic", "fp16", COMPILED, target="synthetic bf16", est=110)),
+        ("variant", variant("real_bf16_gpudecode_compile", "real", "fp16", COMPILED + GPU_DECODE,
+                            target="real data", est=90)),
+        ("variant", variant("syn_bf16_cl_cudagraphs", "synthetic", "fp16", cudagraphs, target="synthetic bf16",
+                            est=100)),
+        ("check", None),
+        ("variant", variant("real_bf16_gpudecode_cudagraphs", "real", "fp16", cudagraphs + GPU_DECODE,
+                            target="real data", est=60)),
+        ("variant", variant("syn_fp32_nchw_eager", "synthetic", "fp32", ["--channels-last", "off", "--compile", "off"],
+                            est=35)),
+        ("variant", variant("syn_bf16_cl_eager", "synthetic", "fp16", EAGER_CL, est=30)),
+        ("variant", variant("syn_bf16_cl_compile_notelemetry", "synthetic", "fp16",
+                            COMPILED + ["--telemetry-interval", "0"], est=35)),
+        ("variant", variant("real_bf16_gpudecode_eager", "real", "fp16", EAGER_CL + GPU_DECODE, est=35)),
+        ("variant", variant("syn_fp16_cl_compile", "synthetic", "fp16", COMPILED + ["--amp-dtype", "float16"], est=100)),
+        ("variant", variant("syn_fp32_cl_cudagraphs", "synthetic", "fp32", cudagraphs, target="fp32 (tf32)", est=100)),
+        ("variant", variant("real_bf16_cpudecode_compile", "real", "fp16", COMPILED + CPU_DECODE, est=50)),
+        ("variant", variant("syn_fp32_cl_compile", "synthetic", "fp32", COMPILED, target="fp32 (tf32)", est=90)),
+    ]
+
+
+def plan_scaling(n):
+    """On a host of n GPUs (H200s here): one GPU and n GPUs, same settings, same machine."""
+    cudagraphs = ["--channels-last", "on", "--compile", "reduce-overhead"]
+    return [
+        ("variant", variant("syn_bf16_compile_1gpu", "synthetic", "fp16", COMPILED, est=100)),
+        ("variant", variant(f"syn_bf16_compile_{n}gpu", "synthetic", "fp16", COMPILED, gpus=n,
+                            target=f"{n}-GPU scaling", est=90)),
+        ("variant", variant("real_bf16_gpudecode_compile_1gpu", "real", "fp16", COMPILED + GPU_DECODE, est=70)),
+        ("variant", variant(f"real_bf16_gpudecode_compile_{n}gpu", "real", "fp16", COMPILED + GPU_DECODE, gpus=n,
+                            target=f"{n}-GPU scaling, real data", est=70)),
+        ("variant", variant("syn_bf16_cudagraphs_1gpu", "synthetic", "fp16", cudagraphs, est=70)),
+        ("variant", variant(f"syn_bf16_cudagraphs_{n}gpu", "synthetic", "fp16", cudagraphs, gpus=n,
+                            target=f"{n}-GPU scaling", est=80)),
+        ("variant", variant("real_bf16_gpudecode_cudagraphs_1gpu", "real", "fp16", cudagraphs + GPU_DECODE, est=45)),
+        ("variant", variant("real_bf16_gpudecode_cudagraphs_1gpu_normalprio", "real", "fp16",
+                            cudagraphs + GPU_DECODE + ["--input-priority", "normal"], est=40)),
+        ("variant", variant(f"syn_bf16_compile_{n}gpu_bucket100", "synthetic", "fp16",
+                            COMPILED + ["--bucket-cap-mb", "100"], gpus=n, est=70)),
+    ]
+
+
+def trainer_command(v, work, a):
+    run_dir = work / "runs" / v["name"]
+    args = ["--data-source", v["data"], "--precision", v["precision"], "--batch-per-gpu", str(a.batch),
+            "--image-size", str(a.image_size), "--mode", "steps", "--warmup-steps", str(a.warmup),
+            "--steps", str(a.steps),
+            "--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.0001", "--seed", "0",
+            "--telemetry-interval", "1.0", *v["opts"]]
+    args += ["--data", str(work / "lmdb")] if v["data"] == "real" else ["--classes", "1000"]
+    cmd = [PY, "-m", "workflow_scripts.train.pytorch_ddp", *args, "--out", str(run_dir)]
+    if v["gpus"] > 1:
+        cmd = [PY, "-m", "workflow_scripts.train.launch", "--nproc-per-node", str(v["gpus"]), "--", *cmd]
+    return cmd, run_dir
+
+
+def _run(cmd, timeout):
+    """Run cmd in its own process group and, past the timeout, end the whole group: a launcher's
+    ranks must not outlive it holding the GPU."""
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # anything of the group still alive
+        except ProcessLookupError:
+            pass
+    return proc.returncode, output
+
+
+def run_variant(v, work, a, timeout):
+    cmd, run_dir = trainer_command(v, work, a)
+    t = time.perf_counter()
+    code, output = _run(cmd, timeout)
+    wall = time.perf_counter() - t
+    (work / "logs").mkdir(exist_ok=True)
+    (work / "logs" / f"{v['name']}.log").write_text(output)
+    shown = " ".join("python3" if c == PY else os.path.relpath(c, REPO) if c.startswith(str(work)) else c for c in cmd)
+    res = {**v, "batch": a.batch, "command": shown, "wall_s": wall, "exit_code": code}
+    summary = run_dir / "summary.json"
+    if code or not summary.exists():
+        return {**res, "status": "failed", "error": output[-2500:]}
+    s = json.loads(summary.read_text())
+    steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    losses = [x["loss"] for x in steps]
+    res.update(status="ok", images_per_s=s["images_per_s"], per_gpu=s["images_per_s"] / v["gpus"],
+               step_cv=s["step_images_per_s_cv"], stable=s["stable"], device=s.get("device"),
+               settings=s.get("pytorch"), workers=s.get("loader_workers"),
+               input_wait_fraction=s.get("input_wait_s_timed", 0) / s["seconds_timed"],
+               max_memory_gb=s.get("max_memory_allocated_gb"), losses=losses,
+               step_wall_s=[x["wall_s"] for x in steps],
+               loss_falls=statistics.fmean(losses[-5:]) < statistics.fmean(losses[:3]), versions=s.get("versions"),
+               gpu_input=s.get("gpu_input"))
+    return res
+
+
+# ---------------------------------------------------------------- data
+
+
+def _render_one(arg):
+    """One train image exactly as embedded.make renders and saves it (same per-image seed)."""
+    import numpy as np
+
+    from workflow_scripts.data import embedded
+
+    root, c, i = arg
+    wnid = embedded.class_spec(c)[0]
+    kind = {(4, 1): "gray"}.get((c, i), "rgb")  # embedded.make's quirk beyond each class's first image
+    embedded._save(embedded.render(c, np.random.default_rng([SEED, 0, c, i])),
+                   Path(root) / "train" / wnid / f"{wnid}_{i + 1}.JPEG", kind)
+
+
+def part_data(a, work):
+    from workflow_scripts.data import embedded
+
+    if (work / "lmdb" / "manifest.json").exists():
+        return {"reused": True, **json.loads((work / "lmdb" / "manifest.json").read_text())["splits"]["train"]}
+    t = time.perf_counter()
+    root = work / "ILSVRC2012"
+    embedded.make(root, classes=a.classes, train_per_class=1, val_per_class=2, seed=SEED)
+    jobs = [(str(root), c, i) for c in range(a.classes) for i in range(1, a.per_class)]
+    with multiprocessing.Pool(a.threads) as pool:
+        pool.map(_render_one, jobs, chunksize=8)
+    rendered = time.perf_counter() - t
+    for module, args in (("index", ["--root", root, "--out", work / "index"]),
+                         ("lmdb_caffe2", ["--index", work / "index", "--out", work / "lmdb"])):
+        proc = subprocess.run([PY, "-m", f"workflow_scripts.data.{module}", *map(str, args), "--threads", str(a.threads)],
+                              cwd=REPO, capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(f"{module} failed:\n{proc.stderr[-3000:]}")
+    manifest = json.loads((work / "lmdb" / "manifest.json").read_text())
+    jpegs = list((root / "train").rglob("*.JPEG"))
+    return {"render_s": rendered, "total_s": time.perf_counter() - t, **manifest["splits"]["train"],
+            "mean_jpeg_kb": sum(p.stat().st_size for p in jpegs) / len(jpegs) / 1024}
+
+
+# ---------------------------------------------------------------- in-process parts (own process)
+
+
+def part_ceilings(a, work):
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"note": "no GPU"}
+    dev = torch.device("cuda")
+    out = {"device": torch.cuda.get_device_name(dev), "sm_count": torch.cuda.get_device_properties(dev).multi_processor_count}
+
+    def timed(fn, reps=20):
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(reps):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            ts.append(s.elapsed_time(e) / 1e3)
+        return statistics.median(ts)
+
+    src = torch.randn(1 << 29, device=dev, dtype=torch.float32)  # 2 GiB
+    dst = torch.empty_like(src)
+    out["copy_TBps"] = 2 * src.numel() * 4 / timed(lambda: dst.copy_(src)) / 1e12
+    del src, dst
+    n = 8192
+    for name, dtype, tf32 in (("bf16", torch.bfloat16, False), ("tf32", torch.float32, True)):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        x, y = torch.randn(n, n, device=dev, dtype=dtype), torch.randn(n, n, device=dev, dtype=dtype)
+        out[f"{name}_matmul_TFLOPs"] = 2 * n ** 3 / timed(lambda: x @ y) / 1e12
+    return out
+
+
+def _device(torch):
+    """The GPU; the CPU only when smoke-testing this script on a machine without one."""
+    if torch.cuda.is_available():
+        torch.cuda.set_device(0)
+        return torch.device("cuda", 0)
+    return torch.device("cpu")
+
+
+def _args(extra):
+    from workflow_scripts.train import harness, pytorch_ddp
+
+    return pytorch_ddp.add_args(harness.arg_parser("bench")).parse_args(["--out", "/nonexistent", *extra])
+
+
+def part_loaders(a, work):
+    """The input pipeline alone, no training: how fast each stage can feed a GPU."""
+    import torch
+
+    from workflow_scripts.common.launch import detect
+    from workflow_scripts.data.lmdb_dataset import LMDBImageNet
+    from workflow_scripts.train import gpu_input, pytorch_ddp
+
+    dev = _device(torch)
+    out = {"batch": a.batch}
+    ds = LMDBImageNet(work / "lmdb" / "train")
+    items = [ds.raw(i) for i in range(a.batch)]
+    flat, sizes, _ = gpu_input.collate_raw(items)
+    jpegs = gpu_input.split_batch(flat, sizes)
+    rng = random.Random(0)
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    def rate(fn, reps):
+        for _ in range(3):
+            fn()
+        sync()
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        sync()
+        return reps * a.batch / (time.perf_counter() - t)
+
+    out["nvjpeg_decode"] = rate(lambda: gpu_input.decode(jpegs, dev), 20)
+
+    def decode_augment():
+        ims = gpu_input.decode(jpegs, dev)
+        gpu_input.augment(ims, [gpu_input.crop_box(i.shape[1], i.shape[2], rng) for i in ims],
+                          [rng.random() < 0.5 for _ in ims], a.image_size, channels_last=True)
+
+    out["decode_augment"] = rate(decode_augment, 20)
+    launch = detect()
+    for name, opts, reps in (("gpu_loader", ["--gpu-decode", "on"], 40), ("cpu_loader", ["--gpu-decode", "off"], 20)):
+        args = _args(["--data", str(work / "lmdb"), "--batch-per-gpu", str(a.batch), "--image-size", str(a.image_size),
+                      "--channels-last", "on", *opts])
+        s = pytorch_ddp.resolve(args, dev)
+        data = pytorch_ddp.build_input(args, s, launch)
+        out[f"{name}_workers"] = data.workers
+        out[name] = rate(lambda: data.next_batch(), reps)
+        data.close()
+    return out
+
+
+def part_check(a, work):
+    """The project's step on one real batch, CPU path vs GPU paths, from the same weights."""
+    import io
+
+    import torch
+    import torchvision
+    from PIL import Image
+    from torchvision.transforms import v2 as T
+    from torchvision.transforms.v2 import functional as TF
+
+    from workflow_scripts.data.lmdb_dataset import LMDBImageNet
+    from workflow_scripts.train import gpu_input, harness, pytorch_ddp
+
+    B, K, size = min(64, 4 * a.batch), 3, a.image_size
+    # Tolerances fixed before any GPU run: per-step |loss - CPU fp32 loss| over the CPU's first
+    # loss. (Not over each step's own loss: on one repeated batch the loss collapses, and a
+    # difference relative to a loss near zero says nothing.)
+    tol = {"gpu_fp32_strict_cpu_inputs": 1e-3, "gpu_fp32_strict": 2e-2, "gpu_tf32_cl": 2e-2, "gpu_bf16_cl": 5e-2}
+    dev = _device(torch)
+    ds = LMDBImageNet(work / "lmdb" / "train")
+    items = [ds.raw(i) for i in range(B)]
+    flat, sizes, labels = gpu_input.collate_raw(items)
+    images = gpu_input.decode(gpu_input.split_batch(flat, sizes), dev)
+    rng = random.Random(1)
+    boxes = [gpu_input.crop_box(im.shape[1], im.shape[2], rng) for im in images]
+    flips = [i % 2 == 1 for i in range(B)]
+    x_gpu = gpu_input.augment(images, boxes, flips, size, channels_last=True)
+    post = T.Compose([T.PILToTensor(), T.ToDtype(torch.float32, scale=True),
+                      T.Normalize(pytorch_ddp.MEAN, pytorch_ddp.STD)])
+    ref = []
+    for (jpeg, _), (t, l, h, w), f in zip(items, boxes, flips):
+        im = TF.resized_crop(Image.open(io.BytesIO(jpeg)).convert("RGB"), t, l, h, w, [size, size], antialias=True)
+        ref.append(post(TF.horizontal_flip(im) if f else im))
+    x_cpu = torch.stack(ref)
+    # Where GPU and CPU preprocessing differ: the decoders (nvJPEG vs libjpeg-turbo), and the
+    # batched resize (float16 matrix products) against F.interpolate in float32 per image.
+    dec = torch.cat([(im.cpu().float() - TF.pil_to_tensor(Image.open(io.BytesIO(j)).convert("RGB")).float()).abs().flatten()
+                     for im, (j, _) in zip(images, items)])
+    one = torch.cat([gpu_input._resize_one(im, b, f, size) for im, b, f in zip(images, boxes, flips)])
+    mean_ = torch.tensor(pytorch_ddp.MEAN, device=dev).view(1, 3, 1, 1)
+    std_ = torch.tensor(pytorch_ddp.STD, device=dev).view(1, 3, 1, 1)
+    rsz = ((x_gpu.float() * std_ + mean_) * 255 - one).abs()
+    levels = ((x_gpu.cpu() - x_cpu) * torch.tensor(pytorch_ddp.STD).view(1, 3, 1, 1) * 255).abs()
+    out = {"batch": B, "steps": K, "tolerance": tol,
+           "preprocessing_levels": {"mean": levels.mean().item(), "p99": levels.flatten().quantile(0.99).item(),
+                                    "max": levels.max().item()},
+           "decode_levels": {"mean": dec.mean().item(), "p99": dec[::7].quantile(0.99).item(), "max": dec.max().item()},
+           "batched_resize_levels": {"mean": rsz.mean().item(), "max": rsz.max().item()}}
+    classes = harness.classes_of(work / "lmdb")
+    torch.manual_seed(0)
+    state = torchvision.models.resnet50(num_classes=classes, zero_init_residual=True).state_dict()
+    lr = 0.1 * B / 256
+
+    def losses(settings, x, y):
+        pytorch_ddp.configure_backends(settings)
+        m = torchvision.models.resnet50(num_classes=classes, zero_init_residual=True)
+        m.load_state_dict(state)
+        tr = pytorch_ddp.Trainer(m, settings, lr, 0.9, 1e-4)
+        return [tr.step(x, y).item() for _ in range(K)]
+
+    torch.set_num_threads(os.cpu_count())
+    cpu = losses(pytorch_ddp.Settings(torch.device("cpu")), x_cpu, labels)
+    out["cpu_fp32"] = cpu
+    runs = {
+        "gpu_fp32_strict_cpu_inputs": (pytorch_ddp.Settings(dev), x_cpu.to(dev)),
+        "gpu_fp32_strict": (pytorch_ddp.Settings(dev), x_gpu),
+        "gpu_tf32_cl": (pytorch_ddp.Settings(dev, channels_last=True, tf32=True), x_gpu),
+        "gpu_bf16_cl": (pytorch_ddp.Settings(dev, amp_dtype=torch.bfloat16, channels_last=True, tf32=True), x_gpu),
+    }
+    ok = True
+    for name, (settings, x) in runs.items():
+        got = losses(settings, x, labels.to(dev))
+        rel = max(abs(g - c) for g, c in zip(got, cpu)) / abs(cpu[0])
+        out[name] = {"losses": got, "max_rel_diff": rel, "within_tolerance": rel <= tol[name]}
+        ok &= rel <= tol[name]
+    out["all_within_tolerance"] = ok
+    out["loss_falls_on_repeated_batch"] = cpu[-1] < cpu[0]
+    return out
+
+
+PARTS = {"ceilings": part_ceilings, "loaders": part_loaders, "check": part_check}
+
+
+def run_part(name, a, work, timeout):
+    """An in-process part in its own process, so this one never holds the GPU."""
+    out = work / f"part_{name}.json"
+    out.unlink(missing_ok=True)
+    t = time.perf_counter()
+    code, output = _run([PY, __file__, "--part", name, "--work", str(work), "--batch", str(a.batch),
+                         "--image-size", str(a.image_size)], timeout)
+    res = {"wall_s": time.perf_counter() - t}
+    if code or not out.exists():
+        return {**res, "status": "failed", "error": output[-2500:]}
+    return {**res, "status": "ok", **json.loads(out.read_text())}
+
+
+# ---------------------------------------------------------------- report
+
+
+def report(results):
+    lines = [f"# {results['plan']} on {results.get('gpu', '?')}, {results['date']}", ""]
+    c = results.get("ceilings", {})
+    if c.get("status") == "ok" and "copy_TBps" in c:
+        lines.append(f"Ceilings: copy {c['copy_TBps']:.2f} TB/s (read + write), bf16 matmul "
+                     f"{c['bf16_matmul_TFLOPs']:.0f} TFLOP/s, TF32 matmul {c['tf32_matmul_TFLOPs']:.0f} TFLOP/s")
+    ld = results.get("loaders", {})
+    if ld.get("status") == "ok":
+        lines.append(f"Input alone (images/s, batch {ld['batch']}): nvJPEG decode {ld['nvjpeg_decode']:.0f}, "
+                     f"decode + augment {ld['decode_augment']:.0f}, GPU loader ({ld['gpu_loader_workers']} workers) "
+                     f"{ld['gpu_loader']:.0f}, CPU loader ({ld['cpu_loader_workers']} workers) {ld['cpu_loader']:.0f}")
+    lines += ["", "| variant | GPUs | data | precision | batch/GPU | images/s | per GPU | step CV | input wait | "
+              "loss first→last | wall s | status |", "|" + "---|" * 12]
+    for v in results["variants"]:
+        if v.get("status") == "ok":
+            lines.append(f"| {v['name']} | {v['gpus']} | {v['data']} | {v['settings']['amp_dtype']} | {v['batch']} | "
+                         f"{v['images_per_s']:.0f} | {v['per_gpu']:.0f} | {v['step_cv']:.1%} | "
+                         f"{v['input_wait_fraction']:.1%} | {v['losses'][0]:.3f}→{v['losses'][-1]:.3f} | "
+                         f"{v['wall_s']:.0f} | ok |")
+        else:
+            lines.append(f"| {v['name']} | {v['gpus']} | {v['data']} | {v['precision']} | {v.get('batch', '-')} | - | - | - | - | "
+                         f"- | {v.get('wall_s', 0):.0f} | {v.get('status')}: {str(v.get('reason') or v.get('error', ''))[-160:].replace('|', '/').replace(chr(10), ' ')} |")
+    stages = [v for v in results["variants"] if v.get("status") == "ok" and v.get("gpu_input")]
+    if stages:
+        lines += ["", "GPU input thread, mean ms per batch during the timed steps (fetch bytes from the workers / "
+                  "nvJPEG call / augmentation launch):"]
+        lines += [f"- {v['name']}: {1e3 * v['gpu_input']['fetch_s']:.1f} / {1e3 * v['gpu_input']['decode_s']:.1f} / "
+                  f"{1e3 * v['gpu_input']['augment_launch_s']:.1f}" for v in stages]
+    ck = results.get("check", {})
+    if ck.get("status") == "ok":
+        lines += ["", f"Check (batch {ck['batch']}, {ck['steps']} steps on one real batch): preprocessing GPU vs CPU "
+                  f"mean {ck['preprocessing_levels']['mean']:.2f} / p99 {ck['preprocessing_levels']['p99']:.2f} / "
+                  f"max {ck['preprocessing_levels']['max']:.1f} levels (decoders alone: mean "
+                  f"{ck['decode_levels']['mean']:.2f} / max {ck['decode_levels']['max']:.0f}; batched float16 resize vs "
+                  f"F.interpolate: mean {ck['batched_resize_levels']['mean']:.3f} / max {ck['batched_resize_levels']['max']:.2f});"
+                  " CPU fp32 losses "
+                  + ", ".join(f"{x:.4f}" for x in ck["cpu_fp32"])]
+        for k, v in ck.items():
+            if isinstance(v, dict) and "max_rel_diff" in v:
+                lines.append(f"- {k}: max |loss - CPU loss| / first CPU loss {v['max_rel_diff']:.2e} (tolerance {ck['tolerance'][k]:.0e}) "
+                             f"{'ok' if v['within_tolerance'] else 'OUT OF TOLERANCE'}")
+    for k, v in results.get("derived", {}).items():
+        lines.append(f"- {k}: {v}")
+    return "\n".join(lines) + "\n"
+
+
+def derive(results):
+    by = {v["name"]: v for v in results["variants"] if v.get("status") == "ok"}
+    d = {}
+    for a, b in (("real_bf16_gpudecode_compile", "syn_bf16_cl_compile"),
+                 ("real_bf16_cpudecode_compile", "syn_bf16_cl_compile")):
+        if a in by and b in by:
+            d[f"{a} / {b}"] = f"{by[a]['images_per_s'] / by[b]['images_per_s']:.1%}"
+    if "real_bf16_gpudecode_compile" in by and "real_bf16_gpudecode_eager" in by:
+        x, y = by["real_bf16_gpudecode_compile"]["losses"][:5], by["real_bf16_gpudecode_eager"]["losses"][:5]
+        d["compiled vs eager, same real batches, first 5 losses max rel diff"] = \
+            f"{max(abs(p - q) / abs(q) for p, q in zip(x, y)):.2e}"
+    for name, v in by.items():
+        if v["data"] == "real":
+            d[f"{name}: loss falls"] = v["loss_falls"]
+        if v["gpus"] > 1:
+            one = by.get(name.replace(f"_{v['gpus']}gpu", "_1gpu").split("_bucket")[0]) or by.get(
+                name.replace(f"_{v['gpus']}gpu", "_1gpu").split("_bucket")[0].replace("_cudagraphs", "_compile"))
+            if one:
+                d[f"{name}: scaling efficiency vs {one['name']}"] = \
+                    f"{v['images_per_s'] / (v['gpus'] * one['images_per_s']):.1%}"
+    return d
+
+
+# ---------------------------------------------------------------- main
+
+
+def _smi(*args):
+    try:
+        return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=60).stdout.strip()
+    except OSError:
+        return ""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--plan", choices=("h100", "scaling"), default="h100")
+    ap.add_argument("--gpus", type=int, default=2, help="scaling plan: GPUs of the multi-GPU runs")
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "pytorch_gpu"))
+    ap.add_argument("--work", default=str(REPO / "benchmarks" / "out" / "gpu-work"))
+    ap.add_argument("--budget-s", type=float, default=560, help="stop starting new work after this")
+    ap.add_argument("--only", default="", help="comma-separated variant/part names")
+    ap.add_argument("--classes", type=int, default=32)
+    ap.add_argument("--per-class", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--batch", type=int, default=256, help="per GPU")
+    ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--warmup", type=int, default=WARMUP)
+    ap.add_argument("--steps", type=int, default=STEPS)
+    ap.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ.update(SAFE_ENV)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(work / "inductor-cache"))
+    if a.part:
+        (work / f"part_{a.part}.json").write_text(json.dumps(PARTS[a.part](a, work)))
+        return
+    start = time.perf_counter()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    only = set(filter(None, a.only.split(",")))
+    results = {"plan": a.plan, "date": time.strftime("%Y-%m-%d %H:%M %Z"), "budget_s": a.budget_s,
+               "warmup_steps": a.warmup, "timed_steps": a.steps, "batch_per_gpu": a.batch, "image_size": a.image_size, "cpus": os.cpu_count(), "variants": []}
+    results["nvidia_smi"] = _smi("--query-gpu=name,memory.total,clocks.max.sm,power.limit,driver_version",
+                                 "--format=csv,noheader").splitlines()
+    results["gpu"] = results["nvidia_smi"][0].split(",")[0] if results["nvidia_smi"] else "no GPU"
+    results["topology"] = _smi("topo", "-m")
+
+    def left():
+        return a.budget_s - (time.perf_counter() - start)
+
+    def save():
+        results["elapsed_s"] = time.perf_counter() - start
+        results["derived"] = derive(results)
+        (out / "results.json").write_text(json.dumps(results, indent=1))
+        (out / "results.md").write_text(report(results))
+
+    t = time.perf_counter()
+    results["data"] = part_data(a, work)
+    print(f"data: {results['data']} ({time.perf_counter() - t:.0f} s)", flush=True)
+    items = [("part", "ceilings"), ("part", "loaders")] + (plan_h100() if a.plan == "h100" else plan_scaling(a.gpus))
+    for kind, v in items:
+        name = v if kind == "part" else ("check" if kind == "check" else v["name"])
+        if only and name not in only:
+            continue
+        est = {"ceilings": 20, "loaders": 60, "check": 60}.get(name, v["est_s"] if isinstance(v, dict) else 60)
+        if left() < est:
+            skipped = {"status": "skipped", "reason": f"time budget: {left():.0f} s left, about {est} s needed"}
+            if kind == "variant":
+                results["variants"].append({**v, **skipped})
+            else:
+                results[name] = skipped
+            print(f"{name}: skipped", flush=True)
+            continue
+        try:
+            if kind == "variant":
+                r = run_variant(v, work, a, timeout=max(30, left() + 30))
+                results["variants"].append(r)
+                print(f"{name}: {r['status']} {r.get('images_per_s', 0):.0f} images/s ({r['wall_s']:.0f} s)", flush=True)
+            else:
+                results[name] = run_part(name, a, work, timeout=max(30, left() + 30))
+                print(f"{name}: {results[name]['status']} ({results[name]['wall_s']:.0f} s)", flush=True)
+        except subprocess.TimeoutExpired:
+            r = {"status": "timeout", "reason": "ran past the time budget"}
+            if kind == "variant":
+                results["variants"].append({**v, **r})
+            else:
+                results[name] = r
+            print(f"{name}: timeout", flush=True)
+        save()
+    save()
+    print(report(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+# The inference stage (paper section V): the study's networks exported to ONNX, INT8 calibration
+# on the first val batches into an explicitly quantized (Q/DQ) model, FP32 and INT8 engines,
+# top-1/top-5 on the other val images (Table III) and images/s by batch size (Fig. 9).
+#   split -> export -> calibrate -> quantize -> engine -> evaluate | throughput -> the two tables
+# Each step is its own rule, so an edit reruns only what it affects: the batch sizes only the
+# throughput jobs, the calibration settings calibration onward.
+include: "int8_common.smk"
+
+
+rule int8_split:
+    input:
+        rules.index_dataset.output,
+    output:
+        calibration=f"{INT8}/split/calibration.tsv",
+        scoring=f"{INT8}/split/scoring.tsv",
+        summary=f"{INT8}/split/split.json",
+    params:
+        py=PY["workflow"],
+        batches=calibration_batches(),
+        batch_size=CALIB["batch_size"],
+    log:
+        f"{LOGS}/int8/split.log",
+    benchmark:
+        f"{LOGS}/int8/split.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.infer.split --index {input} --batches {params.batches} "
+        "--batch-size {params.batch_size} --out $(dirname {output.summary}) > {log} 2>&1"
+
+
+rule int8_export:
+    input:
+        weights=export_weights,
+    output:
+        onnx=f"{INT8}/{{model}}/fp32.onnx",
+        info=f"{INT8}/{{model}}/model.json",
+    params:
+        py=PY["pytorch"],
+        args=export_args,
+        image_size=INFER["image_size"],
+    threads: INFER["threads"]
+    log:
+        f"{LOGS}/int8/{{model}}/export.log",
+    benchmark:
+        f"{LOGS}/int8/{{model}}/export.bench.tsv"
+    conda:
+        "../envs/torch.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.infer.export --network {wildcards.model} {params.args} "
+        "--key inference.models.{wildcards.model} --image-size {params.image_size} --threads {threads} "
+        "--out {output.onnx} --info {output.info} > {log} 2>&1"
+
+
+rule int8_calibrate:
+    input:
+        onnx=rules.int8_export.output.onnx,
+        images=rules.int8_split.output.calibration,
+        lmdb=rules.lmdb.output,
+    output:
+        f"{INT8}/{{model}}/calibration_ranges.json",
+    params:
+        py=PY["pytorch"],
+        args=calibration_args(),
+        image_size=INFER["image_size"],
+        batch_size=CALIB["batch_size"],
+    threads: INFER["threads"]
+    log:
+        f"{LOGS}/int8/{{model}}/calibrate.log",
+    benchmark:
+        f"{LOGS}/int8/{{model}}/calibrate.bench.tsv"
+    conda:
+        "../envs/torch.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.infer.calibrate --onnx {input.onnx} --images {input.images} "
+        "--lmdb {input.lmdb} --image-size {params.image_size} --batch-size {params.batch_size} {params.args} "
+        "--threads {threads} --out {output} > {log} 2>&1"
+
+
+rule int8_quantize:
+    input:
+        onnx=rules.int8_export.output.onnx,
+        ranges=rules.int8_calibrate.output,
+    output:
+        onnx=f"{INT8}/{{model}}/int8.onnx",
+        cache=f"{INT8}/{{model}}/calibration_cache.json",
+    params:
+        py=PY["pytorch"],
+        activations=ACTIVATIONS,
+        per_channel=int(INFER["quantization"]["per_channel"]),
+        calibration_images=calibration_batches() * CALIB["batch_size"],
+    log:
+        f"{LOGS}/int8/{{model}}/quantize.log",
+    benchmark:
+        f"{LOGS}/int8/{{model}}/quantize.bench.tsv"
+    conda:
+        "../envs/torch.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.infer.quantize --onnx {input.onnx} --ranges {input.ranges} "
+        "--activations {params.activations} --per-channel {params.per_channel} "
+        "--calibration-images {params.calibration_images} --out {output.onnx} --cache {output.cache} > {log} 2>&1"
+
+
+rule int8_engine:
+    input:
+        f"{INT8}/{{model}}/{{precision}}.onnx",
+    output:
+        engine=f"{INT8}/{{model}}/{{engine}}/{{precision}}.engine",
+        info=f"{INT8}/{{model}}/{{engine}}/{{precision}}.engine.json",
+    params:
+        py=PY["pytorch"],
+        args=engine_args(),
+    threads: INFER["threads"]
+    resources:
+        gpu=lambda w: 1 if w.engine == "tensorrt" else None,
+    log:
+        f"{LOGS}/int8/{{model}}/{{engine}}/{{precision}}.engine.log",
+    benchmark:
+        f"{LOGS}/int8/{{model}}/{{engine}}/{{precision}}.engine.bench.tsv"
+    conda:
+        "../envs/torch.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.infer.engine --engine {wildcards.engine} --onnx {input} "
+        "--precision {wildcards.precision} --threads {threads} {params.args} --out {output.engine} "
+        "--info {output.info} > {log} 2>&1"
+
+
+rule int8_evaluate:
+    input:
+        engine=rules.int8_engine.output.engine,
+        images=rules.int8_split.output.scoring,
+        lmdb=rules.lmdb.output,
+    output:
+        counts=f"{INT8}/{{model}}/{{engine}}/{{precision}}.eval.json",
+        predictions=f"{INT8}/{{model}}/{{engine}}/{{precision}}.predictions.tsv",
+    params:
+        py=PY["pytorch"],
+        image_size=INFER["image_size"],
+        batch_size=INFER["batch_size"],
+    threads: INFER["threads"]
+    resources:
+        gpu=lambda w: 1 if w.engine == "tensorrt" else None,
+    log:
+        f"{LOGS}/int8/{{model}}/{{engine}}/{{precision}}.evaluate.log",
+    benchmark:
+        f"{LOGS}/int8/{{model}}/{{engine}}/{{precision}}.evaluate.bench.tsv"
+    conda:
+        "../envs/torch.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.infer.evaluate --engine {wildcards.engine} --engine-file {input.engine} "
+        "--precision {wildcards.precision} --network {wildcards.model} --images {input.images} --lmdb {input.lmdb} "
+        "--image-size {params.image_size} --batch-size {params.batch_size} --threads {threads} "
+        "--out {output.counts} --predictions {output.predictions} > {log} 2>&1"
+
+
+rule int8_accuracy:
+    input:
+        evals=expand(f"{INT8}/{{model}}/{ENGINE}/{{precision}}.eval.json", model=INT8_MODELS,
+                     precision=["fp32", "int8"]),
+        caches=expand(rules.int8_quantize.output.cache, model=INT8_MODELS),
+        infos=expand(rules.int8_export.output.info, model=INT8_MODELS),
+    output:
+        csv=f"{RESULTS}/int8_accuracy.csv",
+        md=f"{RESULTS}/int8_accuracy.md",
+    params:
+        py=PY["workflow"],
+        root=lambda w, input: Path(input.evals[0]).parents[2],
+        engine=ENGINE,
+        models=" ".join(INT8_MODELS),
+    log:
+        f"{LOGS}/int8/accuracy.log",
+    benchmark:
+        f"{LOGS}/int8/accuracy.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.infer.tables accuracy --root {params.root} --engine {params.engine} "
+        "--models {params.models} --csv {output.csv} --md {output.md} > {log} 2>&1"
+
+
+# Timed runs: each job takes inference.threads cores, so a local run with --cores at most that
+# times one engine at a time, on an otherwise idle machine.
+rule int8_throughput_run:
+    input:
+        rules.int8_engine.output.engine,
+    output:
+        f"{INT8}/{{model}}/{{engine}}/throughput/{{precision}}_bs{{bs}}.json",
+    params:
+        py=PY["pytorch"],
+        image_size=INFER["image_size"],
+        warmup=THROUGHPUT["warmup"],
+        repeats=THROUGHPUT["repeats"],
+    threads: INFER["threads"]
+    resources:
+        gpu=lambda w: 1 if w.engine == "tensorrt" else None,
+    log:
+        f"{LOGS}/int8/{{model}}/{{engine}}/throughput_{{precision}}_bs{{bs}}.log",
+    benchmark:
+        f"{LOGS}/int8/{{model}}/{{engine}}/throughput_{{precision}}_bs{{bs}}.bench.tsv"
+    conda:
+        "../envs/torch.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.infer.throughput --engine {wildcards.engine} --engine-file {input} "
+        "--precision {wildcards.precision} --network {wildcards.model} --image-size {params.image_size} "
+        "--batch-size {wildcards.bs} --warmup {params.warmup} --repeats {params.repeats} --threads {threads} "
+        "--out {output} > {log} 2>&1"
+
+
+rule int8_throughput:
+    input:
+        expand(f"{INT8}/{{model}}/{ENGINE}/throughput/{{precision}}_bs{{bs}}.json", model=THROUGHPUT["models"],
+               precision=["fp32", "int8"], bs=BATCH_SIZES),
+    output:
+        csv=f"{RESULTS}/int8_throughput.csv",
+        md=f"{RESULTS}/int8_throughput.md",
+    params:
+        py=PY["workflow"],
+        root=lambda w, input: Path(input[0]).parents[3],
+        engine=ENGINE,
+        models=" ".join(THROUGHPUT["models"]),
+        batch_sizes=" ".join(map(str, BATCH_SIZES)),
+    log:
+        f"{LOGS}/int8/throughput.log",
+    benchmark:
+        f"{LOGS}/int8/throughput.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.infer.tables throughput --root {params.root} --engine {params.engine} "
+        "--models {params.models} --batch-sizes {params.batch_sizes} --csv {output.csv} --md {output.md} > {log} 2>&1"
+
+
+rule int8:
+    input:
+        rules.int8_accuracy.output,
+        rules.int8_throughput.output,

@@ -1,0 +1,117 @@
+# Settings and helpers of the inference stage (rules/int8.smk): what config.yaml's inference
+# section means, checked when the workflow is parsed.
+import shlex  # noqa: E402
+
+from workflow_scripts.infer.networks import NETWORKS  # noqa: E402
+
+INFER = config["inference"]
+INT8 = f"{RESULTS}/int8"
+ENGINE = INFER["engine"]
+TENSORRT = ENGINE == "tensorrt"
+CALIB = INFER["calibration"]
+THROUGHPUT = INFER["throughput"]
+
+
+def calibration_batches():
+    """'auto' is the study's 50 batches for a real dataset, 4 (100 of 320 images) for the embedded one."""
+    value = CALIB["batches"]
+    return value if value != "auto" else (50 if not EMBEDDED else 4)
+
+
+def throughput_batch_sizes():
+    """'auto' is the study's 1..256 for a real dataset, three sizes for the embedded one."""
+    value = THROUGHPUT["batch_sizes"]
+    if value != "auto":
+        return value
+    return [1, 2, 4, 8, 16, 32, 64, 128, 256] if not EMBEDDED else [1, 8, 32]
+
+
+def activation_type():
+    """auto: what each engine runs fast and right. TensorRT's explicit quantization takes only
+    symmetric INT8; ONNX Runtime's CPU kernels are U8S8 (a symmetric INT8 ReLU output also keeps
+    its ReLU between the Q/DQ pair, which blocks the integer convolution)."""
+    value = INFER["quantization"]["activations"]
+    if value == "auto":
+        return "int8" if TENSORRT else "uint8"
+    if TENSORRT and value != "int8":
+        raise WorkflowError(f"config inference.quantization.activations = {value}: TensorRT runs only symmetric "
+                            f"int8 Q/DQ models (explicit quantization); use auto or int8")
+    return value
+
+
+def pipeline_run():
+    """The training run whose weights 'pipeline' means: the PyTorch run on the first system with
+    the most GPUs (in steps mode the one that saw the most images), FP32 if it is trained (its
+    weights are FP32 either way)."""
+    if "pytorch" not in TRAIN["frameworks"]:
+        raise WorkflowError("config inference.models.resnet50 = pipeline needs the PyTorch training run, but "
+                            "config training.frameworks has no pytorch")
+    precision = "fp32" if "fp32" in TRAIN["precisions"] else TRAIN["precisions"][0]
+    return run_dir(TRAIN["systems"][0], "pytorch", precision, max(TRAIN["gpus"]))
+
+
+def _check_inference():
+    """A model without weights, or a table naming a model that is not evaluated, stops the run now."""
+    for name, source in INFER["models"].items():
+        key = f"inference.models.{name}"
+        if source == "pipeline":
+            if name != "resnet50":
+                raise WorkflowError(f"config {key} = pipeline: the training stage trains ResNet-50 only; give {name} "
+                                    f"'torchvision' or a weights file")
+            pipeline_run()
+        elif source != "torchvision" and not Path(source).is_file():
+            raise WorkflowError(f"config {key} = {source!r}: no such weights file (or use 'torchvision', or 'pipeline' "
+                                f"for resnet50)")
+    for name in THROUGHPUT["models"]:
+        if name not in INFER["models"]:
+            raise WorkflowError(f"config inference.throughput.models names {name}, which is not in inference.models")
+    if TENSORRT:
+        largest = max(BATCH_SIZES + [INFER["batch_size"]])
+        if largest > INFER["tensorrt"]["max_batch"]:
+            raise WorkflowError(f"config inference.tensorrt.max_batch = {INFER['tensorrt']['max_batch']} is below batch "
+                                f"{largest} (inference.throughput.batch_sizes / inference.batch_size)")
+
+
+BATCH_SIZES = throughput_batch_sizes()
+_check_inference()
+ACTIVATIONS = activation_type()
+INT8_MODELS = list(INFER["models"])
+
+
+def export_weights(w):
+    source = INFER["models"][w.model]
+    if source == "pipeline":
+        return f"{pipeline_run()}/summary.json"
+    return [] if source == "torchvision" else source
+
+
+def export_args(w, input):
+    source = INFER["models"][w.model]
+    if source == "pipeline":
+        return f"--source pipeline --weights {os.path.dirname(input.weights)}/weights.pt"
+    if source == "torchvision":
+        return "--source torchvision"
+    return f"--source file --weights {shlex.quote(source)}"
+
+
+def calibration_args():
+    """Only what the chosen method uses, so editing another method's setting reruns nothing."""
+    method = CALIB["method"]
+    args = f"--method {method} --chunk-batches {CALIB['chunk_batches']}"
+    if method in ("entropy", "percentile"):
+        args += f" --bins {CALIB['histogram_bins']}"
+    if method == "percentile":
+        args += f" --percentile {CALIB['percentile']}"
+    return args
+
+
+def engine_args():
+    trt = INFER["tensorrt"]
+    return f"--max-batch {trt['max_batch']} --workspace-mb {trt['workspace_mb']}" if TENSORRT else ""
+
+
+wildcard_constraints:
+    model="|".join(NETWORKS),
+    precision="fp32|int8",
+    engine="onnxruntime|tensorrt",
+    bs=r"\d+",

@@ -1,0 +1,81 @@
+# The study's tables and figures from the runs (seed 000 Fig. 2, 4-8, Table III, Fig. 9), and the
+# captions `snakemake --report report.html` shows them with.
+
+
+TRAINING_TABLES = ["training_throughput", "scaling", "fp16_vs_fp32", "system_comparison", "storage_throughput",
+                   "network_throughput"]
+TRAINING_FIGURES = ["fig2_scaling", "fig4_6_system_comparison", "fig5_fp16_vs_fp32", "fig7_storage", "fig8_network"]
+
+
+rule training_tables:
+    input:
+        TRAINING_RUNS,
+    output:
+        **{t: report(f"{RESULTS}/{t}.csv", caption=f"../report/{t}.rst", category="Training", subcategory="Tables")
+           for t in TRAINING_TABLES},
+        markdown=[f"{RESULTS}/{t}.md" for t in TRAINING_TABLES],
+    params:
+        py=PY["workflow"],
+        points=json.dumps(SWEEP),
+        out_dir=lambda w, output: os.path.dirname(output.training_throughput),
+    log:
+        f"{LOGS}/report/training_tables.log",
+    benchmark:
+        f"{LOGS}/report/training_tables.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.report.training_tables --points {params.points:q} "
+        "--out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule training_figures:
+    input:
+        rules.training_tables.output,
+    output:
+        **{f: report(f"{RESULTS}/figures/{f}.png", caption=f"../report/{f}.rst", category="Training",
+                     subcategory="Figures")
+           for f in TRAINING_FIGURES},
+    params:
+        py=PY["workflow"],
+        tables=lambda w, input: os.path.dirname(input[0]),
+        out_dir=lambda w, output: os.path.dirname(output[0]),
+    log:
+        f"{LOGS}/report/training_figures.log",
+    benchmark:
+        f"{LOGS}/report/training_figures.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.report.training_figures --tables {params.tables} "
+        "--out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule inference_figures:
+    input:
+        accuracy=rules.int8_accuracy.output.csv,
+        throughput=rules.int8_throughput.output.csv,
+    output:
+        fig9=report(f"{RESULTS}/figures/fig9_int8_throughput.png", caption="../report/fig9_int8_throughput.rst",
+                    category="Inference"),
+        table=report(f"{RESULTS}/int8_vs_study.csv", caption="../report/int8_vs_study.rst", category="Inference"),
+        markdown=f"{RESULTS}/int8_vs_study.md",
+    params:
+        py=PY["workflow"],
+        out_dir=lambda w, output: os.path.dirname(output.table),
+    log:
+        f"{LOGS}/report/inference_figures.log",
+    benchmark:
+        f"{LOGS}/report/inference_figures.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
+    shell:
+        "{params.py} -m workflow_scripts.report.inference_figures --accuracy {input.accuracy} "
+        "--throughput {input.throughput} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule report_tables:
+    input:
+        rules.training_tables.output,
+        rules.training_figures.output,
+        rules.inference_figures.output,

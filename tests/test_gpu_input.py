@@ -1,0 +1,43 @@
+"""The GPU input path (workflow_scripts/train/gpu_input.py) computes what the CPU loader does:
+run on CPU tensors here (CI has no GPU), against the CPU loader's Pillow transform with the
+same crop boxes and flips, over an LMDB with the ImageNet quirks (re-encoded CMYK, PNG, gray)."""
+import pytest
+from conftest import run_reader, run_stage
+
+from workflow_scripts.data import embedded
+
+
+@pytest.fixture(scope="module")
+def lmdb(tmp_path_factory):
+    work = tmp_path_factory.mktemp("gpu_input")
+    embedded.make(work / "ILSVRC2012", classes=5, train_per_class=6, val_per_class=2, seed=11)
+    run_stage("workflow", "workflow_scripts.data.index", "--root", work / "ILSVRC2012", "--out", work / "index",
+              "--threads", "2")
+    run_stage("pytorch", "workflow_scripts.data.lmdb_caffe2", "--index", work / "index", "--out", work / "lmdb",
+              "--threads", "2")
+    return work / "lmdb"
+
+
+@pytest.fixture(scope="module")
+def got(lmdb):
+    return run_reader("pytorch", "gpu_preprocess.py", lmdb, 64)
+
+
+def test_gpu_preprocessing_matches_the_cpu_loader(got):
+    assert got["images"] == 30 and got["shape"] == [30, 3, 64, 64] and got["channels_last"] and got["labels_equal"]
+    # Same decoder (libjpeg-turbo) on the CPU; the resizes differ only in rounding: Pillow
+    # rounds to 8 bits, the tensor path stays in float.
+    assert got["mean_abs_levels"] < 0.5 and got["max_abs_levels"] <= 1.5, got
+
+
+def test_batched_resize_is_torchvisions_antialiased_resize(got):
+    # Two matrix products per batch against F.interpolate(antialias=True) image by image
+    # (float32 on the CPU): the same filter, so only float rounding differs.
+    assert got["batched_resize_max_levels"] < 1e-3, got
+
+
+def test_crop_boxes_follow_random_resized_crop(got):
+    ours, tv = got["ours"], got["torchvision"]
+    # 4,000 draws each: the means agree to within a few standard errors.
+    assert abs(ours["area"] - tv["area"]) < 0.02 and abs(ours["aspect"] - tv["aspect"]) < 0.03
+    assert abs(ours["centre_x"] - 0.5) < 0.02

@@ -1,0 +1,250 @@
+"""The inference stage (issue 5) on the embedded default, on the CPU with ONNX Runtime: the
+calibration/scoring split, the Q/DQ model, Table III's accuracy and Fig. 9's throughput tables,
+what a config edit reruns, the seven networks' code path, and the clear failures (TensorRT
+without TensorRT, weights that are not there)."""
+import csv
+import hashlib
+import json
+import os
+import re
+import statistics
+import subprocess
+
+import pytest
+from conftest import CONFIG, REPO, interpreter, snakemake, write_config
+
+from workflow_scripts.infer import tensorrt_engine
+
+TARGET = "int8"
+CHANCE = 1 / CONFIG["dataset"]["embedded"]["classes"]
+BATCH_SIZES = [1, 8, 32]  # inference.throughput.batch_sizes 'auto' on the embedded default
+
+
+@pytest.fixture(scope="module")
+def int8_run(tmp_path_factory):
+    """`snakemake results/int8_accuracy.csv` on the embedded default, as a user asks for Table III
+    alone, then the stage's whole target (adds the throughput table), in a scratch directory."""
+    work = tmp_path_factory.mktemp("int8")
+    write_config(work)
+    snakemake(work, "results/int8_accuracy.csv")
+    assert not (work / "results" / "int8_throughput.csv").exists()
+    assert not list((work / "results" / "int8").rglob("throughput/*.json")), "Table III alone timed throughput"
+    snakemake(work, TARGET)
+    return work
+
+
+def stage(work):
+    return work / "results" / "int8"
+
+
+def tsv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def table(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def run_py(env, *args, check=True, env_vars=None, timeout=600):
+    proc = subprocess.run([interpreter(env), *map(str, args)], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env_vars or {})})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def last_json(proc):
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def planned(work, target=TARGET):
+    """{rule: job count} of a dry run (conftest's planned_jobs, for this stage's target)."""
+    out = snakemake(work, target, "-n", "--quiet", "rules").stdout
+    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", out, re.M)}
+    return {rule: n for rule, n in jobs.items() if rule not in ("total", TARGET)}
+
+
+def test_calibration_and_scored_images_are_disjoint_and_cover_val_in_order(int8_run):
+    split = stage(int8_run) / "split"
+    calib, scored = tsv(split / "calibration.tsv"), tsv(split / "scoring.tsv")
+    val = tsv(int8_run / "data" / "index" / "val.tsv")
+    emb = CONFIG["dataset"]["embedded"]
+    assert len(val) == emb["classes"] * emb["val_per_class"]
+    assert len(calib) == 4 * CONFIG["inference"]["calibration"]["batch_size"]  # 'auto' on the embedded default
+    # The first images (the study's "first 50 batches") calibrate, every later one is scored.
+    assert [r["relpath"] for r in calib + scored] == [r["relpath"] for r in val]
+    assert [int(r["position"]) for r in calib + scored] == list(range(len(val)))
+    assert [r["label"] for r in calib + scored] == [r["label"] for r in val]
+    assert not {r["relpath"] for r in calib} & {r["relpath"] for r in scored}
+    # What was really scored: exactly the scoring list, in both precisions; no calibration image.
+    for precision in ("fp32", "int8"):
+        preds = tsv(stage(int8_run) / "resnet50" / "onnxruntime" / f"{precision}.predictions.tsv")
+        assert [p["position"] for p in preds] == [r["position"] for r in scored]
+    assert f"over {len(calib)} images" in (int8_run / "logs" / "int8" / "resnet50" / "calibrate.log").read_text()
+
+
+def test_int8_model_holds_qdq_nodes_with_8_bit_types_and_runs_integer_kernels(int8_run):
+    d = stage(int8_run) / "resnet50"
+    models = last_json(run_py("pytorch", "tests/infer_inspect.py", d / "fp32.onnx", d / "int8.onnx",
+                              d / "onnxruntime" / "int8.engine"))
+    fp32, int8, engine = (models[str(d / f)] for f in ("fp32.onnx", "int8.onnx", "onnxruntime/int8.engine"))
+    assert "QuantizeLinear" not in fp32["ops"] and "DequantizeLinear" not in fp32["ops"]
+    assert int8["ops"]["QuantizeLinear"] > 50 and int8["ops"]["DequantizeLinear"] > 100
+    # Activations uint8 (ONNX Runtime's encoding), weights int8, biases int32: nothing wider than 8 bits
+    # is ever fed to a convolution's integer product.
+    assert set(int8["zero_point_types"]) == {"QuantizeLinear:uint8", "DequantizeLinear:uint8", "DequantizeLinear:int8",
+                                            "DequantizeLinear:int32"}
+    assert int8["stored_types"]["int8"] == fp32["ops"]["Conv"] + fp32["ops"]["Gemm"]
+    # Every convolution and the classifier read quantized data and quantized weights.
+    assert len(int8["compute"]) == 54 and all(c["data_from_dq"] and c["weight_from_dq"] for c in int8["compute"])
+    # The INT8 engine is integer kernels, not float ops between fake-quant pairs.
+    assert engine["ops"].get("QLinearConv") == fp32["ops"]["Conv"] and "Conv" not in engine["ops"]
+    # The calibration cache is what the model holds, with the calibrated ranges it came from.
+    cache = json.loads((d / "calibration_cache.json").read_text())
+    assert cache["method"] == "entropy" and cache["calibration_images"] == 100 and cache["activations"] == "uint8"
+    assert len(cache["tensors"]) == int8["ops"]["QuantizeLinear"]
+    relu = next(t for name, t in cache["tensors"].items() if name.startswith("relu"))
+    lo, hi = relu["calibrated_range"]
+    assert lo == 0 and relu["zero_point"] == 0 and relu["scale"] == pytest.approx(hi / 255, rel=1e-5)
+
+
+def test_accuracy_table_on_the_embedded_default(int8_run):
+    (row,) = table(int8_run / "results" / "int8_accuracy.csv")
+    assert (row["network"], row["model"], row["engine"], row["calibration_method"]) == (
+        "ResNet-50", "resnet50", "onnxruntime", "entropy")
+    n = int(row["scored_images"])
+    assert (int(row["calibration_images"]), n) == (100, 220)
+    for p in ("fp32", "int8"):
+        evald = json.loads((stage(int8_run) / "resnet50" / "onnxruntime" / f"{p}.eval.json").read_text())
+        assert evald["images"] == n
+        for k in ("top1", "top5"):
+            assert int(row[f"{p}_{k}_correct"]) == evald[f"{k}_correct"]
+            assert float(row[f"{p}_{k}"]) == pytest.approx(100 * evald[f"{k}_correct"] / n, abs=1e-4)
+        assert int(row[f"{p}_top1_correct"]) <= int(row[f"{p}_top5_correct"])
+    # The pipeline's own ResNet-50 has learnt: top-1 well above the 1-in-16 chance.
+    assert float(row["fp32_top1"]) > 3 * 100 * CHANCE, row
+    assert float(row["int8_top1"]) > 3 * 100 * CHANCE, row
+    for k in ("top1", "top5"):
+        assert float(row[f"diff_{k}"]) == pytest.approx(float(row[f"fp32_{k}"]) - float(row[f"int8_{k}"]), abs=1e-3)
+    # INT8 predicts what FP32 predicts for nearly every image.
+    preds = {p: tsv(stage(int8_run) / "resnet50" / "onnxruntime" / f"{p}.predictions.tsv") for p in ("fp32", "int8")}
+    same = sum(a["top5"].split()[0] == b["top5"].split()[0] for a, b in zip(preds["fp32"], preds["int8"]))
+    assert same >= 0.9 * n
+    # The weights are the training stage's, not anything else.
+    info = json.loads((stage(int8_run) / "resnet50" / "model.json").read_text())
+    weights = int8_run / "results" / "runs" / "local" / f"pytorch_fp32_{max(CONFIG['training']['gpus'])}gpu" / "weights.pt"
+    assert info["weights"]["source"] == "pipeline"
+    assert info["weights"]["sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
+    md = (int8_run / "results" / "int8_accuracy.md").read_text()
+    assert md.startswith("| Network | FP32 Top-1 | FP32 Top-5 | INT8 Top-1 | INT8 Top-5 | Difference Top-1 | "
+                         "Difference Top-5 |")
+    assert f"| ResNet-50 | {float(row['fp32_top1']):.2f}% |" in md
+
+
+def test_throughput_table(int8_run):
+    rows = table(int8_run / "results" / "int8_throughput.csv")
+    sizes = BATCH_SIZES
+    assert [int(r["batch_size"]) for r in rows] == sizes and {r["model"] for r in rows} == {"resnet50"}
+    repeats = CONFIG["inference"]["throughput"]["repeats"]
+    for r in rows:
+        for p in ("fp32", "int8"):
+            run = json.loads((stage(int8_run) / "resnet50" / "onnxruntime" / "throughput" /
+                              f"{p}_bs{r['batch_size']}.json").read_text())
+            # Warm-up runs are not among the timed ones; images/s is the batch over the median.
+            assert len(run["times_s"]) == run["runs"] == repeats and run["warmup"] == CONFIG["inference"]["throughput"]["warmup"]
+            assert run["images_per_s"] == pytest.approx(int(r["batch_size"]) / statistics.median(run["times_s"]))
+            assert float(r[f"{p}_images_per_s"]) == pytest.approx(run["images_per_s"], abs=0.01)
+            assert float(r[f"{p}_worst"]) <= float(r[f"{p}_images_per_s"]) <= float(r[f"{p}_best"])
+        assert float(r["int8_over_fp32"]) == pytest.approx(float(r["int8_images_per_s"]) / float(r["fp32_images_per_s"]),
+                                                           rel=1e-2)
+    # INT8 integer kernels beat FP32 at the largest batch (about 3x on the development machine).
+    assert float(rows[-1]["int8_over_fp32"]) > 1.0, rows[-1]
+    assert "| Batch size | FP32 images/s | INT8 images/s | INT8/FP32 |" in (int8_run / "results" / "int8_throughput.md").read_text()
+
+
+def test_config_edits_rerun_only_what_they_affect(int8_run):
+    work = int8_run
+    sizes = BATCH_SIZES
+    try:
+        assert planned(work) == {}
+        write_config(work, inference__throughput__batch_sizes=sizes + [16])
+        assert planned(work) == {"int8_throughput_run": 2, "int8_throughput": 1}
+        write_config(work, inference__throughput__repeats=5)
+        assert planned(work) == {"int8_throughput_run": 2 * len(sizes), "int8_throughput": 1}
+        # The calibration count moves the split: calibration onward, and FP32 is scored again on the new
+        # scoring set; the FP32 model, its engine and its timings stay.
+        write_config(work, inference__calibration__batches=5)
+        assert planned(work) == {"int8_split": 1, "int8_calibrate": 1, "int8_quantize": 1, "int8_engine": 1,
+                                 "int8_evaluate": 2, "int8_accuracy": 1, "int8_throughput_run": len(sizes),
+                                 "int8_throughput": 1}
+        write_config(work, inference__calibration__method="minmax")
+        assert planned(work) == {"int8_calibrate": 1, "int8_quantize": 1, "int8_engine": 1, "int8_evaluate": 1,
+                                 "int8_accuracy": 1, "int8_throughput_run": len(sizes), "int8_throughput": 1}
+        # A setting the chosen method does not use reruns nothing.
+        write_config(work, inference__calibration__percentile=99.9)
+        assert planned(work) == {}
+    finally:
+        write_config(work)
+
+
+def test_tensorrt_without_tensorrt_fails_clearly(int8_run, tmp_path):
+    d = stage(int8_run) / "resnet50"
+    proc = run_py("pytorch", "-m", "workflow_scripts.infer.engine", "--engine", "tensorrt", "--onnx", d / "int8.onnx",
+                  "--precision", "int8", "--out", tmp_path / "int8.engine", "--info", tmp_path / "int8.engine.json",
+                  check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "config inference.engine = tensorrt" in proc.stderr and "onnxruntime" in proc.stderr
+    assert not list(tmp_path.iterdir())  # nothing that looks like an engine
+    # ONNX Runtime's encoding is not what TensorRT runs: refused when the workflow is parsed.
+    write_config(tmp_path, inference__engine="tensorrt", inference__quantization__activations="uint8")
+    proc = snakemake(tmp_path, TARGET, "-n", check=False)
+    assert proc.returncode != 0 and "inference.quantization.activations = uint8" in proc.stdout + proc.stderr
+
+
+def test_tensorrt_buffers_and_profile_follow_the_model():
+    layout = tensorrt_engine.buffer_layout((-1, 3, 224, 224), (-1, 1000), 32)
+    assert layout == {"input": (32, 3, 224, 224), "output": (32, 1000), "input_bytes": 32 * 3 * 224 * 224 * 4,
+                      "output_bytes": 32 * 1000 * 4}
+    assert tensorrt_engine.profile_shapes((-1, 3, 64, 64), 256) == ((1, 3, 64, 64), (256, 3, 64, 64), (256, 3, 64, 64))
+    with pytest.raises(tensorrt_engine.StageError, match="inference.engine = tensorrt"):
+        tensorrt_engine.require()  # no TensorRT where the tests run
+
+
+def test_weights_that_are_not_there_stop_the_run(int8_run, tmp_path):
+    write_config(tmp_path, inference__models={"resnet50": "pipeline", "vgg16": "weights/vgg16.pth"})
+    proc = snakemake(tmp_path, TARGET, "-n", check=False)
+    assert proc.returncode != 0 and "inference.models.vgg16" in proc.stdout + proc.stderr
+    write_config(tmp_path, inference__models={"googlenet": "pipeline"}, inference__throughput__models=["googlenet"])
+    proc = snakemake(tmp_path, TARGET, "-n", check=False)
+    assert proc.returncode != 0 and "trains ResNet-50 only" in proc.stdout + proc.stderr
+    # torchvision's weights with no cache and no network (a proxy on a closed local port): an error
+    # naming the key and the cache, never random weights.
+    proc = run_py("pytorch", "-m", "workflow_scripts.infer.export", "--network", "resnet101", "--source", "torchvision",
+                  "--key", "inference.models.resnet101", "--image-size", "64", "--out", tmp_path / "m.onnx",
+                  "--info", tmp_path / "m.json", check=False,
+                  env_vars={"TORCH_HOME": str(tmp_path / "empty"), "https_proxy": "http://127.0.0.1:9",
+                            "HTTPS_PROXY": "http://127.0.0.1:9"})
+    assert proc.returncode == 2 and "config inference.models.resnet101 = torchvision" in proc.stderr, proc.stderr
+    assert str(tmp_path / "empty") in proc.stderr and not (tmp_path / "m.onnx").exists()
+
+
+def test_the_seven_networks_export_calibrate_and_quantize(int8_run, tmp_path):
+    calib = stage(int8_run) / "split" / "calibration.tsv"
+    few = tmp_path / "few.tsv"
+    few.write_text("".join(calib.read_text().splitlines(keepends=True)[:5]))  # header + 4 images
+    out = last_json(run_py("pytorch", "tests/infer_networks.py", tmp_path, int8_run / "data" / "lmdb", few, 64))
+    assert set(out) == {"resnet50", "resnet101", "resnet152", "vgg16", "vgg19", "googlenet", "alexnet",
+                        "torchvision_cache"}
+    for name, r in out.items():
+        if name == "torchvision_cache":
+            continue
+        assert r["weights"]["source"] == "file" and r["classes"] == 16, name
+        assert r["passes"] == 2 and r["calibrated_tensors"] > 0, name
+        assert r["ops"]["QuantizeLinear"] == r["quantized_activations"] > 0, name
+        assert r["stored"]["int8"] == r["ops"]["Conv"] + r["ops"]["Gemm"], name  # every weight in INT8
+        assert r["shapes"] == {"fp32": [4, 16], "int8": [4, 16]} and r["finite"], name
+    tv = out["torchvision_cache"]
+    assert tv["weights"]["source"] == "torchvision" and tv["weights"]["file"] == tv["expected_file"]
+    assert tv["classes"] == 1000

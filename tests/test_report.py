@@ -1,0 +1,150 @@
+"""The study's tables and figures: their numbers checked against the per-run logs they came from,
+failed runs listed with why, mixed settings flagged, the HTML report, and reruns after an edit."""
+import json
+import statistics
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import CONFIG, REPO, interpreter, planned_jobs, snakemake, write_config
+
+TABLES = ["training_throughput", "scaling", "fp16_vs_fp32", "system_comparison", "storage_throughput",
+          "network_throughput"]
+FIGURES = ["fig2_scaling", "fig4_6_system_comparison", "fig5_fp16_vs_fp32", "fig7_storage", "fig8_network"]
+
+
+def steps_rate(run_dir):
+    """images/s recomputed from the run's own per-step log (timed steps only)."""
+    steps = [json.loads(x) for x in (Path(run_dir) / "steps.jsonl").read_text().splitlines()]
+    timed = [s for s in steps if s["phase"] == "timed"]
+    return sum(s["images"] for s in timed) / sum(s["wall_s"] for s in timed)
+
+
+def table(work, name):
+    return pd.read_csv(work / "results" / f"{name}.csv")
+
+
+def test_every_table_and_figure_of_the_default(pipeline_run):
+    for name in TABLES:
+        assert (pipeline_run / "results" / f"{name}.csv").is_file()
+        assert (pipeline_run / "results" / f"{name}.md").read_text().startswith("# ")
+    for name in FIGURES:
+        png = (pipeline_run / "results" / "figures" / f"{name}.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_throughput_rows_are_the_runs_own_figures(pipeline_run):
+    runs = table(pipeline_run, "training_throughput")
+    t = CONFIG["training"]
+    assert len(runs) == len(t["frameworks"]) * len(t["precisions"]) * len(t["gpus"]) * len(t["systems"])
+    for r in runs.itertuples():
+        assert r.status == "ok"
+        run_dir = pipeline_run / r.run_dir
+        assert r.images_per_s == pytest.approx(steps_rate(run_dir), rel=1e-9)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert r.step_cv == pytest.approx(summary["step_images_per_s_cv"])
+        assert (r.timed_steps, r.warmup_steps) == (t["steps"], t["warmup_steps"])
+        assert r.batch_per_gpu == t["batch_per_gpu"][r.framework] and r.global_batch == r.batch_per_gpu * r.gpus
+        # Provenance: where and from what each figure came.
+        prov = summary["provenance"]
+        assert r.node_names == " ".join(sorted(prov["nodes"])) and r.settings_hash == prov["settings_hash"]
+        assert r.git_commit and prov["code"]["commit"].startswith(r.git_commit)
+        assert r.device.startswith("CPU: ")
+
+
+def test_speedup_and_efficiency_are_ratios_of_measured_throughputs(pipeline_run):
+    scaling = table(pipeline_run, "scaling")
+    for r in scaling.itertuples():
+        base = steps_rate(pipeline_run / "results" / "runs" / r.system / f"{r.framework}_{r.precision}_{r.baseline_gpus}gpu")
+        mine = steps_rate(pipeline_run / "results" / "runs" / r.system / f"{r.framework}_{r.precision}_{r.gpus}gpu")
+        assert r.speedup == pytest.approx(mine / base)
+        assert r.efficiency == pytest.approx(mine / (base * r.gpus / r.baseline_gpus))
+        assert r.scope == "intra-node"
+    assert set(scaling.gpus) == set(CONFIG["training"]["gpus"]) and (scaling.baseline_gpus == 1).all()
+
+
+def test_storage_and_network_totals_integrate_the_telemetry(pipeline_run):
+    for name, metrics in (("storage_throughput", {"read_MBps"}), ("network_throughput", {"send_MBps", "recv_MBps"})):
+        t = table(pipeline_run, name)
+        assert set(t.metric) == metrics
+        for r in t.sample(n=min(4, len(t)), random_state=0).itertuples():
+            csv = pd.read_csv(pipeline_run / "results" / "runs" / r.system / f"{r.framework}_{r.precision}_{r.gpus}gpu"
+                              / f"telemetry.{r.node}.csv")
+            s = csv[(csv.metric == r.metric) & (csv.device == r.device)].sort_values("time_s")
+            dt = s.time_s.diff().fillna(s.time_s.iloc[0])
+            assert r.total_MB == pytest.approx(float((s.value * dt).sum()))
+            assert r.peak_MBps == pytest.approx(s.value.max()) and r.samples == len(s)
+
+
+def test_default_has_no_fp16_or_second_system_and_says_so(pipeline_run):
+    assert "add both to training.precisions" in (pipeline_run / "results" / "fp16_vs_fp32.md").read_text()
+    assert "list two in training.systems" in (pipeline_run / "results" / "system_comparison.md").read_text()
+
+
+def test_html_report_holds_every_table_and_figure(pipeline_run):
+    out = pipeline_run / "report.html"
+    snakemake(pipeline_run, "--report", str(out))
+    html = out.read_text(errors="replace")
+    for name in TABLES + FIGURES:
+        assert name in html
+    assert "warm-up steps are excluded" in html
+
+
+def test_editing_one_frameworks_batch_reruns_its_runs_and_the_aggregation(pipeline_run):
+    try:
+        write_config(pipeline_run, training__batch_per_gpu__mxnet=8)
+        jobs = planned_jobs(pipeline_run)
+        assert {k: v for k, v in jobs.items() if k.startswith(("train", "training"))} == {
+            "train": len(CONFIG["training"]["gpus"]), "training_tables": 1, "training_figures": 1}
+        assert "framework=tensorflow" not in snakemake(pipeline_run, "-n").stdout
+    finally:
+        write_config(pipeline_run)
+    assert planned_jobs(pipeline_run) == {}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """Two systems x FP32/FP16, PyTorch on synthetic data (no dataset): every comparison table
+    has rows."""
+    work = tmp_path_factory.mktemp("sweep")
+    write_config(work, systems={"a": {"gpus_per_node": 1}, "b": {"gpus_per_node": 1}}, training__systems=["a", "b"],
+                 training__frameworks=["pytorch"], training__precisions=["fp32", "fp16"], training__gpus=[1],
+                 training__data_source="synthetic", training__image_size=32, training__warmup_steps=1,
+                 training__steps=3, training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4})
+    snakemake(work, "report_tables")
+    return work
+
+
+def test_fp16_gain_and_system_comparison_are_ratios_of_the_runs(sweep):
+    runs = sweep / "results" / "runs"
+    for r in table(sweep, "fp16_vs_fp32").itertuples():
+        fp32, fp16 = (steps_rate(runs / r.system / f"pytorch_{p}_1gpu") for p in ("fp32", "fp16"))
+        assert (r.fp32_images_per_s, r.fp16_images_per_s) == (pytest.approx(fp32), pytest.approx(fp16))
+        assert r.fp16_gain_percent == pytest.approx((fp16 / fp32 - 1) * 100)
+    comp = table(sweep, "system_comparison")
+    assert sorted(comp.precision) == ["fp16", "fp32"] and set(zip(comp.system_a, comp.system_b)) == {("a", "b")}
+    for r in comp.itertuples():
+        a, b = (steps_rate(runs / s / f"pytorch_{r.precision}_1gpu") for s in ("a", "b"))
+        assert r.a_over_b_percent == pytest.approx((a / b - 1) * 100)
+
+
+def test_table_of_runs_with_different_settings_says_so(sweep, pipeline_run, tmp_path):
+    points = [{"system": "a", "framework": "pytorch", "precision": "fp32", "gpus": 1, "nodes": 1,
+               "run_dir": str(sweep / "results" / "runs" / "a" / "pytorch_fp32_1gpu")},
+              {"system": "local", "framework": "pytorch", "precision": "fp32", "gpus": 1, "nodes": 1,
+               "run_dir": str(pipeline_run / "results" / "runs" / "local" / "pytorch_fp32_1gpu")}]
+    proc = subprocess.run([interpreter("workflow"), "-m", "workflow_scripts.report.training_tables", "--points",
+                           json.dumps(points), "--out-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "runs were made with different settings" in (tmp_path / "training_throughput.md").read_text()
+
+
+def test_failed_run_is_listed_with_why(tmp_path):
+    write_config(tmp_path, training__frameworks=["mxnet"], training__precisions=["fp16"], training__gpus=[1],
+                 training__data_source="synthetic", training__retries=0, inference__models={"resnet50": "torchvision"})
+    snakemake(tmp_path, "results/training_throughput.csv")
+    (row,) = table(tmp_path, "training_throughput").itertuples()
+    assert (row.framework, row.precision, row.status) == ("mxnet", "fp16", "failed")
+    assert "mxnet fp16 needs a GPU" in row.why and "mxnet_fp16_1gpu.log.attempt1" in row.why
+    assert "failed: " in (tmp_path / "results" / "training_throughput.md").read_text()

@@ -1,0 +1,81 @@
+"""Where a result came from: the node (CPU, memory, GPUs, driver, CUDA, GPU topology), the code
+(git commit) and the settings (a hash of the values that produced it). Written with every run,
+carried into every table row built from it.
+"""
+import hashlib
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cpu_model():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpus():
+    """GPU models, memory, driver and CUDA driver version from NVML; empty where there is none."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no NVML library or no driver: a CPU node
+        return {"gpus": [], "driver": "", "cuda_driver": ""}
+    n = pynvml.nvmlDeviceGetCount()
+    gpus = []
+    for i in range(n):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        name = pynvml.nvmlDeviceGetName(h)
+        gpus.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
+                     "memory_MB": pynvml.nvmlDeviceGetMemoryInfo(h).total // 2**20})
+    driver = pynvml.nvmlSystemGetDriverVersion()
+    cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+    return {"gpus": gpus, "driver": driver.decode() if isinstance(driver, bytes) else driver,
+            "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}"}
+
+
+def _topology():
+    """`nvidia-smi topo -m` (NVLink vs PCIe between the GPUs: the study's SXM2/PCIe difference)."""
+    if not shutil.which("nvidia-smi"):
+        return ""
+    try:
+        return subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def node_facts():
+    import psutil
+
+    return {"node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(), "cpu": _cpu_model(),
+            "cpus": os.cpu_count(), "memory_GB": round(psutil.virtual_memory().total / 2**30, 1),
+            "kernel": platform.release(), **_gpus(), "gpu_topology": _topology(),
+            "slurm_job": os.environ.get("SLURM_JOB_ID", "")}
+
+
+def code_version():
+    """The git commit of this checkout, and whether it had uncommitted changes."""
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30).stdout.strip() != ""
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": "", "dirty": None}
+    return {"commit": commit, "dirty": dirty if commit else None}
+
+
+def settings_hash(values):
+    """A short, stable hash of the settings that produced a result."""
+    return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:12]

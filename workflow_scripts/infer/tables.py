@@ -1,0 +1,139 @@
+"""The stage's two tables, as CSV and as markdown:
+
+  accuracy    Table III: FP32 and INT8 top-1/top-5 per network and their difference (FP32 - INT8,
+              so a positive difference is accuracy INT8 lost, as the study reports it), with the
+              image counts, engine, calibration method and weights behind them
+  throughput  Fig. 9's data: FP32 and INT8 images/s per batch size (median, fastest, slowest run)
+              and the INT8/FP32 ratio
+
+Reads the per-job JSON files under the stage's directory (results/int8/<network>/...); needs
+nothing beyond the standard library.
+"""
+import argparse
+import csv
+import json
+from pathlib import Path
+
+from ..common.errors import run_main
+from ..common.atomic import atomic_file
+from .networks import NETWORKS
+
+
+ACCURACY = ("network", "model", "engine", "calibration_method", "calibration_images", "scored_images",
+            "fp32_top1", "fp32_top5", "int8_top1", "int8_top5", "diff_top1", "diff_top5",
+            "fp32_top1_correct", "fp32_top5_correct", "int8_top1_correct", "int8_top5_correct",
+            "activations", "weights")
+THROUGHPUT = ("network", "model", "engine", "device", "image_size", "batch_size",
+              "fp32_images_per_s", "fp32_best", "fp32_worst", "int8_images_per_s", "int8_best", "int8_worst",
+              "int8_over_fp32", "repeats", "warmup", "threads")
+
+
+def _json(path):
+    return json.loads(Path(path).read_text())
+
+
+def _pct(count, n):
+    return round(100.0 * count / n, 4)
+
+
+def accuracy_rows(root, engine, models):
+    rows = []
+    for m in models:
+        info, cache = _json(root / m / "model.json"), _json(root / m / "calibration_cache.json")
+        ev = {p: _json(root / m / engine / f"{p}.eval.json") for p in ("fp32", "int8")}
+        n = ev["fp32"]["images"]
+        if ev["int8"]["images"] != n:
+            raise ValueError(f"{m}: FP32 scored {n} images, INT8 {ev['int8']['images']}")
+        w = info["weights"]
+        row = {"network": NETWORKS[m], "model": m, "engine": engine, "calibration_method": cache["method"],
+               "calibration_images": cache["calibration_images"], "scored_images": n,
+               "activations": cache["activations"], "weights": w["source"] + (f" {w['file']}" if "file" in w else "")}
+        for p in ("fp32", "int8"):
+            for k in ("top1", "top5"):
+                row[f"{p}_{k}_correct"] = ev[p][f"{k}_correct"]
+                row[f"{p}_{k}"] = _pct(ev[p][f"{k}_correct"], n)
+        for k in ("top1", "top5"):  # from the counts, so it is exact, not a difference of rounded figures
+            row[f"diff_{k}"] = _pct(ev["fp32"][f"{k}_correct"] - ev["int8"][f"{k}_correct"], n)
+        rows.append(row)
+    return rows
+
+
+def accuracy_markdown(rows):
+    lines = ["| Network | FP32 Top-1 | FP32 Top-5 | INT8 Top-1 | INT8 Top-5 | Difference Top-1 | Difference Top-5 |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['network']} | " + " | ".join(f"{r[k]:.2f}%" for k in (
+            "fp32_top1", "fp32_top5", "int8_top1", "int8_top5", "diff_top1", "diff_top5")) + " |")
+    notes = [""]
+    for r in rows:
+        notes.append(f"- {r['network']}: {r['engine']}, weights {r['weights']}; INT8 calibrated ({r['calibration_method']}, "
+                     f"{r['activations']} activations) on the first {r['calibration_images']} val images, scored on the "
+                     f"other {r['scored_images']}; top-1 {r['fp32_top1_correct']} vs {r['int8_top1_correct']}, top-5 "
+                     f"{r['fp32_top5_correct']} vs {r['int8_top5_correct']} images right (FP32 vs INT8).")
+    notes.append("- Difference = FP32 - INT8 in percentage points (positive: accuracy INT8 lost), as in Table III.")
+    return "\n".join(lines + notes) + "\n"
+
+
+def throughput_rows(root, engine, models, batch_sizes):
+    rows = []
+    for m in models:
+        for bs in batch_sizes:
+            t = {p: _json(root / m / engine / "throughput" / f"{p}_bs{bs}.json") for p in ("fp32", "int8")}
+            rows.append({"network": NETWORKS[m], "model": m, "engine": engine, "device": t["fp32"]["device"],
+                         "image_size": t["fp32"]["image_size"], "batch_size": bs,
+                         **{f"{p}_{k}": round(t[p][src], 2) for p in ("fp32", "int8") for k, src in
+                            (("images_per_s", "images_per_s"), ("best", "images_per_s_best"),
+                             ("worst", "images_per_s_worst"))},
+                         "int8_over_fp32": round(t["int8"]["images_per_s"] / t["fp32"]["images_per_s"], 3),
+                         "repeats": t["fp32"]["runs"], "warmup": t["fp32"]["warmup"], "threads": t["fp32"]["threads"]})
+    return rows
+
+
+def throughput_markdown(rows):
+    out = []
+    for m in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == m]
+        r0 = mine[0]
+        out += [f"{r0['network']}, {r0['engine']} on {r0['device']}, {r0['image_size']}x{r0['image_size']} input; "
+                f"images/s = batch / median of {r0['repeats']} timed runs after {r0['warmup']} warm-up runs "
+                f"(slowest..fastest run in brackets).", "",
+                "| Batch size | FP32 images/s | INT8 images/s | INT8/FP32 |", "|---|---|---|---|"]
+        for r in mine:
+            out.append(f"| {r['batch_size']} | {r['fp32_images_per_s']:.1f} ({r['fp32_worst']:.1f}..{r['fp32_best']:.1f}) | "
+                       f"{r['int8_images_per_s']:.1f} ({r['int8_worst']:.1f}..{r['int8_best']:.1f}) | "
+                       f"{r['int8_over_fp32']:.2f}x |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _write(csv_path, md_path, columns, rows, markdown):
+    with atomic_file(csv_path) as tmp, open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    with atomic_file(md_path) as tmp:
+        tmp.write_text(markdown)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("table", choices=("accuracy", "throughput"))
+    ap.add_argument("--root", required=True, help="the stage's directory (results/int8)")
+    ap.add_argument("--engine", required=True)
+    ap.add_argument("--models", nargs="+", required=True)
+    ap.add_argument("--batch-sizes", nargs="*", type=int, default=[])
+    ap.add_argument("--csv", required=True)
+    ap.add_argument("--md", required=True)
+    a = ap.parse_args()
+    root = Path(a.root)
+    if a.table == "accuracy":
+        rows = accuracy_rows(root, a.engine, a.models)
+        _write(a.csv, a.md, ACCURACY, rows, accuracy_markdown(rows))
+    else:
+        rows = throughput_rows(root, a.engine, a.models, a.batch_sizes)
+        _write(a.csv, a.md, THROUGHPUT, rows, throughput_markdown(rows))
+    print(Path(a.md).read_text())
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,171 @@
+"""TensorRT engines on one GPU (the study's engine), with TensorRT 10/11's Python API and device
+buffers from pycuda.
+
+The FP32 engine is built from the FP32 ONNX model, the INT8 engine from the Q/DQ model: explicit
+quantization, the only INT8 path TensorRT 11 has (the implicit calibrator the study used,
+IInt8EntropyCalibrator2, was deprecated in 10.1 and removed in 11). Both networks are strongly
+typed: the Q/DQ nodes fix which tensors are INT8, everything else stays FP32 (TF32 math is
+switched off, so FP32 means FP32 as on the study's V100).
+
+Nothing here imports tensorrt or pycuda until an engine is built or run, so the rest of the
+stage works without them; asking for this engine where they or a GPU are missing is an error
+naming the config key, never a silent switch to another engine.
+"""
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..common.errors import StageError
+
+KEY = "inference.engine"
+
+
+def require():
+    """(tensorrt, pycuda.driver) ready to use on GPU 0, or a StageError saying what is missing."""
+    try:
+        import tensorrt as trt
+    except ImportError as exc:
+        raise StageError(f"config {KEY} = tensorrt, but the tensorrt Python package does not import in this "
+                         f"environment ({exc}): install TensorRT >= 10 with its Python bindings (NVIDIA's pip "
+                         f"index: tensorrt-cu12 or tensorrt-cu13) and pycuda on a GPU node, or set {KEY}: onnxruntime")
+    if int(trt.__version__.split(".")[0]) < 10:
+        raise StageError(f"config {KEY} = tensorrt needs TensorRT >= 10 (name-based I/O, execute_async_v3); "
+                         f"this is {trt.__version__}")
+    try:
+        import pycuda.driver as cuda
+    except ImportError as exc:
+        raise StageError(f"config {KEY} = tensorrt, but pycuda does not import in this environment ({exc}): "
+                         f"'pip install pycuda' (needs the CUDA toolkit) or set {KEY}: onnxruntime")
+    try:
+        cuda.init()
+        count = cuda.Device.count()
+    except cuda.Error as exc:
+        raise StageError(f"config {KEY} = tensorrt, but CUDA finds no usable GPU here ({exc}); set {KEY}: onnxruntime "
+                         f"to run on the CPU")
+    if count == 0:
+        raise StageError(f"config {KEY} = tensorrt, but this machine has no CUDA GPU; set {KEY}: onnxruntime")
+    return trt, cuda
+
+
+def profile_shapes(input_shape, max_batch):
+    """(min, opt, max) of the optimisation profile: any batch from 1 to max_batch, tuned for the
+    largest (the study's throughput regime)."""
+    _, c, h, w = input_shape
+    return (1, c, h, w), (max_batch, c, h, w), (max_batch, c, h, w)
+
+
+def buffer_layout(input_shape, output_shape, batch, dtype=np.float32):
+    """Shapes and bytes of the device buffers for one batch: input N x C x H x W, output N x classes."""
+    item = np.dtype(dtype).itemsize
+    ins = (batch, *input_shape[1:])
+    outs = (batch, *output_shape[1:])
+    return {"input": ins, "output": outs, "input_bytes": int(np.prod(ins)) * item,
+            "output_bytes": int(np.prod(outs)) * item}
+
+
+def build(onnx_path, plan_path, max_batch, workspace_mb):
+    """Parse the ONNX model into a strongly typed network and build a serialized engine."""
+    trt, _ = require()
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    flags = 0
+    # Required on 10.x for explicit quantization; accepted and ignored on 11.x (always strong).
+    if hasattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED"):
+        flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(onnx_path)):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise StageError(f"TensorRT cannot parse {onnx_path}: {errors}")
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_mb << 20)
+    if hasattr(trt.BuilderFlag, "TF32"):
+        config.clear_flag(trt.BuilderFlag.TF32)
+    inp = network.get_input(0)
+    profile = builder.create_optimization_profile()
+    profile.set_shape(inp.name, *profile_shapes(tuple(inp.shape), max_batch))
+    config.add_optimization_profile(profile)
+    start = time.perf_counter()
+    plan = builder.build_serialized_network(network, config)
+    if plan is None:
+        raise StageError(f"TensorRT could not build an engine from {onnx_path} (see the log above)")
+    Path(plan_path).write_bytes(bytes(plan))
+    return {"tensorrt": trt.__version__, "strongly_typed": True, "max_batch": max_batch,
+            "workspace_mb": workspace_mb, "build_s": time.perf_counter() - start}
+
+
+class Runner:
+    """A deserialized engine with one execution context, a CUDA stream and device buffers
+    sized for the largest batch seen so far."""
+
+    def __init__(self, plan_path):
+        trt, cuda = require()
+        self.trt, self.cuda = trt, cuda
+        self.context_gpu = cuda.Device(0).retain_primary_context()
+        self.context_gpu.push()
+        self.runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+        self.engine = self.runtime.deserialize_cuda_engine(Path(plan_path).read_bytes())
+        if self.engine is None:
+            raise StageError(f"{plan_path} is not a TensorRT engine of this TensorRT version and GPU: rebuild it")
+        self.context = self.engine.create_execution_context()
+        names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
+        self.input = next(n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT)
+        self.output = next(n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT)
+        self.input_shape = tuple(self.engine.get_tensor_shape(self.input))
+        self.max_batch = self.engine.get_tensor_profile_shape(self.input, 0)[2][0]
+        self.stream = cuda.Stream()
+        self.capacity = 0
+        self.device = cuda.Device(0).name()
+
+    @property
+    def classes(self):
+        return self.engine.get_tensor_shape(self.output)[1]
+
+    def _bind(self, batch):
+        if batch > self.max_batch:
+            raise StageError(f"batch {batch} exceeds the engine's profile (max {self.max_batch}): raise "
+                             f"inference.tensorrt.max_batch")
+        self.context.set_input_shape(self.input, (batch, *self.input_shape[1:]))
+        out_shape = tuple(self.context.get_tensor_shape(self.output))
+        layout = buffer_layout(self.input_shape, out_shape, batch)
+        if batch > self.capacity:  # grow once; smaller batches reuse the buffers
+            self.d_input = self.cuda.mem_alloc(layout["input_bytes"])
+            self.d_output = self.cuda.mem_alloc(layout["output_bytes"])
+            self.capacity = batch
+        self.h_output = self.cuda.pagelocked_empty(layout["output"], np.float32)
+        self.context.set_tensor_address(self.input, int(self.d_input))
+        self.context.set_tensor_address(self.output, int(self.d_output))
+
+    def _execute(self):
+        if not self.context.execute_async_v3(self.stream.handle):
+            raise StageError("TensorRT execute_async_v3 failed (see the log above)")
+
+    def run(self, x):
+        """Logits of a host batch: copy in, run, copy out."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        self._bind(len(x))
+        self.cuda.memcpy_htod_async(self.d_input, x, self.stream)
+        self._execute()
+        self.cuda.memcpy_dtoh_async(self.h_output, self.d_output, self.stream)
+        self.stream.synchronize()
+        return np.array(self.h_output)
+
+    def time_runs(self, x, warmup, repeats):
+        """Seconds per run with the batch already on the GPU (copied once, outside the timing)."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        self._bind(len(x))
+        self.cuda.memcpy_htod(self.d_input, x)
+        for _ in range(warmup):
+            self._execute()
+        self.stream.synchronize()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            self._execute()
+            self.stream.synchronize()
+            times.append(time.perf_counter() - start)
+        return times
+
+    def close(self):
+        self.context_gpu.pop()

@@ -1,0 +1,1 @@
+"""The study's tables and figures from the pipeline's run outputs."""

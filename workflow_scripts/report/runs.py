@@ -1,0 +1,91 @@
+"""One record per sweep point, read from the run's own outputs: what was measured, how, where,
+and from which code and settings. A point whose run failed, or that has no output, is kept, with
+why, so no table silently drops it."""
+import json
+from pathlib import Path
+
+import pandas as pd
+
+
+# Settings that legitimately differ between the points of one sweep; everything else in a run's
+# arguments must be the same for its numbers to be comparable.
+PER_POINT = {"precision", "batch_per_gpu", "data", "decode_threads", "out"}
+VERSION_KEY = {"pytorch": "torch"}  # the package a framework's version is recorded under
+
+
+def _node_facts(summary):
+    nodes = summary.get("provenance", {}).get("nodes", {})
+    return nodes, next(iter(nodes.values()), {})
+
+
+def _device(facts):
+    gpus = facts.get("gpus") or []
+    if gpus:
+        return f"{len(gpus)}x {gpus[0]['name']}"
+    return f"CPU: {facts.get('cpu', '?')}" if facts else ""
+
+
+def record(point):
+    """A row for one sweep point: point = {system, framework, precision, gpus, nodes, run_dir}."""
+    row = dict(point)
+    path = Path(point["run_dir"]) / "summary.json"
+    if not path.exists():
+        return {**row, "status": "missing", "why": f"no {path}: the run has not completed"}
+    s = json.loads(path.read_text())
+    if s.get("status") == "failed":
+        return {**row, "status": "failed", "why": f"{s['reason']} (log: {s['log']})"}
+    args = s["args"]
+    nodes, first = _node_facts(s)
+    prov = s.get("provenance", {})
+    return {
+        **row, "status": "ok", "why": "",
+        "nodes": s["num_nodes"], "batch_per_gpu": args["batch_per_gpu"], "global_batch": s["global_batch"],
+        "images_per_s": s["images_per_s"], "step_cv": s["step_images_per_s_cv"], "stable": s["stable"],
+        "warmup_steps": s["warmup_steps"], "timed_steps": s["timed_steps"], "mode": args["mode"],
+        "epochs": args["epochs"] if args["mode"] == "epochs" else None, "data_source": args["data_source"],
+        "image_size": args["image_size"], "device": _device(first), "driver": first.get("driver", ""),
+        "cuda_driver": first.get("cuda_driver", ""), "node_names": " ".join(sorted(nodes)),
+        "slurm_job": s["launch"].get("job_id", ""),
+        "framework_version": s["versions"].get(VERSION_KEY.get(point["framework"], point["framework"]), ""),
+        "settings_hash": prov.get("settings_hash", ""),
+        "git_commit": prov.get("code", {}).get("commit", "")[:12],
+        "_args": {k: v for k, v in args.items() if k not in PER_POINT},
+    }
+
+
+COLUMNS = ["system", "framework", "precision", "gpus", "nodes", "status", "why", "run_dir", "batch_per_gpu",
+           "global_batch", "images_per_s", "step_cv", "stable", "warmup_steps", "timed_steps", "mode", "epochs",
+           "data_source", "image_size", "device", "driver", "cuda_driver", "node_names", "slurm_job",
+           "framework_version", "settings_hash", "git_commit", "_args"]
+
+
+def load(points):
+    """All sweep points, every column present even when no run succeeded."""
+    return pd.DataFrame([record(p) for p in points]).reindex(columns=COLUMNS)
+
+
+def _differing(arg_dicts):
+    """Settings two of these runs hold with different values (only those all of them have:
+    each framework also has options of its own)."""
+    common = set.intersection(*(set(a) for a in arg_dicts))
+    return sorted(k for k in common if len({json.dumps(a[k], sort_keys=True) for a in arg_dicts}) > 1)
+
+
+def mixed_settings(runs):
+    """A note when the table's runs were not all made with the same settings (or code): across
+    all runs for the settings they share, and within each framework for all of its own."""
+    ok = runs[runs.status == "ok"]
+    if ok.empty:
+        return []
+    notes = []
+    differing = set(_differing(list(ok._args)))
+    for _, g in ok.groupby("framework"):
+        differing |= set(_differing(list(g._args)))
+    if differing:
+        notes.append("runs were made with different settings, so their figures are not directly comparable: "
+                     + ", ".join(f"{k} ({', '.join(sorted({json.dumps(a.get(k)) for a in ok._args}))})"
+                                 for k in sorted(differing)))
+    if ok.git_commit.nunique() > 1:
+        notes.append(f"runs come from {ok.git_commit.nunique()} different code versions: "
+                     + ", ".join(sorted(ok.git_commit.unique())))
+    return notes

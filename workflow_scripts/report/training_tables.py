@@ -1,0 +1,131 @@
+"""The training half of the study as tables (seed 000 Fig. 2, 4-8; seed 002's scaling efficiency):
+
+    python -m workflow_scripts.report.training_tables --points JSON --out-dir results
+
+writes training_throughput, scaling, fp16_vs_fp32, system_comparison, storage_throughput and
+network_throughput (.csv and .md) from the sweep's run directories.
+"""
+import argparse
+import itertools
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from . import runs as run_records
+from .output import write_table
+
+KEY = ["system", "framework", "precision"]
+RUN_COLUMNS = ["system", "framework", "precision", "nodes", "gpus", "batch_per_gpu", "global_batch", "images_per_s",
+               "step_cv", "stable", "mode", "warmup_steps", "timed_steps", "epochs", "data_source", "image_size",
+               "status", "why", "device", "driver", "cuda_driver", "node_names", "slurm_job", "framework_version",
+               "settings_hash", "git_commit", "run_dir"]
+
+
+def throughput(runs):
+    return runs.reindex(columns=RUN_COLUMNS).sort_values(KEY + ["gpus"], kind="stable")
+
+
+def scaling(runs):
+    """Speedup and efficiency against the smallest GPU count of each (system, framework,
+    precision), as seed 002 computes it: efficiency = measured / (baseline images/s x N / baseline N);
+    intra-node while the run fits one node, inter-node beyond."""
+    rows = []
+    for key, g in runs[runs.status == "ok"].groupby(KEY):
+        g = g.sort_values("gpus")
+        base = g.iloc[0]
+        for r in g.itertuples():
+            ideal = base.images_per_s * r.gpus / base.gpus
+            rows.append({**dict(zip(KEY, key)), "gpus": r.gpus, "nodes": r.nodes,
+                         "scope": "intra-node" if r.nodes == 1 else "inter-node", "images_per_s": r.images_per_s,
+                         "baseline_gpus": base.gpus, "baseline_images_per_s": base.images_per_s,
+                         "ideal_images_per_s": ideal, "speedup": r.images_per_s / base.images_per_s,
+                         "efficiency": r.images_per_s / ideal})
+    return pd.DataFrame(rows, columns=KEY + ["gpus", "nodes", "scope", "images_per_s", "baseline_gpus",
+                                             "baseline_images_per_s", "ideal_images_per_s", "speedup", "efficiency"])
+
+
+def fp16_vs_fp32(runs):
+    ok = runs[runs.status == "ok"]
+    wide = ok.pivot_table(index=["system", "framework", "gpus"], columns="precision", values="images_per_s")
+    if not {"fp32", "fp16"} <= set(wide.columns):
+        return pd.DataFrame(columns=["system", "framework", "gpus", "fp32_images_per_s", "fp16_images_per_s",
+                                     "fp16_gain_percent"])
+    wide = wide.dropna(subset=["fp32", "fp16"]).reset_index()
+    return pd.DataFrame({"system": wide.system, "framework": wide.framework, "gpus": wide.gpus,
+                         "fp32_images_per_s": wide.fp32, "fp16_images_per_s": wide.fp16,
+                         "fp16_gain_percent": (wide.fp16 / wide.fp32 - 1) * 100})
+
+
+def system_comparison(runs):
+    """Every pair of systems, point by point (the study's SXM2 vs PCIe, V100 vs P100)."""
+    ok = runs[runs.status == "ok"].set_index(["system", "framework", "precision", "gpus"]).images_per_s
+    rows = []
+    for a, b in itertools.combinations(sorted(ok.index.get_level_values("system").unique()), 2):
+        left, right = ok.xs(a, level="system"), ok.xs(b, level="system")
+        for point in sorted(set(left.index) & set(right.index)):
+            rows.append({"system_a": a, "system_b": b, **dict(zip(["framework", "precision", "gpus"], point)),
+                         "a_images_per_s": left[point], "b_images_per_s": right[point],
+                         "a_over_b_percent": (left[point] / right[point] - 1) * 100})
+    return pd.DataFrame(rows, columns=["system_a", "system_b", "framework", "precision", "gpus", "a_images_per_s",
+                                       "b_images_per_s", "a_over_b_percent"])
+
+
+def telemetry(runs, metrics):
+    """Per run, node and device: peak, mean and total of a MB/s series (total = integral over
+    the sampled time)."""
+    rows = []
+    for r in runs[runs.status == "ok"].itertuples():
+        for csv in sorted(Path(r.run_dir).glob("telemetry.*.csv")):
+            t = pd.read_csv(csv)
+            t = t[t.metric.isin(metrics)]
+            for (node, metric, device), g in t.groupby(["node", "metric", "device"]):
+                g = g.sort_values("time_s")
+                dt = g.time_s.diff().fillna(g.time_s.iloc[0])
+                rows.append({"system": r.system, "framework": r.framework, "precision": r.precision, "gpus": r.gpus,
+                             "node": node, "metric": metric, "device": device, "samples": len(g),
+                             "seconds": g.time_s.iloc[-1], "peak_MBps": g.value.max(), "mean_MBps": g.value.mean(),
+                             "total_MB": float((g.value * dt).sum())})
+    return pd.DataFrame(rows, columns=["system", "framework", "precision", "gpus", "node", "metric", "device",
+                                       "samples", "seconds", "peak_MBps", "mean_MBps", "total_MB"])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", required=True, help="JSON list of {system, framework, precision, gpus, nodes, run_dir}")
+    ap.add_argument("--out-dir", required=True)
+    a = ap.parse_args()
+    runs = run_records.load(json.loads(a.points))
+    out = Path(a.out_dir)
+    notes = run_records.mixed_settings(runs)
+    bad = runs[runs.status != "ok"]
+    notes += [f"{r.system}/{r.framework}_{r.precision}_{r.gpus}gpu {r.status}: {r.why}" for r in bad.itertuples()]
+    timing = ("images/s = images processed in the timed steps / their wall time, warm-up steps excluded; "
+              "step_cv = coefficient of variation of the per-step images/s (stable: <= 2%, the study's criterion).")
+    write_table(throughput(runs), out / "training_throughput.csv", "Training throughput, one row per run",
+                timing + " Failed or missing runs are listed with why.", notes)
+    write_table(scaling(runs), out / "scaling.csv", "Scaling: speedup and efficiency (Fig. 2)",
+                "speedup = images/s at N GPUs / images/s at the baseline (the smallest GPU count run; the study's "
+                "is 1 GPU); efficiency = measured / ideal, ideal = baseline images/s x N / baseline GPUs (seed 002). "
+                "intra-node: the run fits one node; inter-node: it spans nodes. " + timing, notes)
+    write_table(fp16_vs_fp32(runs), out / "fp16_vs_fp32.csv", "FP16 vs FP32 (Fig. 5)",
+                "fp16_gain_percent = (FP16 images/s / FP32 images/s - 1) x 100, same system, framework and GPUs. "
+                "FP16 = mixed precision (bfloat16 on a CPU). " + timing,
+                notes + ([] if {"fp16", "fp32"} <= set(runs.precision) else
+                         ["this sweep has no FP16/FP32 pair: add both to training.precisions"]))
+    write_table(system_comparison(runs), out / "system_comparison.csv", "System vs system (Fig. 4, Fig. 6)",
+                "a_over_b_percent = (images/s on system a / images/s on system b - 1) x 100, same framework, "
+                "precision and GPUs. " + timing,
+                notes + ([] if runs.system.nunique() > 1 else
+                         ["this sweep has one system: list two in training.systems to compare them"]))
+    write_table(telemetry(runs, ["read_MBps"]), out / "storage_throughput.csv", "Storage read throughput (Fig. 7)",
+                "Per run and node: read MB/s of the dataset's block device or NFS mount, sampled every "
+                "training.telemetry_interval s over the whole run (warm-up included); total_MB integrates it.", notes)
+    write_table(telemetry(runs, ["send_MBps", "recv_MBps"]), out / "network_throughput.csv",
+                "Network send/receive throughput (Fig. 8)",
+                "Per run, node and interface (InfiniBand ports as ib:<hca>/<port>): MB/s sent and received, "
+                "sampled every training.telemetry_interval s over the whole run; total_MB integrates it.", notes)
+
+
+if __name__ == "__main__":
+    main()

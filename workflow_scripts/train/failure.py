@@ -1,0 +1,40 @@
+"""Record a run that failed on its last attempt as a result, so the sweep's tables show it as
+failed, with why, instead of leaving it out:
+
+    python -m workflow_scripts.train.failure --out RUN_DIR --log ATTEMPT_LOG --attempts N --exit-code RC
+
+summary.json then holds status "failed", the last lines of the log that look like the cause,
+and where the whole log is. Delete the run directory (or use --forcerun) to run it again.
+"""
+import argparse
+import re
+from pathlib import Path
+
+from ..common.atomic import write_json
+
+CAUSE = re.compile(r"error|exception|traceback|fail|killed|cancel|oom|denied|not found|needs", re.I)
+
+
+def reason(log_text, lines=3):
+    """The last few log lines that name a cause, else the log's last lines."""
+    all_lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    picked = [ln for ln in all_lines if CAUSE.search(ln)][-lines:] or all_lines[-lines:]
+    return " | ".join(ln[:300] for ln in picked) or "no output"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--attempts", type=int, required=True)
+    ap.add_argument("--exit-code", type=int, required=True)
+    a = ap.parse_args()
+    log = Path(a.log)
+    text = log.read_text(errors="replace") if log.exists() else ""
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    write_json(Path(a.out) / "summary.json", {"status": "failed", "reason": reason(text), "exit_code": a.exit_code,
+                                              "attempts": a.attempts, "log": str(log)})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""ImageNet batches decoded and augmented on the GPU, for PyTorch training from the LMDB.
+
+Why: the CPU path (LMDBImageNet + Pillow in DataLoader workers) decodes and resizes every JPEG
+on a CPU core, about 140 images/s per core for ILSVRC-sized images, so 16 cores feed about 2,200
+images/s: under half of what one H100 trains ResNet-50 at in bf16. Here the DataLoader workers
+only read each record's JPEG bytes (an LMDB lookup and a protobuf parse, microseconds), and the
+training process, in a background thread on its own CUDA stream, one or more batches ahead:
+
+  1. decodes the whole batch with nvJPEG (torchvision.io.decode_jpeg on CUDA: A100/H100 run
+     baseline JPEGs on their hardware JPEG engines, not on the SMs that train);
+  2. crops each image as RandomResizedCrop does (the same parameter distribution, from its own
+     seeded generator), resizes the crop to image_size with antialiased bilinear interpolation
+     (the filter of torchvision's tensor resize and of Pillow), flips half, normalizes with the
+     ImageNet mean and std, in channels_last when asked: for the whole batch at once, as two
+     batched matrix products (a per-image resize costs the host a few launches per image, time
+     the training step's own launches need).
+
+The data stage stores every image as an RGB JPEG (CMYK, grayscale and PNG files re-encoded), and
+decoding asks for RGB anyway, so a 1-channel JPEG would still come out with 3 channels.
+The same functions run on CPU tensors (decode_jpeg on the CPU), which is how the tests compare
+this path with the CPU loader's preprocessing.
+"""
+import contextlib
+import math
+import queue
+import random
+import threading
+import time
+import warnings
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torchvision.io import ImageReadMode, decode_jpeg
+
+# The strided nested tensor used for padding is a stable, tested path; its prototype notice is noise.
+warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors is in prototype stage")
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)  # RandomResizedCrop's defaults, as the CPU path uses
+
+
+class RawJPEGs(torch.utils.data.Dataset):
+    """(JPEG bytes, label) per record of an LMDBImageNet: no decoding in the workers."""
+
+    def __init__(self, lmdb_dataset):
+        self.ds = lmdb_dataset
+
+    def __len__(self):
+        return len(self.ds)
+
+    def __getitem__(self, index):
+        return self.ds.raw(index)
+
+
+def collate_raw(items):
+    """A batch as three tensors (all JPEG bytes back to back, their lengths, the labels): one
+    shared-memory transfer per batch from a worker, not one per image."""
+    sizes = [len(jpeg) for jpeg, _ in items]
+    flat = torch.empty(sum(sizes), dtype=torch.uint8)
+    view, pos = flat.numpy(), 0
+    for (jpeg, _), n in zip(items, sizes):
+        view[pos:pos + n] = np.frombuffer(jpeg, dtype=np.uint8)
+        pos += n
+    return flat, torch.tensor(sizes, dtype=torch.int64), torch.tensor([y for _, y in items], dtype=torch.int64)
+
+
+def crop_box(height, width, rng, scale=SCALE, ratio=RATIO):
+    """RandomResizedCrop's parameters, torchvision's algorithm (ten tries of a random area and
+    log-uniform aspect ratio, then the centre crop of the clamped ratio), drawn from `rng` (a
+    random.Random) -> (top, left, h, w)."""
+    area = height * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target = area * rng.uniform(*scale)
+        aspect = math.exp(rng.uniform(*log_ratio))
+        w = int(round(math.sqrt(target * aspect)))
+        h = int(round(math.sqrt(target / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            return rng.randint(0, height - h), rng.randint(0, width - w), h, w
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w, h = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        h, w = height, int(round(height * max(ratio)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def decode(jpegs, device):
+    """List of 1-D uint8 CPU tensors (JPEG files) -> list of 3 x H x W uint8 tensors on `device`
+    (one batched nvJPEG call on CUDA)."""
+    return decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
+
+
+# Images whose longer side is at most this are resized together (padded to the batch's largest);
+# the rare larger ones (a few in ILSVRC2012 run to thousands of pixels) one by one, so one
+# outlier does not inflate the whole batch's padding.
+BATCHED_MAX_SIDE = 512
+
+
+def resize_weights(starts, lengths, size, span):
+    """(N, size, span) weights of an antialiased bilinear resize of image n's positions
+    starts[n] .. starts[n] + lengths[n] - 1 (of an axis `span` long) to `size` outputs: the
+    triangle filter widened by the downscale factor and normalized, as F.interpolate(...,
+    antialias=True) and Pillow compute it. starts, lengths: float tensors (N,) on the device."""
+    device = starts.device
+    scale = (lengths / size).view(-1, 1, 1)
+    support = scale.clamp(min=1.0)  # the filter's half-width in input pixels
+    centre = scale * (torch.arange(size, device=device, dtype=torch.float32).view(1, -1, 1) + 0.5)
+    pos = torch.arange(span, device=device, dtype=torch.float32).view(1, 1, -1) - starts.view(-1, 1, 1)
+    w = (1 - ((pos + 0.5 - centre) / support).abs()).clamp(min=0)
+    w = w * ((pos >= 0) & (pos < lengths.view(-1, 1, 1)))
+    return w / w.sum(-1, keepdim=True)
+
+
+def _pad(images, dtype):
+    """The images in one (N, 3, Hmax, Wmax) tensor of `dtype`, zero-padded (three kernels
+    through a nested tensor, where a per-image copy would be N launches)."""
+    return torch.nested.as_nested_tensor(images).to(dtype).to_padded_tensor(0.0)
+
+
+def _resize_batched(images, boxes, flips, size):
+    """Crop + antialiased resize + flip of many images as two batched matrix products:
+    out_n = Wy_n @ image_n @ Wx_n^T, the crop being where the weights are non-zero and the flip
+    the order of Wx's rows. On a GPU in float16 (exact for 0..255; the weights carry about 0.1
+    of a level of rounding) on the tensor cores; on a CPU in float32."""
+    device = images[0].device
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    padded = _pad(images, dtype)
+    box = torch.tensor(boxes, dtype=torch.float32).to(device)  # (N, 4): top, left, h, w
+    wy = resize_weights(box[:, 0], box[:, 2], size, padded.shape[2]).to(dtype)
+    wx = resize_weights(box[:, 1], box[:, 3], size, padded.shape[3])
+    flip = torch.tensor(flips, dtype=torch.bool).to(device).view(-1, 1, 1)
+    wx = torch.where(flip, wx.flip(1), wx).to(dtype)
+    rows = torch.matmul(wy.unsqueeze(1), padded)  # (N, 3, size, Wmax)
+    return torch.matmul(rows, wx.transpose(1, 2).unsqueeze(1))  # (N, 3, size, size)
+
+
+def _resize_one(image, box, flip, size):
+    t, l, h, w = box
+    x = F.interpolate(image[:, t:t + h, l:l + w].unsqueeze(0).float(), size=(size, size), mode="bilinear",
+                      align_corners=False, antialias=True)
+    return x.flip(-1) if flip else x
+
+
+def augment(images, boxes, flips, size, channels_last=False, dtype=torch.float32):
+    """Crop, resize to size x size, flip and normalize a list of 3 x H x W uint8 images on one
+    device -> (N, 3, size, size) `dtype`. boxes: (top, left, h, w) per image; flips: bool each.
+    About fifteen kernel launches for the whole batch, whatever its size."""
+    device = images[0].device
+    small = [i for i, im in enumerate(images) if max(im.shape[1:]) <= BATCHED_MAX_SIDE]
+    if len(small) == len(images):
+        x = _resize_batched(images, boxes, flips, size)
+    else:
+        x = torch.empty((len(images), 3, size, size), device=device)
+        if small:
+            x[torch.tensor(small, device=device)] = _resize_batched(
+                [images[i] for i in small], [boxes[i] for i in small], [flips[i] for i in small], size).float()
+        for i in sorted(set(range(len(images))) - set(small)):
+            x[i] = _resize_one(images[i], boxes[i], flips[i], size)[0]
+    # (x / 255 - mean) / std as one multiply-add, written straight into the output layout.
+    scale = torch.tensor([1 / (255 * s) for s in STD], device=device).view(1, 3, 1, 1)
+    shift = torch.tensor([-m / s for m, s in zip(MEAN, STD)], device=device).view(1, 3, 1, 1)
+    out = torch.empty(x.shape, dtype=dtype, device=device,
+                      memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    return torch.addcmul(shift, x, scale, out=out)
+
+
+def split_batch(flat, sizes):
+    return list(torch.split(flat, sizes.tolist()))
+
+
+class GPUBatches:
+    """Training batches (images, labels) on `device`, decoded and augmented `depth` batches
+    ahead of the consumer by a background thread on its own CUDA stream.
+
+    `batches` yields collate_raw batches forever (the caller handles epochs). The thread's work
+    is ordered before the consumer's use of a batch by an event the consumer's stream waits
+    on; the tensors are marked as used on the consumer's stream so the caching allocator does
+    not hand their memory back to the thread while a step still reads them.
+
+    priority="high" gives the thread's stream high priority, so its small kernels need not queue
+    behind a training step's large ones (nvJPEG's own work runs on torchvision's stream, which
+    it does not reach); no gain was shown on an H200 (docs/benchmarks.md), so "normal" is the
+    default. Per batch the thread records how long it waited for the workers' bytes, for the
+    nvJPEG call (synchronous: it returns once the batch is decoded) and for launching the
+    augmentation (stats())."""
+
+    def __init__(self, batches, device, size, seed, channels_last=False, depth=2, priority="normal"):
+        self.device, self.size, self.channels_last = torch.device(device), size, channels_last
+        self.priority = priority
+        self.rng = random.Random(seed)
+        self.batches = batches
+        self.queue = queue.Queue(maxsize=max(1, depth))
+        self.stop = threading.Event()
+        self.times = []  # (fetch, decode, augment launch) seconds per batch
+        self.thread = threading.Thread(target=self._run, name="gpu-input", daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        cuda = self.device.type == "cuda"
+        try:
+            if cuda:  # the current device and stream are per thread
+                torch.cuda.set_device(self.device)
+                stream = torch.cuda.Stream(self.device, priority=-1 if self.priority == "high" else 0)
+            batches = iter(self.batches)
+            while not self.stop.is_set():
+                t0 = time.perf_counter()
+                flat, sizes, labels = next(batches)
+                t1 = time.perf_counter()
+                with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
+                    images = decode(split_batch(flat, sizes), self.device)
+                    t2 = time.perf_counter()
+                    boxes = [crop_box(img.shape[1], img.shape[2], self.rng) for img in images]
+                    flips = [self.rng.random() < 0.5 for _ in images]
+                    x = augment(images, boxes, flips, self.size, self.channels_last)
+                    y = labels.to(self.device, non_blocking=False)
+                    ready = None
+                    if cuda:
+                        ready = torch.cuda.Event()
+                        ready.record(stream)
+                self.times.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
+                self._put((x, y, ready))
+        except BaseException as exc:  # handed to the consumer, which raises it
+            self._put(exc)
+
+    def stats(self, skip=0):
+        """Mean seconds per batch of each stage of the thread, over the batches after `skip`."""
+        times = self.times[skip:]
+        if not times:
+            return {}
+        return {name: sum(t[k] for t in times) / len(times)
+                for k, name in enumerate(("fetch_s", "decode_s", "augment_launch_s"))} | {"batches": len(times)}
+
+    def _put(self, item):
+        while not self.stop.is_set():
+            try:
+                self.queue.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def __next__(self):
+        item = self.queue.get()
+        if isinstance(item, BaseException):
+            raise RuntimeError("GPU input pipeline failed") from item
+        x, y, ready = item
+        if ready is not None:
+            stream = torch.cuda.current_stream(self.device)
+            stream.wait_event(ready)
+            x.record_stream(stream)
+            y.record_stream(stream)
+        return x, y
+
+    def __iter__(self):
+        return self
+
+    def close(self):
+        self.stop.set()
+        while True:  # unblock a put waiting on a full queue
+            try:
+                self.queue.get_nowait()
+            except queue.Empty:
+                break
+        self.thread.join(timeout=10)
+
