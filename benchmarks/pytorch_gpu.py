@@ -95,8 +95,8 @@ def plan_scaling(n):
         ("variant", variant(f"syn_bf16_cudagraphs_{n}gpu", "synthetic", "fp16", cudagraphs, gpus=n,
                             target=f"{n}-GPU scaling", est=80)),
         ("variant", variant("real_bf16_gpudecode_cudagraphs_1gpu", "real", "fp16", cudagraphs + GPU_DECODE, est=45)),
-        ("variant", variant("real_bf16_gpudecode_cudagraphs_1gpu_normalprio", "real", "fp16",
-                            cudagraphs + GPU_DECODE + ["--input-priority", "normal"], est=40)),
+        ("variant", variant("real_bf16_gpudecode_cudagraphs_1gpu_highprio", "real", "fp16",
+                            cudagraphs + GPU_DECODE + ["--input-priority", "high"], est=40)),
         ("variant", variant(f"syn_bf16_compile_{n}gpu_bucket100", "synthetic", "fp16",
                             COMPILED + ["--bucket-cap-mb", "100"], gpus=n, est=70)),
     ]

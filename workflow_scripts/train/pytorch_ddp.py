@@ -13,9 +13,10 @@ capability >= 8.0: A100, H100), where no loss scaling is needed; float16 with a 
 older GPUs (the study's V100), or when asked for.
 
 Speed on a GPU, each 'auto' being on for CUDA and off on a CPU (so the CPU default runs as it
-always did): channels_last, torch.compile of the model (BN + ReLU fused into its convolutions'
-neighbours), a fused SGD, cuDNN autotuning; with several GPUs, DDP's gradients are views of its
-buckets of --bucket-cap-mb (no copy).
+always did): channels_last, torch.compile of the model (mode default: BN + ReLU fused into one
+pass; reduce-overhead adds CUDA graphs, faster on synthetic data, slower with GPU decoding, whose
+work then waits behind the graphs: docs/benchmarks.md), a fused SGD, cuDNN autotuning; with
+several GPUs, DDP's gradients are views of its buckets of --bucket-cap-mb (no copy).
 """
 import gc
 import os
