@@ -59,7 +59,12 @@ CPU_DECODE = ["--gpu-decode", "off"]
 
 def plan_h100():
     cudagraphs = ["--channels-last", "on", "--compile", "reduce-overhead"]
+    lanes2 = ["--input-lanes", "2"]
     return [
+        ("variant", variant("real_bf16_gpudecode_compile_lanes2", "real", "fp16", COMPILED + GPU_DECODE + lanes2,
+                            target="real data", est=90)),
+        ("variant", variant("real_bf16_gpudecode_cudagraphs_lanes2", "real", "fp16", cudagraphs + GPU_DECODE + lanes2,
+                            target="real data", est=70)),
         ("variant", variant("syn_bf16_cl_compile", "synthetic", "fp16", COMPILED, target="synthetic bf16", est=110)),
         ("variant", variant("real_bf16_gpudecode_compile", "real", "fp16", COMPILED + GPU_DECODE,
                             target="real data", est=90)),

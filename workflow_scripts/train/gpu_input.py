@@ -21,6 +21,7 @@ The same functions run on CPU tensors (decode_jpeg on the CPU), which is how the
 this path with the CPU loader's preprocessing.
 """
 import contextlib
+import itertools
 import math
 import queue
 import random
@@ -173,77 +174,116 @@ def split_batch(flat, sizes):
 
 
 class GPUBatches:
-    """Training batches (images, labels) on `device`, decoded and augmented `depth` batches
-    ahead of the consumer by a background thread on its own CUDA stream.
+    """Training batches (images, labels) on `device`, decoded and augmented ahead of the
+    consumer by `lanes` background threads, each on its own CUDA stream.
 
-    `batches` yields collate_raw batches forever (the caller handles epochs). The thread's work
-    is ordered before the consumer's use of a batch by an event the consumer's stream waits
-    on; the tensors are marked as used on the consumer's stream so the caching allocator does
-    not hand their memory back to the thread while a step still reads them.
+    `batches` yields collate_raw batches forever (the caller handles epochs). A dealer thread
+    hands them round-robin to the lanes; each lane decodes and augments its batches one after
+    another (the nvJPEG call holds its thread until the batch is decoded), up to `depth` batches
+    ahead; the consumer takes them round-robin again, so the order and each batch's crops (a
+    seeded generator per lane) do not depend on thread timing. Two lanes overlap one batch's
+    decode with another's augmentation, which one serial thread cannot (docs/benchmarks.md).
+    A lane's work is ordered before the consumer's use of a batch by an event the consumer's
+    stream waits on; the tensors are marked as used on the consumer's stream so the caching
+    allocator does not hand their memory back to the lane while a step still reads them.
 
-    priority="high" gives the thread's stream high priority, so its small kernels need not queue
-    behind a training step's large ones (nvJPEG's own work runs on torchvision's stream, which
-    it does not reach); no gain was shown on an H200 (docs/benchmarks.md), so "normal" is the
-    default. Per batch the thread records how long it waited for the workers' bytes, for the
-    nvJPEG call (synchronous: it returns once the batch is decoded) and for launching the
-    augmentation (stats())."""
+    priority="high" gives the lanes' streams high priority, so their small kernels need not
+    queue behind a training step's large ones (nvJPEG's own work runs on torchvision's stream,
+    which it does not reach); no gain was shown on an H200 (docs/benchmarks.md), so "normal" is
+    the default. Per batch each lane records how long it waited for the workers' bytes, for the
+    nvJPEG call and for launching the augmentation (stats())."""
 
-    def __init__(self, batches, device, size, seed, channels_last=False, depth=2, priority="normal"):
+    def __init__(self, batches, device, size, seed, channels_last=False, depth=2, priority="normal", lanes=1):
         self.device, self.size, self.channels_last = torch.device(device), size, channels_last
         self.priority = priority
-        self.rng = random.Random(seed)
         self.batches = batches
-        self.queue = queue.Queue(maxsize=max(1, depth))
         self.stop = threading.Event()
-        self.times = []  # (fetch, decode, augment launch) seconds per batch
-        self.thread = threading.Thread(target=self._run, name="gpu-input", daemon=True)
-        self.thread.start()
+        n = max(1, lanes)
+        self.inboxes = [queue.Queue(maxsize=1) for _ in range(n)]
+        self.outboxes = [queue.Queue(maxsize=max(1, -(-depth // n))) for _ in range(n)]
+        self.rngs = [random.Random(seed + 7919 * lane) for lane in range(n)]
+        self.times = [[] for _ in range(n)]  # per lane: (fetch, decode, augment launch) seconds per batch
+        self.turn = 0
+        self.threads = [threading.Thread(target=self._deal, name="gpu-input-dealer", daemon=True)]
+        self.threads += [threading.Thread(target=self._lane, args=(k,), name=f"gpu-input-{k}", daemon=True)
+                         for k in range(n)]
+        for t in self.threads:
+            t.start()
 
-    def _run(self):
+    def _deal(self):
+        try:
+            batches = iter(self.batches)
+            for k in itertools.cycle(range(len(self.inboxes))):
+                t0 = time.perf_counter()
+                item = next(batches)
+                if not self._put(self.inboxes[k], (item, time.perf_counter() - t0)):
+                    return
+        except BaseException as exc:  # handed on to the consumer, which raises it
+            for box in self.inboxes:
+                self._put(box, exc)
+
+    def _lane(self, k):
         cuda = self.device.type == "cuda"
+        rng, out = self.rngs[k], self.outboxes[k]
         try:
             if cuda:  # the current device and stream are per thread
                 torch.cuda.set_device(self.device)
                 stream = torch.cuda.Stream(self.device, priority=-1 if self.priority == "high" else 0)
-            batches = iter(self.batches)
             while not self.stop.is_set():
-                t0 = time.perf_counter()
-                flat, sizes, labels = next(batches)
+                item = self._get(self.inboxes[k])
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                (flat, sizes, labels), fetch = item
                 t1 = time.perf_counter()
                 with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
                     images = decode(split_batch(flat, sizes), self.device)
                     t2 = time.perf_counter()
-                    boxes = [crop_box(img.shape[1], img.shape[2], self.rng) for img in images]
-                    flips = [self.rng.random() < 0.5 for _ in images]
+                    boxes = [crop_box(img.shape[1], img.shape[2], rng) for img in images]
+                    flips = [rng.random() < 0.5 for _ in images]
                     x = augment(images, boxes, flips, self.size, self.channels_last)
                     y = labels.to(self.device, non_blocking=False)
                     ready = None
                     if cuda:
                         ready = torch.cuda.Event()
                         ready.record(stream)
-                self.times.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
-                self._put((x, y, ready))
-        except BaseException as exc:  # handed to the consumer, which raises it
-            self._put(exc)
+                self.times[k].append((fetch, t2 - t1, time.perf_counter() - t2))
+                if not self._put(out, (x, y, ready)):
+                    return
+        except BaseException as exc:
+            self._put(out, exc)
 
     def stats(self, skip=0):
-        """Mean seconds per batch of each stage of the thread, over the batches after `skip`."""
-        times = self.times[skip:]
+        """Mean seconds per batch of each stage of a lane, over the batches after `skip`."""
+        per_lane = -(-skip // len(self.times))
+        times = [t for lane in self.times for t in lane[per_lane:]]
         if not times:
             return {}
         return {name: sum(t[k] for t in times) / len(times)
-                for k, name in enumerate(("fetch_s", "decode_s", "augment_launch_s"))} | {"batches": len(times)}
+                for k, name in enumerate(("fetch_s", "decode_s", "augment_launch_s"))} | {
+                    "batches": len(times), "lanes": len(self.times)}
 
-    def _put(self, item):
+    def _put(self, box, item):
         while not self.stop.is_set():
             try:
-                self.queue.put(item, timeout=0.5)
-                return
+                box.put(item, timeout=0.5)
+                return True
             except queue.Full:
                 continue
+        return False
+
+    def _get(self, box):
+        while not self.stop.is_set():
+            try:
+                return box.get(timeout=0.5)
+            except queue.Empty:
+                continue
+        return None
 
     def __next__(self):
-        item = self.queue.get()
+        item = self.outboxes[self.turn].get()
+        self.turn = (self.turn + 1) % len(self.outboxes)
         if isinstance(item, BaseException):
             raise RuntimeError("GPU input pipeline failed") from item
         x, y, ready = item
@@ -259,10 +299,11 @@ class GPUBatches:
 
     def close(self):
         self.stop.set()
-        while True:  # unblock a put waiting on a full queue
-            try:
-                self.queue.get_nowait()
-            except queue.Empty:
-                break
-        self.thread.join(timeout=10)
-
+        for box in self.inboxes + self.outboxes:  # unblock a put waiting on a full queue
+            while True:
+                try:
+                    box.get_nowait()
+                except queue.Empty:
+                    break
+        for t in self.threads:
+            t.join(timeout=10)

@@ -55,6 +55,8 @@ def add_args(ap):
     g.add_argument("--tf32", choices=("on", "off"), default="on", help="fp32 on a GPU: TF32 tensor cores")
     g.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size")
     g.add_argument("--prefetch", type=int, default=2, help="GPU decoding: batches prepared ahead of the step")
+    g.add_argument("--input-lanes", type=int, default=1,
+                   help="GPU decoding: batches decoded and augmented at once, each by its own thread and stream")
     g.add_argument("--input-priority", choices=("high", "normal"), default="normal",
                    help="GPU decoding: CUDA stream priority of the input pipeline's work")
     return ap
@@ -207,7 +209,8 @@ def build_input(args, s, launch):
     batches = _forever(loader, sampler)
     if s.gpu_decode:
         gpu = gpu_input.GPUBatches(batches, device, args.image_size, seed=args.seed * 100003 + launch.rank,
-                                   channels_last=s.channels_last, depth=args.prefetch, priority=args.input_priority)
+                                   channels_last=s.channels_last, depth=args.prefetch, priority=args.input_priority,
+                                   lanes=args.input_lanes)
         return Input(classes, len(ds), workers, lambda: next(gpu), gpu.close, gpu.stats)
 
     def next_batch():
