@@ -46,6 +46,9 @@ SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "N
 # ---------------------------------------------------------------- variants
 
 
+LMDB_OF = {"real": "lmdb", "real256": "lmdb256"}
+
+
 def variant(name, data, precision, opts, gpus=1, target="", est=60):
     return {"name": name, "data": data, "precision": precision, "opts": opts, "gpus": gpus,
             "target": target, "est_s": est}
@@ -61,6 +64,10 @@ def plan_h100():
     cudagraphs = ["--channels-last", "on", "--compile", "reduce-overhead"]
     lanes2 = ["--input-lanes", "2"]
     return [
+        ("variant", variant("real256_bf16_gpudecode_compile", "real256", "fp16", COMPILED + GPU_DECODE,
+                            target="real data", est=90)),
+        ("variant", variant("real256_bf16_gpudecode_cudagraphs", "real256", "fp16", cudagraphs + GPU_DECODE,
+                            target="real data", est=70)),
         ("variant", variant("real_bf16_gpudecode_compile_lanes2", "real", "fp16", COMPILED + GPU_DECODE + lanes2,
                             target="real data", est=90)),
         ("variant", variant("real_bf16_gpudecode_cudagraphs_lanes2", "real", "fp16", cudagraphs + GPU_DECODE + lanes2,
@@ -109,12 +116,14 @@ def plan_scaling(n):
 
 def trainer_command(v, work, a):
     run_dir = work / "runs" / v["name"]
-    args = ["--data-source", v["data"], "--precision", v["precision"], "--batch-per-gpu", str(a.batch),
+    source = "real" if v["data"].startswith("real") else v["data"]
+    args = ["--data-source", source, "--precision", v["precision"], "--batch-per-gpu", str(a.batch),
             "--image-size", str(a.image_size), "--mode", "steps", "--warmup-steps", str(a.warmup),
             "--steps", str(a.steps),
             "--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.0001", "--seed", "0",
             "--telemetry-interval", "1.0", *v["opts"]]
-    args += ["--data", str(work / "lmdb")] if v["data"] == "real" else ["--classes", "1000"]
+    # real256: the same images stored with their shorter side at 256 (conversion.resize_shorter: 256)
+    args += ["--data", str(work / LMDB_OF[v["data"]])] if source == "real" else ["--classes", "1000"]
     cmd = [PY, "-m", "workflow_scripts.train.pytorch_ddp", *args, "--out", str(run_dir)]
     if v["gpus"] > 1:
         cmd = [PY, "-m", "workflow_scripts.train.launch", "--nproc-per-node", str(v["gpus"]), "--", *cmd]
@@ -195,7 +204,9 @@ def part_data(a, work):
         pool.map(_render_one, jobs, chunksize=8)
     rendered = time.perf_counter() - t
     for module, args in (("index", ["--root", root, "--out", work / "index"]),
-                         ("lmdb_caffe2", ["--index", work / "index", "--out", work / "lmdb"])):
+                         ("lmdb_caffe2", ["--index", work / "index", "--out", work / "lmdb"]),
+                         ("lmdb_caffe2", ["--index", work / "index", "--out", work / LMDB_OF["real256"],
+                                          "--resize-shorter", "256"])):
         proc = subprocess.run([PY, "-m", f"workflow_scripts.data.{module}", *map(str, args), "--threads", str(a.threads)],
                               cwd=REPO, capture_output=True, text=True)
         if proc.returncode:
@@ -464,7 +475,7 @@ def derive(results):
         d["compiled vs eager, same real batches, first 5 losses max rel diff"] = \
             f"{max(abs(p - q) / abs(q) for p, q in zip(x, y)):.2e}"
     for name, v in by.items():
-        if v["data"] == "real":
+        if v["data"].startswith("real"):
             d[f"{name}: loss falls"] = v["loss_falls"]
         if v["gpus"] > 1:
             one = by.get(name.replace(f"_{v['gpus']}gpu", "_1gpu").split("_bucket")[0]) or by.get(
