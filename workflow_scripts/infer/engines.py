@@ -90,6 +90,14 @@ class OnnxRuntimeRunner:
         pass
 
 
+def add_engine_args(ap):
+    """What an engine job runs: which engine and file, which precision of which network."""
+    ap.add_argument("--engine", choices=ENGINES, required=True)
+    ap.add_argument("--engine-file", required=True)
+    ap.add_argument("--precision", choices=("fp32", "int8"), required=True)
+    ap.add_argument("--network", required=True)
+
+
 def open_engine(engine, path, threads=1):
     if engine == "tensorrt":
         return tensorrt_engine.Runner(path)

@@ -23,10 +23,7 @@ def top5(logits):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--engine", choices=engines.ENGINES, required=True)
-    ap.add_argument("--engine-file", required=True)
-    ap.add_argument("--precision", choices=("fp32", "int8"), required=True)
-    ap.add_argument("--network", required=True)
+    engines.add_engine_args(ap)
     ap.add_argument("--images", required=True, help="scoring.tsv (split.py)")
     ap.add_argument("--lmdb", required=True)
     ap.add_argument("--image-size", type=int, required=True)

@@ -27,10 +27,7 @@ def summarize(times, batch):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--engine", choices=engines.ENGINES, required=True)
-    ap.add_argument("--engine-file", required=True)
-    ap.add_argument("--precision", choices=("fp32", "int8"), required=True)
-    ap.add_argument("--network", required=True)
+    engines.add_engine_args(ap)
     ap.add_argument("--image-size", type=int, required=True)
     ap.add_argument("--batch-size", type=int, required=True)
     ap.add_argument("--warmup", type=int, default=3)
