@@ -12,13 +12,13 @@ from pathlib import Path
 import pandas as pd
 
 from .output import write_table
-from .training_figures import PUBLISHED, _empty, _save, plt
+from .plotting import PUBLISHED, empty_figure, plt, save_png
 
 
 def fig9(throughput, path):
     title = "Fig. 9: ResNet-50 inference, INT8 vs FP32"
     if throughput.empty:
-        return _empty(path, title, "no throughput measured")
+        return empty_figure(path, title, "no throughput measured")
     models = list(dict.fromkeys(throughput.model))
     fig, axes = plt.subplots(1, len(models), figsize=(7 * len(models), 4.5), squeeze=False)
     for ax, model in zip(axes[0], models):
@@ -32,14 +32,14 @@ def fig9(throughput, path):
         ratio = ax.twinx()
         ratio.plot(t.batch_size, t.int8_over_fp32, "k:", marker=".", label="INT8/FP32")
         ratio.axhline(3.7, color="grey", lw=0.8, ls="--")
-        ratio.text(t.batch_size.iloc[0], 3.75, "study, TensorRT on V100: ~3.7x at batch >= 64", fontsize=7)
+        ratio.text(t.batch_size.iloc[-1], 3.75, "study, TensorRT on V100: ~3.7x at batch >= 64", fontsize=7, ha="right")
         ratio.set_ylabel("INT8 / FP32")
         ratio.set_ylim(0, max(4.0, t.int8_over_fp32.max() * 1.1))
         lines = ax.get_legend_handles_labels()
         extra = ratio.get_legend_handles_labels()
-        ax.legend(lines[0] + extra[0], lines[1] + extra[1], fontsize=8, loc="upper left")
+        ax.legend(lines[0] + extra[0], lines[1] + extra[1], fontsize=8, loc="lower right")
         ax.grid(alpha=0.3)
-    _save(fig, path)
+    save_png(fig, path)
 
 
 def beside_study(accuracy):

@@ -8,36 +8,15 @@ with nothing to show in this sweep says so, and what to add to the config.
 import argparse
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import yaml  # noqa: E402
-
-from ..common.atomic import atomic_file  # noqa: E402
-
-PUBLISHED = yaml.safe_load((Path(__file__).with_name("published_v100.yaml")).read_text())
-
-
-def _save(fig, path):
-    with atomic_file(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-
-
-def _empty(path, title, why):
-    fig, ax = plt.subplots(figsize=(7, 3))
-    ax.set_axis_off()
-    ax.set_title(title)
-    ax.text(0.5, 0.5, why, ha="center", va="center", wrap=True)
-    _save(fig, path)
+from .plotting import PUBLISHED, empty_figure, plt, save_png
 
 
 def scaling(table, path):
     title = "Fig. 2: ResNet-50 training speedup"
     if table.empty:
-        return _empty(path, title, "no completed runs")
+        return empty_figure(path, title, "no completed runs")
     systems = sorted(table.system.unique())
     fig, axes = plt.subplots(1, len(systems), figsize=(6 * len(systems), 4.5), squeeze=False)
     for ax, system in zip(axes[0], systems):
@@ -54,7 +33,7 @@ def scaling(table, path):
         ax.set(title=f"{title} - {system}", xlabel="GPUs", ylabel="speedup over baseline")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    _save(fig, path)
+    save_png(fig, path)
 
 
 def _bars(ax, labels, series):
@@ -69,20 +48,20 @@ def _bars(ax, labels, series):
 def system_comparison(table, path):
     title = "Fig. 4 / Fig. 6: system vs system"
     if table.empty:
-        return _empty(path, title, "this sweep runs on one system:\nlist two in training.systems to compare them")
+        return empty_figure(path, title, "this sweep runs on one system:\nlist two in training.systems to compare them")
     pairs = table.groupby(["system_a", "system_b"])
     fig, axes = plt.subplots(1, pairs.ngroups, figsize=(7 * pairs.ngroups, 4.5), squeeze=False)
     for ax, ((a, b), g) in zip(axes[0], pairs):
         labels = [f"{r.framework} {r.precision} {r.gpus}GPU" for r in g.itertuples()]
         _bars(ax, labels, {a: g.a_images_per_s.tolist(), b: g.b_images_per_s.tolist()})
         ax.set(title=f"{title}: {a} vs {b}", ylabel="images/s")
-    _save(fig, path)
+    save_png(fig, path)
 
 
 def fp16_vs_fp32(table, path):
     title = "Fig. 5: FP16 vs FP32"
     if table.empty:
-        return _empty(path, title, "this sweep has no FP16/FP32 pair:\nadd both to training.precisions")
+        return empty_figure(path, title, "this sweep has no FP16/FP32 pair:\nadd both to training.precisions")
     fig, ax = plt.subplots(figsize=(max(6, len(table) * 0.9), 4.5))
     labels = [f"{r.system} {r.framework} {r.gpus}GPU" for r in table.itertuples()]
     _bars(ax, labels, {"FP32": table.fp32_images_per_s.tolist(), "FP16": table.fp16_images_per_s.tolist()})
@@ -90,17 +69,16 @@ def fp16_vs_fp32(table, path):
     ax.set(title=f"{title} (study, V100: FP16 {gain['low']}-{gain['high']}% faster)", ylabel="images/s")
     for x, r in enumerate(table.itertuples()):
         ax.annotate(f"{r.fp16_gain_percent:+.0f}%", (x + 0.2, r.fp16_images_per_s), ha="center", fontsize=8)
-    _save(fig, path)
+    save_png(fig, path)
 
 
-def _series(tables_dir, table, metrics, path, title, ylabel):
+def _series(runs, table, metrics, path, title, ylabel):
     """One panel per run: its first node (all nodes behave alike, as the study notes) and that
     node's busiest device."""
-    runs = pd.read_csv(tables_dir / "training_throughput.csv")
     runs = runs[runs.status == "ok"]
     chosen = table[table.metric.isin(metrics)]
     if chosen.empty or runs.empty:
-        return _empty(path, title, "no telemetry in these runs (training.telemetry_interval: 0?)")
+        return empty_figure(path, title, "no telemetry in these runs (training.telemetry_interval: 0?)")
     cols = min(3, len(runs))
     rows = -(-len(runs) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False, sharey=True)
@@ -123,7 +101,7 @@ def _series(tables_dir, table, metrics, path, title, ylabel):
     fig.suptitle(title)
     fig.supxlabel("seconds since the run started")
     fig.supylabel(ylabel)
-    _save(fig, path)
+    save_png(fig, path)
 
 
 def main():
@@ -135,9 +113,10 @@ def main():
     scaling(pd.read_csv(t / "scaling.csv"), out / "fig2_scaling.png")
     system_comparison(pd.read_csv(t / "system_comparison.csv"), out / "fig4_6_system_comparison.png")
     fp16_vs_fp32(pd.read_csv(t / "fp16_vs_fp32.csv"), out / "fig5_fp16_vs_fp32.png")
-    _series(t, pd.read_csv(t / "storage_throughput.csv"), ["read_MBps"], out / "fig7_storage.png",
+    runs = pd.read_csv(t / "training_throughput.csv")
+    _series(runs, pd.read_csv(t / "storage_throughput.csv"), ["read_MBps"], out / "fig7_storage.png",
             "Fig. 7: storage read throughput during training", "read MB/s")
-    _series(t, pd.read_csv(t / "network_throughput.csv"), ["send_MBps", "recv_MBps"], out / "fig8_network.png",
+    _series(runs, pd.read_csv(t / "network_throughput.csv"), ["send_MBps", "recv_MBps"], out / "fig8_network.png",
             "Fig. 8: network throughput during training (one node)", "MB/s")
 
 
