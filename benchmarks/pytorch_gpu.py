@@ -93,6 +93,60 @@ def plan_h100():
     ]
 
 
+def plan_decode():
+    """Issue 7's real-data target, run 6: nvImageCodec's decoder (hardware engine, the lane's own
+    stream), and a shorter interpreter switch interval, against torchvision's decode_jpeg."""
+    cudagraphs = ["--channels-last", "on", "--compile", "reduce-overhead"]
+    nvimg = ["--jpeg-decoder", "nvimgcodec"]
+    switch = ["--switch-interval-ms", "0.5"]
+    high = ["--input-priority", "high"]
+    return [
+        ("variant", variant("real256_bf16_nvimgcodec_compile", "real256", "fp16", COMPILED + GPU_DECODE + nvimg,
+                            target="real data", est=100)),
+        ("variant", variant("syn_bf16_cl_compile", "synthetic", "fp16", COMPILED, target="synthetic bf16", est=60)),
+        ("variant", variant("real256_bf16_gpudecode_compile", "real256", "fp16", COMPILED + GPU_DECODE,
+                            target="real data", est=50)),
+        ("variant", variant("real256_bf16_gpudecode_compile_switch05", "real256", "fp16", COMPILED + GPU_DECODE + switch,
+                            target="real data", est=50)),
+        ("variant", variant("real256_bf16_nvimgcodec_compile_switch05", "real256", "fp16",
+                            COMPILED + GPU_DECODE + nvimg + switch, target="real data", est=50)),
+        ("variant", variant("syn_bf16_cl_cudagraphs", "synthetic", "fp16", cudagraphs, target="synthetic bf16",
+                            est=90)),
+        ("variant", variant("real256_bf16_nvimgcodec_cudagraphs_high", "real256", "fp16",
+                            cudagraphs + GPU_DECODE + nvimg + high, target="real data", est=50)),
+        ("variant", variant("real_bf16_nvimgcodec_compile", "real", "fp16", COMPILED + GPU_DECODE + nvimg,
+                            target="real data", est=50)),
+        ("variant", variant("real256_bf16_nvimgcodec_compile_lanes2", "real256", "fp16",
+                            COMPILED + GPU_DECODE + nvimg + ["--input-lanes", "2"], target="real data", est=50)),
+    ]
+
+
+def plan_ddp(n):
+    """Issue 7's scaling target, run 7: compiled DDP split at buckets (the default) against one
+    graph with the all-reduce after backward (CUDA-graphable), and bfloat16 gradients."""
+    cudagraphs = ["--channels-last", "on", "--compile", "reduce-overhead"]
+    whole = ["--ddp-graph", "whole"]
+    bf16 = ["--grad-compression", "bf16"]
+    return [
+        ("variant", variant("syn_bf16_compile_1gpu", "synthetic", "fp16", COMPILED, est=100)),
+        ("variant", variant(f"syn_bf16_compile_{n}gpu__whole", "synthetic", "fp16", COMPILED + whole, gpus=n,
+                            target=f"{n}-GPU scaling", est=60)),
+        ("variant", variant(f"syn_bf16_compile_{n}gpu", "synthetic", "fp16", COMPILED, gpus=n,
+                            target=f"{n}-GPU scaling", est=90)),
+        ("variant", variant("syn_bf16_cudagraphs_1gpu", "synthetic", "fp16", cudagraphs, est=70)),
+        ("variant", variant(f"syn_bf16_cudagraphs_{n}gpu__whole", "synthetic", "fp16", cudagraphs + whole, gpus=n,
+                            target=f"{n}-GPU scaling", est=70)),
+        ("variant", variant(f"syn_bf16_compile_{n}gpu__bf16grad", "synthetic", "fp16", COMPILED + bf16, gpus=n,
+                            target=f"{n}-GPU scaling", est=70)),
+        ("variant", variant(f"syn_bf16_cudagraphs_{n}gpu__whole_bf16grad", "synthetic", "fp16",
+                            cudagraphs + whole + bf16, gpus=n, target=f"{n}-GPU scaling", est=60)),
+        ("variant", variant("syn_bf16_eager_1gpu", "synthetic", "fp16", EAGER_CL, est=30)),
+        ("variant", variant(f"syn_bf16_eager_{n}gpu", "synthetic", "fp16", EAGER_CL, gpus=n, est=30)),
+        ("variant", variant(f"syn_bf16_compile_{n}gpu__bucket100", "synthetic", "fp16",
+                            COMPILED + ["--bucket-cap-mb", "100"], gpus=n, est=60)),
+    ]
+
+
 def plan_scaling(n):
     """On a host of n GPUs (H200s here): one GPU and n GPUs, same settings, same machine."""
     cudagraphs = ["--channels-last", "on", "--compile", "reduce-overhead"]
@@ -299,6 +353,15 @@ def part_loaders(a, work):
         return reps * a.batch / (time.perf_counter() - t)
 
     out["nvjpeg_decode"] = rate(lambda: gpu_input.decode(jpegs, dev), 20)
+    try:
+        nvimg = gpu_input.NvImgCodec(dev)
+    except RuntimeError as exc:
+        out["nvimgcodec"] = str(exc)
+    else:
+        out["nvimgcodec_decode"] = rate(lambda: nvimg(jpegs), 20)
+        diff = [(p.int() - q.int()).abs() for p, q in zip(nvimg(jpegs), gpu_input.decode(jpegs, dev))]
+        out["nvimgcodec_vs_torchvision_levels"] = {"mean": torch.cat([d.flatten().float() for d in diff]).mean().item(),
+                                                   "max": max(d.max().item() for d in diff)}
 
     def decode_augment():
         ims = gpu_input.decode(jpegs, dev)
@@ -425,6 +488,9 @@ def report(results):
                      f"{c['bf16_matmul_TFLOPs']:.0f} TFLOP/s, TF32 matmul {c['tf32_matmul_TFLOPs']:.0f} TFLOP/s")
     ld = results.get("loaders", {})
     if ld.get("status") == "ok":
+        if "nvimgcodec_decode" in ld:
+            lines.append(f"nvImageCodec decode {ld['nvimgcodec_decode']:.0f} images/s; vs torchvision's: "
+                         f"{ld['nvimgcodec_vs_torchvision_levels']}")
         lines.append(f"Input alone (images/s, batch {ld['batch']}): nvJPEG decode {ld['nvjpeg_decode']:.0f}, "
                      f"decode + augment {ld['decode_augment']:.0f}, GPU loader ({ld['gpu_loader_workers']} workers) "
                      f"{ld['gpu_loader']:.0f}, CPU loader ({ld['cpu_loader_workers']} workers) {ld['cpu_loader']:.0f}")
@@ -478,8 +544,9 @@ def derive(results):
         if v["data"].startswith("real"):
             d[f"{name}: loss falls"] = v["loss_falls"]
         if v["gpus"] > 1:
-            one = by.get(name.replace(f"_{v['gpus']}gpu", "_1gpu").split("_bucket")[0]) or by.get(
-                name.replace(f"_{v['gpus']}gpu", "_1gpu").split("_bucket")[0].replace("_cudagraphs", "_compile"))
+            # the 1-GPU run of the same mode: the name up to "__" (or "_bucket"), 1gpu for Ngpu
+            base = name.split("__")[0].replace(f"_{v['gpus']}gpu", "_1gpu").split("_bucket")[0]
+            one = by.get(base) or by.get(base.replace("_cudagraphs", "_compile"))
             if one:
                 d[f"{name}: scaling efficiency vs {one['name']}"] = \
                     f"{v['images_per_s'] / (v['gpus'] * one['images_per_s']):.1%}"
@@ -498,7 +565,7 @@ def _smi(*args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--plan", choices=("h100", "scaling"), default="h100")
+    ap.add_argument("--plan", choices=("h100", "scaling", "decode", "ddp"), default="h100")
     ap.add_argument("--gpus", type=int, default=2, help="scaling plan: GPUs of the multi-GPU runs")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "pytorch_gpu"))
     ap.add_argument("--work", default=str(REPO / "benchmarks" / "out" / "gpu-work"))
@@ -543,7 +610,9 @@ def main():
     t = time.perf_counter()
     results["data"] = part_data(a, work)
     print(f"data: {results['data']} ({time.perf_counter() - t:.0f} s)", flush=True)
-    items = [("part", "ceilings"), ("part", "loaders")] + (plan_h100() if a.plan == "h100" else plan_scaling(a.gpus))
+    plans = {"h100": plan_h100, "decode": plan_decode, "scaling": lambda: plan_scaling(a.gpus),
+             "ddp": lambda: plan_ddp(a.gpus)}
+    items = [("part", "ceilings"), ("part", "loaders")] + plans[a.plan]()
     for kind, v in items:
         name = v if kind == "part" else ("check" if kind == "check" else v["name"])
         if only and name not in only:

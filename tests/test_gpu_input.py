@@ -50,3 +50,12 @@ def test_input_lanes_keep_the_batch_order_and_are_deterministic(lmdb):
     assert got["one"]["labels"] == got["two"]["labels"] == got["expected_labels"]
     assert got["two"]["pixels"] == got["two_again"]["pixels"]
     assert (got["one"]["stats_lanes"], got["two"]["stats_lanes"]) == (1, 2)
+
+
+def test_nvimagecodec_decoder_gives_the_same_batches(lmdb):
+    got = run_reader("pytorch", "gpu_batches.py", lmdb)
+    # nvImageCodec (its CPU backend here, libjpeg-turbo as torchvision's CPU decode_jpeg) in
+    # place of torchvision's decoder: same order, same crops, same pixels.
+    assert got["nvimgcodec"]["labels"] == got["expected_labels"]
+    assert got["nvimgcodec_vs_torchvision_levels"] == 0.0 and got["nvimgcodec"]["pixels"] == got["one"]["pixels"]
+    assert min(got["nvimgcodec"]["max"]) > 1.0  # normalized images, not zeros

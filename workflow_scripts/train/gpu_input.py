@@ -6,8 +6,10 @@ images/s: under half of what one H100 trains ResNet-50 at in bf16. Here the Data
 only read each record's JPEG bytes (an LMDB lookup and a protobuf parse, microseconds), and the
 training process, in a background thread on its own CUDA stream, one or more batches ahead:
 
-  1. decodes the whole batch with nvJPEG (torchvision.io.decode_jpeg on CUDA: A100/H100 run
-     baseline JPEGs on their hardware JPEG engines, not on the SMs that train);
+  1. decodes the whole batch with nvJPEG: torchvision.io.decode_jpeg on CUDA (its batched call
+     sends baseline JPEGs to the hardware JPEG engines of an A100/H100), or nvImageCodec's
+     decoder (decoder="nvimgcodec": hardware engine first, CUDA nvJPEG for the rest), which
+     works on the lane's own CUDA stream where torchvision's uses a stream of its own;
   2. crops each image as RandomResizedCrop does (the same parameter distribution, from its own
      seeded generator), resizes the crop to image_size with antialiased bilinear interpolation
      (the filter of torchvision's tensor resize and of Pillow), flips half, normalizes with the
@@ -20,6 +22,7 @@ decoding asks for RGB anyway, so a 1-channel JPEG would still come out with 3 ch
 The same functions run on CPU tensors (decode_jpeg on the CPU), which is how the tests compare
 this path with the CPU loader's preprocessing.
 """
+import collections
 import contextlib
 import itertools
 import math
@@ -93,6 +96,61 @@ def decode(jpegs, device):
     """List of 1-D uint8 CPU tensors (JPEG files) -> list of 3 x H x W uint8 tensors on `device`
     (one batched nvJPEG call on CUDA)."""
     return decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
+
+
+class NvImgCodec:
+    """nvImageCodec's batched decoder as a `decode`: on CUDA the hardware JPEG engine first and
+    CUDA nvJPEG for what the engine cannot take (progressive files), ordered on the calling
+    thread's current stream; on a CPU device libjpeg-turbo (how the tests compare it). Planar RGB
+    out, as torchvision's decode_jpeg, EXIF orientation ignored as it does."""
+
+    def __init__(self, device, keep=2):
+        try:
+            from nvidia import nvimgcodec
+        except ImportError as exc:
+            raise RuntimeError("training.pytorch.jpeg_decoder is nvimgcodec, but nvImageCodec is not installed "
+                               "(pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg)") from exc
+        self.nv, self.device = nvimgcodec, torch.device(device)
+        cuda = self.device.type == "cuda"
+        kinds = (nvimgcodec.HW_GPU_ONLY, nvimgcodec.GPU_ONLY) if cuda else (nvimgcodec.CPU_ONLY,)
+        if not cuda:
+            index = nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY
+        else:
+            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        self.decoder = nvimgcodec.Decoder(device_id=index,
+                                          backends=[nvimgcodec.Backend(k) for k in kinds])
+        self.params = nvimgcodec.DecodeParams(color_spec=nvimgcodec.ColorSpec.SRGB, apply_exif_orientation=False,
+                                              sample_format=nvimgcodec.SampleFormat.P_RGB)
+        # Decoded buffers belong to nvImageCodec; the last batches' stay referenced until the
+        # lane's stream has certainly moved past the kernels that read them.
+        self.kept = collections.deque(maxlen=keep)
+
+    def __call__(self, jpegs, device=None):
+        srcs = [self.nv.CodeStream(j.numpy()) for j in jpegs]
+        if self.device.type == "cuda":
+            stream = torch.cuda.current_stream(self.device).cuda_stream
+            images = self.decoder.decode(srcs, params=self.params, cuda_stream=stream)
+        else:
+            images = self.decoder.decode(srcs, params=self.params)
+        bad = [i for i, im in enumerate(images) if im is None]
+        if bad:
+            raise RuntimeError(f"nvImageCodec could not decode {len(bad)} of {len(images)} JPEGs (first: #{bad[0]})")
+        self.kept.append(images)
+        if self.device.type == "cuda":
+            return [torch.as_tensor(im, device=self.device) for im in images]
+        return [torch.from_numpy(np.asarray(im)) for im in images]
+
+
+DECODERS = ("torchvision", "nvimgcodec")
+
+
+def make_decoder(name, device):
+    """A `decode(jpegs, device)` by name (training.pytorch.jpeg_decoder)."""
+    if name == "nvimgcodec":
+        return NvImgCodec(device)
+    if name != "torchvision":
+        raise ValueError(f"unknown JPEG decoder {name!r} (one of {', '.join(DECODERS)})")
+    return decode
 
 
 # Images whose longer side is at most this are resized together (padded to the batch's largest);
@@ -191,11 +249,13 @@ class GPUBatches:
     queue behind a training step's large ones (nvJPEG's own work runs on torchvision's stream,
     which it does not reach); no gain was shown on an H200 (docs/benchmarks.md), so "normal" is
     the default. Per batch each lane records how long it waited for the workers' bytes, for the
-    nvJPEG call and for launching the augmentation (stats())."""
+    nvJPEG call and for launching the augmentation (stats()). `decoder`: one of DECODERS, made
+    per lane in the lane's thread."""
 
-    def __init__(self, batches, device, size, seed, channels_last=False, depth=2, priority="normal", lanes=1):
+    def __init__(self, batches, device, size, seed, channels_last=False, depth=2, priority="normal", lanes=1,
+                 decoder="torchvision"):
         self.device, self.size, self.channels_last = torch.device(device), size, channels_last
-        self.priority = priority
+        self.priority, self.decoder = priority, decoder
         self.batches = batches
         self.stop = threading.Event()
         n = max(1, lanes)
@@ -229,6 +289,8 @@ class GPUBatches:
             if cuda:  # the current device and stream are per thread
                 torch.cuda.set_device(self.device)
                 stream = torch.cuda.Stream(self.device, priority=-1 if self.priority == "high" else 0)
+            with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
+                decode_batch = make_decoder(self.decoder, self.device)
             while not self.stop.is_set():
                 item = self._get(self.inboxes[k])
                 if item is None:
@@ -238,7 +300,7 @@ class GPUBatches:
                 (flat, sizes, labels), fetch = item
                 t1 = time.perf_counter()
                 with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
-                    images = decode(split_batch(flat, sizes), self.device)
+                    images = decode_batch(split_batch(flat, sizes), self.device)
                     t2 = time.perf_counter()
                     boxes = [crop_box(img.shape[1], img.shape[2], rng) for img in images]
                     flips = [rng.random() < 0.5 for _ in images]

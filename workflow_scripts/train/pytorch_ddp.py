@@ -20,12 +20,14 @@ several GPUs, DDP's gradients are views of its buckets of --bucket-cap-mb (no co
 """
 import gc
 import os
+import sys
 import time
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 import torchvision
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torchvision.transforms import v2 as T
 
@@ -59,6 +61,16 @@ def add_args(ap):
                    help="GPU decoding: batches decoded and augmented at once, each by its own thread and stream")
     g.add_argument("--input-priority", choices=("high", "normal"), default="normal",
                    help="GPU decoding: CUDA stream priority of the input pipeline's work")
+    g.add_argument("--jpeg-decoder", choices=gpu_input.DECODERS, default="torchvision",
+                   help="GPU decoding: torchvision's decode_jpeg or nvImageCodec's decoder")
+    g.add_argument("--ddp-graph", choices=("split", "whole"), default="split",
+                   help="compiled DDP: split (graph cut at bucket boundaries, all-reduce overlaps backward) or "
+                        "whole (one graph, all-reduce after backward; CUDA graphs then cover the whole step)")
+    g.add_argument("--grad-compression", choices=("none", "bf16"), default="none",
+                   help="DDP: all-reduce gradients as bfloat16 (half the bytes)")
+    g.add_argument("--switch-interval-ms", type=float, default=0.0,
+                   help="Python's thread switch interval (0: its default, 5 ms): how long the step's launching "
+                        "thread can wait for the interpreter lock held by the input thread")
     return ap
 
 
@@ -72,11 +84,14 @@ class Settings:
     gpu_decode: bool = False
     tf32: bool = False
     bucket_cap_mb: float = 25.0
+    ddp_graph: str = "split"
+    grad_compression: str = "none"
 
     def describe(self):
         return {"amp_dtype": str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "float32",
                 "channels_last": self.channels_last, "compile": self.compile or "off",
-                "gpu_decode": self.gpu_decode, "tf32": self.tf32, "bucket_cap_mb": self.bucket_cap_mb}
+                "gpu_decode": self.gpu_decode, "tf32": self.tf32, "bucket_cap_mb": self.bucket_cap_mb,
+                "ddp_graph": self.ddp_graph, "grad_compression": self.grad_compression}
 
 
 def resolve(args, device):
@@ -96,7 +111,8 @@ def resolve(args, device):
     mode = {"auto": "default" if cuda else "", "off": ""}.get(args.compile, args.compile)
     return Settings(device=device, amp_dtype=amp, channels_last=on(args.channels_last), compile=mode,
                     gpu_decode=on(args.gpu_decode), tf32=cuda and args.tf32 == "on",
-                    bucket_cap_mb=args.bucket_cap_mb)
+                    bucket_cap_mb=args.bucket_cap_mb, ddp_graph=args.ddp_graph,
+                    grad_compression=args.grad_compression)
 
 
 def configure_backends(s):
@@ -119,8 +135,12 @@ class Trainer:
         if distributed:
             net = DDP(net, device_ids=[s.device.index] if cuda else None, bucket_cap_mb=s.bucket_cap_mb,
                       gradient_as_bucket_view=True)
-        # With DDP, compile splits the graph at bucket boundaries so all-reduces still overlap
-        # the backward pass (dynamo's optimize_ddp, on by default).
+            if s.grad_compression == "bf16":
+                net.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        # With DDP, compile by default splits the graph at bucket boundaries so all-reduces overlap
+        # the backward pass (dynamo's optimize_ddp); "whole" keeps one graph, fused across the
+        # cuts and CUDA-graphable, and all-reduces after the backward pass.
+        torch._dynamo.config.optimize_ddp = s.ddp_graph == "split"
         self.net = torch.compile(net, mode=s.compile, dynamic=False) if s.compile else net
         # Fused SGD: one kernel for all parameters; it also takes the GradScaler's scale and
         # inf check on the GPU, without a host sync.
@@ -210,7 +230,7 @@ def build_input(args, s, launch):
     if s.gpu_decode:
         gpu = gpu_input.GPUBatches(batches, device, args.image_size, seed=args.seed * 100003 + launch.rank,
                                    channels_last=s.channels_last, depth=args.prefetch, priority=args.input_priority,
-                                   lanes=args.input_lanes)
+                                   lanes=args.input_lanes, decoder=args.jpeg_decoder)
         return Input(classes, len(ds), workers, lambda: next(gpu), gpu.close, gpu.stats)
 
     def next_batch():
@@ -231,6 +251,8 @@ def main():
     launch = run.launch
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", launch.local_rank) if cuda else torch.device("cpu")
+    if args.switch_interval_ms:
+        sys.setswitchinterval(args.switch_interval_ms / 1e3)
     if cuda:
         torch.cuda.set_device(device)
     else:  # ranks share the host's cores
