@@ -49,9 +49,11 @@ SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "N
 LMDB_OF = {"real": "lmdb", "real256": "lmdb256"}
 
 
-def variant(name, data, precision, opts, gpus=1, target="", est=60):
+def variant(name, data, precision, opts, gpus=1, target="", est=60, concurrent=1, steps=None):
+    """concurrent=k: k independent one-GPU runs at once, one per GPU (no DDP): what the GPUs do
+    side by side on the host without exchanging anything. steps: timed steps, if not --steps."""
     return {"name": name, "data": data, "precision": precision, "opts": opts, "gpus": gpus,
-            "target": target, "est_s": est}
+            "target": target, "est_s": est, "concurrent": concurrent, "steps": steps}
 
 
 COMPILED = ["--channels-last", "on", "--compile", "default"]
@@ -121,6 +123,40 @@ def plan_decode():
     ]
 
 
+def plan_decode2():
+    """Run 9: nvImageCodec with fewer CPU threads (by default one per core, beside 4 loader
+    workers and the training thread on 16 cores), and repeats of run 6's two best real-data rows."""
+    nvimg = GPU_DECODE + ["--jpeg-decoder", "nvimgcodec"]
+    return [
+        ("variant", variant("syn_bf16_cl_compile", "synthetic", "fp16", COMPILED, target="synthetic bf16", est=90)),
+        ("variant", variant("real256_bf16_nvimgcodec_compile_t4", "real256", "fp16",
+                            COMPILED + nvimg + ["--decoder-threads", "4"], target="real data", est=40)),
+        ("variant", variant("real256_bf16_gpudecode_compile", "real256", "fp16", COMPILED + GPU_DECODE,
+                            target="real data", est=40)),
+        ("variant", variant("real256_bf16_nvimgcodec_compile", "real256", "fp16", COMPILED + nvimg,
+                            target="real data", est=40)),
+        ("variant", variant("real256_bf16_nvimgcodec_compile_t8", "real256", "fp16",
+                            COMPILED + nvimg + ["--decoder-threads", "8"], target="real data", est=40)),
+        ("variant", variant("real_bf16_nvimgcodec_compile_t4", "real", "fp16",
+                            COMPILED + nvimg + ["--decoder-threads", "4"], target="real data", est=40)),
+        ("variant", variant("real256_bf16_nvimgcodec_compile_t2", "real256", "fp16",
+                            COMPILED + nvimg + ["--decoder-threads", "2"], target="real data", est=40)),
+    ]
+
+
+def plan_ddp3(n):
+    """Run 10: the 2-GPU defaults after run 8 (one graph, no buffer broadcast) on real data too."""
+    best = COMPILED + ["--ddp-graph", "whole", "--broadcast-buffers", "off"]
+    return [
+        ("variant", variant("syn_bf16_compile_1gpu", "synthetic", "fp16", COMPILED, est=70)),
+        ("variant", variant(f"syn_bf16_compile_{n}gpu__whole_nobcast", "synthetic", "fp16", best, gpus=n,
+                            target=f"{n}-GPU scaling", est=60)),
+        ("variant", variant("real256_bf16_gpudecode_compile_1gpu", "real256", "fp16", COMPILED + GPU_DECODE, est=50)),
+        ("variant", variant(f"real256_bf16_gpudecode_compile_{n}gpu__whole_nobcast", "real256", "fp16",
+                            best + GPU_DECODE, gpus=n, target=f"{n}-GPU scaling, real data", est=60)),
+    ]
+
+
 def plan_ddp(n):
     """Issue 7's scaling target, run 7: compiled DDP split at buckets (the default) against one
     graph with the all-reduce after backward (CUDA-graphable), and bfloat16 gradients."""
@@ -144,6 +180,29 @@ def plan_ddp(n):
         ("variant", variant(f"syn_bf16_eager_{n}gpu", "synthetic", "fp16", EAGER_CL, gpus=n, est=30)),
         ("variant", variant(f"syn_bf16_compile_{n}gpu__bucket100", "synthetic", "fp16",
                             COMPILED + ["--bucket-cap-mb", "100"], gpus=n, est=60)),
+    ]
+
+
+def plan_ddp2(n):
+    """Run 8: where the 2-GPU step's extra ~4 ms goes (run 7: in every mode, bf16 gradients or
+    not): the all-reduce alone, n independent one-GPU runs side by side, DDP without the buffer
+    broadcast before each forward."""
+    cudagraphs = ["--channels-last", "on", "--compile", "reduce-overhead"]
+    whole, nob = ["--ddp-graph", "whole"], ["--broadcast-buffers", "off"]
+    return [
+        ("allreduce", None),
+        ("variant", variant("syn_bf16_compile_1gpu", "synthetic", "fp16", COMPILED, est=70)),
+        ("variant", variant(f"syn_bf16_compile_1gpu_x{n}", "synthetic", "fp16", COMPILED, concurrent=n, est=70,
+                            steps=400)),
+        ("variant", variant(f"syn_bf16_compile_{n}gpu__whole_nobcast", "synthetic", "fp16", COMPILED + whole + nob,
+                            gpus=n, target=f"{n}-GPU scaling", est=60)),
+        ("variant", variant(f"syn_bf16_compile_{n}gpu__nobcast", "synthetic", "fp16", COMPILED + nob,
+                            gpus=n, target=f"{n}-GPU scaling", est=60)),
+        ("variant", variant("syn_bf16_cudagraphs_1gpu", "synthetic", "fp16", cudagraphs, est=60)),
+        ("variant", variant(f"syn_bf16_cudagraphs_{n}gpu__whole_nobcast", "synthetic", "fp16",
+                            cudagraphs + whole + nob, gpus=n, target=f"{n}-GPU scaling", est=60)),
+        ("variant", variant(f"syn_bf16_cudagraphs_1gpu_x{n}", "synthetic", "fp16", cudagraphs, concurrent=n, est=60,
+                            steps=400)),
     ]
 
 
@@ -173,7 +232,7 @@ def trainer_command(v, work, a):
     source = "real" if v["data"].startswith("real") else v["data"]
     args = ["--data-source", source, "--precision", v["precision"], "--batch-per-gpu", str(a.batch),
             "--image-size", str(a.image_size), "--mode", "steps", "--warmup-steps", str(a.warmup),
-            "--steps", str(a.steps),
+            "--steps", str(v.get("steps") or a.steps),
             "--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.0001", "--seed", "0",
             "--telemetry-interval", "1.0", *v["opts"]]
     # real256: the same images stored with their shorter side at 256 (conversion.resize_shorter: 256)
@@ -203,7 +262,61 @@ def _run(cmd, timeout):
     return proc.returncode, output
 
 
+def run_concurrent(v, work, a, timeout):
+    """v's one-GPU command on each of v['concurrent'] GPUs at the same time; images/s summed."""
+    procs, dirs = [], []
+    for k in range(v["concurrent"]):
+        cmd, run_dir = trainer_command({**v, "name": f"{v['name']}_gpu{k}"}, work, a)
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(k)}
+        procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, start_new_session=True))
+        dirs.append(run_dir)
+    t = time.perf_counter()
+    outputs = []
+    for p in procs:
+        try:
+            outputs.append(p.communicate(timeout=max(1, timeout - (time.perf_counter() - t)))[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                os.killpg(q.pid, signal.SIGKILL)
+            raise
+    wall = time.perf_counter() - t
+    res = {**v, "batch": a.batch, "command": f"{v['concurrent']} x (CUDA_VISIBLE_DEVICES=k {' '.join(cmd[1:3])} ...)",
+           "wall_s": wall}
+    if any(p.returncode for p in procs) or not all((d / "summary.json").exists() for d in dirs):
+        return {**res, "status": "failed", "error": "\n".join(o[-1200:] for o in outputs)}
+    sums = [json.loads((d / "summary.json").read_text()) for d in dirs]
+    logs = [[json.loads(line) for line in (d / "steps.jsonl").read_text().splitlines()] for d in dirs]
+    steps = logs[0]
+    # The runs compile for different times: how much of their timed windows (monotonic clock,
+    # one per host) actually ran at the same time.
+    windows = [(min(x["t_end"] - x["wall_s"] for x in lg if x["phase"] == "timed"),
+                max(x["t_end"] for x in lg if x["phase"] == "timed")) for lg in logs]
+    common = max(0.0, min(w[1] for w in windows) - max(w[0] for w in windows))
+    overlap = common / (max(w[1] for w in windows) - min(w[0] for w in windows))
+    return {**res, "status": "ok", "images_per_s": sum(s["images_per_s"] for s in sums),
+            "per_gpu": statistics.fmean(s["images_per_s"] for s in sums),
+            "each": [s["images_per_s"] for s in sums], "step_cv": max(s["step_images_per_s_cv"] for s in sums),
+            "stable": all(s["stable"] for s in sums), "settings": sums[0].get("pytorch"), "input_wait_fraction": 0.0,
+            "losses": [x["loss"] for x in steps], "step_wall_s": [x["wall_s"] for x in steps], "gpus": v["concurrent"],
+            "loss_falls": True, "device": sums[0].get("device"), "timed_overlap": overlap}
+
+
+def run_allreduce(a, work, timeout):
+    cmd = [PY, "-m", "workflow_scripts.train.launch", "--nproc-per-node", str(a.gpus), "--", PY,
+           str(REPO / "benchmarks" / "nccl_allreduce.py")]
+    t = time.perf_counter()
+    code, output = _run(cmd, timeout)
+    res = {"wall_s": time.perf_counter() - t}
+    lines = [x for x in output.splitlines() if x.startswith("{")]
+    if code or not lines:
+        return {**res, "status": "failed", "error": output[-2500:]}
+    return {**res, "status": "ok", **json.loads(lines[-1])}
+
+
 def run_variant(v, work, a, timeout):
+    if v.get("concurrent", 1) > 1:
+        return run_concurrent(v, work, a, timeout)
     cmd, run_dir = trainer_command(v, work, a)
     t = time.perf_counter()
     code, output = _run(cmd, timeout)
@@ -524,6 +637,8 @@ def report(results):
             if isinstance(v, dict) and "max_rel_diff" in v:
                 lines.append(f"- {k}: max |loss - CPU loss| / first CPU loss {v['max_rel_diff']:.2e} (tolerance {ck['tolerance'][k]:.0e}) "
                              f"{'ok' if v['within_tolerance'] else 'OUT OF TOLERANCE'}")
+    if results.get("allreduce", {}).get("status") == "ok":
+        lines.append(f"All-reduce alone: { {k: v for k, v in results['allreduce'].items() if k != 'wall_s'} }")
     for k, v in results.get("derived", {}).items():
         lines.append(f"- {k}: {v}")
     return "\n".join(lines) + "\n"
@@ -541,9 +656,14 @@ def derive(results):
         d["compiled vs eager, same real batches, first 5 losses max rel diff"] = \
             f"{max(abs(p - q) / abs(q) for p, q in zip(x, y)):.2e}"
     for name, v in by.items():
+        alone = by.get(name.split("_x")[0]) if v.get("concurrent", 1) > 1 else None
+        if alone:
+            d[f"{name}: each GPU side by side vs {alone['name']} alone"] = \
+                (f"{v['per_gpu'] / alone['images_per_s']:.1%} ({', '.join(f'{x:.0f}' for x in v['each'])}; "
+                 f"timed windows overlapping {v['timed_overlap']:.0%})")
         if v["data"].startswith("real"):
             d[f"{name}: loss falls"] = v["loss_falls"]
-        if v["gpus"] > 1:
+        if v["gpus"] > 1 and v.get("concurrent", 1) == 1:
             # the 1-GPU run of the same mode: the name up to "__" (or "_bucket"), 1gpu for Ngpu
             base = name.split("__")[0].replace(f"_{v['gpus']}gpu", "_1gpu").split("_bucket")[0]
             one = by.get(base) or by.get(base.replace("_cudagraphs", "_compile"))
@@ -565,7 +685,7 @@ def _smi(*args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--plan", choices=("h100", "scaling", "decode", "ddp"), default="h100")
+    ap.add_argument("--plan", choices=("h100", "scaling", "decode", "decode2", "ddp", "ddp2", "ddp3"), default="h100")
     ap.add_argument("--gpus", type=int, default=2, help="scaling plan: GPUs of the multi-GPU runs")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "pytorch_gpu"))
     ap.add_argument("--work", default=str(REPO / "benchmarks" / "out" / "gpu-work"))
@@ -611,13 +731,14 @@ def main():
     results["data"] = part_data(a, work)
     print(f"data: {results['data']} ({time.perf_counter() - t:.0f} s)", flush=True)
     plans = {"h100": plan_h100, "decode": plan_decode, "scaling": lambda: plan_scaling(a.gpus),
-             "ddp": lambda: plan_ddp(a.gpus)}
+             "ddp": lambda: plan_ddp(a.gpus), "ddp2": lambda: plan_ddp2(a.gpus),
+             "decode2": plan_decode2, "ddp3": lambda: plan_ddp3(a.gpus)}
     items = [("part", "ceilings"), ("part", "loaders")] + plans[a.plan]()
     for kind, v in items:
-        name = v if kind == "part" else ("check" if kind == "check" else v["name"])
+        name = v if kind == "part" else (kind if kind in ("check", "allreduce") else v["name"])
         if only and name not in only:
             continue
-        est = {"ceilings": 20, "loaders": 60, "check": 60}.get(name, v["est_s"] if isinstance(v, dict) else 60)
+        est = {"ceilings": 20, "loaders": 60, "check": 60, "allreduce": 30}.get(name, v["est_s"] if isinstance(v, dict) else 60)
         if left() < est:
             skipped = {"status": "skipped", "reason": f"time budget: {left():.0f} s left, about {est} s needed"}
             if kind == "variant":
@@ -631,6 +752,9 @@ def main():
                 r = run_variant(v, work, a, timeout=max(30, left() + 30))
                 results["variants"].append(r)
                 print(f"{name}: {r['status']} {r.get('images_per_s', 0):.0f} images/s ({r['wall_s']:.0f} s)", flush=True)
+            elif kind == "allreduce":
+                results[name] = run_allreduce(a, work, timeout=max(30, left() + 30))
+                print(f"allreduce: {results[name]}", flush=True)
             else:
                 results[name] = run_part(name, a, work, timeout=max(30, left() + 30))
                 print(f"{name}: {results[name]['status']} ({results[name]['wall_s']:.0f} s)", flush=True)

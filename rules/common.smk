@@ -134,7 +134,8 @@ def pytorch_args():
     return (f" --amp-dtype {p['amp_dtype']} --channels-last {onoff(p['channels_last'])} "
             f"--compile {p['compile'] if p['compile'] else 'off'} --gpu-decode {onoff(p['gpu_decode'])} "
             f"--loader-workers {p['loader_workers']} --tf32 {onoff(p['tf32'])} --bucket-cap-mb {p['bucket_cap_mb']} "
-            f"--input-lanes {p['input_lanes']}")
+            f"--input-lanes {p['input_lanes']} --jpeg-decoder {p['jpeg_decoder']} --ddp-graph {p['ddp_graph']} "
+            f"--broadcast-buffers {onoff(p['broadcast_buffers'])} --grad-compression {p['grad_compression']}")
 
 
 def _gpus_of_node(system, per_node):

@@ -104,7 +104,7 @@ class NvImgCodec:
     thread's current stream; on a CPU device libjpeg-turbo (how the tests compare it). Planar RGB
     out, as torchvision's decode_jpeg, EXIF orientation ignored as it does."""
 
-    def __init__(self, device, keep=2):
+    def __init__(self, device, keep=2, threads=0):
         try:
             from nvidia import nvimgcodec
         except ImportError as exc:
@@ -117,7 +117,8 @@ class NvImgCodec:
             index = nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY
         else:
             index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-        self.decoder = nvimgcodec.Decoder(device_id=index,
+        # threads: its CPU threads (header parsing, the hardware engine's submissions); 0: one per core
+        self.decoder = nvimgcodec.Decoder(device_id=index, max_num_cpu_threads=threads,
                                           backends=[nvimgcodec.Backend(k) for k in kinds])
         self.params = nvimgcodec.DecodeParams(color_spec=nvimgcodec.ColorSpec.SRGB, apply_exif_orientation=False,
                                               sample_format=nvimgcodec.SampleFormat.P_RGB)
@@ -144,10 +145,10 @@ class NvImgCodec:
 DECODERS = ("torchvision", "nvimgcodec")
 
 
-def make_decoder(name, device):
+def make_decoder(name, device, threads=0):
     """A `decode(jpegs, device)` by name (training.pytorch.jpeg_decoder)."""
     if name == "nvimgcodec":
-        return NvImgCodec(device)
+        return NvImgCodec(device, threads=threads)
     if name != "torchvision":
         raise ValueError(f"unknown JPEG decoder {name!r} (one of {', '.join(DECODERS)})")
     return decode
@@ -253,9 +254,9 @@ class GPUBatches:
     per lane in the lane's thread."""
 
     def __init__(self, batches, device, size, seed, channels_last=False, depth=2, priority="normal", lanes=1,
-                 decoder="torchvision"):
+                 decoder="torchvision", decoder_threads=0):
         self.device, self.size, self.channels_last = torch.device(device), size, channels_last
-        self.priority, self.decoder = priority, decoder
+        self.priority, self.decoder, self.decoder_threads = priority, decoder, decoder_threads
         self.batches = batches
         self.stop = threading.Event()
         n = max(1, lanes)
@@ -290,7 +291,7 @@ class GPUBatches:
                 torch.cuda.set_device(self.device)
                 stream = torch.cuda.Stream(self.device, priority=-1 if self.priority == "high" else 0)
             with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
-                decode_batch = make_decoder(self.decoder, self.device)
+                decode_batch = make_decoder(self.decoder, self.device, self.decoder_threads)
             while not self.stop.is_set():
                 item = self._get(self.inboxes[k])
                 if item is None:
