@@ -19,7 +19,9 @@ from workflow_scripts.common.launch import detect  # noqa: E402
 RESNET50_GRADIENTS = 25_557_032
 
 
-def timed(fn, warmup=5, reps=20):
+def cuda_times(fn, warmup=5, reps=20):
+    """Milliseconds of each of `reps` calls of fn on the current stream (CUDA events), after
+    `warmup` untimed calls."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -44,7 +46,7 @@ def main():
     for dtype in (torch.float32, torch.bfloat16):
         for numel in (RESNET50_GRADIENTS, 25 * 2**20 // 4):  # the whole step; one 25 MB bucket
             x = torch.ones(numel, dtype=dtype, device="cuda")
-            ms = timed(lambda: dist.all_reduce(x))
+            ms = cuda_times(lambda: dist.all_reduce(x))
             med = statistics.median(ms)
             nbytes = numel * x.element_size()
             res[f"{str(dtype).replace('torch.', '')}_{nbytes / 1e6:.0f}MB"] = {

@@ -18,6 +18,7 @@ fit is listed as skipped, never silently dropped):
 
     python3 benchmarks/pytorch_gpu.py --plan h100 --out OUT --budget-s 560
     python3 benchmarks/pytorch_gpu.py --plan scaling --gpus 2 --out OUT --budget-s 480
+    (plans decode, decode2: real data on one GPU; ddp, ddp2, ddp3: DDP on 2 GPUs; docs/benchmarks.md)
 
 Writes OUT/results.json (everything, per-step losses included) and OUT/results.md (tables).
 """
@@ -158,28 +159,29 @@ def plan_ddp3(n):
 
 
 def plan_ddp(n):
-    """Issue 7's scaling target, run 7: compiled DDP split at buckets (the default) against one
+    """Issue 7's scaling target, run 7: compiled DDP split at buckets (the default then) against one
     graph with the all-reduce after backward (CUDA-graphable), and bfloat16 gradients."""
     cudagraphs = ["--channels-last", "on", "--compile", "reduce-overhead"]
-    whole = ["--ddp-graph", "whole"]
+    whole = ["--ddp-graph", "whole", "--broadcast-buffers", "on"]
     bf16 = ["--grad-compression", "bf16"]
+    split = ["--ddp-graph", "split", "--broadcast-buffers", "on"]  # DDP's own defaults
     return [
         ("variant", variant("syn_bf16_compile_1gpu", "synthetic", "fp16", COMPILED, est=100)),
         ("variant", variant(f"syn_bf16_compile_{n}gpu__whole", "synthetic", "fp16", COMPILED + whole, gpus=n,
                             target=f"{n}-GPU scaling", est=60)),
-        ("variant", variant(f"syn_bf16_compile_{n}gpu", "synthetic", "fp16", COMPILED, gpus=n,
+        ("variant", variant(f"syn_bf16_compile_{n}gpu", "synthetic", "fp16", COMPILED + split, gpus=n,
                             target=f"{n}-GPU scaling", est=90)),
         ("variant", variant("syn_bf16_cudagraphs_1gpu", "synthetic", "fp16", cudagraphs, est=70)),
         ("variant", variant(f"syn_bf16_cudagraphs_{n}gpu__whole", "synthetic", "fp16", cudagraphs + whole, gpus=n,
                             target=f"{n}-GPU scaling", est=70)),
-        ("variant", variant(f"syn_bf16_compile_{n}gpu__bf16grad", "synthetic", "fp16", COMPILED + bf16, gpus=n,
+        ("variant", variant(f"syn_bf16_compile_{n}gpu__bf16grad", "synthetic", "fp16", COMPILED + split + bf16, gpus=n,
                             target=f"{n}-GPU scaling", est=70)),
         ("variant", variant(f"syn_bf16_cudagraphs_{n}gpu__whole_bf16grad", "synthetic", "fp16",
                             cudagraphs + whole + bf16, gpus=n, target=f"{n}-GPU scaling", est=60)),
         ("variant", variant("syn_bf16_eager_1gpu", "synthetic", "fp16", EAGER_CL, est=30)),
-        ("variant", variant(f"syn_bf16_eager_{n}gpu", "synthetic", "fp16", EAGER_CL, gpus=n, est=30)),
+        ("variant", variant(f"syn_bf16_eager_{n}gpu", "synthetic", "fp16", EAGER_CL + split, gpus=n, est=30)),
         ("variant", variant(f"syn_bf16_compile_{n}gpu__bucket100", "synthetic", "fp16",
-                            COMPILED + ["--bucket-cap-mb", "100"], gpus=n, est=60)),
+                            COMPILED + split + ["--bucket-cap-mb", "100"], gpus=n, est=60)),
     ]
 
 
@@ -196,7 +198,8 @@ def plan_ddp2(n):
                             steps=400)),
         ("variant", variant(f"syn_bf16_compile_{n}gpu__whole_nobcast", "synthetic", "fp16", COMPILED + whole + nob,
                             gpus=n, target=f"{n}-GPU scaling", est=60)),
-        ("variant", variant(f"syn_bf16_compile_{n}gpu__nobcast", "synthetic", "fp16", COMPILED + nob,
+        ("variant", variant(f"syn_bf16_compile_{n}gpu__nobcast", "synthetic", "fp16",
+                            COMPILED + ["--ddp-graph", "split"] + nob,
                             gpus=n, target=f"{n}-GPU scaling", est=60)),
         ("variant", variant("syn_bf16_cudagraphs_1gpu", "synthetic", "fp16", cudagraphs, est=60)),
         ("variant", variant(f"syn_bf16_cudagraphs_{n}gpu__whole_nobcast", "synthetic", "fp16",
@@ -207,14 +210,16 @@ def plan_ddp2(n):
 
 
 def plan_scaling(n):
-    """On a host of n GPUs (H200s here): one GPU and n GPUs, same settings, same machine."""
-    cudagraphs = ["--channels-last", "on", "--compile", "reduce-overhead"]
+    """On a host of n GPUs (H200s here): one GPU and n GPUs, same settings, same machine (run 3,
+    with DDP's own defaults: graph split at buckets, buffers broadcast)."""
+    split = ["--ddp-graph", "split", "--broadcast-buffers", "on"]
+    cudagraphs = ["--channels-last", "on", "--compile", "reduce-overhead"] + split
     return [
         ("variant", variant("syn_bf16_compile_1gpu", "synthetic", "fp16", COMPILED, est=100)),
-        ("variant", variant(f"syn_bf16_compile_{n}gpu", "synthetic", "fp16", COMPILED, gpus=n,
+        ("variant", variant(f"syn_bf16_compile_{n}gpu", "synthetic", "fp16", COMPILED + split, gpus=n,
                             target=f"{n}-GPU scaling", est=90)),
         ("variant", variant("real_bf16_gpudecode_compile_1gpu", "real", "fp16", COMPILED + GPU_DECODE, est=70)),
-        ("variant", variant(f"real_bf16_gpudecode_compile_{n}gpu", "real", "fp16", COMPILED + GPU_DECODE, gpus=n,
+        ("variant", variant(f"real_bf16_gpudecode_compile_{n}gpu", "real", "fp16", COMPILED + split + GPU_DECODE, gpus=n,
                             target=f"{n}-GPU scaling, real data", est=70)),
         ("variant", variant("syn_bf16_cudagraphs_1gpu", "synthetic", "fp16", cudagraphs, est=70)),
         ("variant", variant(f"syn_bf16_cudagraphs_{n}gpu", "synthetic", "fp16", cudagraphs, gpus=n,
@@ -223,7 +228,7 @@ def plan_scaling(n):
         ("variant", variant("real_bf16_gpudecode_cudagraphs_1gpu_highprio", "real", "fp16",
                             cudagraphs + GPU_DECODE + ["--input-priority", "high"], est=40)),
         ("variant", variant(f"syn_bf16_compile_{n}gpu_bucket100", "synthetic", "fp16",
-                            COMPILED + ["--bucket-cap-mb", "100"], gpus=n, est=70)),
+                            COMPILED + split + ["--bucket-cap-mb", "100"], gpus=n, est=70)),
     ]
 
 
@@ -395,19 +400,10 @@ def part_ceilings(a, work):
     dev = torch.device("cuda")
     out = {"device": torch.cuda.get_device_name(dev), "sm_count": torch.cuda.get_device_properties(dev).multi_processor_count}
 
-    def timed(fn, reps=20):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(reps):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            ts.append(s.elapsed_time(e) / 1e3)
-        return statistics.median(ts)
+    from benchmarks.nccl_allreduce import cuda_times
+
+    def timed(fn):
+        return statistics.median(cuda_times(fn, warmup=3, reps=20)) / 1e3
 
     src = torch.randn(1 << 29, device=dev, dtype=torch.float32)  # 2 GiB
     dst = torch.empty_like(src)

@@ -118,6 +118,8 @@ def test_ranks_ran_on_two_nodes_and_averaged_their_gradients(slurm_run, framewor
     assert ranks[0]["weights_sha256"]["after_step_1"] != ranks[0]["weights_sha256"]["final"]
     summary = json.loads((run / "summary.json").read_text())
     assert (summary["num_nodes"], summary["world_size"]) == (2, 2)
+    if framework == "pytorch":  # ddp_graph auto: across nodes the all-reduce overlaps the backward pass
+        assert summary["pytorch"]["ddp_graph"] == "split"
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

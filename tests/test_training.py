@@ -30,6 +30,9 @@ def test_both_ranks_hold_identical_weights(pipeline_run, framework):
     assert [r["launch"]["world_size"] for r in ranks] == [2, 2]
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
     assert ranks[0]["weights_sha256"]["after_step_1"] != ranks[0]["weights_sha256"]["final"]
+    if framework == "pytorch":  # ddp_graph auto on one node: one graph; BatchNorm buffers not broadcast
+        settings = json.loads((run / "summary.json").read_text())["pytorch"]
+        assert (settings["ddp_graph"], settings["broadcast_buffers"]) == ("whole", False)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

@@ -16,9 +16,9 @@ Speed on a GPU, each 'auto' being on for CUDA and off on a CPU (so the CPU defau
 always did): channels_last, torch.compile of the model (mode default: BN + ReLU fused into one
 pass; reduce-overhead adds CUDA graphs, faster on synthetic data, slower with GPU decoding, whose
 work then waits behind the graphs: docs/benchmarks.md), a fused SGD, cuDNN autotuning; with
-several GPUs, DDP's gradients are views of its buckets of --bucket-cap-mb (no copy), one compiled
-graph with the all-reduce after the backward pass, and no BatchNorm buffer broadcast (together
-96.7-97.5% scaling efficiency on 2 H200s, against 90% for DDP's defaults).
+several GPUs, DDP's gradients are views of its buckets of --bucket-cap-mb (no copy), no BatchNorm
+buffer broadcast, and within one node one compiled graph with the all-reduce after the backward
+pass (together 96.7-97.5% scaling efficiency on 2 H200s, against 90% for DDP's defaults).
 """
 import gc
 import os
@@ -67,9 +67,10 @@ def add_args(ap):
                    help="GPU decoding: torchvision's decode_jpeg or nvImageCodec's decoder")
     g.add_argument("--decoder-threads", type=int, default=0,
                    help="GPU decoding with nvimgcodec: its CPU threads per lane (0: one per core)")
-    g.add_argument("--ddp-graph", choices=("split", "whole"), default="whole",
+    g.add_argument("--ddp-graph", choices=("auto", "split", "whole"), default="auto",
                    help="compiled DDP: split (graph cut at bucket boundaries, all-reduce overlaps backward) or "
-                        "whole (one graph, all-reduce after backward; CUDA graphs then cover the whole step)")
+                        "whole (one graph, all-reduce after backward; CUDA graphs then cover the whole step); "
+                        "auto: whole within one node, split across nodes")
     g.add_argument("--broadcast-buffers", choices=("on", "off"), default="off",
                    help="DDP: rank 0's BatchNorm statistics sent to every rank before each forward pass "
                         "(off: each rank keeps its own, as the weights saved are rank 0's)")
@@ -91,7 +92,7 @@ class Settings:
     gpu_decode: bool = False
     tf32: bool = False
     bucket_cap_mb: float = 25.0
-    ddp_graph: str = "whole"
+    ddp_graph: str = "whole"  # as resolved (auto: by node count)
     grad_compression: str = "none"
     broadcast_buffers: bool = False
 
@@ -103,7 +104,7 @@ class Settings:
                 "broadcast_buffers": self.broadcast_buffers}
 
 
-def resolve(args, device):
+def resolve(args, device, nodes=1):
     cuda = device.type == "cuda"
 
     def on(value):
@@ -120,8 +121,17 @@ def resolve(args, device):
     mode = {"auto": "default" if cuda else "", "off": ""}.get(args.compile, args.compile)
     return Settings(device=device, amp_dtype=amp, channels_last=on(args.channels_last), compile=mode,
                     gpu_decode=on(args.gpu_decode), tf32=cuda and args.tf32 == "on",
-                    bucket_cap_mb=args.bucket_cap_mb, ddp_graph=args.ddp_graph,
+                    bucket_cap_mb=args.bucket_cap_mb, ddp_graph=ddp_graph(args.ddp_graph, nodes),
                     grad_compression=args.grad_compression, broadcast_buffers=args.broadcast_buffers == "on")
+
+
+def ddp_graph(choice, nodes):
+    """Within a node (NVLink) the 102 MB of gradients all-reduce in 0.5 ms and one whole graph
+    scaled best (docs/benchmarks.md); across nodes a network all-reduce takes several times
+    longer, which only the split graph's overlap with the backward pass can hide."""
+    if choice != "auto":
+        return choice
+    return "whole" if nodes == 1 else "split"
 
 
 def configure_backends(s):
@@ -272,7 +282,7 @@ def main():
     if launch.world_size > 1:
         dist.init_process_group("nccl" if cuda else "gloo", rank=launch.rank, world_size=launch.world_size,
                                 init_method=f"tcp://{launch.master_addr}:{launch.master_port}")
-    s = resolve(args, device)
+    s = resolve(args, device, nodes=launch.num_nodes)
     configure_backends(s)
     torch.manual_seed(args.seed)
     data = build_input(args, s, launch)
