@@ -126,7 +126,7 @@ class NvImgCodec:
         # lane's stream has certainly moved past the kernels that read them.
         self.kept = collections.deque(maxlen=keep)
 
-    def __call__(self, jpegs, device=None):
+    def __call__(self, jpegs, device=None):  # device: decode()'s signature; this decoder has its own
         srcs = [self.nv.CodeStream(j.numpy()) for j in jpegs]
         if self.device.type == "cuda":
             stream = torch.cuda.current_stream(self.device).cuda_stream
@@ -290,8 +290,7 @@ class GPUBatches:
             if cuda:  # the current device and stream are per thread
                 torch.cuda.set_device(self.device)
                 stream = torch.cuda.Stream(self.device, priority=-1 if self.priority == "high" else 0)
-            with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
-                decode_batch = make_decoder(self.decoder, self.device, self.decoder_threads)
+            decode_batch = make_decoder(self.decoder, self.device, self.decoder_threads)
             while not self.stop.is_set():
                 item = self._get(self.inboxes[k])
                 if item is None:
