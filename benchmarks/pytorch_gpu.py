@@ -232,6 +232,11 @@ def plan_scaling(n):
     ]
 
 
+# plan name -> items, given the GPU count of the multi-GPU runs (one-GPU plans ignore it)
+PLANS = {"h100": lambda n: plan_h100(), "decode": lambda n: plan_decode(), "decode2": lambda n: plan_decode2(),
+         "scaling": plan_scaling, "ddp": plan_ddp, "ddp2": plan_ddp2, "ddp3": plan_ddp3}
+
+
 def trainer_command(v, work, a):
     run_dir = work / "runs" / v["name"]
     source = "real" if v["data"].startswith("real") else v["data"]
@@ -681,8 +686,8 @@ def _smi(*args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--plan", choices=("h100", "scaling", "decode", "decode2", "ddp", "ddp2", "ddp3"), default="h100")
-    ap.add_argument("--gpus", type=int, default=2, help="scaling plan: GPUs of the multi-GPU runs")
+    ap.add_argument("--plan", choices=sorted(PLANS), default="h100")
+    ap.add_argument("--gpus", type=int, default=2, help="GPUs of the multi-GPU runs (plans scaling, ddp, ddp2, ddp3)")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "pytorch_gpu"))
     ap.add_argument("--work", default=str(REPO / "benchmarks" / "out" / "gpu-work"))
     ap.add_argument("--budget-s", type=float, default=560, help="stop starting new work after this")
@@ -726,10 +731,7 @@ def main():
     t = time.perf_counter()
     results["data"] = part_data(a, work)
     print(f"data: {results['data']} ({time.perf_counter() - t:.0f} s)", flush=True)
-    plans = {"h100": plan_h100, "decode": plan_decode, "scaling": lambda: plan_scaling(a.gpus),
-             "ddp": lambda: plan_ddp(a.gpus), "ddp2": lambda: plan_ddp2(a.gpus),
-             "decode2": plan_decode2, "ddp3": lambda: plan_ddp3(a.gpus)}
-    items = [("part", "ceilings"), ("part", "loaders")] + plans[a.plan]()
+    items = [("part", "ceilings"), ("part", "loaders")] + PLANS[a.plan](a.gpus)
     for kind, v in items:
         name = v if kind == "part" else (kind if kind in ("check", "allreduce") else v["name"])
         if only and name not in only:
