@@ -1,5 +1,6 @@
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -14,6 +15,55 @@ from workflow_scripts.common import slurm  # noqa: E402
 from workflow_scripts.data import layout as dataset_layout  # noqa: E402
 
 validate(config, workflow.source_path("../schemas/config.schema.yaml"))
+
+
+def _check_path(key, value, file_pattern=False):
+    """A path from config reaches jobs as one quoted argument; what that cannot carry, or what
+    Snakemake would read as something else, is refused now, naming the key."""
+    why = None
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        why = "a newline or other control character in a path is not supported"
+    elif file_pattern and ("{" in value or "}" in value):
+        why = "Snakemake reads braces in its file names as wildcards"
+    elif value.startswith("-"):
+        why = f"a path starting with '-' would read as an option; write ./{value}"
+    if why:
+        raise WorkflowError(f"config {key} = {value!r}: {why}")
+
+
+def _check_writable(key, value):
+    """An output directory that cannot be written fails now, not after hours of work."""
+    path = Path(value).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise WorkflowError(f"config {key} = {value!r}: {existing} exists and is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise WorkflowError(f"config {key} = {value!r}: {existing} is not writable by this user")
+
+
+for _key in ("data_dir", "log_dir", "results_dir"):
+    _check_path(_key, config[_key], file_pattern=True)
+    _check_writable(_key, config[_key])
+for _key in ("root", "val_labels"):
+    _check_path(f"dataset.{_key}", config["dataset"][_key])
+for _key, _value in config["envs"].items():
+    _check_path(f"envs.{_key}", _value)
+for _system in config["training"]["systems"]:
+    if _system not in config["systems"]:
+        raise WorkflowError(f"config training.systems names {_system!r}, which is not defined under config "
+                            f"systems (defined: {', '.join(config['systems'])})")
+
+
+def _sbatch_words(system):
+    """systems.<name>.sbatch_extra as words: split as a shell would, never run by one."""
+    value = config["systems"][system]["sbatch_extra"]
+    try:
+        return shlex.split(value)
+    except ValueError as exc:
+        raise WorkflowError(f"config systems.{system}.sbatch_extra = {value!r}: {exc}")
+
+
+SBATCH_EXTRA = {name: _sbatch_words(name) for name in config["systems"]}
 
 DATA = config["data_dir"]
 LOGS = config["log_dir"]
@@ -55,7 +105,7 @@ def tfrecord_shards(split):
 
 
 def encoding_args():
-    return f"--resize-shorter {CONV['resize_shorter']} --quality {CONV['jpeg_quality']}"
+    return ["--resize-shorter", str(CONV["resize_shorter"]), "--quality", str(CONV["jpeg_quality"])]
 
 RESULTS = config["results_dir"]
 TRAIN = config["training"]
@@ -66,9 +116,6 @@ TRAINER_OF = {"tensorflow": "tensorflow_horovod", "mxnet": "mxnet_horovod", "pyt
 def placement(system, gpus):
     """(nodes, processes per node) for `gpus` on `system`; an impossible point is a parse-time
     error, not a job that waits in the queue forever."""
-    if system not in config["systems"]:
-        raise WorkflowError(f"config training.systems names {system!r}, which is not in config systems "
-                            f"({', '.join(config['systems'])})")
     sysc = config["systems"][system]
     per_node = sysc["gpus_per_node"]
     nodes = -(-gpus // per_node)
@@ -112,16 +159,16 @@ TRAINING_RUNS = [f"{point['run_dir']}/summary.json" for point in SWEEP]
 
 
 def trainer_args(w):
-    """The trainer's command line: only what this run's framework and precision use, so editing
-    another framework's setting does not rerun it."""
+    """The trainer's command line, one list item per argument: only what this run's framework
+    and precision use, so editing another framework's setting does not rerun it."""
     batch = TRAIN["batch_per_gpu"][w.framework] * (TRAIN["fp16_batch_factor"] if w.precision == "fp16" else 1)
-    return (f"--data {DATA}/{FORMAT_OF[w.framework]} --data-source {TRAIN['data_source']} "
-            f"--precision {w.precision} --batch-per-gpu {batch} --image-size {TRAIN['image_size']} "
-            f"--mode {TRAIN['mode']} --warmup-steps {TRAIN['warmup_steps']} --steps {TRAIN['steps']} "
-            f"--epochs {TRAIN['epochs']} --lr {TRAIN['lr']} --momentum {TRAIN['momentum']} "
-            f"--weight-decay {TRAIN['weight_decay']} --decode-threads {TRAIN['decode_threads']} "
-            f"--seed {TRAIN['seed']} --telemetry-interval {TRAIN['telemetry_interval']}"
-            + (pytorch_args() if w.framework == "pytorch" else ""))
+    args = ["--data", f"{DATA}/{FORMAT_OF[w.framework]}", "--data-source", TRAIN["data_source"],
+            "--precision", w.precision, "--batch-per-gpu", batch, "--image-size", TRAIN["image_size"],
+            "--mode", TRAIN["mode"], "--warmup-steps", TRAIN["warmup_steps"], "--steps", TRAIN["steps"],
+            "--epochs", TRAIN["epochs"], "--lr", TRAIN["lr"], "--momentum", TRAIN["momentum"],
+            "--weight-decay", TRAIN["weight_decay"], "--decode-threads", TRAIN["decode_threads"],
+            "--seed", TRAIN["seed"], "--telemetry-interval", TRAIN["telemetry_interval"]]
+    return [str(a) for a in args + (pytorch_args() if w.framework == "pytorch" else [])]
 
 
 def pytorch_args():
@@ -131,11 +178,11 @@ def pytorch_args():
     def onoff(v):
         return v if v == "auto" else ("on" if v else "off")
 
-    return (f" --amp-dtype {p['amp_dtype']} --channels-last {onoff(p['channels_last'])} "
-            f"--compile {p['compile'] if p['compile'] else 'off'} --gpu-decode {onoff(p['gpu_decode'])} "
-            f"--loader-workers {p['loader_workers']} --tf32 {onoff(p['tf32'])} --bucket-cap-mb {p['bucket_cap_mb']} "
-            f"--input-lanes {p['input_lanes']} --jpeg-decoder {p['jpeg_decoder']} --ddp-graph {p['ddp_graph']} "
-            f"--broadcast-buffers {onoff(p['broadcast_buffers'])} --grad-compression {p['grad_compression']}")
+    return ["--amp-dtype", p["amp_dtype"], "--channels-last", onoff(p["channels_last"]),
+            "--compile", p["compile"] if p["compile"] else "off", "--gpu-decode", onoff(p["gpu_decode"]),
+            "--loader-workers", p["loader_workers"], "--tf32", onoff(p["tf32"]), "--bucket-cap-mb", p["bucket_cap_mb"],
+            "--input-lanes", p["input_lanes"], "--jpeg-decoder", p["jpeg_decoder"], "--ddp-graph", p["ddp_graph"],
+            "--broadcast-buffers", onoff(p["broadcast_buffers"]), "--grad-compression", p["grad_compression"]]
 
 
 def _gpus_of_node(system, per_node):
@@ -156,12 +203,12 @@ def _gpu_flag(system, per_node):
 
 def launcher_args(w):
     """Where the processes of one run start: the node and task geometry and, inside a SLURM job,
-    the srun flags (the job step's own SLURM_* settings are not inherited)."""
+    the srun flags (the job step's own SLURM_* settings are not inherited). One item per argument."""
     nodes, per_node = placement(w.system, int(w.gpus))
     sysc = config["systems"][w.system]
-    horovod = " --horovod" if w.framework in ("tensorflow", "mxnet") else ""
-    return (f"--nproc-per-node {per_node} --nodes {nodes} --cpus-per-task {sysc['cpus_per_task']}"
-            f" --srun-args={_gpu_flag(w.system, per_node)!r}{horovod}")
+    return [f"--nproc-per-node={per_node}", f"--nodes={nodes}", f"--cpus-per-task={sysc['cpus_per_task']}",
+            f"--srun-args={_gpu_flag(w.system, per_node)}"] + (
+        ["--horovod"] if w.framework in ("tensorflow", "mxnet") else [])
 
 
 def slurm_gres(w):
@@ -175,13 +222,14 @@ def slurm_gres(w):
 
 def slurm_extra(w):
     """sbatch flags the executor plugin has no resource for: the task geometry, --gpus-per-node
-    (the plugin's own gpu resource would ask for GPUs per job, not per node), extras."""
+    (the plugin's own gpu resource would ask for GPUs per job, not per node), extras. The plugin
+    puts this string into a shell line as it is, so every word is quoted here."""
     _, per_node = placement(w.system, int(w.gpus))
     sysc = config["systems"][w.system]
     flags = [f"--ntasks-per-node={per_node}"]
     if sysc["gpu_request"] == "gpus-per-node":
         flags.append(_gpu_flag(w.system, per_node))
-    return " ".join(flags + ([sysc["sbatch_extra"]] if sysc["sbatch_extra"] else []))
+    return shlex.join(flags + SBATCH_EXTRA[w.system])
 
 
 def system_value(key, unset=None):

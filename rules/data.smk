@@ -14,10 +14,10 @@ rule embedded_dataset:
     conda:
         "../envs/workflow.yaml"
     shell:
-        "{params.py} -m workflow_scripts.data.embedded --out {output} "
+        "{params.py:q} -m workflow_scripts.data.embedded --out {output:q} "
         "--classes {params.emb[classes]} --train-per-class {params.emb[train_per_class]} "
         "--val-per-class {params.emb[val_per_class]} --seed {params.emb[seed]} "
-        "--val-layout {params.emb[val_layout]} > {log} 2>&1"
+        "--val-layout {params.emb[val_layout]} > {log:q} 2>&1"
 
 
 rule index_dataset:
@@ -39,9 +39,9 @@ rule index_dataset:
     conda:
         "../envs/workflow.yaml"
     shell:
-        "{params.py} -m workflow_scripts.data.index --root {params.root:q} --out {output} "
+        "{params.py:q} -m workflow_scripts.data.index --root {params.root:q} --out {output:q} "
         "--val-labels={params.val_labels:q} --seed {params.seed} "
-        "--max-reject-fraction {params.max_rejects} --threads {threads} > {log} 2>&1"
+        "--max-reject-fraction {params.max_rejects} --threads {threads} > {log:q} 2>&1"
 
 
 rule tfrecord:
@@ -63,9 +63,9 @@ rule tfrecord:
     conda:
         "../envs/tf-mxnet.yaml"
     shell:
-        "{params.py} -m workflow_scripts.data.tfrecord --index {input} --out {output} "
-        "--threads {threads} {params.encoding} --train-shards {params.train_shards} "
-        "--val-shards {params.val_shards} --label-offset {params.label_offset} > {log} 2>&1"
+        "{params.py:q} -m workflow_scripts.data.tfrecord --index {input:q} --out {output:q} "
+        "--threads {threads} {params.encoding:q} --train-shards {params.train_shards} "
+        "--val-shards {params.val_shards} --label-offset {params.label_offset} > {log:q} 2>&1"
 
 
 rule recordio:
@@ -84,8 +84,8 @@ rule recordio:
     conda:
         "../envs/tf-mxnet.yaml"
     shell:
-        "{params.py} -m workflow_scripts.data.recordio --index {input} --out {output} "
-        "--threads {threads} {params.encoding} > {log} 2>&1"
+        "{params.py:q} -m workflow_scripts.data.recordio --index {input:q} --out {output:q} "
+        "--threads {threads} {params.encoding:q} > {log:q} 2>&1"
 
 
 rule lmdb:
@@ -104,8 +104,8 @@ rule lmdb:
     conda:
         "../envs/torch.yaml"
     shell:
-        "{params.py} -m workflow_scripts.data.lmdb_caffe2 --index {input} --out {output} "
-        "--threads {threads} {params.encoding} > {log} 2>&1"
+        "{params.py:q} -m workflow_scripts.data.lmdb_caffe2 --index {input:q} --out {output:q} "
+        "--threads {threads} {params.encoding:q} > {log:q} 2>&1"
 
 
 rule data:

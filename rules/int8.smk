@@ -18,6 +18,7 @@ rule int8_split:
         py=PY["workflow"],
         batches=calibration_batches(),
         batch_size=CALIB["batch_size"],
+        out_dir=lambda w, output: os.path.dirname(output.summary),
     log:
         f"{LOGS}/int8/split.log",
     benchmark:
@@ -25,8 +26,8 @@ rule int8_split:
     conda:
         "../envs/workflow.yaml"
     shell:
-        "{params.py} -m workflow_scripts.infer.split --index {input} --batches {params.batches} "
-        "--batch-size {params.batch_size} --out $(dirname {output.summary}) > {log} 2>&1"
+        "{params.py:q} -m workflow_scripts.infer.split --index {input:q} --batches {params.batches:q} "
+        "--batch-size {params.batch_size:q} --out {params.out_dir:q} > {log:q} 2>&1"
 
 
 rule int8_export:
@@ -47,9 +48,9 @@ rule int8_export:
     conda:
         "../envs/torch.yaml"
     shell:
-        "{params.py} -m workflow_scripts.infer.export --network {wildcards.model} {params.args} "
-        "--key inference.models.{wildcards.model} --image-size {params.image_size} --threads {threads} "
-        "--out {output.onnx} --info {output.info} > {log} 2>&1"
+        "{params.py:q} -m workflow_scripts.infer.export --network {wildcards.model} {params.args:q} "
+        "--key inference.models.{wildcards.model} --image-size {params.image_size:q} --threads {threads} "
+        "--out {output.onnx:q} --info {output.info:q} > {log:q} 2>&1"
 
 
 rule int8_calibrate:
@@ -72,9 +73,9 @@ rule int8_calibrate:
     conda:
         "../envs/torch.yaml"
     shell:
-        "{params.py} -m workflow_scripts.infer.calibrate --onnx {input.onnx} --images {input.images} "
-        "--lmdb {input.lmdb} --image-size {params.image_size} --batch-size {params.batch_size} {params.args} "
-        "--threads {threads} --out {output} > {log} 2>&1"
+        "{params.py:q} -m workflow_scripts.infer.calibrate --onnx {input.onnx:q} --images {input.images:q} "
+        "--lmdb {input.lmdb:q} --image-size {params.image_size:q} --batch-size {params.batch_size:q} {params.args:q} "
+        "--threads {threads} --out {output:q} > {log:q} 2>&1"
 
 
 rule int8_quantize:
@@ -96,9 +97,9 @@ rule int8_quantize:
     conda:
         "../envs/torch.yaml"
     shell:
-        "{params.py} -m workflow_scripts.infer.quantize --onnx {input.onnx} --ranges {input.ranges} "
-        "--activations {params.activations} --per-channel {params.per_channel} "
-        "--calibration-images {params.calibration_images} --out {output.onnx} --cache {output.cache} > {log} 2>&1"
+        "{params.py:q} -m workflow_scripts.infer.quantize --onnx {input.onnx:q} --ranges {input.ranges:q} "
+        "--activations {params.activations:q} --per-channel {params.per_channel:q} "
+        "--calibration-images {params.calibration_images:q} --out {output.onnx:q} --cache {output.cache:q} > {log:q} 2>&1"
 
 
 rule int8_engine:
@@ -120,9 +121,9 @@ rule int8_engine:
     conda:
         "../envs/torch.yaml"
     shell:
-        "{params.py} -m workflow_scripts.infer.engine --engine {wildcards.engine} --onnx {input} "
-        "--precision {wildcards.precision} --threads {threads} {params.args} --out {output.engine} "
-        "--info {output.info} > {log} 2>&1"
+        "{params.py:q} -m workflow_scripts.infer.engine --engine {wildcards.engine} --onnx {input:q} "
+        "--precision {wildcards.precision} --threads {threads} {params.args:q} --out {output.engine:q} "
+        "--info {output.info:q} > {log:q} 2>&1"
 
 
 rule int8_evaluate:
@@ -147,10 +148,10 @@ rule int8_evaluate:
     conda:
         "../envs/torch.yaml"
     shell:
-        "{params.py} -m workflow_scripts.infer.evaluate --engine {wildcards.engine} --engine-file {input.engine} "
-        "--precision {wildcards.precision} --network {wildcards.model} --images {input.images} --lmdb {input.lmdb} "
-        "--image-size {params.image_size} --batch-size {params.batch_size} --threads {threads} "
-        "--out {output.counts} --predictions {output.predictions} > {log} 2>&1"
+        "{params.py:q} -m workflow_scripts.infer.evaluate --engine {wildcards.engine} --engine-file {input.engine:q} "
+        "--precision {wildcards.precision} --network {wildcards.model} --images {input.images:q} --lmdb {input.lmdb:q} "
+        "--image-size {params.image_size:q} --batch-size {params.batch_size:q} --threads {threads} "
+        "--out {output.counts:q} --predictions {output.predictions:q} > {log:q} 2>&1"
 
 
 rule int8_accuracy:
@@ -166,7 +167,7 @@ rule int8_accuracy:
         py=PY["workflow"],
         root=lambda w, input: Path(input.evals[0]).parents[2],
         engine=ENGINE,
-        models=" ".join(INT8_MODELS),
+        models=INT8_MODELS,
     log:
         f"{LOGS}/int8/accuracy.log",
     benchmark:
@@ -174,8 +175,8 @@ rule int8_accuracy:
     conda:
         "../envs/workflow.yaml"
     shell:
-        "{params.py} -m workflow_scripts.infer.tables accuracy --root {params.root} --engine {params.engine} "
-        "--models {params.models} --csv {output.csv} --md {output.md} > {log} 2>&1"
+        "{params.py:q} -m workflow_scripts.infer.tables accuracy --root {params.root:q} --engine {params.engine:q} "
+        "--models {params.models:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"
 
 
 # Timed runs: each job takes inference.threads cores, so a local run with --cores at most that
@@ -200,10 +201,10 @@ rule int8_throughput_run:
     conda:
         "../envs/torch.yaml"
     shell:
-        "{params.py} -m workflow_scripts.infer.throughput --engine {wildcards.engine} --engine-file {input} "
-        "--precision {wildcards.precision} --network {wildcards.model} --image-size {params.image_size} "
-        "--batch-size {wildcards.bs} --warmup {params.warmup} --repeats {params.repeats} --threads {threads} "
-        "--out {output} > {log} 2>&1"
+        "{params.py:q} -m workflow_scripts.infer.throughput --engine {wildcards.engine} --engine-file {input:q} "
+        "--precision {wildcards.precision} --network {wildcards.model} --image-size {params.image_size:q} "
+        "--batch-size {wildcards.bs} --warmup {params.warmup:q} --repeats {params.repeats:q} --threads {threads} "
+        "--out {output:q} > {log:q} 2>&1"
 
 
 rule int8_throughput:
@@ -217,8 +218,8 @@ rule int8_throughput:
         py=PY["workflow"],
         root=lambda w, input: Path(input[0]).parents[3],
         engine=ENGINE,
-        models=" ".join(THROUGHPUT["models"]),
-        batch_sizes=" ".join(map(str, BATCH_SIZES)),
+        models=THROUGHPUT["models"],
+        batch_sizes=BATCH_SIZES,
     log:
         f"{LOGS}/int8/throughput.log",
     benchmark:
@@ -226,8 +227,8 @@ rule int8_throughput:
     conda:
         "../envs/workflow.yaml"
     shell:
-        "{params.py} -m workflow_scripts.infer.tables throughput --root {params.root} --engine {params.engine} "
-        "--models {params.models} --batch-sizes {params.batch_sizes} --csv {output.csv} --md {output.md} > {log} 2>&1"
+        "{params.py:q} -m workflow_scripts.infer.tables throughput --root {params.root:q} --engine {params.engine:q} "
+        "--models {params.models:q} --batch-sizes {params.batch_sizes:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"
 
 
 rule int8:

@@ -1,7 +1,5 @@
 # Settings and helpers of the inference stage (rules/int8.smk): what config.yaml's inference
 # section means, checked when the workflow is parsed.
-import shlex  # noqa: E402
-
 from workflow_scripts.infer.networks import NETWORKS  # noqa: E402
 
 INFER = config["inference"]
@@ -88,26 +86,26 @@ def export_weights(w):
 def export_args(w, input):
     source = INFER["models"][w.model]
     if source == "pipeline":
-        return f"--source pipeline --weights {os.path.dirname(input.weights)}/weights.pt"
+        return ["--source", "pipeline", "--weights", f"{os.path.dirname(input.weights)}/weights.pt"]
     if source == "torchvision":
-        return "--source torchvision"
-    return f"--source file --weights {shlex.quote(source)}"
+        return ["--source", "torchvision"]
+    return ["--source", "file", "--weights", source]
 
 
 def calibration_args():
     """Only what the chosen method uses, so editing another method's setting reruns nothing."""
     method = CALIB["method"]
-    args = f"--method {method} --chunk-batches {CALIB['chunk_batches']}"
+    args = ["--method", method, "--chunk-batches", str(CALIB["chunk_batches"])]
     if method in ("entropy", "percentile"):
-        args += f" --bins {CALIB['histogram_bins']}"
+        args += ["--bins", str(CALIB["histogram_bins"])]
     if method == "percentile":
-        args += f" --percentile {CALIB['percentile']}"
+        args += ["--percentile", str(CALIB["percentile"])]
     return args
 
 
 def engine_args():
     trt = INFER["tensorrt"]
-    return f"--max-batch {trt['max_batch']} --workspace-mb {trt['workspace_mb']}" if TENSORRT else ""
+    return ["--max-batch", str(trt["max_batch"]), "--workspace-mb", str(trt["workspace_mb"])] if TENSORRT else []
 
 
 wildcard_constraints:

@@ -25,8 +25,8 @@ rule training_tables:
     conda:
         "../envs/workflow.yaml"
     shell:
-        "{params.py} -m workflow_scripts.report.training_tables --points {params.points:q} "
-        "--out-dir {params.out_dir} > {log} 2>&1"
+        "{params.py:q} -m workflow_scripts.report.training_tables --points {params.points:q} "
+        "--out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 rule training_figures:
@@ -47,8 +47,8 @@ rule training_figures:
     conda:
         "../envs/workflow.yaml"
     shell:
-        "{params.py} -m workflow_scripts.report.training_figures --tables {params.tables} "
-        "--out-dir {params.out_dir} > {log} 2>&1"
+        "{params.py:q} -m workflow_scripts.report.training_figures --tables {params.tables:q} "
+        "--out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 rule inference_figures:
@@ -70,8 +70,8 @@ rule inference_figures:
     conda:
         "../envs/workflow.yaml"
     shell:
-        "{params.py} -m workflow_scripts.report.inference_figures --accuracy {input.accuracy} "
-        "--throughput {input.throughput} --out-dir {params.out_dir} > {log} 2>&1"
+        "{params.py:q} -m workflow_scripts.report.inference_figures --accuracy {input.accuracy:q} "
+        "--throughput {input.throughput:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 rule report_tables:

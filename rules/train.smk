@@ -16,7 +16,9 @@ rule train:
     params:
         py=lambda w: PY[w.framework],
         run_dir=lambda w, output: os.path.dirname(output[0]),
-        trainer=lambda w: TRAINER_OF[w.framework],
+        # results_dir (output = <results_dir>/runs/<system>/<run>/summary.json)
+        results_dir=lambda w, output: Path(output[0]).parents[3],
+        trainer=lambda w: f"workflow_scripts.train.{TRAINER_OF[w.framework]}",
         args=trainer_args,
         launch=launcher_args,
         cache_command=TRAIN["cache_clear_command"],
@@ -47,22 +49,13 @@ rule train:
     conda:
         lambda w: "../envs/torch.yaml" if w.framework == "pytorch" else "../envs/tf-mxnet.yaml"
     shell:
-        # Snakemake deletes {log} before a retry, so each attempt also writes its own
-        # {log}.attempt<N>, which survives. Page caches are cleared on every node of the run.
-        "attempt_log={log}.attempt{resources.attempt}; rc=0; "
-        "( echo \"attempt {resources.attempt} on $(hostname), SLURM job ${{SLURM_JOB_ID:-none}}\" && "
-        "rm -rf {params.run_dir} && mkdir -p {params.run_dir} && "
-        "{params.py} -m workflow_scripts.train.launch --per-node {params.launch} -- "
-        "{params.py} -m workflow_scripts.common.page_cache --paths {input.data} "
-        "--command={params.cache_command:q} --out {params.run_dir}/cache.{{node}}.json && "
-        "{params.py} -m workflow_scripts.train.launch {params.launch} -- "
-        "{params.py} -m workflow_scripts.train.{params.trainer} {params.args} --out {params.run_dir} "
-        ") > $attempt_log 2>&1 || rc=$?; cp $attempt_log {log}; "
-        # The last attempt's failure becomes the run's result (status failed, and why), so the
-        # tables list it rather than the sweep stopping short of them.
-        "if [ $rc -ne 0 ] && [ {resources.attempt} -gt {params.retries} ]; then "
-        "{params.py} -m workflow_scripts.train.failure --out {params.run_dir} --log $attempt_log "
-        "--attempts {resources.attempt} --exit-code $rc; rc=0; fi; exit $rc"
+        # train/job.py: empties the run dir (inside results_dir only), clears the page cache on
+        # every node, starts the ranks; each attempt keeps its own {log}.attempt<N>; the last
+        # attempt's failure becomes the run's result. Every value below is one quoted argument.
+        "{params.py:q} -m workflow_scripts.train.job --run-dir {params.run_dir:q} "
+        "--results-dir {params.results_dir:q} --log {log:q} --attempt {resources.attempt} "
+        "--retries {params.retries} --data {input.data:q} --cache-command={params.cache_command:q} "
+        "{params.launch:q} -- {params.trainer} {params.args:q}"
 
 
 rule training:

@@ -109,15 +109,15 @@ def write_config(workdir, **overrides):
 
 def snakemake(workdir, *args, check=True):
     proc = subprocess.run([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-                           "--cores", "2", *args], capture_output=True, text=True, timeout=900)
+                           "--cores", "2", *map(str, args)], capture_output=True, text=True, timeout=900)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc
 
 
-def planned_jobs(workdir, target="all"):
+def planned_jobs(workdir, target="all", *args):
     """{rule: job count} a dry run for `target` would execute."""
-    out = snakemake(workdir, target, "-n", "--quiet", "rules").stdout
+    out = snakemake(workdir, target, "-n", "--quiet", "rules", *args).stdout
     jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", out, re.M)}
     return {rule: n for rule, n in jobs.items() if rule not in ("total", "all", "data", "training")}
 

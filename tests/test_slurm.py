@@ -11,6 +11,7 @@ import pytest
 import slurm_cluster
 import yaml
 from conftest import REPO, SNAKEMAKE, interpreter, write_config
+from test_shell_safety import MARK, markers
 
 FRAMEWORKS = ("tensorflow", "mxnet", "pytorch")
 SYSTEM = {"gpus_per_node": 1, "max_nodes": 2, "partition": slurm_cluster.PARTITION, "cpus_per_task": 2,
@@ -49,12 +50,20 @@ def make_test_profile(work):
     return d
 
 
+# The run's directories and sbatch flags are strings a shell would run (test_shell_safety.py):
+# here they go through sbatch, the job step and srun on two nodes.
+DIRS = {key: f"{name} $(touch {MARK}-{name}) `touch {MARK}-{name}`;'" for key, name in
+        (("data_dir", "data"), ("log_dir", "logs"), ("results_dir", "results"))}
+SBATCH_EXTRA = f"--mail-type=NONE --mail-user='x $(touch {MARK}-sbatch)'"
+
+
 def cluster_config(work, **overrides):
     """The embedded default on this cluster: one system of 1-task nodes, runs of 2 (both nodes);
     no job asks for more CPUs than a node has (a local run caps threads at --cores, SLURM does not)."""
-    write_config(work, **{"systems": {"cluster": SYSTEM}, "training__systems": ["cluster"], "training__gpus": [2],
-                          "conversion__threads": 2, "inference__threads": 2, "training__warmup_steps": 2,
-                          "training__steps": 6, **overrides})
+    write_config(work, **{"systems": {"cluster": dict(SYSTEM, sbatch_extra=SBATCH_EXTRA)},
+                          "training__systems": ["cluster"], "training__gpus": [2], "conversion__threads": 2,
+                          "inference__threads": 2, "training__warmup_steps": 2, "training__steps": 6,
+                          **DIRS, **overrides})
 
 
 def run_snakemake(work, *args, timeout=1800):
@@ -100,7 +109,12 @@ def slurm_run(cluster, tmp_path_factory):
 
 
 def run_of(work, framework):
-    return work / "results" / "runs" / "cluster" / f"{framework}_fp32_2gpu"
+    return work / DIRS["results_dir"] / "runs" / "cluster" / f"{framework}_fp32_2gpu"
+
+
+def test_no_config_string_ran_as_a_command(slurm_run):
+    work, _, _ = slurm_run
+    assert markers(work) == []
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -139,14 +153,14 @@ def test_every_job_went_through_slurm(slurm_run):
     # whatever later stages add).
     assert submitted >= 5 + 3 + 1, out[-3000:]
     for fw in FRAMEWORKS:
-        log = (work / "logs" / "train" / "cluster" / f"{fw}_fp32_2gpu.log").read_text()
+        log = (work / DIRS["log_dir"] / "train" / "cluster" / f"{fw}_fp32_2gpu.log").read_text()
         assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in log
 
 
 def test_cancelled_run_is_retried_and_its_log_kept(slurm_run):
     work, _, cancelled = slurm_run
     assert len(cancelled) == 1, "the watcher never saw the PyTorch run running"
-    log = work / "logs" / "train" / "cluster" / "pytorch_fp32_2gpu.log"
+    log = work / DIRS["log_dir"] / "train" / "cluster" / "pytorch_fp32_2gpu.log"
     first = log.with_name(log.name + ".attempt1").read_text()
     assert first.startswith(f"attempt 1 on n1, SLURM job {cancelled[0]}")
     assert log.read_text().startswith("attempt 2 on n1, SLURM job ")

@@ -6,6 +6,7 @@ A format module supplies only `write_split(out_dir, split, records, count) -> [f
 import argparse
 import collections
 import csv
+import errno
 import json
 import os
 import shutil
@@ -75,41 +76,89 @@ def _counting(records, stats):
         yield rec
 
 
+# Per-record space the formats add to the JPEG bytes, at most (LMDB's page rounding is the largest).
+RECORD_OVERHEAD = 4096
+# Below this much free space a failed write is taken for a full disk (LMDB says only "Input/output error").
+LOW_SPACE = 64 << 20
+
+
+def space_needed(index, enc):
+    """About how many bytes the output takes, where that is known before writing (JPEGs stored
+    as they are); None when every image is resized."""
+    if enc.resize_shorter:
+        return None
+    rows = [r for split in SPLITS for r in index.rows(split)]
+    return sum(int(r["bytes"]) for r in rows) + RECORD_OVERHEAD * len(rows)
+
+
+def _disk_full(exc, path):
+    while exc is not None:
+        if (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return shutil.disk_usage(path).free < LOW_SPACE
+
+
+def _space_error(fmt, out, path, needed, what):
+    usage = shutil.disk_usage(path)
+    need = f"about {needed / 1e6:,.0f} MB" if needed else "more (its size is known only once the images are resized)"
+    return StageError(f"{fmt} output {out}: {what}; it needs {need}, and the file system holding it has "
+                      f"{usage.free / 1e6:,.0f} MB free of {usage.total / 1e6:,.0f} MB: free space there or set "
+                      f"config data_dir to a larger file system")
+
+
 def run(fmt, write_split, args, extra_manifest=None):
     """Convert both splits with the format's `write_split`; write synsets and the manifest."""
     index = Index(args.index)
     enc = images.Encoding(args.resize_shorter, args.quality)
+    needed = space_needed(index, enc)
+    start = time.perf_counter()
     with atomic_dir(args.out) as tmp:
-        shutil.copy(index.path / "synsets.txt", tmp / "synsets.txt")
-        splits = {}
-        start = time.perf_counter()
-        for split in SPLITS:
-            count, records = index.records(split, enc, args.threads)
-            actions = collections.Counter()
-            files = write_split(tmp, split, _counting(records, actions), count)
-            splits[split] = {
-                "images": count,
-                "files": sorted(str(p.relative_to(tmp)) for p in files),
-                "bytes": sum(p.stat().st_size for p in files if p.is_file()),
-                "stored_as": dict(sorted(actions.items())),
-            }
-        with open(index.path / "rejects.tsv", newline="") as f:
-            rejected = list(csv.DictReader(f, delimiter="\t"))
-        write_json(tmp / "manifest.json", {
-            "format": fmt,
-            "source": str(index.root),
-            "classes": len(index.synsets),
-            "encoding": enc.describe(),
-            "splits": splits,
-            "rejected": rejected,
-            **(extra_manifest or {}),
-        })
+        if needed and shutil.disk_usage(tmp).free < needed:
+            raise _space_error(fmt, args.out, tmp, needed, "not enough free space to write it")
+        try:
+            splits = _convert(fmt, write_split, index, enc, args.threads, tmp, extra_manifest)
+        except Exception as exc:
+            if isinstance(exc, StageError) or not _disk_full(exc, tmp):
+                raise
+            written = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file())
+            # The scratch directory goes with the error: the space it took is free again.
+            raise _space_error(fmt, args.out, tmp, needed,
+                               f"the disk filled after {written / 1e6:,.1f} MB were written ({type(exc).__name__}: "
+                               f"{str(exc)[:200]})") from exc
     elapsed = time.perf_counter() - start
     total = sum(v["images"] for v in splits.values())
     # Timings go to the log, never into the outputs: equal inputs must give equal bytes.
     print(f"{fmt}: " + ", ".join(f"{s} {v['images']} images, {v['bytes'] / 1e6:.1f} MB" for s, v in splits.items()))
     print(f"{fmt}: converted {total} images in {elapsed:.3f} s ({total / elapsed:.0f} images/s, "
           f"{args.threads} threads)")
+
+
+def _convert(fmt, write_split, index, enc, threads, tmp, extra_manifest):
+    shutil.copy(index.path / "synsets.txt", tmp / "synsets.txt")
+    splits = {}
+    for split in SPLITS:
+        count, records = index.records(split, enc, threads)
+        actions = collections.Counter()
+        files = write_split(tmp, split, _counting(records, actions), count)
+        splits[split] = {
+            "images": count,
+            "files": sorted(str(p.relative_to(tmp)) for p in files),
+            "bytes": sum(p.stat().st_size for p in files if p.is_file()),
+            "stored_as": dict(sorted(actions.items())),
+        }
+    with open(index.path / "rejects.tsv", newline="") as f:
+        rejected = list(csv.DictReader(f, delimiter="\t"))
+    write_json(tmp / "manifest.json", {
+        "format": fmt,
+        "source": str(index.root),
+        "classes": len(index.synsets),
+        "encoding": enc.describe(),
+        "splits": splits,
+        "rejected": rejected,
+        **(extra_manifest or {}),
+    })
+    return splits
 
 
 def arg_parser(description):

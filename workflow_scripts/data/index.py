@@ -25,7 +25,10 @@ SPLITS = ("train", "val")
 
 def _probe_file(root):
     def probe(item):
-        data = (root / item.relpath).read_bytes()
+        try:
+            data = (root / item.relpath).read_bytes()
+        except OSError as exc:  # permission denied, an I/O error: a reject like any bad file
+            return item, images.Probe(reason=f"cannot read: {exc.strerror or exc}"), 0
         return item, images.probe(data), len(data)
     return probe
 
@@ -42,8 +45,17 @@ def _synset_words(root):
 
 def build(root, out, val_labels="", seed=0, max_reject_fraction=0.01, threads=1):
     lay = layout.discover(root, val_labels)
+    # The output's scratch directory is made first: an unwritable data_dir fails now, not after
+    # every image was probed.
+    with atomic_dir(out) as tmp:
+        rows, rejects = _probe_all(lay, threads, max_reject_fraction)
+        _write(tmp, lay, rows, rejects, seed)
+    for split, relpath, reason in rejects:
+        print(f"rejected {split} {relpath}: {reason}")
+
+
+def _probe_all(lay, threads, max_reject_fraction):
     label_of = {wnid: i for i, wnid in enumerate(lay.synsets)}
-    words = _synset_words(lay.root)
     rows, rejects = {}, []
     for split in SPLITS:
         items = getattr(lay, split)
@@ -61,24 +73,27 @@ def build(root, out, val_labels="", seed=0, max_reject_fraction=0.01, threads=1)
         raise StageError(
             f"{len(rejects)} of {total} images ({len(rejects) / total:.2%}) do not decode, more than "
             f"config conversion.max_reject_fraction = {max_reject_fraction}:\n  {names}{more}")
+    return rows, rejects
+
+
+def _write(tmp, lay, rows, rejects, seed):
+    words = _synset_words(lay.root)
     random.Random(seed).shuffle(rows["train"])
-    with atomic_dir(out) as tmp:
-        (tmp / "synsets.txt").write_text("".join(f"{w}\n" for w in lay.synsets))
-        (tmp / "synset_words.txt").write_text("".join(f"{w}\t{words.get(w, w).strip()}\n" for w in lay.synsets))
-        for split in SPLITS:
-            _write_tsv(tmp / f"{split}.tsv", COLUMNS, rows[split])
-        _write_tsv(tmp / "rejects.tsv", ("split", "relpath", "reason"), rejects)
-        write_json(tmp / "summary.json", {
-            "root": str(lay.root.resolve()),
-            "classes": len(lay.synsets),
-            "val_labels": lay.val_source,
-            "shuffle_seed": seed,
-            "images": {s: len(rows[s]) for s in SPLITS},
-            "rejected": {s: sum(r[0] == s for r in rejects) for s in SPLITS},
-            "non_rgb_jpeg": {s: sum(r[3] != "JPEG" or r[4] != "RGB" for r in rows[s]) for s in SPLITS},
-        })
-    for split, relpath, reason in rejects:
-        print(f"rejected {split} {relpath}: {reason}")
+    (tmp / "synsets.txt").write_text("".join(f"{w}\n" for w in lay.synsets))
+    (tmp / "synset_words.txt").write_text("".join(f"{w}\t{words.get(w, w).strip()}\n" for w in lay.synsets))
+    for split in SPLITS:
+        _write_tsv(tmp / f"{split}.tsv", COLUMNS, rows[split])
+    _write_tsv(tmp / "rejects.tsv", ("split", "relpath", "reason"), rejects)
+    write_json(tmp / "summary.json", {
+        "root": str(lay.root.resolve()),
+        "classes": len(lay.synsets),
+        "val_labels": lay.val_source,
+        "shuffle_seed": seed,
+        "images": {s: len(rows[s]) for s in SPLITS},
+        "rejected": {s: sum(r[0] == s for r in rejects) for s in SPLITS},
+        "non_rgb_jpeg": {s: sum(r[3] != "JPEG" or r[4] != "RGB" for r in rows[s]) for s in SPLITS},
+    })
+    print(f"validation labels: {lay.val_source}")
 
 
 def _write_tsv(path, header, rows):

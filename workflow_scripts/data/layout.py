@@ -40,7 +40,8 @@ def _images_in(folder):
 
 def check(root, val_labels=""):
     """The cheap part of discover(): the layout is there and val labels can be found.
-    Returns the val label file, or None for synset folders. Run at workflow parse time."""
+    Returns the val label file (None for synset folders) and the other label files found that
+    agree with it. Run at workflow parse time."""
     root = Path(root)
     if not root.is_dir():
         raise StageError(f"dataset root {root} (config dataset.root) is not a directory")
@@ -57,11 +58,11 @@ def check(root, val_labels=""):
         raise StageError(f"{val_dir} mixes synset folders and loose images; use one layout")
     if not has_dirs and not has_files:
         raise StageError(f"{val_dir} holds no images")
-    return _find_label_file(root, val_dir, val_labels) if has_files else None
+    return _find_label_file(root, val_dir, val_labels) if has_files else (None, [])
 
 
 def discover(root, val_labels=""):
-    label_file = check(root, val_labels)
+    label_file, agreeing = check(root, val_labels)
     root = Path(root)
     train_dir = root / "train"
     synsets = sorted(p.name for p in train_dir.iterdir() if p.is_dir())
@@ -72,6 +73,8 @@ def discover(root, val_labels=""):
     if not train:
         raise StageError(f"{train_dir} holds synset folders but no .JPEG files")
     val, source = _val_items(root, root / "val", label_file)
+    if agreeing:
+        source += f" (also found, and in agreement: {', '.join(map(str, agreeing))})"
     unknown = sorted({it.synset for it in val} - set(synsets))
     if unknown:
         raise StageError(f"validation labels name synsets with no train folder: "
@@ -98,19 +101,32 @@ def _val_items(root, val_dir, label_file):
 
 
 def _find_label_file(root, val_dir, val_labels):
+    """The val label file: config's, else the one found. Where several are found they must give
+    every image the same synset, or the run stops naming them (which one is right is the
+    user's call: dataset.val_labels)."""
     if val_labels:
         path = Path(val_labels)
         if not path.is_file():
             raise StageError(f"validation label file {path} (config dataset.val_labels) does not exist")
-        return path
-    for folder in (root, val_dir, root.parent):
-        for name in LABEL_FILE_NAMES:
-            if (folder / name).is_file():
-                return folder / name
-    raise StageError(
-        f"{val_dir} holds flat ILSVRC2012_val_*.JPEG files but no label file was found: looked for "
-        f"{' or '.join(LABEL_FILE_NAMES)} in {root}, {val_dir} and {root.parent}; "
-        f"set config dataset.val_labels to its path")
+        return path, []
+    found = [folder / name for folder in (root, val_dir, root.parent) for name in LABEL_FILE_NAMES
+             if (folder / name).is_file()]
+    if not found:
+        raise StageError(
+            f"{val_dir} holds flat ILSVRC2012_val_*.JPEG files but no label file was found: looked for "
+            f"{' or '.join(LABEL_FILE_NAMES)} in {root}, {val_dir} and {root.parent}; "
+            f"set config dataset.val_labels to its path")
+    first = _read_label_file(found[0])
+    for other in found[1:]:
+        labels = _read_label_file(other)
+        differ = sorted(n for n in first.keys() | labels.keys() if first.get(n) != labels.get(n))
+        if differ:
+            n = differ[0]
+            raise StageError(
+                f"two validation label files disagree on {len(differ)} image(s), e.g. ILSVRC2012_val_{n:08d}: "
+                f"{first.get(n, 'no label')} in {found[0]}, {labels.get(n, 'no label')} in {other}; set config "
+                f"dataset.val_labels to the one to use")
+    return found[0], found[1:]
 
 
 def _read_label_file(path):

@@ -1,7 +1,7 @@
 """Record a run that failed on its last attempt as a result, so the sweep's tables show it as
-failed, with why, instead of leaving it out:
+failed, with why, instead of leaving it out (train/job.py calls record(); also a command:
 
-    python -m workflow_scripts.train.failure --out RUN_DIR --log ATTEMPT_LOG --attempts N --exit-code RC
+    python -m workflow_scripts.train.failure --out RUN_DIR --log ATTEMPT_LOG --attempts N --exit-code RC)
 
 summary.json then holds status "failed", the last lines of the log that look like the cause,
 and where the whole log is. Delete the run directory (or use --forcerun) to run it again.
@@ -22,6 +22,14 @@ def reason(log_text, lines=3):
     return " | ".join(ln[:300] for ln in picked) or "no output"
 
 
+def record(run_dir, log, attempts, exit_code):
+    log = Path(log)
+    text = log.read_text(errors="replace") if log.exists() else ""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    write_json(Path(run_dir) / "summary.json", {"status": "failed", "reason": reason(text), "exit_code": exit_code,
+                                                "attempts": attempts, "log": str(log)})
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -29,11 +37,7 @@ def main():
     ap.add_argument("--attempts", type=int, required=True)
     ap.add_argument("--exit-code", type=int, required=True)
     a = ap.parse_args()
-    log = Path(a.log)
-    text = log.read_text(errors="replace") if log.exists() else ""
-    Path(a.out).mkdir(parents=True, exist_ok=True)
-    write_json(Path(a.out) / "summary.json", {"status": "failed", "reason": reason(text), "exit_code": a.exit_code,
-                                              "attempts": a.attempts, "log": str(log)})
+    record(a.out, a.log, a.attempts, a.exit_code)
 
 
 if __name__ == "__main__":

@@ -50,30 +50,31 @@ def srun_command(nodes, per_node, cpus_per_task, extra=""):
     return cmd + shlex.split(extra)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap):
+    """The launcher's options, shared with the training job (train/job.py) that calls run()."""
     ap.add_argument("--nproc-per-node", type=int, default=1)
     ap.add_argument("--nodes", type=int, default=1)
-    ap.add_argument("--per-node", action="store_true", help="one task per node (node-level work)")
     ap.add_argument("--launcher", choices=("auto", "srun", "local"), default="auto",
                     help="auto: srun inside a SLURM allocation when more than one process runs")
     ap.add_argument("--cpus-per-task", type=int, default=0, help="srun only")
-    ap.add_argument("--srun-args", default="", help="further srun flags (e.g. --gpus-per-node=4)")
+    ap.add_argument("--srun-args", default="", help="further srun flags (e.g. --gpus-per-node=4), split "
+                    "into words as a shell would but never run by one")
     ap.add_argument("--horovod", action="store_true", help="run Horovod's Gloo rendezvous server")
-    ap.add_argument("cmd", nargs=argparse.REMAINDER)
-    a = ap.parse_args()
-    cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
-    if not cmd:
-        ap.error("no command to launch")
-    per_node = 1 if a.per_node else a.nproc_per_node
+
+
+def run(cmd, a, per_node_once=False):
+    """Start `cmd` as the ranks of one run (or, with per_node_once, once on every node of it);
+    returns the first failing exit status, else 0."""
+    per_node = 1 if per_node_once else a.nproc_per_node
     use_srun = a.launcher == "srun" or (
         a.launcher == "auto" and "SLURM_JOB_ID" in os.environ and a.nodes * per_node > 1)
     if a.nodes > 1 and not use_srun:
-        ap.error(f"{a.nodes} nodes need srun: run inside a SLURM allocation (snakemake --profile slurm)")
+        raise SystemExit(f"launch: {a.nodes} nodes need srun: run inside a SLURM allocation "
+                         f"(snakemake --profile slurm)")
     env = dict(os.environ)
     here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     server = None
-    if a.horovod and not a.per_node:
+    if a.horovod and not per_node_once:
         hosts = slurm.job_hosts(os.environ["SLURM_JOB_ID"])[: a.nodes] if use_srun else [here]
         server, port = _rendezvous(hosts, per_node)
         env.update(DLSCALE_RENDEZVOUS_ADDR=here, DLSCALE_RENDEZVOUS_PORT=str(port))
@@ -81,11 +82,23 @@ def main():
         if use_srun:
             srun = srun_command(a.nodes, per_node, a.cpus_per_task, a.srun_args)
             print("launch:", shlex.join(srun + cmd), file=sys.stderr, flush=True)
-            sys.exit(subprocess.call(srun + cmd, env=env))
-        sys.exit(_local(cmd, env, per_node))
+            return subprocess.call(srun + cmd, env=env)
+        return _local(cmd, env, per_node)
     finally:
         if server:
             server.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(ap)
+    ap.add_argument("--per-node", action="store_true", help="one task per node (node-level work)")
+    ap.add_argument("cmd", nargs=argparse.REMAINDER)
+    a = ap.parse_args()
+    cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
+    if not cmd:
+        ap.error("no command to launch")
+    sys.exit(run(cmd, a, per_node_once=a.per_node))
 
 
 def _local(cmd, env, n):

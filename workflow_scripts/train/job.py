@@ -1,0 +1,79 @@
+"""One attempt of one training run, as rules/train.smk runs it inside its job (a SLURM job on a
+cluster, a child of snakemake locally):
+
+    python -m workflow_scripts.train.job --run-dir RUN --results-dir RESULTS --log LOG \
+        --attempt N --retries R [--data PATH ...] [--cache-command CMD] [launcher options] \
+        -- workflow_scripts.train.pytorch_ddp --batch-per-gpu 64 ...
+
+It empties the run directory (only ever one that lies inside --results-dir), clears the page
+cache once on every node of the run, then starts the trainer's ranks through the launcher. All of
+it goes to LOG.attemptN, which survives Snakemake's retries (it deletes LOG before each), and is
+copied to LOG. A failure on the last attempt is recorded as the run's result (status failed, and
+why), so the tables list it rather than the sweep stopping short of them.
+
+No shell is involved: every path and setting reaches the programs as one argument each. Only
+--cache-command, which is meant to be a command, is run by a shell (in page_cache).
+"""
+import argparse
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+from ..common.errors import StageError, run_main
+from . import failure, launch
+
+
+def checked_run_dir(run_dir, results_dir):
+    """The run directory, refused unless it lies strictly inside the results directory: it is
+    deleted before every attempt."""
+    run, results = Path(run_dir).resolve(), Path(results_dir).resolve()
+    if run == results or not run.is_relative_to(results):
+        raise StageError(f"run directory {run_dir} does not lie inside results_dir {results_dir}: not deleting it")
+    return run
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--results-dir", required=True, help="config results_dir: the run dir must lie inside it")
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--attempt", type=int, default=1)
+    ap.add_argument("--retries", type=int, default=0, help="config training.retries")
+    ap.add_argument("--data", nargs="*", default=[], help="the dataset the run reads (page-cache clearing)")
+    ap.add_argument("--cache-command", default="", help="config training.cache_clear_command")
+    launch.add_arguments(ap)
+    ap.add_argument("trainer", nargs=argparse.REMAINDER, help="-- MODULE ARGS...: the trainer and its options")
+    a = ap.parse_args()
+    trainer = a.trainer[1:] if a.trainer[:1] == ["--"] else a.trainer
+    if not trainer:
+        ap.error("no trainer module given after --")
+    run = checked_run_dir(a.run_dir, a.results_dir)
+    log = Path(a.log)
+    attempt_log = log.with_name(f"{log.name}.attempt{a.attempt}")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(attempt_log, "w") as f:
+        # Every child (launcher, srun, ranks) writes into the attempt's log.
+        sys.stdout.flush(), sys.stderr.flush()
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+    print(f"attempt {a.attempt} on {os.environ.get('SLURMD_NODENAME') or socket.gethostname()}, "
+          f"SLURM job {os.environ.get('SLURM_JOB_ID', 'none')}", flush=True)
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    py = sys.executable
+    rc = launch.run([py, "-m", "workflow_scripts.common.page_cache", "--paths", *a.data,
+                     f"--command={a.cache_command}", "--out", str(run / "cache.{node}.json")], a, per_node_once=True)
+    if rc == 0:
+        rc = launch.run([py, "-m", *trainer, "--out", str(run)], a)
+    sys.stdout.flush(), sys.stderr.flush()
+    shutil.copyfile(attempt_log, log)
+    if rc != 0 and a.attempt > a.retries:
+        failure.record(run, attempt_log, a.attempt, rc)
+        rc = 0
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    run_main(main)
