@@ -11,7 +11,7 @@ from snakemake.utils import validate
 # The stage modules, importable even from a snakemake installed outside envs/setup.sh's .venv.
 sys.path.insert(0, workflow.basedir)
 from workflow_scripts.common.errors import StageError  # noqa: E402
-from workflow_scripts.common import slurm  # noqa: E402
+from workflow_scripts.common import interpreter, slurm  # noqa: E402
 from workflow_scripts.data import layout as dataset_layout  # noqa: E402
 
 validate(config, workflow.source_path("../schemas/config.schema.yaml"))
@@ -46,8 +46,6 @@ for _key in ("data_dir", "log_dir", "results_dir"):
     _check_writable(_key, config[_key])
 for _key in ("root", "val_labels"):
     _check_path(f"dataset.{_key}", config["dataset"][_key])
-for _key, _value in config["envs"].items():
-    _check_path(f"envs.{_key}", _value)
 for _system in config["training"]["systems"]:
     if _system not in config["systems"]:
         raise WorkflowError(f"config training.systems names {_system!r}, which is not defined under config "
@@ -70,19 +68,38 @@ LOGS = config["log_dir"]
 REPO = Path(workflow.basedir)
 
 
-def _interpreter(env):
-    """The configured interpreter for an environment, checked now rather than mid-run."""
-    exe = config["envs"][env]
-    if "/" in exe and not Path(exe).exists():
-        raise WorkflowError(
-            f"config envs.{env} = {exe!r} does not exist: run 'bash envs/setup.sh' or point "
-            f"envs.{env} at an interpreter that has envs/{env}'s packages")
-    return exe
+def _interpreter(key, value, setup="bash envs/setup.sh"):
+    """An interpreter from config as command words (a container: its runtime's exec line),
+    checked now rather than mid-run."""
+    for part in [value] if isinstance(value, str) else [value["container"], value.get("python", ""),
+                                                          *value.get("bind", [])]:
+        _check_path(key, part)
+    problem = interpreter.problem(value)
+    if problem:
+        raise WorkflowError(f"config {key}: {problem}: run '{setup}' or point {key} at an interpreter (or a "
+                            f"container) that has the packages of envs/")
+    return interpreter.words(value, REPO)
 
 
 # Each environment has this repository installed (editable) by envs/setup.sh, so the stage
-# modules import as workflow_scripts.* whatever the working directory.
-PY = {env: _interpreter(env) for env in config["envs"]}
+# modules import as workflow_scripts.* whatever the working directory (in a container: bound
+# and on PYTHONPATH).
+PY = {env: _interpreter(f"envs.{env}", value) for env, value in config["envs"].items()}
+
+
+def framework_env(system, framework):
+    """(config key, interpreter words) a training run of `framework` on `system` uses: the
+    system's own, else envs_gpu for a system that requests GPUs, else envs."""
+    sysc = config["systems"][system]
+    if framework in sysc.get("envs", {}):
+        key, value = f"systems.{system}.envs.{framework}", sysc["envs"][framework]
+    elif sysc["gpu_request"] != "none":
+        key, value = f"envs_gpu.{framework}", config["envs_gpu"][framework]
+    else:
+        key, value = f"envs.{framework}", config["envs"][framework]
+    gpu = sysc["gpu_request"] != "none"
+    return key, _interpreter(key, value, "bash envs/setup.sh --gpu" if gpu else "bash envs/setup.sh")
+
 
 EMBEDDED = not config["dataset"]["root"]
 if not EMBEDDED:
@@ -153,8 +170,10 @@ for _system in TRAIN["systems"]:
 
 # The sweep: one training run per point.
 SWEEP = [{"system": s, "framework": f, "precision": p, "gpus": g, "nodes": placement(s, g)[0],
-          "run_dir": run_dir(s, f, p, g)}
+          "gpu_request": config["systems"][s]["gpu_request"], "run_dir": run_dir(s, f, p, g)}
          for s in TRAIN["systems"] for f in TRAIN["frameworks"] for p in TRAIN["precisions"] for g in TRAIN["gpus"]]
+# Every training interpreter the sweep uses exists (or names its container), checked now.
+TRAIN_ENV = {(s, f): framework_env(s, f) for s in TRAIN["systems"] for f in TRAIN["frameworks"]}
 TRAINING_RUNS = [f"{point['run_dir']}/summary.json" for point in SWEEP]
 
 
@@ -168,7 +187,15 @@ def trainer_args(w):
             "--epochs", TRAIN["epochs"], "--lr", TRAIN["lr"], "--momentum", TRAIN["momentum"],
             "--weight-decay", TRAIN["weight_decay"], "--decode-threads", TRAIN["decode_threads"],
             "--seed", TRAIN["seed"], "--telemetry-interval", TRAIN["telemetry_interval"]]
+    if config["systems"][w.system]["gpu_request"] != "none":
+        # No silent CPU fallback: the trainer stops before training without a GPU per task.
+        args += ["--require-gpu", "--env-key", TRAIN_ENV[w.system, w.framework][0]]
     return [str(a) for a in args + (pytorch_args() if w.framework == "pytorch" else [])]
+
+
+def train_python(w):
+    """The framework's interpreter of this run, as one string of words for train/job.py."""
+    return shlex.join(TRAIN_ENV[w.system, w.framework][1])
 
 
 def pytorch_args():

@@ -14,7 +14,10 @@ rule train:
         precision="fp32|fp16",
         gpus=r"\d+",
     params:
-        py=lambda w: PY[w.framework],
+        # train/job.py runs in the workflow's environment; the framework's interpreter (or
+        # container) starts the rendezvous and the ranks.
+        py=PY["workflow"],
+        python=train_python,
         run_dir=lambda w, output: os.path.dirname(output[0]),
         # results_dir (output = <results_dir>/runs/<system>/<run>/summary.json)
         results_dir=lambda w, output: Path(output[0]).parents[3],
@@ -55,7 +58,7 @@ rule train:
         "{params.py:q} -m workflow_scripts.train.job --run-dir {params.run_dir:q} "
         "--results-dir {params.results_dir:q} --log {log:q} --attempt {resources.attempt} "
         "--retries {params.retries} --data {input.data:q} --cache-command={params.cache_command:q} "
-        "{params.launch:q} -- {params.trainer} {params.args:q}"
+        "--python={params.python:q} {params.launch:q} -- {params.trainer} {params.args:q}"
 
 
 rule training:

@@ -34,6 +34,11 @@ def record(point):
     s = json.loads(path.read_text())
     if s.get("status") == "failed":
         return {**row, "status": "failed", "why": f"{s['reason']} (log: {s['log']})"}
+    ran_on = s.get("device_type") or ("cpu" if str(s.get("device", "")).lower().startswith("cpu") else "gpu")
+    if point.get("gpu_request", "none") != "none" and ran_on != "gpu":
+        # A CPU figure is never a GPU system's figure.
+        return {**row, "status": "invalid", "why": f"ran on the CPU ({s.get('device')}), but system "
+                                                   f"{point['system']} requests GPUs: not a GPU figure ({path})"}
     args = s["args"]
     nodes, first = _node_facts(s)
     prov = s.get("provenance", {})

@@ -16,10 +16,11 @@ CAUSE = re.compile(r"error|exception|traceback|fail|killed|cancel|oom|denied|not
 
 
 def reason(log_text, lines=3):
-    """The last few log lines that name a cause, else the log's last lines."""
-    all_lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    """The last few log lines that name a cause, else the log's last lines; a line every rank
+    printed counts once."""
+    all_lines = list(dict.fromkeys(ln.strip() for ln in log_text.splitlines() if ln.strip()))
     picked = [ln for ln in all_lines if CAUSE.search(ln)][-lines:] or all_lines[-lines:]
-    return " | ".join(ln[:300] for ln in picked) or "no output"
+    return " | ".join(ln[:600] for ln in picked) or "no output"
 
 
 def record(run_dir, log, attempts, exit_code):

@@ -14,6 +14,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import platform
 import socket
 import sys
@@ -45,8 +46,38 @@ def arg_parser(description):
     ap.add_argument("--decode-threads", type=int, default=0, help="0: the framework's rule (see module)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--telemetry-interval", type=float, default=1.0, help="seconds; 0 disables")
+    ap.add_argument("--require-gpu", action="store_true",
+                    help="the run's system requests GPUs: fail before training unless every task has one "
+                         "(and, with several, the GPU all-reduce: NCCL)")
+    ap.add_argument("--env-key", default="",
+                    help="the config key that chose this interpreter (named in the messages), e.g. envs_gpu.tensorflow")
     ap.add_argument("--out", required=True, help="run directory")
     return ap
+
+
+def check_gpus(launch, args, framework, seen, cuda_build, nccl):
+    """No silent CPU fallback: a run of a system that requests GPUs stops here, naming the
+    interpreter, the config key that chose it and the fix, when its framework cannot use a GPU
+    per task or (with several tasks) cannot all-reduce on the GPUs.
+
+    seen: GPUs the framework sees on this node; cuda_build: whether it was built with CUDA;
+    nccl: (ok, what is missing) for the GPU all-reduce the run would use, or None for one process."""
+    if not args.require_gpu:
+        return
+    key = args.env_key or "envs_gpu"
+    where = f"{framework} in {sys.executable} (config {key})"
+    setup = f"Fix: 'bash envs/setup.sh --gpu' makes the GPU environments; point config {key} at one"
+    if not cuda_build:
+        raise StageError(f"{where} is a CPU build, but the run's system requests GPUs: it would train on the "
+                         f"CPU. {setup}")
+    if seen < launch.local_size:
+        raise StageError(f"{where} sees {seen} GPU(s) on {launch.hostname} for {launch.local_size} task(s), but "
+                         f"the run's system requests GPUs (CUDA_VISIBLE_DEVICES="
+                         f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}). Fix: check systems.<name>.gpu_request "
+                         f"and gpu_type, and the node's driver")
+    if nccl is not None and not nccl[0]:
+        raise StageError(f"{where}: {nccl[1]}, but the run's system requests GPUs: its gradients would not be "
+                         f"all-reduced on the GPUs. {setup}")
 
 
 def read_manifest(data_dir):

@@ -2,8 +2,8 @@
 cluster, a child of snakemake locally):
 
     python -m workflow_scripts.train.job --run-dir RUN --results-dir RESULTS --log LOG \
-        --attempt N --retries R [--data PATH ...] [--cache-command CMD] [launcher options] \
-        -- workflow_scripts.train.pytorch_ddp --batch-per-gpu 64 ...
+        --attempt N --retries R [--data PATH ...] [--cache-command CMD] --python 'WORDS' \
+        [launcher options] -- workflow_scripts.train.pytorch_ddp --batch-per-gpu 64 ...
 
 It empties the run directory (only ever one that lies inside --results-dir), clears the page
 cache once on every node of the run, then starts the trainer's ranks through the launcher. All of
@@ -16,6 +16,7 @@ No shell is involved: every path and setting reaches the programs as one argumen
 """
 import argparse
 import os
+import shlex
 import shutil
 import socket
 import sys
@@ -62,11 +63,12 @@ def main():
           f"SLURM job {os.environ.get('SLURM_JOB_ID', 'none')}", flush=True)
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
-    py = sys.executable
-    rc = launch.run([py, "-m", "workflow_scripts.common.page_cache", "--paths", *a.data,
+    # Page caches are the host's: cleared from this (the workflow's) interpreter, never from
+    # inside a container; the ranks run in the framework's interpreter.
+    rc = launch.run([sys.executable, "-m", "workflow_scripts.common.page_cache", "--paths", *a.data,
                      f"--command={a.cache_command}", "--out", str(run / "cache.{node}.json")], a, per_node_once=True)
     if rc == 0:
-        rc = launch.run([py, "-m", *trainer, "--out", str(run)], a)
+        rc = launch.run([*shlex.split(a.python), "-m", *trainer, "--out", str(run)], a)
     sys.stdout.flush(), sys.stderr.flush()
     shutil.copyfile(attempt_log, log)
     if rc != 0 and a.attempt > a.retries:

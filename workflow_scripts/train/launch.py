@@ -11,6 +11,7 @@ command once on every node of the run (page-cache clearing). With --horovod it a
 Gloo rendezvous server that horovodrun would run, here, and tells every worker where it is.
 """
 import argparse
+import contextlib
 import os
 import shlex
 import signal
@@ -28,16 +29,24 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _rendezvous(hosts, per_node):
-    """Horovod's own HTTP rendezvous server, initialised with the slot plan horovodrun makes."""
-    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
-    from horovod.runner.http.http_server import RendezvousServer
-
-    server = RendezvousServer(verbose=0)
-    port = server.start()
-    plan = get_host_assignments(parse_hosts(",".join(f"{h}:{per_node}" for h in hosts)), len(hosts) * per_node)
-    server.init(plan)
-    return server, port
+@contextlib.contextmanager
+def rendezvous(python, hosts, per_node):
+    """Horovod's rendezvous server (train/rendezvous.py) in the framework's interpreter, for as
+    long as the run lasts; yields its port."""
+    proc = subprocess.Popen([*python, "-m", "workflow_scripts.train.rendezvous", "--hosts", ",".join(hosts),
+                             "--per-node", str(per_node)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        if not line.strip().isdigit():
+            raise SystemExit(f"launch: Horovod's rendezvous server did not start ({shlex.join(python)}; exit "
+                             f"status {proc.wait()}): is Horovod installed in this interpreter?")
+        yield int(line)
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def srun_command(nodes, per_node, cpus_per_task, extra=""):
@@ -60,6 +69,8 @@ def add_arguments(ap):
     ap.add_argument("--srun-args", default="", help="further srun flags (e.g. --gpus-per-node=4), split "
                     "into words as a shell would but never run by one")
     ap.add_argument("--horovod", action="store_true", help="run Horovod's Gloo rendezvous server")
+    ap.add_argument("--python", default=shlex.quote(sys.executable),
+                    help="the framework's interpreter as words (a container's exec line): runs the rendezvous server")
 
 
 def run(cmd, a, per_node_once=False):
@@ -73,20 +84,16 @@ def run(cmd, a, per_node_once=False):
                          f"(snakemake --profile slurm)")
     env = dict(os.environ)
     here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    server = None
-    if a.horovod and not per_node_once:
-        hosts = slurm.job_hosts(os.environ["SLURM_JOB_ID"])[: a.nodes] if use_srun else [here]
-        server, port = _rendezvous(hosts, per_node)
-        env.update(DLSCALE_RENDEZVOUS_ADDR=here, DLSCALE_RENDEZVOUS_PORT=str(port))
-    try:
+    with contextlib.ExitStack() as stack:
+        if a.horovod and not per_node_once:
+            hosts = slurm.job_hosts(os.environ["SLURM_JOB_ID"])[: a.nodes] if use_srun else [here]
+            port = stack.enter_context(rendezvous(shlex.split(a.python), hosts, per_node))
+            env.update(DLSCALE_RENDEZVOUS_ADDR=here, DLSCALE_RENDEZVOUS_PORT=str(port))
         if use_srun:
             srun = srun_command(a.nodes, per_node, a.cpus_per_task, a.srun_args)
             print("launch:", shlex.join(srun + cmd), file=sys.stderr, flush=True)
             return subprocess.call(srun + cmd, env=env)
         return _local(cmd, env, per_node)
-    finally:
-        if server:
-            server.stop()
 
 
 def main():

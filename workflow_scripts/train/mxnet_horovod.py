@@ -41,7 +41,11 @@ def main():
 
     run = harness.Run(args, "mxnet", {"mxnet": mx.__version__, "horovod": horovod.__version__})
     launch = run.launch
-    gpu = mx.context.num_gpus() > 0
+    gpus = mx.context.num_gpus()
+    harness.check_gpus(launch, args, "MXNet", gpus, mx.runtime.Features().is_enabled("CUDA"),
+                       (hvd.nccl_built(), "Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)")
+                       if launch.world_size > 1 else None)
+    gpu = gpus > 0
     if args.precision == "fp16" and not gpu:
         raise StageError("mxnet fp16 needs a GPU: MXNet 1.9 has no CPU mixed precision usable with Horovod "
                          "(set training.precisions to [fp32] for mxnet on a CPU)")
@@ -105,7 +109,7 @@ def main():
     run.record_digest("final", harness.weights_digest(p.data(ctx).asnumpy() for p in trainable))
     if launch.rank == 0:
         net.save_parameters(os.path.join(args.out, "weights.params"))
-    run.finish({"device": str(ctx), "classes": classes, "train_images": train_images, "decode_threads": threads,
+    run.finish({"device": str(ctx), "device_type": "gpu" if gpu else "cpu", "classes": classes, "train_images": train_images, "decode_threads": threads,
                 "dtype": dtype})
 
 

@@ -272,6 +272,9 @@ def main():
     run = harness.Run(args, "pytorch", {"torch": torch.__version__, "torchvision": torchvision.__version__})
     launch = run.launch
     cuda = torch.cuda.is_available()
+    harness.check_gpus(launch, args, "PyTorch", torch.cuda.device_count() if cuda else 0, torch.backends.cuda.is_built(),
+                       (dist.is_nccl_available(), "torch.distributed has no NCCL backend")
+                       if launch.world_size > 1 else None)
     device = torch.device("cuda", launch.local_rank) if cuda else torch.device("cpu")
     if args.switch_interval_ms:
         sys.setswitchinterval(args.switch_interval_ms / 1e3)
@@ -319,7 +322,8 @@ def main():
     if launch.rank == 0:
         torch.save(model.state_dict(), os.path.join(args.out, "weights.pt"))
     timed_wait = sum(waits[args.warmup_steps:])
-    run.finish({"device": torch.cuda.get_device_name(device) if cuda else "cpu", "classes": data.classes,
+    run.finish({"device": torch.cuda.get_device_name(device) if cuda else "cpu", "device_type": "gpu" if cuda else "cpu",
+                "classes": data.classes,
                 "train_images": data.train_images, "loader_workers": data.workers,
                 "amp_dtype": s.describe()["amp_dtype"], "pytorch": s.describe(),
                 "input_wait_s_timed": timed_wait, "gpu_input": data.stats(args.warmup_steps + args.prefetch),

@@ -70,9 +70,12 @@ def main():
     launch = run.launch
     # Ranks on one host share its cores (set before TensorFlow initialises its runtime).
     tf.config.threading.set_intra_op_parallelism_threads(max(1, (os.cpu_count() or 1) // launch.local_size))
+    gpus = tf.config.list_physical_devices("GPU")
+    harness.check_gpus(launch, args, "TensorFlow", len(gpus), tf.test.is_built_with_cuda(),
+                       (hvd.nccl_built(), "Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)")
+                       if launch.world_size > 1 else None)
     setup_horovod(launch)
     hvd.init()
-    gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
         tf.config.experimental.set_memory_growth(gpus[hvd.local_rank()], True)
@@ -128,7 +131,8 @@ def main():
     run.record_digest("final", harness.weights_digest(v.numpy() for v in model.trainable_variables))
     if launch.rank == 0:
         model.save_weights(os.path.join(args.out, "weights.h5"))
-    run.finish({"device": gpus[hvd.local_rank()].name if gpus else "cpu", "classes": classes,
+    run.finish({"device": gpus[hvd.local_rank()].name if gpus else "cpu", "device_type": "gpu" if gpus else "cpu",
+                "classes": classes,
                 "train_images": train_images, "decode_threads": threads,
                 "policy": tf.keras.mixed_precision.global_policy().name})
 
