@@ -254,7 +254,8 @@ install_horovod_gpu() {  # install_horovod_gpu ENV_DIR REQUIREMENTS tensorflow|m
       ln -s "$site/nvidia/nccl/include" "$work/nccl/include"
       ln -s "$site/nvidia/nccl/lib/libnccl.so.2" "$work/nccl/lib/libnccl.so"
       # The CUDA runtime is linked shared (the pip wheels have no libcudart_static.a), and both it
-      # and NCCL are found at run time through the environment's nvidia/*/lib directories.
+      # and NCCL are found at run time through the environment's nvidia/*/lib directories. The
+      # headers of the environment's CUDA libraries are on CPATH (MXNet's include cublas_v2.h, ...).
       cat > "$work/toolchain.cmake" <<'CMAKE'
 set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
 set(CMAKE_BUILD_RPATH "$ORIGIN/../../nvidia/nccl/lib;$ORIGIN/../../nvidia/cuda_runtime/lib")
@@ -267,6 +268,7 @@ CMAKE
           HOROVOD_NCCL_HOME="$work/nccl" HOROVOD_NCCL_INCLUDE="$work/nccl/include" \
           HOROVOD_NCCL_LIB="$work/nccl/lib" HOROVOD_NCCL_LINK=SHARED \
           HOROVOD_BUILD_CUDA_CC_LIST="$HOROVOD_CC_LIST" CMAKE_TOOLCHAIN_FILE="$work/toolchain.cmake" \
+          CPATH="$(ls -d "$site"/nvidia/*/include | paste -sd:)" \
           NVCC_APPEND_FLAGS="-cudart shared" CC=$cc CXX=$cxx CUDAHOSTCXX=$cxx PATH="$cuda/bin:$PATH" \
           MAKEFLAGS=-j"$(nproc)" \
           LD_LIBRARY_PATH=$stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
@@ -274,6 +276,7 @@ CMAKE
           -w "$work" horovod==0.28.1 > "$log" 2>&1; then
         tail -40 "$log" >&2
         echo "setup: the horovod build failed; the whole log is $log" >&2
+        rm -rf "$work"
         exit 1
       fi
       mv "$work"/horovod-0.28.1-*.whl "$cache/" && rm -rf "$work"
