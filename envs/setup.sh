@@ -3,12 +3,31 @@
 #   .venv            snakemake, the report, the tests      (envs/workflow.txt)
 #   .envs/tf-mxnet   TensorFlow + MXNet, pinned together    (envs/tf-mxnet.txt)
 #   .envs/torch      PyTorch                                (envs/torch.txt)
+# With --gpu (or when `nvidia-smi -L` lists a GPU) also the GPU builds, each with Horovod 0.28.1
+# built with NCCL (docs/gpu-environments.md):
+#   .envs/tensorflow-gpu  tensorflow[and-cuda] 2.15.1, CUDA 12   (envs/tensorflow-gpu.txt)
+#   .envs/mxnet-gpu       mxnet-cu117 1.9.1, CUDA 11             (envs/mxnet-gpu.txt)
+# --no-gpu skips them even where a GPU is seen; --gpu-only makes only them.
 # Each gets this repository installed editable, so `python -m workflow_scripts...` works from
 # anywhere. An environment is rebuilt only when its requirements file changed (a stamp records
 # the file's hash); pip's wheel cache is reused across rebuilds.
 set -euo pipefail
 export TF_CPP_MIN_LOG_LEVEL=2  # quiet the import checks below
 cd "$(dirname "$0")/.."
+
+GPU=auto
+for arg in "$@"; do
+  case $arg in
+    --gpu) GPU=yes ;;
+    --gpu-only) GPU=only ;;
+    --no-gpu) GPU=no ;;
+    *) echo "usage: bash envs/setup.sh [--gpu|--gpu-only|--no-gpu]" >&2; exit 2 ;;
+  esac
+done
+if [ "$GPU" = auto ]; then
+  GPU=no
+  if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep '^GPU' >/dev/null; then GPU=yes; fi
+fi
 
 PYTHON=${PYTHON:-python3.11}
 if ! command -v "$PYTHON" >/dev/null; then
@@ -79,7 +98,200 @@ need_build_tools() {
   fi
 }
 
+if [ "$GPU" != only ]; then
 make_env .venv envs/workflow.txt
 make_env .envs/tf-mxnet envs/tf-mxnet.txt
 install_horovod .envs/tf-mxnet envs/tf-mxnet.txt
 make_env .envs/torch envs/torch.txt
+fi
+
+[ "$GPU" = no ] && exit 0
+
+# ---------------------------------------------------------------------------------------------
+# GPU environments (docs/gpu-environments.md). Each framework keeps the CUDA major version its
+# wheels were built for, so TensorFlow (CUDA 12) and MXNet (CUDA 11) get one environment and one
+# Horovod build each. Horovod links the NCCL and the CUDA runtime of its environment's own pip
+# wheels (nvidia-nccl-cu1x, nvidia-cuda-runtime-cu1x) through a RUNPATH relative to itself.
+DLSCALE_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/dlscale
+HOROVOD_CC_LIST=${HOROVOD_BUILD_CUDA_CC_LIST:-60,70,75,80,86,89,90}  # sm_90 also as PTX
+
+site_packages() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+
+# The registry's nvidia-cuda-nvcc-cu11/-cu12 wheels hold ptxas, libnvvm, libdevice and the crt
+# headers, but not nvcc itself, cicc, cudafe++ or fatbinary; only CUDA 13 comes complete from
+# pip. So, unless a toolkit of the right major version is installed (DLSCALE_CUDA11_HOME /
+# DLSCALE_CUDA12_HOME, or /usr/local/cuda-1X.*), one is assembled in the cache from Debian's
+# non-free nvidia-cuda-toolkit package (CUDA 11.8 in bookworm, 12.4 in trixie; downloaded with
+# a private apt configuration and unpacked, never installed) plus the headers, libdevice and
+# libcudart of the pip wheels of the same version. Prints the toolkit's directory.
+cuda_toolkit() {  # cuda_toolkit MAJOR
+  local major=$1 var home deb suite tmp w aptdir
+  local -a wheels apt
+  var=DLSCALE_CUDA${major}_HOME
+  for home in "${!var:-}" $(ls -d /usr/local/cuda-"$major".* 2>/dev/null | sort -rV); do
+    [ -n "$home" ] && [ -x "$home/bin/nvcc" ] && "$home/bin/nvcc" --version | grep "release $major\." >/dev/null \
+      && { echo "$home"; return; }
+  done
+  case $major in
+    11) deb=11.8.89~11.8.0-5~deb12u1 suite=bookworm
+        wheels=(nvidia-cuda-nvcc-cu11==11.8.89 nvidia-cuda-runtime-cu11==11.8.89 nvidia-cuda-cccl-cu11==11.8.89.post1) ;;
+    12) deb=12.4.131~12.4.1-2 suite=trixie
+        wheels=(nvidia-cuda-nvcc-cu12==12.4.131 nvidia-cuda-runtime-cu12==12.4.127 nvidia-cuda-cccl-cu12==12.4.127.post1) ;;
+  esac
+  home=$DLSCALE_CACHE/cuda-${deb%%~*}
+  [ -e "$home/.dlscale-toolkit" ] && { echo "$home"; return; }
+  echo "setup: assembling a CUDA ${deb%%~*} toolkit in $home" >&2
+  command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || {
+    echo "setup: no CUDA $major toolkit found; set DLSCALE_CUDA${major}_HOME to one (bin/nvcc)" >&2; exit 2; }
+  mkdir -p "$DLSCALE_CACHE"
+  tmp=$(mktemp -d "$DLSCALE_CACHE/.cuda-$major.XXXXXX")
+  aptdir=$tmp/apt
+  mkdir -p "$aptdir/lists/partial" "$aptdir/archives/partial" "$tmp/deb" "$tmp/whl"
+  echo "deb http://deb.debian.org/debian $suite non-free" > "$aptdir/sources.list"
+  apt=(-o Dir::Etc::SourceList="$aptdir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+       -o Dir::State::Lists="$aptdir/lists" -o Dir::Cache="$aptdir" -o APT::Sandbox::User=root)
+  apt-get "${apt[@]}" update -qq
+  (cd "$tmp" && apt-get "${apt[@]}" download -qq "nvidia-cuda-toolkit=$deb")
+  dpkg-deb -x "$tmp"/nvidia-cuda-toolkit_*.deb "$tmp/deb"
+  "$PYTHON" -m pip download -q --no-deps -d "$tmp/whl" "${wheels[@]}"
+  for w in "$tmp"/whl/*.whl; do "$PYTHON" -m zipfile -e "$w" "$tmp/whl/x"; done
+  local src=$tmp/deb/usr/lib/nvidia-cuda-toolkit/bin x=$tmp/whl/x/nvidia cuda=$tmp/cuda
+  mkdir -p "$cuda/bin/crt" "$cuda/nvvm/bin" "$cuda/nvvm/libdevice" "$cuda/include" "$cuda/lib64"
+  cp "$src/nvcc" "$cuda/bin/" && cp "$src"/crt/*.stub "$cuda/bin/crt/" && cp "$src/cicc" "$cuda/nvvm/bin/"
+  for w in cudafe++ fatbinary nvlink ptxas bin2c nvprune cuobjdump; do cp "$tmp/deb/usr/bin/$w" "$cuda/bin/"; done
+  cp -r "$x/cuda_runtime/include/." "$x/cuda_nvcc/include/." "$x/cuda_cccl/include/." "$cuda/include/"
+  rm -f "$cuda/include/__init__.py"
+  cp "$x/cuda_nvcc/nvvm/libdevice/libdevice.10.bc" "$cuda/nvvm/libdevice/"
+  cp "$x"/cuda_runtime/lib/libcudart.so.* "$cuda/lib64/"
+  ln -s "$(basename "$(ls "$cuda"/lib64/libcudart.so.*)")" "$cuda/lib64/libcudart.so"
+  # No static CUDA runtime comes as a wheel: builds link the shared one (nvcc -cudart shared), and
+  # an empty libcudadevrt.a satisfies the -lcudadevrt nvcc adds to every link (CMake's compiler
+  # check links a program; Horovod uses no device-side runtime).
+  ar rc "$cuda/lib64/libcudadevrt.a"
+  cat > "$cuda/bin/nvcc.profile" <<'PROFILE'
+TOP              = $(_HERE_)/..
+NVVMIR_LIBRARY_DIR = $(TOP)/nvvm/libdevice
+LD_LIBRARY_PATH += $(TOP)/lib64:
+PATH            += $(TOP)/nvvm/bin:$(_HERE_):
+INCLUDES        +=  "-I$(TOP)/include" $(_SPACE_)
+LIBRARIES        =+ $(_SPACE_) "-L$(TOP)/lib64/stubs" "-L$(TOP)/lib64"
+CUDAFE_FLAGS    +=
+PTXAS_FLAGS     +=
+PROFILE
+  chmod -R u+w,go+rX "$cuda" && chmod 755 "$cuda"/bin/* "$cuda/nvvm/bin/cicc"
+  "$cuda/bin/nvcc" --version | grep "release $major\." >/dev/null || { echo "setup: $cuda/bin/nvcc does not run" >&2; exit 1; }
+  echo "nvidia-cuda-toolkit=$deb ${wheels[*]}" > "$cuda/.dlscale-toolkit"
+  rm -rf "$home" && mv "$cuda" "$home" && rm -rf "$tmp"
+  echo "$home"
+}
+
+# A libcuda.so.1 that answers every call with CUDA_ERROR_NO_DEVICE, for machines without the
+# NVIDIA driver: the mxnet-cu* wheels link libcuda.so.1 and do not import without one, and
+# Horovod's CMake imports mxnet. Put on LD_LIBRARY_PATH only for the build and the check, and
+# only where no real libcuda.so.1 loads; it is never installed into an environment.
+cuda_stub_dir() {  # cuda_stub_dir LIBMXNET -> prints a directory to put on LD_LIBRARY_PATH, or nothing
+  local lib=$1 dir=$DLSCALE_CACHE/libcuda-stub
+  "$PYTHON" -c 'import ctypes; ctypes.CDLL("libcuda.so.1")' 2>/dev/null && return
+  if [ ! -e "$dir/libcuda.so.1" ]; then
+    mkdir -p "$dir"
+    { echo '/* stub driver for import checks on machines with no GPU; CUDA_ERROR_NO_DEVICE = 100 */'
+      nm -D --undefined-only "$lib" | awk '$2 ~ /^cu[A-Z]/ {print "int " $2 "(void) { return 100; }"}'
+      echo 'int cuInit(unsigned f) { (void)f; return 100; }'
+    } | sort -u > "$dir/libcuda-stub.c"
+    gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$dir/libcuda.so.1" "$dir/libcuda-stub.c"
+  fi
+  echo "$dir"
+}
+
+# mxnet-cu117's libmxnet.so needs the CUDA 11 libraries (cudart, cuBLAS, cuDNN, NCCL, ...) but
+# looks for them only in its own directory and the system's. Its RPATH is extended, once, to the
+# environment's nvidia-*-cu11 wheels, so the environment works with no LD_LIBRARY_PATH.
+link_mxnet_cuda_libs() {  # link_mxnet_cuda_libs ENV_DIR
+  local lib rpath d
+  lib=$(site_packages "$1")/mxnet/libmxnet.so
+  rpath='$ORIGIN'
+  for d in cuda_runtime cuda_nvrtc cublas cufft curand cusolver cusparse nvtx cudnn nccl; do
+    rpath="$rpath:\$ORIGIN/../nvidia/$d/lib"
+  done
+  [ "$(readelf -d "$lib" | sed -n 's/.*Library r*u*n*path: \[\(.*\)\]$/\1/p')" = "$rpath" ] && return
+  need_gpu_build_tools
+  echo "setup: pointing $lib at the environment's CUDA 11 libraries" >&2
+  patchelf --force-rpath --set-rpath "$rpath" "$lib"
+}
+
+need_gpu_build_tools() {  # need_gpu_build_tools [EXTRA DEBIAN PACKAGE...]
+  local missing=() p
+  need_build_tools
+  command -v patchelf >/dev/null || missing+=(patchelf)
+  for p in "$@"; do command -v "$p" >/dev/null || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "setup: building the GPU environments needs: ${missing[*]} (Debian packages)" >&2
+    exit 2
+  fi
+}
+
+# Horovod 0.28.1 with NCCL for GPU tensors and Gloo for the rest, for one framework. The wheel is
+# cached like the CPU one, keyed by the requirements file; the build log lies beside it.
+install_horovod_gpu() {  # install_horovod_gpu ENV_DIR REQUIREMENTS tensorflow|mxnet CUDA_MAJOR
+  local dir=$1 req=$2 fw=$3 major=$4 cache wheel site cuda work stub="" cc=gcc cxx=g++ log
+  local with=(HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITH_MXNET=1)
+  [ "$fw" = tensorflow ] && with=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1)
+  site=$(site_packages "$dir")
+  [ "$fw" = mxnet ] && stub=$(cuda_stub_dir "$site/mxnet/libmxnet.so")
+  cache=$DLSCALE_CACHE/horovod-gpu-$fw-$(sha256sum "$req" | cut -c1-16)
+  if ! LD_LIBRARY_PATH=$stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$dir/bin/python" -c \
+       "import horovod.$fw as h, sys; sys.exit(not h.nccl_built())" 2>/dev/null; then
+    wheel=$(ls "$cache"/horovod-0.28.1-*.whl 2>/dev/null | head -1 || true)
+    if [ -z "$wheel" ]; then
+      if [ "$major" = 11 ]; then need_gpu_build_tools g++-11; cc=gcc-11 cxx=g++-11; else need_gpu_build_tools; fi
+      cuda=$(cuda_toolkit "$major")
+      mkdir -p "$cache"
+      work=$(mktemp -d "$cache/.build.XXXXXX")
+      mkdir -p "$work/nccl/lib"
+      ln -s "$site/nvidia/nccl/include" "$work/nccl/include"
+      ln -s "$site/nvidia/nccl/lib/libnccl.so.2" "$work/nccl/lib/libnccl.so"
+      # The CUDA runtime is linked shared (the pip wheels have no libcudart_static.a), and both it
+      # and NCCL are found at run time through the environment's nvidia/*/lib directories. The
+      # headers of the environment's CUDA libraries are on CPATH (MXNet's include cublas_v2.h, ...).
+      cat > "$work/toolchain.cmake" <<'CMAKE'
+set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+set(CMAKE_BUILD_RPATH "$ORIGIN/../../nvidia/nccl/lib;$ORIGIN/../../nvidia/cuda_runtime/lib")
+CMAKE
+      log=$cache/build.log
+      echo "setup: building horovod 0.28.1 with NCCL for $dir against CUDA $("$cuda/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') in $cuda (10-30 minutes; log: $log)" >&2
+      if ! env "${with[@]}" HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_GLOO=1 \
+          HOROVOD_CPU_OPERATIONS=GLOO HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_GPU=CUDA \
+          HOROVOD_CUDA_HOME="$cuda" CUDA_HOME="$cuda" CUDA_PATH="$cuda" CUDAToolkit_ROOT="$cuda" \
+          HOROVOD_NCCL_HOME="$work/nccl" HOROVOD_NCCL_INCLUDE="$work/nccl/include" \
+          HOROVOD_NCCL_LIB="$work/nccl/lib" HOROVOD_NCCL_LINK=SHARED \
+          HOROVOD_BUILD_CUDA_CC_LIST="$HOROVOD_CC_LIST" CMAKE_TOOLCHAIN_FILE="$work/toolchain.cmake" \
+          CPATH="$(ls -d "$site"/nvidia/*/include | paste -sd:)" \
+          NVCC_APPEND_FLAGS="-cudart shared" CC=$cc CXX=$cxx CUDAHOSTCXX=$cxx PATH="$cuda/bin:$PATH" \
+          MAKEFLAGS=-j"$(nproc)" \
+          LD_LIBRARY_PATH=$stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+          "$dir/bin/python" -m pip wheel -v --no-deps --no-build-isolation --no-cache-dir \
+          -w "$work" horovod==0.28.1 > "$log" 2>&1; then
+        tail -40 "$log" >&2
+        echo "setup: the horovod build failed; the whole log is $log" >&2
+        rm -rf "$work"
+        exit 1
+      fi
+      mv "$work"/horovod-0.28.1-*.whl "$cache/" && rm -rf "$work"
+      wheel=$(ls "$cache"/horovod-0.28.1-*.whl | head -1)
+    fi
+    "$dir/bin/python" -m pip install -q --no-deps --force-reinstall "$wheel"
+  fi
+  echo "setup: checking $dir (envs/check_gpu_build.py)" >&2
+  LD_LIBRARY_PATH=$stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+    "$dir/bin/python" envs/check_gpu_build.py --require "$fw" > "$dir/.dlscale-gpu-check.json" \
+    || { cat "$dir/.dlscale-gpu-check.json" >&2; echo "setup: $dir: Horovod/$fw is not built for the GPU" >&2; exit 1; }
+}
+
+make_env .envs/tensorflow-gpu envs/tensorflow-gpu.txt
+install_horovod_gpu .envs/tensorflow-gpu envs/tensorflow-gpu.txt tensorflow 12
+make_env .envs/mxnet-gpu envs/mxnet-gpu.txt
+link_mxnet_cuda_libs .envs/mxnet-gpu
+install_horovod_gpu .envs/mxnet-gpu envs/mxnet-gpu.txt mxnet 11
