@@ -25,6 +25,10 @@ def _check_path(key, value, file_pattern=False):
         why = "a newline or other control character in a path is not supported"
     elif file_pattern and ("{" in value or "}" in value):
         why = "Snakemake reads braces in its file names as wildcards"
+    elif file_pattern and any(c in value for c in "'\"\\"):
+        # Snakemake writes the files a cluster job waits for into the job's command with Python's
+        # repr(), which a shell would read (in double quotes, $(...) runs).
+        why = "quotes and backslashes in a file name Snakemake tracks are not supported (its cluster jobs would not quote them safely)"
     elif value.startswith("-"):
         why = f"a path starting with '-' would read as an option; write ./{value}"
     if why:

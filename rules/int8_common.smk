@@ -57,7 +57,7 @@ def _check_inference():
                 raise WorkflowError(f"config {key} = pipeline: the training stage trains ResNet-50 only; give {name} "
                                     f"'torchvision' or a weights file")
             pipeline_run()
-        elif source != "torchvision" and not Path(source).is_file():
+        elif source != "torchvision" and (_check_path(key, source, file_pattern=True) or not Path(source).is_file()):
             raise WorkflowError(f"config {key} = {source!r}: no such weights file (or use 'torchvision', or 'pipeline' "
                                 f"for resnet50)")
     for name in THROUGHPUT["models"]:

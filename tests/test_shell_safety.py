@@ -13,10 +13,11 @@ from workflow_scripts.train import job
 
 MARK = "PWNED"
 # Each would run `touch PWNED-...` (in the job's working directory) if a shell read it, and the
-# space made `rm -rf <run dir>` delete the sibling "victim" folder.
+# space made `rm -rf <run dir>` delete the sibling "victim" folder. (Quotes and backslashes are
+# refused in these paths: Snakemake's cluster jobs cannot carry them safely.)
 HOSTILE = {
-    "data_dir": f"victim da'ta $(touch {MARK}-dollar) `touch {MARK}-tick`",
-    "log_dir": f"victim lo\"gs ; touch {MARK}-semi ;",
+    "data_dir": f"victim data $(touch {MARK}-dollar) `touch {MARK}-tick`;#?",
+    "log_dir": f"victim logs ; touch {MARK}-semi ;",
     "results_dir": f"victim res $HOME & touch {MARK}-amp | x",
 }
 SYSTEM = {"gpus_per_node": 1, "max_nodes": 1, "account": f"acct'$(touch {MARK}-acct)",
@@ -48,12 +49,15 @@ def test_hostile_paths_and_system_strings_work_and_touch_nothing_else(tmp_path):
     work.mkdir()
     (work / "victim").mkdir()
     (work / "victim" / "keep.txt").write_text("must survive")
-    write_config(work, **HOSTILE, systems={"local": SYSTEM}, training__frameworks=["pytorch"],
+    # MXNet's readers split file names at ';' (dmlc-core): its run reads through an alias.
+    write_config(work, **HOSTILE, systems={"local": SYSTEM}, training__frameworks=["pytorch", "mxnet"],
                  training__gpus=[1], training__warmup_steps=1, training__steps=3)
     before = snapshot(work, {*HOSTILE.values(), ".snakemake"})
     snakemake(work, "data", "training")
     run = work / HOSTILE["results_dir"] / "runs" / "local" / "pytorch_fp32_1gpu"
-    assert json.loads((run / "summary.json").read_text())["timed_steps"] == 3
+    for fw in ("pytorch", "mxnet"):
+        summary = json.loads((run.with_name(f"{fw}_fp32_1gpu") / "summary.json").read_text())
+        assert summary.get("timed_steps") == 3, summary
     for fmt in ("tfrecord", "recordio", "lmdb"):
         assert (work / HOSTILE["data_dir"] / fmt / "manifest.json").is_file()
     assert (work / HOSTILE["log_dir"] / "train" / "local" / "pytorch_fp32_1gpu.log").read_text().startswith("attempt 1")
@@ -69,6 +73,9 @@ def test_hostile_paths_and_system_strings_work_and_touch_nothing_else(tmp_path):
     ("data_dir", "data\nx", "control character"),
     ("results_dir", "res{system}", "braces"),
     ("log_dir", "-logs", "starting with '-'"),
+    ("data_dir", f"da'ta $(touch {MARK})", "quotes and backslashes"),
+    ("results_dir", f'res"$(touch {MARK})"', "quotes and backslashes"),
+    ("systems", {f"gpu$(touch {MARK})": {"gpus_per_node": 1}}, "does not match"),
     ("systems", {"local": {"gpus_per_node": 1, "gpu_request": "gres", "gpu_type": f"v100'$(touch {MARK})"}},
      "gpu_type"),
     ("systems", {"local": {"gpus_per_node": 1, "sbatch_extra": f"--x='$(touch {MARK})"}},
@@ -78,7 +85,7 @@ def test_what_cannot_be_carried_is_refused_at_parse_time_naming_the_key(tmp_path
     write_config(tmp_path, **{key: value})
     proc = snakemake(tmp_path, "-n", check=False)
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and why in out and (key in out or "gpu_type" in out), out[-2000:]
+    assert proc.returncode != 0 and why in out and key in out, out[-2000:]
     assert markers(tmp_path) == []
 
 

@@ -52,7 +52,7 @@ def make_test_profile(work):
 
 # The run's directories and sbatch flags are strings a shell would run (test_shell_safety.py):
 # here they go through sbatch, the job step and srun on two nodes.
-DIRS = {key: f"{name} $(touch {MARK}-{name}) `touch {MARK}-{name}`;'" for key, name in
+DIRS = {key: f"{name} $(touch {MARK}-{name}) `touch {MARK}-{name}`; &" for key, name in
         (("data_dir", "data"), ("log_dir", "logs"), ("results_dir", "results"))}
 SBATCH_EXTRA = f"--mail-type=NONE --mail-user='x $(touch {MARK}-sbatch)'"
 
@@ -77,13 +77,12 @@ def squeue(*fields):
     return [line.split("|") for line in out.splitlines()]
 
 
-def cancel_first_running(words, seen, stop):
-    """Cancel the first running job whose comment (rule and wildcards) matches, once: the
-    cluster pre-empts a run."""
+def cancel_first_running(words, started, seen, stop):
+    """Cancel the first running job whose comment (rule and wildcards) matches, once it has
+    started its work (the file `started` exists): the cluster pre-empts a run."""
     while not stop.is_set():
         for job, state, comment in squeue("%i", "%T", "%k"):
-            if state == "RUNNING" and all(w in comment for w in words):
-                time.sleep(3)  # let it get into its work
+            if state == "RUNNING" and all(w in comment for w in words) and started.exists():
                 subprocess.run(["scancel", job], timeout=30)
                 seen.append(job)
                 return
@@ -95,7 +94,9 @@ def slurm_run(cluster, tmp_path_factory):
     work = tmp_path_factory.mktemp("slurm")
     cluster_config(work)
     cancelled, stop = [], threading.Event()
-    watcher = threading.Thread(target=cancel_first_running, args=(("rule_train", "pytorch"), cancelled, stop), daemon=True)
+    first_log = work / DIRS["log_dir"] / "train" / "cluster" / "pytorch_fp32_2gpu.log.attempt1"
+    watcher = threading.Thread(target=cancel_first_running, args=(("rule_train", "pytorch"), first_log, cancelled, stop),
+                               daemon=True)
     watcher.start()
     proc = run_snakemake(work, "all")
     try:

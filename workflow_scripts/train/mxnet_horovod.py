@@ -5,13 +5,21 @@ FP16 casts the network to float16 with multi-precision SGD on a GPU. MXNet 1.9 h
 mixed precision that works with Horovod here (its bfloat16 AMP needs oneDNN, which has to be off
 for Horovod on the CPU), so fp16 on a CPU fails with a message instead of silently running fp32.
 """
+import atexit
 import os
+import shutil
+import sys
+import tempfile
 
 # oneDNN tensors break Horovod's CPU allreduce in MXNet 1.9 ('Check failed: !IsMKLDNNData()').
 os.environ.setdefault("MXNET_MKLDNN_ENABLED", "0")
 os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
 
-import mxnet as mx  # noqa: E402
+try:
+    import mxnet as mx  # noqa: E402
+except OSError as exc:  # an mxnet-cu* build loads the NVIDIA driver's libcuda.so.1 at import
+    sys.exit(f"error: MXNet in {sys.executable} cannot load ({exc}): a CUDA build of MXNet needs the NVIDIA "
+             f"driver; run it on a GPU node, or use a CPU build (config envs.mxnet)")
 from mxnet import autograd, gluon  # noqa: E402
 
 from ..common.errors import StageError, run_main  # noqa: E402
@@ -21,11 +29,26 @@ from . import harness  # noqa: E402
 MEAN, STD = (123.68, 116.28, 103.53), (58.395, 57.12, 57.375)
 
 
+def dmlc_path(folder):
+    """A name for `folder` that MXNet's readers take as it is: dmlc-core splits a file name at ';'
+    (a list of files) and reads '?' and '#' as parts of a URI, so a folder whose path holds them
+    is given to MXNet as a symlink in a temporary directory."""
+    if not set(str(folder)) & set(";?#"):
+        return str(folder)
+    tmp = tempfile.mkdtemp(prefix="dlscale-recordio-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    alias = os.path.join(tmp, "recordio")
+    os.symlink(os.path.abspath(folder), alias)
+    return alias
+
+
 def records(run, ctx_gpu, threads):
     a, launch = run.args, run.launch
-    rec, idx = os.path.join(a.data, "train.rec"), os.path.join(a.data, "train.idx")
-    if not os.path.isfile(rec):
-        raise StageError(f"{rec} is missing: {a.data} is not the data stage's recordio output")
+    if not os.path.isfile(os.path.join(a.data, "train.rec")):
+        raise StageError(f"{os.path.join(a.data, 'train.rec')} is missing: {a.data} is not the data stage's "
+                         f"recordio output")
+    folder = dmlc_path(a.data)
+    rec, idx = os.path.join(folder, "train.rec"), os.path.join(folder, "train.idx")
     return mx.io.ImageRecordIter(
         path_imgrec=rec, path_imgidx=idx, data_shape=(3, a.image_size, a.image_size),
         batch_size=a.batch_per_gpu, resize=int(a.image_size * 8 / 7), rand_crop=True, rand_mirror=True,
