@@ -18,7 +18,9 @@ fit is listed as skipped, never silently dropped):
 
     python3 benchmarks/pytorch_gpu.py --plan h100 --out OUT --budget-s 560
     python3 benchmarks/pytorch_gpu.py --plan scaling --gpus 2 --out OUT --budget-s 480
-    (plans decode, decode2: real data on one GPU; ddp, ddp2, ddp3: DDP on 2 GPUs; docs/benchmarks.md)
+    python3 benchmarks/pytorch_gpu.py --plan inputs --out OUT --budget-s 500
+    (plans decode, decode2: real data on one GPU; inputs: synthetic and the cpu, gpu and dali input
+    paths with the trainer's defaults; ddp, ddp2, ddp3: DDP on 2 GPUs; docs/benchmarks.md)
 
 Writes OUT/results.json (everything, per-step losses included) and OUT/results.md (tables).
 """
@@ -59,8 +61,9 @@ def variant(name, data, precision, opts, gpus=1, target="", est=60, concurrent=1
 
 COMPILED = ["--channels-last", "on", "--compile", "default"]
 EAGER_CL = ["--channels-last", "on", "--compile", "off"]
-GPU_DECODE = ["--gpu-decode", "on"]
-CPU_DECODE = ["--gpu-decode", "off"]
+GPU_DECODE = ["--input", "gpu"]
+CPU_DECODE = ["--input", "cpu"]
+DALI = ["--input", "dali"]
 
 
 def plan_h100():
@@ -142,6 +145,20 @@ def plan_decode2():
                             COMPILED + nvimg + ["--decoder-threads", "4"], target="real data", est=40)),
         ("variant", variant("real256_bf16_nvimgcodec_compile_t2", "real256", "fp16",
                             COMPILED + nvimg + ["--decoder-threads", "2"], target="real data", est=40)),
+    ]
+
+
+def plan_inputs():
+    """Issue 14: the three input paths on one GPU with the trainer's defaults (no options: bf16 for
+    fp16, channels_last, compile default), each against synthetic data in the same call; the
+    same LMDB for every real-data row. Synthetic and DALI are repeated last, if time is left."""
+    return [
+        ("variant", variant("syn_bf16", "synthetic", "fp16", [], target="synthetic bf16", est=90)),
+        ("variant", variant("real_bf16_dali", "real", "fp16", DALI, target="real data", est=80)),
+        ("variant", variant("real_bf16_gpu", "real", "fp16", GPU_DECODE, target="real data", est=50)),
+        ("variant", variant("real_bf16_cpu", "real", "fp16", CPU_DECODE, target="real data", est=60)),
+        ("variant", variant("syn_bf16_repeat", "synthetic", "fp16", [], target="synthetic bf16", est=45)),
+        ("variant", variant("real_bf16_dali_repeat", "real", "fp16", DALI, target="real data", est=45)),
     ]
 
 
@@ -234,6 +251,7 @@ def plan_scaling(n):
 
 # plan name -> items, given the GPU count of the multi-GPU runs (one-GPU plans ignore it)
 PLANS = {"h100": lambda n: plan_h100(), "decode": lambda n: plan_decode(), "decode2": lambda n: plan_decode2(),
+         "inputs": lambda n: plan_inputs(),
          "scaling": plan_scaling, "ddp": plan_ddp, "ddp2": plan_ddp2, "ddp3": plan_ddp3}
 
 
@@ -484,14 +502,17 @@ def part_loaders(a, work):
 
     out["decode_augment"] = rate(decode_augment, 20)
     launch = detect()
-    for name, opts, reps in (("gpu_loader", ["--gpu-decode", "on"], 40), ("cpu_loader", ["--gpu-decode", "off"], 20)):
+    for name, opts, reps in (("gpu_loader", GPU_DECODE, 40), ("cpu_loader", CPU_DECODE, 20), ("dali_loader", DALI, 40)):
         args = _args(["--data", str(work / "lmdb"), "--batch-per-gpu", str(a.batch), "--image-size", str(a.image_size),
                       "--channels-last", "on", *opts])
         s = pytorch_ddp.resolve(args, dev)
-        data = pytorch_ddp.build_input(args, s, launch)
-        out[f"{name}_workers"] = data.workers
-        out[name] = rate(lambda: data.next_batch(), reps)
-        data.close()
+        try:
+            data = pytorch_ddp.build_input(args, s, launch)
+            out[f"{name}_workers"] = data.workers
+            out[name] = rate(lambda: data.next_batch(), reps)
+            data.close()
+        except Exception as exc:  # e.g. DALI not installed: the other loaders' figures still count
+            out[name] = f"{type(exc).__name__}: {exc}"[:500]
     return out
 
 
@@ -607,7 +628,9 @@ def report(results):
                          f"{ld['nvimgcodec_vs_torchvision_levels']}")
         lines.append(f"Input alone (images/s, batch {ld['batch']}): nvJPEG decode {ld['nvjpeg_decode']:.0f}, "
                      f"decode + augment {ld['decode_augment']:.0f}, GPU loader ({ld['gpu_loader_workers']} workers) "
-                     f"{ld['gpu_loader']:.0f}, CPU loader ({ld['cpu_loader_workers']} workers) {ld['cpu_loader']:.0f}")
+                     f"{ld['gpu_loader']:.0f}, CPU loader ({ld['cpu_loader_workers']} workers) {ld['cpu_loader']:.0f}"
+                     + (f", DALI ({ld['dali_loader_workers']} threads) {ld['dali_loader']:.0f}"
+                        if isinstance(ld.get("dali_loader"), float) else f"; DALI: {ld.get('dali_loader')}"))
     lines += ["", "| variant | GPUs | data | precision | batch/GPU | images/s | per GPU | step CV | input wait | "
               "loss first→last | wall s | status |", "|" + "---|" * 12]
     for v in results["variants"]:
@@ -619,12 +642,20 @@ def report(results):
         else:
             lines.append(f"| {v['name']} | {v['gpus']} | {v['data']} | {v['precision']} | {v.get('batch', '-')} | - | - | - | - | "
                          f"- | {v.get('wall_s', 0):.0f} | {v.get('status')}: {str(v.get('reason') or v.get('error', ''))[-160:].replace('|', '/').replace(chr(10), ' ')} |")
-    stages = [v for v in results["variants"] if v.get("status") == "ok" and v.get("gpu_input")]
+    lines += against_synthetic(results)
+    stages = [v for v in results["variants"] if v.get("status") == "ok" and "fetch_s" in (v.get("gpu_input") or {})]
     if stages:
         lines += ["", "GPU input thread, mean ms per batch during the timed steps (fetch bytes from the workers / "
                   "nvJPEG call / augmentation launch):"]
         lines += [f"- {v['name']}: {1e3 * v['gpu_input']['fetch_s']:.1f} / {1e3 * v['gpu_input']['decode_s']:.1f} / "
                   f"{1e3 * v['gpu_input']['augment_launch_s']:.1f}" for v in stages]
+    dali = [v for v in results["variants"] if v.get("status") == "ok" and "decoder" in (v.get("gpu_input") or {})]
+    if dali:
+        lines += ["", "DALI pipelines (decoder, CPU threads, batches prefetched, hardware decoder share; mean ms "
+                  "per next() during the timed steps):"]
+        lines += [f"- {v['name']}: {g['decoder']}, {g['threads']} threads, prefetch {g['prefetch']}, "
+                  f"hw_decoder_load {g['hw_decoder_load']}; {1e3 * g.get('next_s', float('nan')):.2f} ms"
+                  for v in dali for g in [v["gpu_input"]]]
     ck = results.get("check", {})
     if ck.get("status") == "ok":
         lines += ["", f"Check (batch {ck['batch']}, {ck['steps']} steps on one real batch): preprocessing GPU vs CPU "
@@ -643,6 +674,33 @@ def report(results):
     for k, v in results.get("derived", {}).items():
         lines.append(f"- {k}: {v}")
     return "\n".join(lines) + "\n"
+
+
+INPUT_FLAGS = {"--input", "--jpeg-decoder", "--decoder-threads", "--input-lanes", "--input-priority",
+               "--hw-decoder-load", "--prefetch"}
+
+
+def _without_input(opts):
+    """A variant's options (flag-value pairs) less those of its input path."""
+    return [x for flag, value in zip(opts[::2], opts[1::2]) if flag not in INPUT_FLAGS for x in (flag, value)]
+
+
+def against_synthetic(results):
+    """Every run's images/s, step CV and median timed step, and each real-data run over the mean
+    of the synthetic runs of the same call with the same GPUs, precision and other options."""
+    ok = [v for v in results["variants"] if v.get("status") == "ok" and v.get("concurrent", 1) == 1]
+    if not ok:
+        return []
+    lines = ["", "| variant | input | images/s | step CV | median step ms | real / synthetic |", "|" + "---|" * 6]
+    for v in ok:
+        timed = v["step_wall_s"][results["warmup_steps"]:]
+        syn = [w["images_per_s"] for w in ok if w["data"] == "synthetic" and w["gpus"] == v["gpus"]
+               and w["precision"] == v["precision"] and _without_input(w["opts"]) == _without_input(v["opts"])]
+        ratio = (f"{v['images_per_s'] / statistics.fmean(syn):.1%} (of {', '.join(f'{x:.0f}' for x in syn)})"
+                 if v["data"] != "synthetic" and syn else "-")
+        lines.append(f"| {v['name']} | {(v.get('settings') or {}).get('input', '-') if v['data'] != 'synthetic' else '-'} | "
+                     f"{v['images_per_s']:.0f} | {v['step_cv']:.1%} | {1e3 * statistics.median(timed):.1f} | {ratio} |")
+    return lines
 
 
 def derive(results):
@@ -736,7 +794,7 @@ def main():
         name = v if kind == "part" else (kind if kind in ("check", "allreduce") else v["name"])
         if only and name not in only:
             continue
-        est = {"ceilings": 20, "loaders": 60, "check": 60, "allreduce": 30}.get(name, v["est_s"] if isinstance(v, dict) else 60)
+        est = {"ceilings": 20, "loaders": 80, "check": 60, "allreduce": 30}.get(name, v["est_s"] if isinstance(v, dict) else 60)
         if left() < est:
             skipped = {"status": "skipped", "reason": f"time budget: {left():.0f} s left, about {est} s needed"}
             if kind == "variant":

@@ -209,8 +209,11 @@ def pytorch_args():
     def onoff(v):
         return v if v == "auto" else ("on" if v else "off")
 
+    # gpu_decode picks the trainer's input path: auto (gpu on a GPU, cpu on a CPU), true the GPU
+    # path (gpu_input), false the CPU path; --input dali is not reachable from the config yet.
+    source = {"auto": "auto", True: "gpu", False: "cpu"}[p["gpu_decode"]]
     return ["--amp-dtype", p["amp_dtype"], "--channels-last", onoff(p["channels_last"]),
-            "--compile", p["compile"] if p["compile"] else "off", "--gpu-decode", onoff(p["gpu_decode"]),
+            "--compile", p["compile"] if p["compile"] else "off", "--input", source,
             "--loader-workers", p["loader_workers"], "--tf32", onoff(p["tf32"]), "--bucket-cap-mb", p["bucket_cap_mb"],
             "--input-lanes", p["input_lanes"], "--jpeg-decoder", p["jpeg_decoder"], "--ddp-graph", p["ddp_graph"],
             "--broadcast-buffers", onoff(p["broadcast_buffers"]), "--grad-compression", p["grad_compression"]]

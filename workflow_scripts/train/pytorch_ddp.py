@@ -1,10 +1,12 @@
 """ResNet-50 (torchvision) with DistributedDataParallel, reading the data stage's LMDB (Caffe2's
 path in the study, PyTorch's now).
 
-Input. On a CPU, LMDBImageNet + Pillow in DataLoader workers (decode, RandomResizedCrop, flip,
-normalize). On a GPU (--gpu-decode auto) the workers only read JPEG bytes and gpu_input decodes
-and augments whole batches on the GPU, ahead of the step: CPU decoding cannot feed an H100
-(docs/benchmarks.md).
+Input (--input), three paths with the same augmentation (RandomResizedCrop, flip, normalize):
+cpu, LMDBImageNet + Pillow in DataLoader workers; gpu, the workers only read JPEG bytes and
+gpu_input decodes and augments whole batches on the GPU (nvJPEG) in a thread, ahead of the step;
+dali, an NVIDIA DALI pipeline reads the LMDB and decodes (hardware JPEG engine and nvJPEG) and
+augments on the GPU in its own threads (dali_input). CPU decoding cannot feed an H100
+(docs/benchmarks.md); auto is gpu on a GPU, cpu on a CPU.
 
 Precision. fp32 is float32; on a GPU its matrix products and convolutions use TF32 on the tensor
 cores (--tf32 on; PyTorch's default for convolutions already). fp16 is mixed precision in the
@@ -20,6 +22,7 @@ several GPUs, DDP's gradients are views of its buckets of --bucket-cap-mb (no co
 buffer broadcast, and within one node one compiled graph with the all-reduce after the backward
 pass (together 96.7-97.5% scaling efficiency on 2 H200s, against 90% for DDP's defaults).
 """
+import argparse
 import gc
 import os
 import sys
@@ -39,8 +42,16 @@ from . import gpu_input, harness
 
 MEAN, STD = gpu_input.MEAN, gpu_input.STD
 AUTO = ("auto", "on", "off")
+INPUTS = ("auto", "cpu", "gpu", "dali")
 COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 GPU_DECODE_WORKERS = 4  # they only read bytes: a few keep up with any GPU (docs/benchmarks.md)
+
+
+def fraction(text):
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a fraction between 0 and 1")
+    return value
 
 
 def add_args(ap):
@@ -51,22 +62,29 @@ def add_args(ap):
     g.add_argument("--channels-last", choices=AUTO, default="auto", help="auto: on a GPU")
     g.add_argument("--compile", choices=COMPILE_MODES, default="auto",
                    help="torch.compile mode of the model; auto: default on a GPU, off on a CPU")
-    g.add_argument("--gpu-decode", choices=AUTO, default="auto",
-                   help="decode and augment on the GPU (gpu_input); auto: on a GPU")
+    g.add_argument("--input", choices=INPUTS, default="auto",
+                   help="where images are decoded and augmented: cpu (Pillow in DataLoader workers), gpu "
+                        "(gpu_input: nvJPEG in a thread of this process), dali (NVIDIA DALI's pipeline); "
+                        "auto: gpu on a GPU, cpu on a CPU")
     g.add_argument("--loader-workers", type=int, default=0,
-                   help=f"DataLoader workers per rank; 0: --decode-threads, else cores per rank - 1 "
-                        f"(at most {GPU_DECODE_WORKERS} with GPU decoding)")
+                   help=f"DataLoader workers per rank (input dali: DALI's CPU threads); 0: --decode-threads, "
+                        f"else cores per rank - 1 (at most {GPU_DECODE_WORKERS} with input gpu)")
     g.add_argument("--tf32", choices=("on", "off"), default="on", help="fp32 on a GPU: TF32 tensor cores")
     g.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size")
-    g.add_argument("--prefetch", type=int, default=2, help="GPU decoding: batches prepared ahead of the step")
+    g.add_argument("--prefetch", type=int, default=2, help="input gpu or dali: batches prepared ahead of the step")
+    # Most JPEGs to the hardware engine leaves the SMs to the step, beside which the gpu path's
+    # decoding slowed it (docs/benchmarks.md); DALI's own default is 0.65. Not yet measured here.
+    g.add_argument("--hw-decoder-load", type=fraction, default=0.9,
+                   help="input dali on a GPU: share of the JPEGs given to the hardware JPEG engine "
+                        "(A100, H100; the rest nvJPEG on the SMs)")
     g.add_argument("--input-lanes", type=int, default=1,
-                   help="GPU decoding: batches decoded and augmented at once, each by its own thread and stream")
+                   help="input gpu: batches decoded and augmented at once, each by its own thread and stream")
     g.add_argument("--input-priority", choices=("high", "normal"), default="normal",
-                   help="GPU decoding: CUDA stream priority of the input pipeline's work")
+                   help="input gpu: CUDA stream priority of the input pipeline's work")
     g.add_argument("--jpeg-decoder", choices=gpu_input.DECODERS, default="torchvision",
-                   help="GPU decoding: torchvision's decode_jpeg or nvImageCodec's decoder")
+                   help="input gpu: torchvision's decode_jpeg or nvImageCodec's decoder")
     g.add_argument("--decoder-threads", type=int, default=0,
-                   help="GPU decoding with nvimgcodec: its CPU threads per lane (0: one per core)")
+                   help="input gpu with nvimgcodec: its CPU threads per lane (0: one per core)")
     g.add_argument("--ddp-graph", choices=("auto", "split", "whole"), default="auto",
                    help="compiled DDP: split (graph cut at bucket boundaries, all-reduce overlaps backward) or "
                         "whole (one graph, all-reduce after backward; CUDA graphs then cover the whole step); "
@@ -89,7 +107,7 @@ class Settings:
     amp_dtype: torch.dtype = None  # None: fp32
     channels_last: bool = False
     compile: str = ""  # torch.compile mode; "": eager
-    gpu_decode: bool = False
+    input: str = "cpu"  # cpu | gpu | dali
     tf32: bool = False
     bucket_cap_mb: float = 25.0
     ddp_graph: str = "whole"  # as resolved (auto: by node count)
@@ -99,7 +117,7 @@ class Settings:
     def describe(self):
         return {"amp_dtype": str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "float32",
                 "channels_last": self.channels_last, "compile": self.compile or "off",
-                "gpu_decode": self.gpu_decode, "tf32": self.tf32, "bucket_cap_mb": self.bucket_cap_mb,
+                "input": self.input, "tf32": self.tf32, "bucket_cap_mb": self.bucket_cap_mb,
                 "ddp_graph": self.ddp_graph, "grad_compression": self.grad_compression,
                 "broadcast_buffers": self.broadcast_buffers}
 
@@ -119,8 +137,9 @@ def resolve(args, device, nodes=1):
         else:
             amp = torch.float16
     mode = {"auto": "default" if cuda else "", "off": ""}.get(args.compile, args.compile)
+    source = args.input if args.input != "auto" else ("gpu" if cuda else "cpu")
     return Settings(device=device, amp_dtype=amp, channels_last=on(args.channels_last), compile=mode,
-                    gpu_decode=on(args.gpu_decode), tf32=cuda and args.tf32 == "on",
+                    input=source, tf32=cuda and args.tf32 == "on",
                     bucket_cap_mb=args.bucket_cap_mb, ddp_graph=ddp_graph(args.ddp_graph, nodes),
                     grad_compression=args.grad_compression, broadcast_buffers=args.broadcast_buffers == "on")
 
@@ -193,7 +212,7 @@ def loader_workers(args, s, launch):
     if args.loader_workers or args.decode_threads:
         return args.loader_workers or args.decode_threads
     rule = max(1, (os.cpu_count() or 2) // launch.local_size - 1)
-    return min(rule, GPU_DECODE_WORKERS) if s.gpu_decode else rule
+    return min(rule, GPU_DECODE_WORKERS) if s.input == "gpu" else rule
 
 
 def _forever(loader, sampler):
@@ -213,6 +232,23 @@ def _forever(loader, sampler):
     return batches()
 
 
+def input_seed(seed, rank):
+    """The seed of a rank's GPU or DALI input (its crops, flips and, for DALI, its shuffle): every
+    rank draws differently, and the same run draws the same."""
+    return seed * 100003 + rank
+
+
+def dali_input_module():
+    """dali_input, imported only for --input dali: the other paths must run where DALI is not
+    installed."""
+    try:
+        from . import dali_input
+    except ImportError as exc:
+        raise StageError(f"--input dali needs NVIDIA DALI, which could not be imported ({exc}); install "
+                         f"nvidia-dali-cuda130 (envs/torch.txt) or choose --input cpu or gpu") from exc
+    return dali_input
+
+
 @dataclass
 class Input:
     classes: int
@@ -220,7 +256,7 @@ class Input:
     workers: int
     next_batch: object  # () -> (x, y) on the device
     close: object = lambda: None
-    stats: object = lambda skip: {}  # GPU decoding: per-stage seconds per batch
+    stats: object = lambda skip: {}  # input gpu: per-stage seconds per batch; dali: its settings
 
 
 def build_input(args, s, launch):
@@ -234,22 +270,32 @@ def build_input(args, s, launch):
         y = torch.randint(0, classes, (args.batch_per_gpu,), generator=g).to(device)
         return Input(classes, 0, 0, lambda: (x, y))
     classes = harness.classes_of(args.data)
-    lmdb = LMDBImageNet(os.path.join(args.data, "train"),
-                        transform=None if s.gpu_decode else cpu_transform(args.image_size))
-    ds = gpu_input.RawJPEGs(lmdb) if s.gpu_decode else lmdb
-    if len(ds) < args.batch_per_gpu * launch.world_size:
-        raise StageError(f"{args.data}/train holds {len(ds)} images, fewer than one global batch "
+    raw = s.input == "gpu"  # the workers read JPEG bytes only
+    train = os.path.join(args.data, "train")
+    lmdb = LMDBImageNet(train, transform=cpu_transform(args.image_size) if s.input == "cpu" else None)
+    if len(lmdb) < args.batch_per_gpu * launch.world_size:
+        raise StageError(f"{train} holds {len(lmdb)} images, fewer than one global batch "
                          f"({args.batch_per_gpu} x {launch.world_size})")
+    workers = loader_workers(args, s, launch)
+    seed = input_seed(args.seed, launch.rank)
+    if s.input == "dali":
+        if args.prefetch < 1:
+            raise StageError(f"--prefetch {args.prefetch}: DALI prefetches at least one batch")
+        dali = dali_input_module().DALIBatches(
+            train, device, args.image_size, args.batch_per_gpu, seed, rank=launch.rank,
+            world_size=launch.world_size, channels_last=s.channels_last, depth=args.prefetch, threads=workers,
+            hw_decoder_load=args.hw_decoder_load)
+        return Input(classes, len(lmdb), workers, lambda: next(dali), dali.close, dali.stats)
+    ds = gpu_input.RawJPEGs(lmdb) if raw else lmdb
     sampler = torch.utils.data.distributed.DistributedSampler(
         ds, num_replicas=launch.world_size, rank=launch.rank, shuffle=True, seed=args.seed, drop_last=True)
-    workers = loader_workers(args, s, launch)
     loader = torch.utils.data.DataLoader(
         ds, batch_size=args.batch_per_gpu, sampler=sampler, num_workers=workers, drop_last=True,
-        collate_fn=gpu_input.collate_raw if s.gpu_decode else None,
-        pin_memory=device.type == "cuda" and not s.gpu_decode, persistent_workers=True, prefetch_factor=4)
+        collate_fn=gpu_input.collate_raw if raw else None,
+        pin_memory=device.type == "cuda" and not raw, persistent_workers=True, prefetch_factor=4)
     batches = _forever(loader, sampler)
-    if s.gpu_decode:
-        gpu = gpu_input.GPUBatches(batches, device, args.image_size, seed=args.seed * 100003 + launch.rank,
+    if raw:
+        gpu = gpu_input.GPUBatches(batches, device, args.image_size, seed=seed,
                                    channels_last=s.channels_last, depth=args.prefetch, priority=args.input_priority,
                                    lanes=args.input_lanes, decoder=args.jpeg_decoder,
                                    decoder_threads=args.decoder_threads)
@@ -323,8 +369,8 @@ def main():
         torch.save(model.state_dict(), os.path.join(args.out, "weights.pt"))
     timed_wait = sum(waits[args.warmup_steps:])
     run.finish({"device": torch.cuda.get_device_name(device) if cuda else "cpu", "device_type": "gpu" if cuda else "cpu",
-                "classes": data.classes,
-                "train_images": data.train_images, "loader_workers": data.workers,
+                "classes": data.classes, "train_images": data.train_images, "loader_workers": data.workers,
+                "input": s.input,
                 "amp_dtype": s.describe()["amp_dtype"], "pytorch": s.describe(),
                 "input_wait_s_timed": timed_wait, "gpu_input": data.stats(args.warmup_steps + args.prefetch),
                 "max_memory_allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None})

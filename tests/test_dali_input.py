@@ -1,0 +1,153 @@
+"""The DALI input path (workflow_scripts/train/dali_input.py) on the CPU (DALI's CPU pipeline;
+CI has no GPU): the LMDB's own labels, RandomResizedCrop's crop distribution, half the images
+flipped, the CPU path's normalization and resize filter; and a training run that uses it."""
+import json
+import math
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import REPO, interpreter, run_reader, run_stage
+
+from workflow_scripts.data import embedded
+
+# Two-sample Kolmogorov-Smirnov critical value at a 0.1% significance level for 4,000 draws
+# each: c(0.001) * sqrt((n + m) / (n m)) with c = 1.949 (fixed before any run).
+KS_CRITICAL = 1.949 * math.sqrt(2 / 4000)
+
+
+@pytest.fixture(scope="module")
+def lmdb(tmp_path_factory):
+    work = tmp_path_factory.mktemp("dali_input")
+    embedded.make(work / "ILSVRC2012", classes=5, train_per_class=6, val_per_class=2, seed=11)
+    run_stage("workflow", "workflow_scripts.data.index", "--root", work / "ILSVRC2012", "--out", work / "index",
+              "--threads", "2")
+    run_stage("pytorch", "workflow_scripts.data.lmdb_caffe2", "--index", work / "index", "--out", work / "lmdb",
+              "--threads", "2")
+    return work / "lmdb"
+
+
+@pytest.fixture(scope="module")
+def got(lmdb, tmp_path_factory):
+    return run_reader("pytorch", "dali_input_check.py", lmdb, tmp_path_factory.mktemp("dali_check"))
+
+
+def _labels(batches):
+    return [y for batch in batches for y in batch]
+
+
+def test_reader_gives_every_record_once_with_its_own_label(got):
+    records = [tuple(r) for r in got["records"]]
+    shards = got["reader_shards"]
+    read = [(digest, label) for shard in shards for digest, label, _ in shard]
+    # Each sample is an LMDB record's JPEG bytes with that record's label, and the two shards
+    # of one epoch hold every record exactly once.
+    assert sorted(read) == sorted(records)
+    for shard in shards:
+        for digest, label, source in shard:
+            position = int(source.rsplit(" ", 1)[1])  # DALI names the record it read: "<path> at key <key>"
+            assert records[position] == (digest, label), source
+    assert len(shards[0]) == len(shards[1]) == len(records) // 2
+
+
+def test_batches_carry_the_lmdb_labels(got):
+    labels = [label for _, label in got["records"]]
+    # Unshuffled, one rank: the LMDB's order, batch after batch.
+    assert _labels(got["unshuffled"]["labels"]) == labels
+    # Shuffled, two ranks: one epoch of both is every record once; each rank moves to the other
+    # shard in its next epoch, so its two epochs are every record once too.
+    rank0, rank1 = (r["labels"] for r in got["ranks"])
+    per_epoch = len(rank0) // 2
+    assert sorted(_labels(rank0[:per_epoch] + rank1[:per_epoch])) == sorted(labels)
+    assert sorted(_labels(rank0)) == sorted(labels)
+    assert _labels(rank0[:per_epoch]) != _labels(rank0[per_epoch:])
+    for r in got["ranks"]:
+        assert (r["x_shape"], r["x_dtype"], r["y_dtype"], r["channels_last"]) == (
+            [3, 3, 32, 32], "torch.float32", "torch.int64", True)
+
+
+def _ks(x, y):
+    grid = np.sort(np.concatenate([x, y]))
+    cdf = [np.searchsorted(np.sort(v), grid, side="right") / len(v) for v in (x, y)]
+    return float(np.abs(cdf[0] - cdf[1]).max())
+
+
+def test_crops_follow_random_resized_crop(got):
+    c = got["crops"]
+    height, width = c["image"]
+
+    def measures(boxes):
+        b = np.array(boxes, dtype=float)  # top, left, h, w
+        return {"area": b[:, 2] * b[:, 3] / (height * width), "log_aspect": np.log(b[:, 3] / b[:, 2]),
+                "centre_x": (b[:, 1] + b[:, 3] / 2) / width, "centre_y": (b[:, 0] + b[:, 2] / 2) / height}
+
+    ours, theirs = measures(c["dali"]), measures(c["torchvision"])
+    for name in ours:
+        assert _ks(ours[name], theirs[name]) < KS_CRITICAL, name
+    assert abs(ours["area"].mean() - theirs["area"].mean()) < 0.02
+    assert abs(ours["log_aspect"].mean() - theirs["log_aspect"].mean()) < 0.02
+    boxes = np.array(c["dali"])
+    assert (boxes[:, :2] >= 0).all() and (boxes[:, 0] + boxes[:, 2] <= height).all()
+    assert (boxes[:, 1] + boxes[:, 3] <= width).all()
+    assert c["not_the_region"] == 0  # each crop holds exactly its region's pixels
+
+
+def test_half_the_images_are_flipped(got):
+    flipped = got["augment"]["ramp_flipped"]
+    n = len(flipped)
+    assert n >= 400
+    assert abs(sum(flipped) / n - 0.5) < 4 * math.sqrt(0.25 / n)  # 4 standard deviations
+
+
+def test_normalization_matches_the_cpu_path(got):
+    a = got["augment"]
+    # A constant JPEG: every crop, resized and normalized, is the colour the CPU path gives, to
+    # float rounding (both decoders are libjpeg-turbo here).
+    for lo, hi, cpu_lo, cpu_hi, level in zip(a["flat_dali"]["min"], a["flat_dali"]["max"], a["flat_cpu"]["min"],
+                                            a["flat_cpu"]["max"], a["level"]):
+        assert cpu_lo == pytest.approx(cpu_hi)
+        assert abs(lo - cpu_lo) < 0.01 * level and abs(hi - cpu_lo) < 0.01 * level
+    # ... and that is the JPEG's colour normalized with the ImageNet mean and std (the JPEG moves
+    # it by at most 2 levels).
+    for value, expected, level in zip(a["flat_cpu"]["min"], a["flat_expected"], a["level"]):
+        assert abs(value - expected) <= 2 * level + 1e-6
+
+
+def test_resize_is_the_antialiased_bilinear_of_the_other_paths(got):
+    for name, r in got["resize"].items():
+        # Against F.interpolate(antialias=True), the GPU path's filter: the same numbers inside the
+        # image. Shrinking, DALI repeats the edge pixels where torchvision and Pillow shorten the
+        # filter: only the outermost ring of output pixels differs (dali_input's docstring).
+        assert r["interpolate"]["inner_max"] < 1e-3, (name, r)
+        # Against the CPU path's Pillow, which rounds to 8 bits.
+        assert r["pillow"]["inner_max"] <= 1.0 and r["pillow"]["mean"] < 0.5, (name, r)
+    assert got["resize"]["up_512"]["interpolate"]["max"] < 1e-3  # enlarging, no ring either
+
+
+def _train(lmdb, out, *extra, ranks=2):
+    cmd = [interpreter("pytorch"), "-m", "workflow_scripts.train.pytorch_ddp", "--data", str(lmdb), "--input", "dali",
+           "--batch-per-gpu", "3", "--image-size", "32", "--warmup-steps", "1", "--steps", "2",
+           "--telemetry-interval", "0", "--out", str(out), *extra]
+    if ranks > 1:
+        cmd = [interpreter("pytorch"), "-m", "workflow_scripts.train.launch", "--nproc-per-node", str(ranks), "--", *cmd]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+
+
+def test_training_with_dali_input(lmdb, tmp_path):
+    proc = _train(lmdb, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["input"] == summary["pytorch"]["input"] == "dali"
+    assert summary["gpu_input"]["decoder"] == "cpu" and summary["world_size"] == 2
+    assert summary["timed_steps"] == 2
+    losses = [json.loads(line)["loss"] for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
+
+
+def test_bad_dali_options_are_named(lmdb, tmp_path):
+    proc = _train(lmdb, tmp_path / "a", "--hw-decoder-load", "1.5", ranks=1)
+    assert proc.returncode != 0 and "--hw-decoder-load" in proc.stderr and "1.5" in proc.stderr
+    proc = _train(lmdb, tmp_path / "b", "--prefetch", "0", ranks=1)
+    assert proc.returncode == 2 and "--prefetch 0" in proc.stderr

@@ -1,0 +1,144 @@
+"""ImageNet batches read, decoded and augmented by NVIDIA DALI, for PyTorch training from the LMDB.
+
+Why: the gpu path (gpu_input) decodes in a Python thread of the training process, and on an H100
+the step ran 6-8 ms slower beside that thread's host and GPU work (docs/benchmarks.md, runs 1-10).
+DALI does the whole input in its own C++ threads and CUDA streams, without the interpreter lock,
+and its mixed decoder gives a share of the JPEGs (hw_decoder_load) to the hardware JPEG engines
+of an A100/H100, which leaves the SMs to the step; nvJPEG on the SMs takes the rest (and all of
+them on older GPUs). Without a GPU the same pipeline runs on the CPU (libjpeg-turbo): that is how
+the tests check it.
+
+One pipeline per rank, prefetching `depth` batches with `threads` CPU threads:
+
+  readers.caffe2   the data stage's LMDB train split; shard `rank` of `world_size` (contiguous
+                   ranges of records, each rank moving to the next range every epoch), shuffled
+                   in a buffer of up to SHUFFLE_BUFFER records. The data stage stored the split
+                   in a random order (conversion.shuffle_seed), so a contiguous range is a random
+                   subset; DistributedSampler's new global permutation every epoch is what this
+                   does not do. The last batch of a shard's epoch is padded by the reader and
+                   dropped by the iterator: no sample is seen twice in an epoch, as with
+                   drop_last in the other paths.
+  decode + crop    decoders.image_random_crop: RandomResizedCrop's parameters (area 0.08-1 of
+                   the image, aspect ratio log-uniform in 3/4-4/3, sides rounded, position
+                   uniform over the whole pixels, up to 10 attempts), decoding only that region
+                   where the decoder can. After 10 failed attempts DALI, like torchvision, takes
+                   the largest crop whose aspect ratio is in range, but places it at a random
+                   position where torchvision centres it; and it also rejects an attempt whose
+                   rounded sides leave the ratio range, which torchvision accepts. For photos of
+                   ordinary shape both cases are rare (tests/test_dali_input.py compares the
+                   distributions). EXIF orientation is ignored, as Pillow's and nvJPEG's decodes
+                   in the other paths ignore it. On the GPU the decoders' pixels differ from
+                   libjpeg-turbo's by a few levels (chroma upsampling, IDCT), as the gpu path's
+                   nvJPEG does; on the CPU they are libjpeg-turbo's, as Pillow's.
+  resize           to image_size x image_size, bilinear with antialiasing when shrinking (the
+                   triangle filter widened by the scale factor: torchvision's antialiased resize
+                   and Pillow's bilinear), in float, so no 8-bit rounding before normalizing.
+                   Inside the image the numbers are F.interpolate(antialias=True)'s (the gpu
+                   path's); shrinking, DALI repeats the crop's edge pixels where the filter
+                   reaches past them, where torchvision and Pillow shorten the filter, so the
+                   outermost ring of output pixels differs (by up to ~16 levels of 255 on
+                   photos). fn.random_resized_crop, the alternative, treats the edge the same way
+                   (checked on whole-image crops) and needs the whole image decoded.
+  flip, normalize  crop_mirror_normalize: a horizontal flip with probability 0.5, (x - 255 mean)
+                   / (255 std), float32, CHW or, for channels_last, HWC (NHWC memory handed to
+                   PyTorch as an NCHW-shaped channels_last tensor, with no copy).
+
+Labels are the LMDB's int32 labels, cast to int64, on the training device. The pipeline's seed
+(the reader's shuffle, the crops, the flips) is derived per rank by the caller.
+"""
+import statistics
+import time
+
+import torch
+from nvidia.dali import fn, pipeline_def, types
+from nvidia.dali.plugin.base_iterator import LastBatchPolicy
+from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+from .gpu_input import MEAN, RATIO, SCALE, STD
+
+READER = "lmdb"  # the reader's name: the iterator reads the epoch size from it
+SHUFFLE_BUFFER = 4096  # records held for shuffling: about 450 MB of ILSVRC JPEGs per rank
+CROP_ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 times
+
+
+def read(path, shard=0, shards=1, shuffle=True):
+    """(encoded JPEGs, int32 labels) of one shard of a Caffe2 LMDB, `path` being train/ or val/."""
+    jpegs, labels = fn.readers.caffe2(path=str(path), shard_id=shard, num_shards=shards, random_shuffle=shuffle,
+                                      initial_fill=SHUFFLE_BUFFER, pad_last_batch=True, name=READER)
+    return jpegs, labels
+
+
+def decode_crop(jpegs, device, hw_decoder_load=None):
+    """The RandomResizedCrop region of each JPEG, decoded to RGB (HWC uint8). device: 'mixed'
+    (GPU) or 'cpu'; hw_decoder_load None: DALI's own share for the hardware decoder."""
+    extra = {"hw_decoder_load": hw_decoder_load} if device == "mixed" and hw_decoder_load is not None else {}
+    return fn.decoders.image_random_crop(jpegs, device=device, output_type=types.RGB, adjust_orientation=False,
+                                         random_area=list(SCALE), random_aspect_ratio=list(RATIO),
+                                         num_attempts=CROP_ATTEMPTS, **extra)
+
+
+def finish(images, size, mirror, channels_last=False):
+    """Resize to size x size (antialiased bilinear), flip where `mirror` is 1, normalize ->
+    float32 CHW (HWC if channels_last)."""
+    images = fn.resize(images, size=[size, size], interp_type=types.INTERP_LINEAR, antialias=True,
+                       dtype=types.FLOAT)
+    return fn.crop_mirror_normalize(images, mirror=mirror, mean=[255 * m for m in MEAN], std=[255 * s for s in STD],
+                                    dtype=types.FLOAT, output_layout="HWC" if channels_last else "CHW")
+
+
+@pipeline_def
+def training_pipeline(path, shard, shards, size, channels_last, hw_decoder_load, gpu, shuffle=True):
+    jpegs, labels = read(path, shard, shards, shuffle)
+    images = decode_crop(jpegs, "mixed" if gpu else "cpu", hw_decoder_load)
+    x = finish(images, size, fn.random.coin_flip(probability=0.5), channels_last)
+    y = fn.cast(labels, dtype=types.INT64)
+    return x, (y.gpu() if gpu else y)
+
+
+class DALIBatches:
+    """Training batches (images, labels) on `device` from the LMDB split at `path`, as
+    gpu_input.GPUBatches gives them: next() -> (x, y), x float32 (N, 3, size, size) (channels_last
+    memory when asked), y int64 (N,); epoch after epoch for as long as asked. The tensors are
+    DALI's output buffers, handed over without a copy and ordered on the caller's current CUDA
+    stream."""
+
+    def __init__(self, path, device, size, batch, seed, rank=0, world_size=1, channels_last=False, depth=2,
+                 threads=4, hw_decoder_load=None, shuffle=True):
+        self.device = torch.device(device)
+        gpu = self.device.type == "cuda"
+        self.channels_last = channels_last
+        self.config = {"decoder": "mixed" if gpu else "cpu", "threads": threads, "prefetch": depth,
+                       "hw_decoder_load": hw_decoder_load if gpu else None}
+        index = self.device.index if self.device.index is not None else (torch.cuda.current_device() if gpu else None)
+        self.pipe = training_pipeline(str(path), rank, world_size, size, channels_last, hw_decoder_load, gpu, shuffle,
+                                      batch_size=batch, num_threads=threads, device_id=index, seed=seed,
+                                      prefetch_queue_depth=depth)
+        self.pipe.build()
+        self.it = DALIGenericIterator([self.pipe], ["x", "y"], reader_name=READER,
+                                      last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
+        self.epochs, self.times = 0, []
+
+    def __next__(self):
+        t = time.perf_counter()
+        try:
+            out = next(self.it)
+        except StopIteration:  # an epoch ended; auto_reset has started the next
+            self.epochs += 1
+            out = next(self.it)
+        self.times.append(time.perf_counter() - t)
+        x, y = out[0]["x"], out[0]["y"]
+        if self.channels_last:
+            x = x.permute(0, 3, 1, 2)  # NHWC memory seen as NCHW: PyTorch's channels_last
+        return x, y.view(-1)
+
+    def __iter__(self):
+        return self
+
+    def stats(self, skip=0):
+        """The pipeline's settings, and the mean seconds a next() call took after `skip` batches."""
+        times = self.times[skip:]
+        return {**self.config, "batches": len(self.times), "epochs_completed": self.epochs,
+                **({"next_s": statistics.fmean(times)} if times else {})}
+
+    def close(self):
+        self.it = self.pipe = None
