@@ -162,6 +162,27 @@ def plan_inputs():
     ]
 
 
+def plan_dali2():
+    """Issue 14, run 12: what the DALI path's 9% (and its step CV) are made of, one lever at a time
+    against run 11's settings (hardware decoder share 0.9, 15 CPU threads, 2 batches ahead):
+    all JPEGs on the hardware engines, fewer CPU threads beside the training thread, a deeper
+    queue, and CUDA graphs (each with its own synthetic reference)."""
+    cudagraphs = ["--compile", "reduce-overhead"]
+    return [
+        ("variant", variant("syn_bf16", "synthetic", "fp16", [], target="synthetic bf16", est=90)),
+        ("variant", variant("real_bf16_dali", "real", "fp16", DALI, target="real data", est=40)),
+        ("variant", variant("real_bf16_dali_hw1", "real", "fp16", DALI + ["--hw-decoder-load", "1.0"], est=35)),
+        ("variant", variant("real_bf16_dali_t4", "real", "fp16", DALI + ["--loader-workers", "4"], est=35)),
+        ("variant", variant("real_bf16_dali_hw1_t4", "real", "fp16",
+                            DALI + ["--hw-decoder-load", "1.0", "--loader-workers", "4"], est=35)),
+        ("variant", variant("real_bf16_dali_q4", "real", "fp16", DALI + ["--prefetch", "4"], est=35)),
+        ("variant", variant("real_bf16_dali_hw075", "real", "fp16", DALI + ["--hw-decoder-load", "0.75"], est=35)),
+        ("variant", variant("syn_bf16_cudagraphs", "synthetic", "fp16", cudagraphs, est=80)),
+        ("variant", variant("real_bf16_dali_cudagraphs", "real", "fp16", DALI + cudagraphs, est=40)),
+        ("variant", variant("syn_bf16_repeat", "synthetic", "fp16", [], target="synthetic bf16", est=35)),
+    ]
+
+
 def plan_ddp3(n):
     """Run 10: the 2-GPU defaults after run 8 (one graph, no buffer broadcast) on real data too."""
     best = COMPILED + ["--ddp-graph", "whole", "--broadcast-buffers", "off"]
@@ -251,7 +272,7 @@ def plan_scaling(n):
 
 # plan name -> items, given the GPU count of the multi-GPU runs (one-GPU plans ignore it)
 PLANS = {"h100": lambda n: plan_h100(), "decode": lambda n: plan_decode(), "decode2": lambda n: plan_decode2(),
-         "inputs": lambda n: plan_inputs(),
+         "inputs": lambda n: plan_inputs(), "dali2": lambda n: plan_dali2(),
          "scaling": plan_scaling, "ddp": plan_ddp, "ddp2": plan_ddp2, "ddp3": plan_ddp3}
 
 
