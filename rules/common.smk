@@ -164,8 +164,44 @@ def _check_partition(system, gpus):
         raise WorkflowError(f"config systems.{system} (training.gpus = {gpus}): {problem}")
 
 
-def run_dir(system, framework, precision, gpus):
-    return f"{RESULTS}/runs/{system}/{framework}_{precision}_{gpus}gpu"
+# The input axis (training.inputs): where a run's batches come from. TensorFlow and MXNet have
+# one real-data path each (tf.data, ImageRecordIter: decoding on the CPU); PyTorch has three
+# (cpu: Pillow in DataLoader workers; gpu: nvJPEG in a thread; dali: NVIDIA DALI, the hardware
+# JPEG engine). auto is a framework's best path on the system's device: for PyTorch dali on a
+# GPU (docs/benchmarks.md, runs 11-12) and cpu on a CPU. synthetic: random tensors, no I/O.
+INPUT_PATHS = {"tensorflow": ("cpu", "synthetic"), "mxnet": ("cpu", "synthetic"),
+               "pytorch": ("cpu", "gpu", "dali", "synthetic")}
+
+
+def effective_input(system, framework, requested):
+    """The input path `requested` means for this framework on this system, or None where the
+    framework has no such path (the point is left out of the sweep)."""
+    if requested == "auto":
+        gpu = config["systems"][system]["gpu_request"] != "none"
+        return "dali" if framework == "pytorch" and gpu else "cpu"
+    return requested if requested in INPUT_PATHS[framework] else None
+
+
+def run_inputs(system, framework):
+    """The distinct input paths the sweep runs for this framework on this system, in config order."""
+    found = [effective_input(system, framework, i) for i in TRAIN["inputs"]]
+    return list(dict.fromkeys(i for i in found if i))
+
+
+def input_suffix(system, framework, path):
+    """A run of the framework's own default path keeps the plain name, so the sweep of a config
+    without other paths has the same run directories as before the input axis."""
+    return "" if path == effective_input(system, framework, "auto") else f"_{path}"
+
+
+def run_input(w):
+    """The input path of a training job, from its run directory's name."""
+    return w.variant[1:] if w.variant else effective_input(w.system, w.framework, "auto")
+
+
+def run_dir(system, framework, precision, gpus, path=None):
+    path = path or effective_input(system, framework, "auto")
+    return f"{RESULTS}/runs/{system}/{framework}_{precision}_{gpus}gpu{input_suffix(system, framework, path)}"
 
 
 for _system in TRAIN["systems"]:
@@ -173,9 +209,13 @@ for _system in TRAIN["systems"]:
         _check_partition(_system, _gpus)
 
 # The sweep: one training run per point.
-SWEEP = [{"system": s, "framework": f, "precision": p, "gpus": g, "nodes": placement(s, g)[0],
-          "gpu_request": config["systems"][s]["gpu_request"], "run_dir": run_dir(s, f, p, g)}
-         for s in TRAIN["systems"] for f in TRAIN["frameworks"] for p in TRAIN["precisions"] for g in TRAIN["gpus"]]
+SWEEP = [{"system": s, "framework": f, "precision": p, "gpus": g, "input": i, "nodes": placement(s, g)[0],
+          "gpu_request": config["systems"][s]["gpu_request"], "run_dir": run_dir(s, f, p, g, i)}
+         for s in TRAIN["systems"] for f in TRAIN["frameworks"] for p in TRAIN["precisions"] for g in TRAIN["gpus"]
+         for i in run_inputs(s, f)]
+if not SWEEP:
+    raise WorkflowError(f"config training.inputs = {TRAIN['inputs']}: no framework in training.frameworks has any of "
+                        f"these input paths ({', '.join(f'{f}: {list(INPUT_PATHS[f])}' for f in TRAIN['frameworks'])})")
 # Every training interpreter the sweep uses exists (or names its container), checked now.
 TRAIN_ENV = {(s, f): framework_env(s, f) for s in TRAIN["systems"] for f in TRAIN["frameworks"]}
 TRAINING_RUNS = [f"{point['run_dir']}/summary.json" for point in SWEEP]
@@ -185,7 +225,8 @@ def trainer_args(w):
     """The trainer's command line, one list item per argument: only what this run's framework
     and precision use, so editing another framework's setting does not rerun it."""
     batch = TRAIN["batch_per_gpu"][w.framework] * (TRAIN["fp16_batch_factor"] if w.precision == "fp16" else 1)
-    args = ["--data", f"{DATA}/{FORMAT_OF[w.framework]}", "--data-source", TRAIN["data_source"],
+    path = run_input(w)
+    args = ["--data", f"{DATA}/{FORMAT_OF[w.framework]}", "--data-source", "synthetic" if path == "synthetic" else "real",
             "--precision", w.precision, "--batch-per-gpu", batch, "--image-size", TRAIN["image_size"],
             "--mode", TRAIN["mode"], "--warmup-steps", TRAIN["warmup_steps"], "--steps", TRAIN["steps"],
             "--epochs", TRAIN["epochs"], "--lr", TRAIN["lr"], "--momentum", TRAIN["momentum"],
@@ -194,7 +235,9 @@ def trainer_args(w):
     if config["systems"][w.system]["gpu_request"] != "none":
         # No silent CPU fallback: the trainer stops before training without a GPU per task.
         args += ["--require-gpu", "--env-key", TRAIN_ENV[w.system, w.framework][0]]
-    return [str(a) for a in args + (pytorch_args() if w.framework == "pytorch" else [])]
+    if w.framework == "pytorch":
+        args += ["--input", "auto" if path == "synthetic" else path] + pytorch_args()
+    return [str(a) for a in args]
 
 
 def train_python(w):
@@ -209,11 +252,8 @@ def pytorch_args():
     def onoff(v):
         return v if v == "auto" else ("on" if v else "off")
 
-    # gpu_decode picks the trainer's input path: auto (gpu on a GPU, cpu on a CPU), true the GPU
-    # path (gpu_input), false the CPU path; --input dali is not reachable from the config yet.
-    source = {"auto": "auto", True: "gpu", False: "cpu"}[p["gpu_decode"]]
     return ["--amp-dtype", p["amp_dtype"], "--channels-last", onoff(p["channels_last"]),
-            "--compile", p["compile"] if p["compile"] else "off", "--input", source,
+            "--compile", p["compile"] if p["compile"] else "off", "--hw-decoder-load", p["hw_decoder_load"],
             "--loader-workers", p["loader_workers"], "--tf32", onoff(p["tf32"]), "--bucket-cap-mb", p["bucket_cap_mb"],
             "--input-lanes", p["input_lanes"], "--jpeg-decoder", p["jpeg_decoder"], "--ddp-graph", p["ddp_graph"],
             "--broadcast-buffers", onoff(p["broadcast_buffers"]), "--grad-compression", p["grad_compression"]]
@@ -273,4 +313,4 @@ def system_value(key, unset=None):
 
 
 def training_data(w):
-    return [] if TRAIN["data_source"] == "synthetic" else f"{DATA}/{FORMAT_OF[w.framework]}"
+    return [] if run_input(w) == "synthetic" else f"{DATA}/{FORMAT_OF[w.framework]}"

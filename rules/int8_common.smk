@@ -39,13 +39,16 @@ def activation_type():
 
 def pipeline_run():
     """The training run whose weights 'pipeline' means: the PyTorch run on the first system with
-    the most GPUs (in steps mode the one that saw the most images), FP32 if it is trained (its
-    weights are FP32 either way)."""
+    the most GPUs (in steps mode the one that saw the most images), on its first real-data input
+    path, FP32 if it is trained (its weights are FP32 either way)."""
     if "pytorch" not in TRAIN["frameworks"]:
         raise WorkflowError("config inference.models.resnet50 = pipeline needs the PyTorch training run, but "
                             "config training.frameworks has no pytorch")
     precision = "fp32" if "fp32" in TRAIN["precisions"] else TRAIN["precisions"][0]
-    return run_dir(TRAIN["systems"][0], "pytorch", precision, max(TRAIN["gpus"]))
+    system = TRAIN["systems"][0]
+    # A sweep of synthetic data only still has weights to quantize (their accuracy means nothing).
+    paths = sorted(run_inputs(system, "pytorch"), key=lambda i: i == "synthetic")
+    return run_dir(system, "pytorch", precision, max(TRAIN["gpus"]), paths[0])
 
 
 def _check_inference():

@@ -2,9 +2,10 @@
 # captions `snakemake --report report.html` shows them with.
 
 
-TRAINING_TABLES = ["training_throughput", "scaling", "fp16_vs_fp32", "system_comparison", "storage_throughput",
-                   "network_throughput"]
-TRAINING_FIGURES = ["fig2_scaling", "fig4_6_system_comparison", "fig5_fp16_vs_fp32", "fig7_storage", "fig8_network"]
+TRAINING_TABLES = ["training_throughput", "scaling", "fp16_vs_fp32", "system_comparison", "input_paths",
+                   "storage_throughput", "network_throughput"]
+TRAINING_FIGURES = ["fig2_scaling", "fig4_6_system_comparison", "fig5_fp16_vs_fp32", "fig_input_paths", "fig7_storage",
+                    "fig8_network"]
 
 
 rule training_tables:

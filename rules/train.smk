@@ -8,11 +8,13 @@ rule train:
     input:
         data=training_data,
     output:
-        f"{RESULTS}/runs/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu/summary.json",
+        f"{RESULTS}/runs/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}/summary.json",
     wildcard_constraints:
         framework="tensorflow|mxnet|pytorch",
         precision="fp32|fp16",
         gpus=r"\d+",
+        # the input path, when it is not the framework's default (common.smk, input_suffix)
+        variant=r"(_(cpu|gpu|dali|synthetic))?",
     params:
         # train/job.py runs in the workflow's environment; the framework's interpreter (or
         # container) starts the rendezvous and the ranks.
@@ -46,9 +48,9 @@ rule train:
         slurm_extra=slurm_extra,
         attempt=lambda w, attempt: attempt,
     log:
-        f"{LOGS}/train/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu.log",
+        f"{LOGS}/train/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}.log",
     benchmark:
-        f"{LOGS}/train/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu.bench.tsv"
+        f"{LOGS}/train/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}.bench.tsv"
     conda:
         lambda w: "../envs/torch.yaml" if w.framework == "pytorch" else "../envs/tf-mxnet.yaml"
     shell:

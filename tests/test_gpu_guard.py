@@ -27,16 +27,16 @@ def test_gpu_system_with_cpu_frameworks_fails_before_training_with_the_named_cau
     # A user who points the GPU environments at the CPU builds, on a node without a GPU.
     cpu_envs = {fw: interpreter(fw) for fw in CAUSE}
     write_config(tmp_path, systems=GPU_SYSTEM, training__systems=["gpu"], training__gpus=[2],
-                 training__data_source="synthetic", training__retries=0, envs_gpu=cpu_envs)
+                 training__inputs=["synthetic"], training__retries=0, envs_gpu=cpu_envs)
     snakemake(tmp_path, "training_tables")
     for fw, cause in CAUSE.items():
-        run = tmp_path / "results" / "runs" / "gpu" / f"{fw}_fp32_2gpu"
+        run = tmp_path / "results" / "runs" / "gpu" / f"{fw}_fp32_2gpu_synthetic"
         summary = json.loads((run / "summary.json").read_text())
         assert summary["status"] == "failed", summary
         assert cause in summary["reason"] and f"config envs_gpu.{fw}" in summary["reason"], summary["reason"]
         steps = run / "steps.jsonl"
         assert not steps.exists() or steps.read_text() == "", "training started"
-        log = (tmp_path / "logs" / "train" / "gpu" / f"{fw}_fp32_2gpu.log").read_text()
+        log = (tmp_path / "logs" / "train" / "gpu" / f"{fw}_fp32_2gpu_synthetic.log").read_text()
         assert "envs/setup.sh --gpu" in log or "gpu_request" in log
     table = (tmp_path / "results" / "training_throughput.csv").read_text()
     assert table.count(",failed,") == 3

@@ -110,7 +110,7 @@ def sweep(tmp_path_factory):
     work = tmp_path_factory.mktemp("sweep")
     write_config(work, systems={"a": {"gpus_per_node": 1}, "b": {"gpus_per_node": 1}}, training__systems=["a", "b"],
                  training__frameworks=["pytorch"], training__precisions=["fp32", "fp16"], training__gpus=[1],
-                 training__data_source="synthetic", training__image_size=32, training__warmup_steps=1,
+                 training__inputs=["synthetic"], training__image_size=32, training__warmup_steps=1,
                  training__steps=3, training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4})
     snakemake(work, "report_tables")
     return work
@@ -119,19 +119,19 @@ def sweep(tmp_path_factory):
 def test_fp16_gain_and_system_comparison_are_ratios_of_the_runs(sweep):
     runs = sweep / "results" / "runs"
     for r in table(sweep, "fp16_vs_fp32").itertuples():
-        fp32, fp16 = (steps_rate(runs / r.system / f"pytorch_{p}_1gpu") for p in ("fp32", "fp16"))
+        fp32, fp16 = (steps_rate(runs / r.system / f"pytorch_{p}_1gpu_synthetic") for p in ("fp32", "fp16"))
         assert (r.fp32_images_per_s, r.fp16_images_per_s) == (pytest.approx(fp32), pytest.approx(fp16))
         assert r.fp16_gain_percent == pytest.approx((fp16 / fp32 - 1) * 100)
     comp = table(sweep, "system_comparison")
     assert sorted(comp.precision) == ["fp16", "fp32"] and set(zip(comp.system_a, comp.system_b)) == {("a", "b")}
     for r in comp.itertuples():
-        a, b = (steps_rate(runs / s / f"pytorch_{r.precision}_1gpu") for s in ("a", "b"))
+        a, b = (steps_rate(runs / s / f"pytorch_{r.precision}_1gpu_synthetic") for s in ("a", "b"))
         assert r.a_over_b_percent == pytest.approx((a / b - 1) * 100)
 
 
 def test_table_of_runs_with_different_settings_says_so(sweep, pipeline_run, tmp_path):
     points = [{"system": "a", "framework": "pytorch", "precision": "fp32", "gpus": 1, "nodes": 1,
-               "run_dir": str(sweep / "results" / "runs" / "a" / "pytorch_fp32_1gpu")},
+               "run_dir": str(sweep / "results" / "runs" / "a" / "pytorch_fp32_1gpu_synthetic")},
               {"system": "local", "framework": "pytorch", "precision": "fp32", "gpus": 1, "nodes": 1,
                "run_dir": str(pipeline_run / "results" / "runs" / "local" / "pytorch_fp32_1gpu")}]
     proc = subprocess.run([interpreter("workflow"), "-m", "workflow_scripts.report.training_tables", "--points",
@@ -142,9 +142,38 @@ def test_table_of_runs_with_different_settings_says_so(sweep, pipeline_run, tmp_
 
 def test_failed_run_is_listed_with_why(tmp_path):
     write_config(tmp_path, training__frameworks=["mxnet"], training__precisions=["fp16"], training__gpus=[1],
-                 training__data_source="synthetic", training__retries=0, inference__models={"resnet50": "torchvision"})
+                 training__inputs=["synthetic"], training__retries=0, inference__models={"resnet50": "torchvision"})
     snakemake(tmp_path, "results/training_throughput.csv")
     (row,) = table(tmp_path, "training_throughput").itertuples()
     assert (row.framework, row.precision, row.status) == ("mxnet", "fp16", "failed")
-    assert "mxnet fp16 needs a GPU" in row.why and "mxnet_fp16_1gpu.log.attempt1" in row.why
+    assert "mxnet fp16 needs a GPU" in row.why and "mxnet_fp16_1gpu_synthetic.log.attempt1" in row.why
     assert "failed: " in (tmp_path / "results" / "training_throughput.md").read_text()
+
+
+def test_input_axis_puts_each_path_beside_the_same_points_synthetic_run(tmp_path):
+    """training.inputs [auto, dali, synthetic] for PyTorch on the embedded default: auto (the CPU
+    path on a CPU) keeps the plain run directory, the others get their own, and input_paths
+    compares each real-data run with the synthetic run of its point."""
+    write_config(tmp_path, training__frameworks=["pytorch"], training__gpus=[1], training__image_size=32,
+                 training__inputs=["auto", "dali", "synthetic"], training__warmup_steps=1, training__steps=3,
+                 training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4},
+                 inference__models={"resnet50": "torchvision"})
+    snakemake(tmp_path, "results/input_paths.csv", "results/figures/fig_input_paths.png")
+    runs = tmp_path / "results" / "runs" / "local"
+    assert sorted(p.name for p in runs.iterdir()) == ["pytorch_fp32_1gpu", "pytorch_fp32_1gpu_dali",
+                                                      "pytorch_fp32_1gpu_synthetic"]
+    used = {d: json.loads((runs / d / "summary.json").read_text())["input"]
+            for d in ("pytorch_fp32_1gpu", "pytorch_fp32_1gpu_dali")}
+    assert used == {"pytorch_fp32_1gpu": "cpu", "pytorch_fp32_1gpu_dali": "dali"}
+    t = table(tmp_path, "input_paths").set_index("input")
+    assert sorted(t.index) == ["cpu", "dali", "synthetic"]
+    synthetic = steps_rate(runs / "pytorch_fp32_1gpu_synthetic")
+    for inp, d in (("cpu", "pytorch_fp32_1gpu"), ("dali", "pytorch_fp32_1gpu_dali"), ("synthetic", "pytorch_fp32_1gpu_synthetic")):
+        assert t.loc[inp, "images_per_s"] == pytest.approx(steps_rate(runs / d))
+        assert t.loc[inp, "of_synthetic_percent"] == pytest.approx(steps_rate(runs / d) / synthetic * 100)
+    png = (tmp_path / "results" / "figures" / "fig_input_paths.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    # TensorFlow and MXNet have no dali path: the point is left out, not failed.
+    write_config(tmp_path, training__frameworks=["pytorch", "mxnet"], training__gpus=[1],
+                 training__inputs=["dali"], inference__models={"resnet50": "torchvision"})
+    assert "framework=mxnet" not in snakemake(tmp_path, "results/input_paths.csv", "-n").stdout

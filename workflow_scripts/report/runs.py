@@ -58,15 +58,16 @@ def record(point):
     }
 
 
-COLUMNS = ["system", "framework", "precision", "gpus", "nodes", "status", "why", "run_dir", "batch_per_gpu",
+COLUMNS = ["system", "framework", "precision", "gpus", "input", "nodes", "status", "why", "run_dir", "batch_per_gpu",
            "global_batch", "images_per_s", "step_cv", "stable", "warmup_steps", "timed_steps", "mode", "epochs",
            "data_source", "image_size", "device", "driver", "cuda_driver", "node_names", "slurm_job",
            "framework_version", "settings_hash", "git_commit", "_args"]
 
 
 def load(points):
-    """All sweep points, every column present even when no run succeeded."""
-    return pd.DataFrame([record(p) for p in points]).reindex(columns=COLUMNS)
+    """All sweep points, every column present even when no run succeeded (a point made before the
+    input axis existed ran its framework's default path: 'auto')."""
+    return pd.DataFrame([{"input": "auto", **record(p)} for p in points]).reindex(columns=COLUMNS)
 
 
 def _differing(arg_dicts):

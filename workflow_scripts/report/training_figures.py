@@ -2,7 +2,8 @@
 
     python -m workflow_scripts.report.training_figures --tables results --out-dir results/figures
 
-fig2_scaling, fig4_6_system_comparison, fig5_fp16_vs_fp32, fig7_storage, fig8_network. A figure
+fig2_scaling, fig4_6_system_comparison, fig5_fp16_vs_fp32, fig_input_paths, fig7_storage,
+fig8_network. A figure
 with nothing to show in this sweep says so, and what to add to the config.
 """
 import argparse
@@ -21,8 +22,8 @@ def scaling(table, path):
     fig, axes = plt.subplots(1, len(systems), figsize=(6 * len(systems), 4.5), squeeze=False)
     for ax, system in zip(axes[0], systems):
         t = table[table.system == system]
-        for (fw, prec), g in t.groupby(["framework", "precision"]):
-            ax.plot(g.gpus, g.speedup, "o-", label=f"{fw} {prec} (baseline {g.baseline_gpus.iloc[0]} GPU)")
+        for (fw, prec, inp), g in t.groupby(["framework", "precision", "input"]):
+            ax.plot(g.gpus, g.speedup, "o-", label=f"{fw} {prec} {inp} (baseline {g.baseline_gpus.iloc[0]} GPU)")
         top = t.gpus.max()
         base = t.baseline_gpus.min()
         ax.plot([base, top], [1, top / base], "k--", lw=1, label="ideal")
@@ -72,6 +73,25 @@ def fp16_vs_fp32(table, path):
     save_png(fig, path)
 
 
+def input_paths(table, path):
+    title = "Input paths vs synthetic data"
+    if table.input.nunique() < 2:
+        return empty_figure(path, title, "this sweep has one input path:\nlist several in training.inputs, "
+                                         "e.g. [auto, cpu, gpu, synthetic]")
+    groups = table.groupby(["system", "precision"])
+    fig, axes = plt.subplots(1, groups.ngroups, figsize=(7 * groups.ngroups, 4.5), squeeze=False)
+    for ax, ((system, prec), g) in zip(axes[0], groups):
+        points = g[["framework", "gpus"]].drop_duplicates().sort_values(["framework", "gpus"])
+        labels = [f"{r.framework} {r.gpus}GPU" for r in points.itertuples()]
+        series = {}
+        for inp in sorted(g.input.unique(), key=lambda i: (i == "synthetic", i)):
+            mine = g[g.input == inp].set_index(["framework", "gpus"]).images_per_s
+            series[inp] = [mine.get((r.framework, r.gpus), 0) for r in points.itertuples()]
+        _bars(ax, labels, series)
+        ax.set(title=f"{title} - {system} {prec}", ylabel="images/s")
+    save_png(fig, path)
+
+
 def _series(runs, table, metrics, path, title, ylabel):
     """One panel per run: its first node (all nodes behave alike, as the study notes) and that
     node's busiest device."""
@@ -83,9 +103,9 @@ def _series(runs, table, metrics, path, title, ylabel):
     rows = -(-len(runs) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False, sharey=True)
     for ax, r in zip(axes.flat, runs.itertuples()):
-        ax.set_title(f"{r.system}/{r.framework}_{r.precision}_{r.gpus}gpu", fontsize=9)
+        ax.set_title(f"{r.system}/{Path(r.run_dir).name}", fontsize=9)
         mine = chosen[(chosen.system == r.system) & (chosen.framework == r.framework) & (chosen.precision == r.precision)
-                      & (chosen.gpus == r.gpus)]
+                      & (chosen.gpus == r.gpus) & (chosen.input == r.input)]
         if mine.empty:
             continue
         node = sorted(mine.node.unique())[0]
@@ -113,6 +133,7 @@ def main():
     scaling(pd.read_csv(t / "scaling.csv"), out / "fig2_scaling.png")
     system_comparison(pd.read_csv(t / "system_comparison.csv"), out / "fig4_6_system_comparison.png")
     fp16_vs_fp32(pd.read_csv(t / "fp16_vs_fp32.csv"), out / "fig5_fp16_vs_fp32.png")
+    input_paths(pd.read_csv(t / "input_paths.csv"), out / "fig_input_paths.png")
     runs = pd.read_csv(t / "training_throughput.csv")
     _series(runs, pd.read_csv(t / "storage_throughput.csv"), ["read_MBps"], out / "fig7_storage.png",
             "Fig. 7: storage read throughput during training", "read MB/s")

@@ -2,8 +2,8 @@
 
     python -m workflow_scripts.report.training_tables --points JSON --out-dir results
 
-writes training_throughput, scaling, fp16_vs_fp32, system_comparison, storage_throughput and
-network_throughput (.csv and .md) from the sweep's run directories.
+writes training_throughput, scaling, fp16_vs_fp32, system_comparison, input_paths,
+storage_throughput and network_throughput (.csv and .md) from the sweep's run directories.
 """
 import argparse
 import itertools
@@ -15,8 +15,8 @@ import pandas as pd
 from . import runs as run_records
 from .output import write_table
 
-KEY = ["system", "framework", "precision"]
-RUN_COLUMNS = ["system", "framework", "precision", "nodes", "gpus", "batch_per_gpu", "global_batch", "images_per_s",
+KEY = ["system", "framework", "precision", "input"]
+RUN_COLUMNS = ["system", "framework", "precision", "input", "nodes", "gpus", "batch_per_gpu", "global_batch", "images_per_s",
                "step_cv", "stable", "mode", "warmup_steps", "timed_steps", "epochs", "data_source", "image_size",
                "status", "why", "device", "driver", "cuda_driver", "node_names", "slurm_job", "framework_version",
                "settings_hash", "git_commit", "run_dir"]
@@ -47,28 +47,45 @@ def scaling(runs):
 
 def fp16_vs_fp32(runs):
     ok = runs[runs.status == "ok"]
-    wide = ok.pivot_table(index=["system", "framework", "gpus"], columns="precision", values="images_per_s")
+    wide = ok.pivot_table(index=["system", "framework", "input", "gpus"], columns="precision", values="images_per_s")
     if not {"fp32", "fp16"} <= set(wide.columns):
-        return pd.DataFrame(columns=["system", "framework", "gpus", "fp32_images_per_s", "fp16_images_per_s",
+        return pd.DataFrame(columns=["system", "framework", "input", "gpus", "fp32_images_per_s", "fp16_images_per_s",
                                      "fp16_gain_percent"])
     wide = wide.dropna(subset=["fp32", "fp16"]).reset_index()
-    return pd.DataFrame({"system": wide.system, "framework": wide.framework, "gpus": wide.gpus,
+    return pd.DataFrame({"system": wide.system, "framework": wide.framework, "input": wide.input, "gpus": wide.gpus,
                          "fp32_images_per_s": wide.fp32, "fp16_images_per_s": wide.fp16,
                          "fp16_gain_percent": (wide.fp16 / wide.fp32 - 1) * 100})
 
 
 def system_comparison(runs):
     """Every pair of systems, point by point (the study's SXM2 vs PCIe, V100 vs P100)."""
-    ok = runs[runs.status == "ok"].set_index(["system", "framework", "precision", "gpus"]).images_per_s
+    point_key = ["framework", "precision", "input", "gpus"]
+    ok = runs[runs.status == "ok"].set_index(["system", *point_key]).images_per_s
     rows = []
     for a, b in itertools.combinations(sorted(ok.index.get_level_values("system").unique()), 2):
         left, right = ok.xs(a, level="system"), ok.xs(b, level="system")
         for point in sorted(set(left.index) & set(right.index)):
-            rows.append({"system_a": a, "system_b": b, **dict(zip(["framework", "precision", "gpus"], point)),
+            rows.append({"system_a": a, "system_b": b, **dict(zip(point_key, point)),
                          "a_images_per_s": left[point], "b_images_per_s": right[point],
                          "a_over_b_percent": (left[point] / right[point] - 1) * 100})
-    return pd.DataFrame(rows, columns=["system_a", "system_b", "framework", "precision", "gpus", "a_images_per_s",
+    return pd.DataFrame(rows, columns=["system_a", "system_b", *point_key, "a_images_per_s",
                                        "b_images_per_s", "a_over_b_percent"])
+
+
+def input_paths(runs):
+    """Each input path against synthetic data (compute without I/O), point by point: the study's
+    finding that the data path decides throughput as much as the GPU."""
+    ok = runs[runs.status == "ok"]
+    point = ["system", "framework", "precision", "gpus"]
+    synthetic = ok[ok.input == "synthetic"].set_index(point).images_per_s
+    rows = []
+    for r in ok.sort_values(point + ["input"]).itertuples():
+        ref = synthetic.get(tuple(getattr(r, k) for k in point))
+        rows.append({**{k: getattr(r, k) for k in point}, "input": r.input, "images_per_s": r.images_per_s,
+                     "step_cv": r.step_cv, "stable": r.stable, "synthetic_images_per_s": ref,
+                     "of_synthetic_percent": r.images_per_s / ref * 100 if ref else None})
+    return pd.DataFrame(rows, columns=point + ["input", "images_per_s", "step_cv", "stable", "synthetic_images_per_s",
+                                               "of_synthetic_percent"])
 
 
 def telemetry(runs, metrics):
@@ -83,10 +100,10 @@ def telemetry(runs, metrics):
                 g = g.sort_values("time_s")
                 dt = g.time_s.diff().fillna(g.time_s.iloc[0])
                 rows.append({"system": r.system, "framework": r.framework, "precision": r.precision, "gpus": r.gpus,
-                             "node": node, "metric": metric, "device": device, "samples": len(g),
+                             "input": r.input, "node": node, "metric": metric, "device": device, "samples": len(g),
                              "seconds": g.time_s.iloc[-1], "peak_MBps": g.value.max(), "mean_MBps": g.value.mean(),
                              "total_MB": float((g.value * dt).sum())})
-    return pd.DataFrame(rows, columns=["system", "framework", "precision", "gpus", "node", "metric", "device",
+    return pd.DataFrame(rows, columns=["system", "framework", "precision", "gpus", "input", "node", "metric", "device",
                                        "samples", "seconds", "peak_MBps", "mean_MBps", "total_MB"])
 
 
@@ -99,7 +116,7 @@ def main():
     out = Path(a.out_dir)
     notes = run_records.mixed_settings(runs)
     bad = runs[runs.status != "ok"]
-    notes += [f"{r.system}/{r.framework}_{r.precision}_{r.gpus}gpu {r.status}: {r.why}" for r in bad.itertuples()]
+    notes += [f"{r.system}/{Path(r.run_dir).name} {r.status}: {r.why}" for r in bad.itertuples()]
     timing = ("images/s = images processed in the timed steps / their wall time, warm-up steps excluded; "
               "step_cv = coefficient of variation of the per-step images/s (stable: <= 2%, the study's criterion).")
     write_table(throughput(runs), out / "training_throughput.csv", "Training throughput, one row per run",
@@ -118,6 +135,14 @@ def main():
                 "precision and GPUs. " + timing,
                 notes + ([] if runs.system.nunique() > 1 else
                          ["this sweep has one system: list two in training.systems to compare them"]))
+    write_table(input_paths(runs), out / "input_paths.csv", "Input paths vs synthetic data",
+                "Per point, images/s of each input path (training.inputs) and as a share of the same point's "
+                "synthetic run (random tensors on the device: the step without I/O). cpu: decoding on the CPU "
+                "(TensorFlow tf.data, MXNet ImageRecordIter, PyTorch Pillow workers); gpu: PyTorch nvJPEG in a "
+                "thread; dali: PyTorch NVIDIA DALI (hardware JPEG engine). " + timing,
+                notes + ([] if runs.input.nunique() > 1 else
+                         ["this sweep has one input path: list several in training.inputs, e.g. [auto, cpu, gpu, "
+                          "synthetic]"]))
     write_table(telemetry(runs, ["read_MBps"]), out / "storage_throughput.csv", "Storage read throughput (Fig. 7)",
                 "Per run and node: read MB/s of the dataset's block device or NFS mount, sampled every "
                 "training.telemetry_interval s over the whole run (warm-up included); total_MB integrates it.", notes)

@@ -5,8 +5,9 @@ Input (--input), three paths with the same augmentation (RandomResizedCrop, flip
 cpu, LMDBImageNet + Pillow in DataLoader workers; gpu, the workers only read JPEG bytes and
 gpu_input decodes and augments whole batches on the GPU (nvJPEG) in a thread, ahead of the step;
 dali, an NVIDIA DALI pipeline reads the LMDB and decodes (hardware JPEG engine and nvJPEG) and
-augments on the GPU in its own threads (dali_input). CPU decoding cannot feed an H100
-(docs/benchmarks.md); auto is gpu on a GPU, cpu on a CPU.
+augments on the GPU in its own threads (dali_input). CPU decoding cannot feed an H100, and DALI
+came closest to the synthetic rate there (docs/benchmarks.md, runs 11-12): auto is dali on a GPU,
+cpu on a CPU.
 
 Precision. fp32 is float32; on a GPU its matrix products and convolutions use TF32 on the tensor
 cores (--tf32 on; PyTorch's default for convolutions already). fp16 is mixed precision in the
@@ -65,7 +66,7 @@ def add_args(ap):
     g.add_argument("--input", choices=INPUTS, default="auto",
                    help="where images are decoded and augmented: cpu (Pillow in DataLoader workers), gpu "
                         "(gpu_input: nvJPEG in a thread of this process), dali (NVIDIA DALI's pipeline); "
-                        "auto: gpu on a GPU, cpu on a CPU")
+                        "auto: dali on a GPU, cpu on a CPU")
     g.add_argument("--loader-workers", type=int, default=0,
                    help=f"DataLoader workers per rank (input dali: DALI's CPU threads); 0: --decode-threads, "
                         f"else cores per rank - 1 (at most {GPU_DECODE_WORKERS} with input gpu)")
@@ -137,7 +138,7 @@ def resolve(args, device, nodes=1):
         else:
             amp = torch.float16
     mode = {"auto": "default" if cuda else "", "off": ""}.get(args.compile, args.compile)
-    source = args.input if args.input != "auto" else ("gpu" if cuda else "cpu")
+    source = args.input if args.input != "auto" else ("dali" if cuda else "cpu")
     return Settings(device=device, amp_dtype=amp, channels_last=on(args.channels_last), compile=mode,
                     input=source, tf32=cuda and args.tf32 == "on",
                     bucket_cap_mb=args.bucket_cap_mb, ddp_graph=ddp_graph(args.ddp_graph, nodes),
