@@ -134,7 +134,7 @@ FORMAT_OF = {"tensorflow": "tfrecord", "mxnet": "recordio", "pytorch": "lmdb"}
 TRAINER_OF = {"tensorflow": "tensorflow_horovod", "mxnet": "mxnet_horovod", "pytorch": "pytorch_ddp"}
 
 
-def placement(system, gpus):
+def placement(system, gpus, key="training.gpus"):
     """(nodes, processes per node) for `gpus` on `system`; an impossible point is a parse-time
     error, not a job that waits in the queue forever."""
     sysc = config["systems"][system]
@@ -142,7 +142,7 @@ def placement(system, gpus):
     nodes = -(-gpus // per_node)
     if nodes > sysc["max_nodes"] or gpus % nodes:
         raise WorkflowError(
-            f"config training.gpus = {gpus} cannot be placed on system {system!r}: {per_node} GPUs per "
+            f"config {key} = {gpus} cannot be placed on system {system!r}: {per_node} GPUs per "
             f"node, at most {sysc['max_nodes']} node(s), and the GPUs must split evenly over the nodes")
     return nodes, gpus // nodes
 
@@ -150,18 +150,18 @@ def placement(system, gpus):
 IN_SLURM_JOB = "SLURM_JOB_ID" in os.environ  # the Snakefile is parsed again inside every cluster job
 
 
-def _check_partition(system, gpus):
+def _check_partition(system, gpus, key="training.gpus"):
     """Ask SLURM, when the workflow is parsed on a cluster, whether the partition can ever hold
     this run: a job it cannot place would otherwise wait in the queue for ever."""
     sysc = config["systems"][system]
     if not sysc["partition"] or IN_SLURM_JOB:
         return
-    nodes, per_node = placement(system, gpus)
+    nodes, per_node = placement(system, gpus, key)
     gpus_per_node = per_node if sysc["gpu_request"] != "none" else 0
     problem = slurm.placement_problem(sysc["partition"], nodes, per_node, sysc["cpus_per_task"], gpus_per_node,
                                       sysc["mem_mb"])
     if problem:
-        raise WorkflowError(f"config systems.{system} (training.gpus = {gpus}): {problem}")
+        raise WorkflowError(f"config systems.{system} ({key} = {gpus}): {problem}")
 
 
 # The input axis (training.inputs): where a run's batches come from. TensorFlow and MXNet have
@@ -204,32 +204,61 @@ def run_dir(system, framework, precision, gpus, path=None):
     return f"{RESULTS}/runs/{system}/{framework}_{precision}_{gpus}gpu{input_suffix(system, framework, path)}"
 
 
+def accuracy_run_dir(system, framework, precision, gpus):
+    return f"{RESULTS}/runs/{system}/accuracy/{framework}_{precision}_{gpus}gpu"
+
+
+ACCURACY = TRAIN["accuracy"]
+
+
+def _check_long_test():
+    """A schedule that cannot run as written stops the workflow now, naming the key."""
+    epochs, milestones = ACCURACY["epochs"], ACCURACY["milestones"]
+    if any(b <= a for a, b in zip(milestones, milestones[1:])) or any(m >= epochs for m in milestones):
+        raise WorkflowError(f"config training.accuracy.milestones = {milestones}: epochs at which the learning rate "
+                            f"decays, rising, each before the last epoch (training.accuracy.epochs = {epochs})")
+    if ACCURACY["warmup_epochs"] >= epochs:
+        raise WorkflowError(f"config training.accuracy.warmup_epochs = {ACCURACY['warmup_epochs']}: the warm-up "
+                            f"must end before the last epoch (training.accuracy.epochs = {epochs})")
+
+
+_check_long_test()
 for _system in TRAIN["systems"]:
     for _gpus in TRAIN["gpus"]:
         _check_partition(_system, _gpus)
+    for _gpus in ACCURACY["gpus"]:
+        _check_partition(_system, _gpus, "training.accuracy.gpus")
 
-# The sweep: one training run per point.
-SWEEP = [{"system": s, "framework": f, "precision": p, "gpus": g, "input": i, "nodes": placement(s, g)[0],
-          "gpu_request": config["systems"][s]["gpu_request"], "run_dir": run_dir(s, f, p, g, i)}
-         for s in TRAIN["systems"] for f in TRAIN["frameworks"] for p in TRAIN["precisions"] for g in TRAIN["gpus"]
-         for i in run_inputs(s, f)]
+
+def _points(gpu_counts, key, where, inputs):
+    return [{"system": s, "framework": f, "precision": p, "gpus": g, "input": i, "nodes": placement(s, g, key)[0],
+             "gpu_request": config["systems"][s]["gpu_request"], "run_dir": where(s, f, p, g, i)}
+            for s in TRAIN["systems"] for f in TRAIN["frameworks"] for p in TRAIN["precisions"] for g in gpu_counts
+            for i in inputs(s, f)]
+
+
+# The sweep (the short test): one training run per point and input path.
+SWEEP = _points(TRAIN["gpus"], "training.gpus", run_dir, run_inputs)
 if not SWEEP:
     raise WorkflowError(f"config training.inputs = {TRAIN['inputs']}: no framework in training.frameworks has any of "
                         f"these input paths ({', '.join(f'{f}: {list(INPUT_PATHS[f])}' for f in TRAIN['frameworks'])})")
+# Seed 002's long test, beside it: the same systems, frameworks and precisions at its GPU counts,
+# on real data through each framework's default input path.
+LONG_TEST = _points(ACCURACY["gpus"], "training.accuracy.gpus", lambda s, f, p, g, i: accuracy_run_dir(s, f, p, g),
+                    lambda s, f: [effective_input(s, f, "auto")])
 # Every training interpreter the sweep uses exists (or names its container), checked now.
 TRAIN_ENV = {(s, f): framework_env(s, f) for s in TRAIN["systems"] for f in TRAIN["frameworks"]}
 TRAINING_RUNS = [f"{point['run_dir']}/summary.json" for point in SWEEP]
+LONG_TEST_RUNS = [f"{point['run_dir']}/summary.json" for point in LONG_TEST]
 
 
-def trainer_args(w):
-    """The trainer's command line, one list item per argument: only what this run's framework
-    and precision use, so editing another framework's setting does not rerun it."""
+def _trainer_args(w, path, mode_args):
+    """One list item per argument: only what this run's framework and precision use, so editing
+    another framework's setting does not rerun it."""
     batch = TRAIN["batch_per_gpu"][w.framework] * (TRAIN["fp16_batch_factor"] if w.precision == "fp16" else 1)
-    path = run_input(w)
     args = ["--data", f"{DATA}/{FORMAT_OF[w.framework]}", "--data-source", "synthetic" if path == "synthetic" else "real",
             "--precision", w.precision, "--batch-per-gpu", batch, "--image-size", TRAIN["image_size"],
-            "--mode", TRAIN["mode"], "--warmup-steps", TRAIN["warmup_steps"], "--steps", TRAIN["steps"],
-            "--epochs", TRAIN["epochs"], "--lr", TRAIN["lr"], "--momentum", TRAIN["momentum"],
+            *mode_args, "--lr", TRAIN["lr"], "--momentum", TRAIN["momentum"],
             "--weight-decay", TRAIN["weight_decay"], "--decode-threads", TRAIN["decode_threads"],
             "--seed", TRAIN["seed"], "--telemetry-interval", TRAIN["telemetry_interval"]]
     if config["systems"][w.system]["gpu_request"] != "none":
@@ -238,6 +267,24 @@ def trainer_args(w):
     if w.framework == "pytorch":
         args += ["--input", "auto" if path == "synthetic" else path] + pytorch_args()
     return [str(a) for a in args]
+
+
+def trainer_args(w):
+    """The trainer's command line of a sweep (short test) run."""
+    return _trainer_args(w, run_input(w), ["--mode", TRAIN["mode"], "--warmup-steps", TRAIN["warmup_steps"],
+                                          "--steps", TRAIN["steps"], "--epochs", TRAIN["epochs"]])
+
+
+def accuracy_args(w):
+    """The trainer's command line of a long-test run: training.accuracy, and never the sweep's
+    mode, steps or inputs (the long test reads the dataset through the framework's default input
+    path), so editing either test's keys reruns only that test's runs."""
+    a = ACCURACY
+    return _trainer_args(w, effective_input(w.system, w.framework, "auto"), [
+        "--mode", "accuracy", "--epochs", a["epochs"], "--warmup-epochs", a["warmup_epochs"],
+        *(["--milestones", *a["milestones"]] if a["milestones"] else []), "--decay", a["decay"],
+        "--eval-every", a["eval_every"],
+        *(["--target-top1", a["target_top1"]] if a["target_top1"] is not None else [])])
 
 
 def train_python(w):
@@ -314,3 +361,7 @@ def system_value(key, unset=None):
 
 def training_data(w):
     return [] if run_input(w) == "synthetic" else f"{DATA}/{FORMAT_OF[w.framework]}"
+
+
+def dataset_of(w):
+    return f"{DATA}/{FORMAT_OF[w.framework]}"

@@ -1,5 +1,5 @@
-# The study's tables and figures from the runs (seed 000 Fig. 2, 4-8, Table III, Fig. 9), and the
-# captions `snakemake --report report.html` shows them with.
+# The study's tables and figures from the runs (seed 000 Fig. 2, 4-8, Table III, Fig. 9; seed 002's
+# long test, Fig. 35), and the captions `snakemake --report report.html` shows them with.
 
 
 TRAINING_TABLES = ["training_throughput", "scaling", "fp16_vs_fp32", "system_comparison", "input_paths",
@@ -75,8 +75,56 @@ rule inference_figures:
         "--throughput {input.throughput:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
+rule time_to_accuracy:
+    input:
+        LONG_TEST_RUNS,
+    output:
+        csv=report(f"{RESULTS}/time_to_accuracy.csv", caption="../report/time_to_accuracy.rst", category="Training",
+                   subcategory="Long test"),
+        markdown=f"{RESULTS}/time_to_accuracy.md",
+    params:
+        py=PY["workflow"],
+        points=json.dumps(LONG_TEST),
+    log:
+        f"{LOGS}/report/time_to_accuracy.log",
+    benchmark:
+        f"{LOGS}/report/time_to_accuracy.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
+    shell:
+        "{params.py:q} -m workflow_scripts.report.time_to_accuracy --points {params.points:q} "
+        "--out {output.csv:q} > {log:q} 2>&1"
+
+
+rule time_to_accuracy_figure:
+    input:
+        rules.time_to_accuracy.output.csv,
+    output:
+        report(f"{RESULTS}/figures/fig35_time_to_accuracy.png", caption="../report/fig35_time_to_accuracy.rst",
+               category="Training", subcategory="Long test"),
+    params:
+        py=PY["workflow"],
+    log:
+        f"{LOGS}/report/time_to_accuracy_figure.log",
+    benchmark:
+        f"{LOGS}/report/time_to_accuracy_figure.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
+    shell:
+        "{params.py:q} -m workflow_scripts.report.accuracy_figure --table {input:q} --out {output:q} > {log:q} 2>&1"
+
+
+# `snakemake long_test`: seed 002's long test alone (its runs, the table and the figure).
+rule long_test:
+    input:
+        rules.time_to_accuracy.output,
+        rules.time_to_accuracy_figure.output,
+
+
 rule report_tables:
     input:
         rules.training_tables.output,
         rules.training_figures.output,
+        rules.time_to_accuracy.output,
+        rules.time_to_accuracy_figure.output,
         rules.inference_figures.output,

@@ -10,6 +10,7 @@ rule train:
     output:
         f"{RESULTS}/runs/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}/summary.json",
     wildcard_constraints:
+        system="[^/]+",  # runs/<system>/accuracy/... is the long test's
         framework="tensorflow|mxnet|pytorch",
         precision="fp32|fp16",
         gpus=r"\d+",
@@ -66,3 +67,22 @@ rule train:
 rule training:
     input:
         TRAINING_RUNS,
+
+
+# Seed 002's long test (training.accuracy): the same job as the sweep's, in a run directory of
+# its own, the trainer in mode accuracy (epochs with the step schedule, top-1/top-5 per epoch,
+# time to the target). Its arguments are training.accuracy's and the shared training keys, never
+# the sweep's mode or steps, so each test's edits rerun only its own runs.
+use rule train as train_accuracy with:
+    input:
+        data=dataset_of,
+    output:
+        f"{RESULTS}/runs/{{system}}/accuracy/{{framework}}_{{precision}}_{{gpus}}gpu/summary.json",
+    params:
+        # results_dir (output = <results_dir>/runs/<system>/accuracy/<run>/summary.json)
+        results_dir=lambda w, output: Path(output[0]).parents[4],
+        args=accuracy_args,
+    log:
+        f"{LOGS}/train/{{system}}/accuracy/{{framework}}_{{precision}}_{{gpus}}gpu.log",
+    benchmark:
+        f"{LOGS}/train/{{system}}/accuracy/{{framework}}_{{precision}}_{{gpus}}gpu.bench.tsv"

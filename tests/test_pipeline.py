@@ -31,9 +31,12 @@ def test_config_edit_reruns_only_what_it_affects(pipeline_run):
         assert planned_jobs(work, "data") == {"tfrecord": 1, "recordio": 1, "lmdb": 1}
         write_config(work, conversion__tfrecord__train_shards=3)
         assert planned_jobs(work, "data") == {"tfrecord": 1}
-        # and the TensorFlow runs on it, and the tables and figures built from the runs
-        assert {k: v for k, v in planned_jobs(work, "all").items() if k.startswith(("tfrecord", "train"))} == {
-            "tfrecord": 1, "train": len(CONFIG["training"]["gpus"]), "training_tables": 1, "training_figures": 1}
+        # and the TensorFlow runs on it (the sweep's and the long test's), and the tables and figures
+        # built from the runs
+        assert {k: v for k, v in planned_jobs(work, "all").items() if k.startswith(("tfrecord", "train", "time_to"))} == {
+            "tfrecord": 1, "train": len(CONFIG["training"]["gpus"]), "training_tables": 1, "training_figures": 1,
+            "train_accuracy": len(CONFIG["training"]["accuracy"]["gpus"]), "time_to_accuracy": 1,
+            "time_to_accuracy_figure": 1}
         write_config(work, conversion__shuffle_seed=5)
         assert planned_jobs(work, "data") == {"index_dataset": 1, "tfrecord": 1, "recordio": 1, "lmdb": 1}
         write_config(work, dataset__embedded__classes=12)

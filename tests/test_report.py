@@ -95,8 +95,11 @@ def test_editing_one_frameworks_batch_reruns_its_runs_and_the_aggregation(pipeli
     try:
         write_config(pipeline_run, training__batch_per_gpu__mxnet=8)
         jobs = planned_jobs(pipeline_run)
-        assert {k: v for k, v in jobs.items() if k.startswith(("train", "training"))} == {
-            "train": len(CONFIG["training"]["gpus"]), "training_tables": 1, "training_figures": 1}
+        # and its long-test run (same batch per GPU) and the table and figure built from it
+        assert {k: v for k, v in jobs.items() if k.startswith(("train", "training", "time_to"))} == {
+            "train": len(CONFIG["training"]["gpus"]), "training_tables": 1, "training_figures": 1,
+            "train_accuracy": len(CONFIG["training"]["accuracy"]["gpus"]), "time_to_accuracy": 1,
+            "time_to_accuracy_figure": 1}
         assert "framework=tensorflow" not in snakemake(pipeline_run, "-n").stdout
     finally:
         write_config(pipeline_run)
@@ -111,7 +114,8 @@ def sweep(tmp_path_factory):
     write_config(work, systems={"a": {"gpus_per_node": 1}, "b": {"gpus_per_node": 1}}, training__systems=["a", "b"],
                  training__frameworks=["pytorch"], training__precisions=["fp32", "fp16"], training__gpus=[1],
                  training__inputs=["synthetic"], training__image_size=32, training__warmup_steps=1,
-                 training__steps=3, training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4})
+                 training__steps=3, training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4},
+                 training__accuracy__gpus=[])
     snakemake(work, "report_tables")
     return work
 

@@ -51,7 +51,7 @@ def test_hostile_paths_and_system_strings_work_and_touch_nothing_else(tmp_path):
     (work / "victim" / "keep.txt").write_text("must survive")
     # MXNet's readers split file names at ';' (dmlc-core): its run reads through an alias.
     write_config(work, **HOSTILE, systems={"local": SYSTEM}, training__frameworks=["pytorch", "mxnet"],
-                 training__gpus=[1], training__warmup_steps=1, training__steps=3)
+                 training__gpus=[1], training__warmup_steps=1, training__steps=3, training__accuracy__gpus=[])
     before = snapshot(work, {*HOSTILE.values(), ".snakemake"})
     snakemake(work, "data", "training")
     run = work / HOSTILE["results_dir"] / "runs" / "local" / "pytorch_fp32_1gpu"

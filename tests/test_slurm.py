@@ -59,9 +59,12 @@ SBATCH_EXTRA = f"--mail-type=NONE --mail-user='x $(touch {MARK}-sbatch)'"
 
 def cluster_config(work, **overrides):
     """The embedded default on this cluster: one system of 1-task nodes, runs of 2 (both nodes);
-    no job asks for more CPUs than a node has (a local run caps threads at --cores, SLURM does not)."""
+    no job asks for more CPUs than a node has (a local run caps threads at --cores, SLURM does not).
+    Without seed 002's long test (tests/test_accuracy.py runs it locally): it would add minutes of
+    training to this run."""
     write_config(work, **{"systems": {"cluster": dict(SYSTEM, sbatch_extra=SBATCH_EXTRA)},
-                          "training__systems": ["cluster"], "training__gpus": [2], "conversion__threads": 2,
+                          "training__systems": ["cluster"], "training__gpus": [2], "training__accuracy__gpus": [],
+                          "conversion__threads": 2,
                           "inference__threads": 2, "training__warmup_steps": 2, "training__steps": 6,
                           **DIRS, **overrides})
 

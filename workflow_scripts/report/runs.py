@@ -25,36 +25,48 @@ def _device(facts):
     return f"CPU: {facts.get('cpu', '?')}" if facts else ""
 
 
-def record(point):
-    """A row for one sweep point: point = {system, framework, precision, gpus, nodes, run_dir}."""
+def outcome(point):
+    """(row, summary) of one point: row = the point with its status and why; summary = its run's
+    summary.json, or None where there is nothing to read (missing, failed, or invalid)."""
     row = dict(point)
     path = Path(point["run_dir"]) / "summary.json"
     if not path.exists():
-        return {**row, "status": "missing", "why": f"no {path}: the run has not completed"}
+        return {**row, "status": "missing", "why": f"no {path}: the run has not completed"}, None
     s = json.loads(path.read_text())
     if s.get("status") == "failed":
-        return {**row, "status": "failed", "why": f"{s['reason']} (log: {s['log']})"}
+        return {**row, "status": "failed", "why": f"{s['reason']} (log: {s['log']})"}, None
     ran_on = s.get("device_type") or ("cpu" if str(s.get("device", "")).lower().startswith("cpu") else "gpu")
     if point.get("gpu_request", "none") != "none" and ran_on != "gpu":
         # A CPU figure is never a GPU system's figure.
         return {**row, "status": "invalid", "why": f"ran on the CPU ({s.get('device')}), but system "
-                                                   f"{point['system']} requests GPUs: not a GPU figure ({path})"}
+                                                   f"{point['system']} requests GPUs: not a GPU figure ({path})"}, None
+    return {**row, "status": "ok", "why": ""}, s
+
+
+def provenance(summary):
+    """Where and from what a run's figures came, as table columns."""
+    nodes, first = _node_facts(summary)
+    prov = summary.get("provenance", {})
+    framework = summary.get("framework", "")
+    return {"device": _device(first), "driver": first.get("driver", ""), "cuda_driver": first.get("cuda_driver", ""),
+            "node_names": " ".join(sorted(nodes)), "slurm_job": summary["launch"].get("job_id", ""),
+            "framework_version": summary["versions"].get(VERSION_KEY.get(framework, framework), ""),
+            "settings_hash": prov.get("settings_hash", ""), "git_commit": prov.get("code", {}).get("commit", "")[:12],
+            "_args": {k: v for k, v in summary["args"].items() if k not in PER_POINT}}
+
+
+def record(point):
+    """A row for one sweep point: point = {system, framework, precision, gpus, nodes, run_dir}."""
+    row, s = outcome(point)
+    if s is None:
+        return row
     args = s["args"]
-    nodes, first = _node_facts(s)
-    prov = s.get("provenance", {})
     return {
-        **row, "status": "ok", "why": "",
-        "nodes": s["num_nodes"], "batch_per_gpu": args["batch_per_gpu"], "global_batch": s["global_batch"],
+        **row, "nodes": s["num_nodes"], "batch_per_gpu": args["batch_per_gpu"], "global_batch": s["global_batch"],
         "images_per_s": s["images_per_s"], "step_cv": s["step_images_per_s_cv"], "stable": s["stable"],
         "warmup_steps": s["warmup_steps"], "timed_steps": s["timed_steps"], "mode": args["mode"],
         "epochs": args["epochs"] if args["mode"] == "epochs" else None, "data_source": args["data_source"],
-        "image_size": args["image_size"], "device": _device(first), "driver": first.get("driver", ""),
-        "cuda_driver": first.get("cuda_driver", ""), "node_names": " ".join(sorted(nodes)),
-        "slurm_job": s["launch"].get("job_id", ""),
-        "framework_version": s["versions"].get(VERSION_KEY.get(point["framework"], point["framework"]), ""),
-        "settings_hash": prov.get("settings_hash", ""),
-        "git_commit": prov.get("code", {}).get("commit", "")[:12],
-        "_args": {k: v for k, v in args.items() if k not in PER_POINT},
+        "image_size": args["image_size"], **provenance(s),
     }
 
 

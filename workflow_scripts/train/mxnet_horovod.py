@@ -4,6 +4,12 @@ mx.io.ImageRecordIter (16 decode threads on a GPU node, as the study).
 FP16 casts the network to float16 with multi-precision SGD on a GPU. MXNet 1.9 has no CPU
 mixed precision that works with Horovod here (its bfloat16 AMP needs oneDNN, which has to be off
 for Horovod on the CPU), so fp16 on a CPU fails with a message instead of silently running fp32.
+
+The long test (--mode accuracy) scores val.rec with ImageRecordIter: no random crop or mirror (the
+shorter side resized to image_size x 256/224, then the centre crop), each rank its part of the
+file (num_parts / part_index). The padding of a part's last batch is left out, and each image's
+record number comes with its label: the iterator reads the labels from im2rec's list (val.lst)
+given a second label column, the record number.
 """
 import atexit
 import os
@@ -20,6 +26,7 @@ try:
 except OSError as exc:  # an mxnet-cu* build loads the NVIDIA driver's libcuda.so.1 at import
     sys.exit(f"error: MXNet in {sys.executable} cannot load ({exc}): a CUDA build of MXNet needs the NVIDIA "
              f"driver; run it on a GPU node, or use a CPU build (config envs.mxnet)")
+import numpy as np  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
 
 from ..common.errors import StageError, run_main  # noqa: E402
@@ -55,6 +62,61 @@ def records(run, ctx_gpu, threads):
         shuffle=True, seed=a.seed, num_parts=launch.world_size, part_index=launch.rank,
         preprocess_threads=threads, prefetch_buffer=4, round_batch=True,
         mean_r=MEAN[0], mean_g=MEAN[1], mean_b=MEAN[2], std_r=STD[0], std_g=STD[1], std_b=STD[2])
+
+
+def val_records(run, threads, numbered_list):
+    """A new iterator for each evaluation: one with round_batch carries the records that filled
+    its last batch over into the next pass."""
+    a, launch = run.args, run.launch
+    return mx.io.ImageRecordIter(
+        path_imgrec=os.path.join(a.data, "val.rec"), path_imgidx=os.path.join(a.data, "val.idx"),
+        path_imglist=numbered_list, label_width=2, data_shape=(3, a.image_size, a.image_size),
+        batch_size=a.batch_per_gpu, resize=harness.resize_shorter(a.image_size), rand_crop=False, rand_mirror=False,
+        shuffle=False, num_parts=launch.world_size, part_index=launch.rank, preprocess_threads=threads,
+        round_batch=True,  # without it, MXNet 1.9 reports no padding and fills the last batch with garbage
+        mean_r=MEAN[0], mean_g=MEAN[1], mean_b=MEAN[2], std_r=STD[0], std_g=STD[1], std_b=STD[2])
+
+
+def numbered_val_list(data, directory):
+    """val.lst (record number, label, path) with the record number added as a second label."""
+    src = os.path.join(data, "val.lst")
+    if not os.path.isfile(src):
+        raise StageError(f"{src} is missing: {data} is not the data stage's recordio output")
+    dst = os.path.join(directory, "val-numbered.lst")
+    with open(src) as f, open(dst, "w") as out:
+        for line in f:
+            number, label, path = line.rstrip("\n").split("\t")
+            out.write(f"{number}\t{label}\t{number}\t{path}\n")
+    return dst
+
+
+def long_test(run, net, trainer, params, ctx, dtype, train_step, hvd, threads, classes, digest):
+    """--mode accuracy: the epochs, evaluations and records are harness.LongTest's; here the
+    step, the learning rate and the evaluation in MXNet."""
+    k = min(5, classes)
+    moving = [p for p in params.values() if p.grad_req == "null"]  # BatchNorm's running means and variances
+
+    def evaluate():
+        # Each rank has its own BatchNorm statistics (only gradients are averaged): the ranks
+        # score one model, whose statistics are the ranks' mean.
+        if run.launch.world_size > 1:
+            for p in moving:
+                hvd.allreduce_(p.data(ctx), average=True, name=f"moving.{p.name}")
+        numbers, labels, top = [], [], []
+        for b in val_records(run, threads, numbered):
+            n = b.data[0].shape[0] - b.pad
+            out = net(b.data[0].as_in_context(ctx).astype(dtype, copy=False)).astype("float32")
+            top.append(mx.nd.topk(out, k=k, axis=1, ret_typ="indices").asnumpy()[:n])
+            label = b.label[0].asnumpy()[:n]
+            labels.append(label[:, 0]), numbers.append(label[:, 1])
+        return np.concatenate(numbers), np.concatenate(labels), np.concatenate(top)
+
+    def allreduce_sum(counts):
+        return hvd.allreduce(mx.nd.array(counts, dtype="float64"), average=False, name="long_test_counts").asnumpy()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        numbered = numbered_val_list(run.args.data, tmp)
+        return harness.LongTest(run).run_epochs(train_step, trainer.set_learning_rate, evaluate, allreduce_sum, digest)
 
 
 def main():
@@ -117,23 +179,32 @@ def main():
             b = it.next()
         return b.data[0].as_in_context(ctx).astype(dtype, copy=False), b.label[0].as_in_context(ctx)
 
-    steps = run.total_steps(train_images)
-    run.log.start()
-    for i in range(steps):
+    def train_step(i):
         data, label = next_batch()
         with autograd.record():
             loss = loss_fn(net(data).astype("float32"), label)
         loss.backward()
         trainer.step(args.batch_per_gpu)
-        mean_loss = hvd.allreduce(loss.mean(), average=True, name="loss").asscalar()  # waits for the step
-        run.log.end(mean_loss)
-        if i == 0:
-            run.record_digest("after_step_1", harness.weights_digest(p.data(ctx).asnumpy() for p in trainable))
-    run.record_digest("final", harness.weights_digest(p.data(ctx).asnumpy() for p in trainable))
+        return hvd.allreduce(loss.mean(), average=True, name="loss").asscalar()  # waits for the step
+
+    def digest():
+        return harness.weights_digest(p.data(ctx).asnumpy() for p in trainable)
+
+    extra = {}
+    if args.mode == "accuracy":
+        extra = long_test(run, net, trainer, params, ctx, dtype, train_step, hvd, threads, classes, digest)
+    else:
+        steps = run.total_steps(train_images)
+        run.log.start()
+        for i in range(steps):
+            run.log.end(train_step(i))
+            if i == 0:
+                run.record_digest("after_step_1", digest())
+    run.record_digest("final", digest())
     if launch.rank == 0:
         net.save_parameters(os.path.join(args.out, "weights.params"))
     run.finish({"device": str(ctx), "device_type": "gpu" if gpu else "cpu", "classes": classes, "train_images": train_images, "decode_threads": threads,
-                "dtype": dtype})
+                "dtype": dtype, **extra})
 
 
 if __name__ == "__main__":

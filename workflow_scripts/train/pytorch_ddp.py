@@ -22,6 +22,10 @@ work then waits behind the graphs: docs/benchmarks.md), a fused SGD, cuDNN autot
 several GPUs, DDP's gradients are views of its buckets of --bucket-cap-mb (no copy), no BatchNorm
 buffer broadcast, and within one node one compiled graph with the all-reduce after the backward
 pass (together 96.7-97.5% scaling efficiency on 2 H200s, against 90% for DDP's defaults).
+
+The long test (--mode accuracy) scores the LMDB's val split with LMDBImageNet + Pillow in
+DataLoader workers (shorter side to image_size x 256/224, centre crop), each rank a contiguous
+share of its records: no DistributedSampler, whose padding would score some images twice.
 """
 import argparse
 import gc
@@ -30,6 +34,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torchvision
@@ -310,6 +315,71 @@ def build_input(args, s, launch):
     return Input(classes, len(ds), workers, next_batch)
 
 
+class _Numbered(torch.utils.data.Dataset):
+    """The records of one rank's share, each item with its record number."""
+
+    def __init__(self, ds, records):
+        self.ds, self.records = ds, records
+
+    def __len__(self):
+        return len(self.records)
+
+    def __getitem__(self, i):
+        x, y = self.ds[self.records[i]]
+        return x, y, self.records[i]
+
+
+def val_loader(args, launch, workers):
+    size = args.image_size
+    transform = T.Compose([T.Resize(harness.resize_shorter(size), antialias=True), T.CenterCrop(size),
+                           T.PILToTensor(), T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)])
+    ds = LMDBImageNet(os.path.join(args.data, "val"), transform=transform)
+    share = _Numbered(ds, harness.val_share(len(ds), launch.rank, launch.world_size))
+    return torch.utils.data.DataLoader(share, batch_size=args.batch_per_gpu, num_workers=workers,
+                                       persistent_workers=workers > 0)
+
+
+def long_test(args, run, trainer, s, workers, classes, train_step):
+    """--mode accuracy: the epochs, evaluations and records are harness.LongTest's; here the
+    step, the learning rate and the evaluation in PyTorch."""
+    launch, model, k = run.launch, trainer.model, min(5, classes)
+    layout = torch.channels_last if s.channels_last else torch.contiguous_format
+    loader = val_loader(args, launch, workers)
+
+    def set_lr(lr):
+        for group in trainer.opt.param_groups:
+            group["lr"] = lr
+
+    @torch.no_grad()
+    def evaluate():
+        # Each rank has its own BatchNorm statistics (only gradients are averaged): the ranks
+        # score one model, whose statistics are the ranks' mean.
+        if launch.world_size > 1:
+            for b in model.buffers():
+                if b.is_floating_point():
+                    dist.all_reduce(b)
+                    b /= launch.world_size
+        model.eval()
+        numbers, labels, top = [torch.zeros(0, dtype=torch.long)], [torch.zeros(0, dtype=torch.long)], []
+        amp = s.amp_dtype
+        for x, y, n in loader:
+            x = x.to(s.device, non_blocking=True).contiguous(memory_format=layout)
+            with torch.autocast(s.device.type, dtype=amp or torch.float32, enabled=amp is not None):
+                top.append(model(x).topk(k, dim=1).indices.cpu())
+            numbers.append(n), labels.append(y)
+        model.train()
+        return (torch.cat(numbers).numpy(), torch.cat(labels).numpy(),
+                torch.cat(top).numpy() if top else np.zeros((0, k), np.int64))
+
+    def allreduce_sum(counts):
+        t = torch.from_numpy(counts).to(s.device)
+        if launch.world_size > 1:
+            dist.all_reduce(t)
+        return t.cpu().numpy()
+
+    return harness.LongTest(run).run_epochs(train_step, set_lr, evaluate, allreduce_sum, lambda: _digest(model))
+
+
 def _digest(model):
     return harness.weights_digest(p.detach().float().cpu().numpy() for p in model.parameters())
 
@@ -340,11 +410,9 @@ def main():
     # every block starts as identity, which keeps the first steps from scratch stable.
     model = torchvision.models.resnet50(num_classes=data.classes, zero_init_residual=True)
     trainer = Trainer(model, s, run.lr, args.momentum, args.weight_decay, distributed=launch.world_size > 1)
-    steps = run.total_steps(data.train_images)
     waits = []  # seconds the step waited for its batch: the input pipeline's share of the time
-    model.train()
-    run.log.start()
-    for step in range(steps):
+
+    def train_step(step):
         t = time.perf_counter()
         x, y = data.next_batch()
         waits.append(time.perf_counter() - t)
@@ -354,27 +422,38 @@ def main():
             loss = loss.clone()
             dist.all_reduce(loss)
             loss /= launch.world_size
-        run.log.end(loss.item())
-        if step == 0:
-            run.record_digest("after_step_1", _digest(model))
-        if step in (0, args.warmup_steps - 1):
-            # Compilation leaves many live objects; frozen, later generation-2 collections skip
-            # them rather than rescanning them during timed steps. (Measured effect within the
-            # run-to-run noise on an H100: docs/benchmarks.md.)
-            gc.collect()
-            gc.freeze()
-            run.log.start()  # the collection is no step's time
+        return loss.item()
+
+    model.train()
+    extra = {}
+    if args.mode == "accuracy":
+        extra = long_test(args, run, trainer, s, data.workers, data.classes, train_step)
+    else:
+        steps = run.total_steps(data.train_images)
+        run.log.start()
+        for step in range(steps):
+            run.log.end(train_step(step))
+            if step == 0:
+                run.record_digest("after_step_1", _digest(model))
+            if step in (0, args.warmup_steps - 1):
+                # Compilation leaves many live objects; frozen, later generation-2 collections skip
+                # them rather than rescanning them during timed steps. (Measured effect within the
+                # run-to-run noise on an H100: docs/benchmarks.md.)
+                gc.collect()
+                gc.freeze()
+                run.log.start()  # the collection is no step's time
     data.close()
     run.record_digest("final", _digest(model))
     if launch.rank == 0:
         torch.save(model.state_dict(), os.path.join(args.out, "weights.pt"))
-    timed_wait = sum(waits[args.warmup_steps:])
+    timed_wait = sum(waits[run.log.warmup_steps:])
     run.finish({"device": torch.cuda.get_device_name(device) if cuda else "cpu", "device_type": "gpu" if cuda else "cpu",
                 "classes": data.classes, "train_images": data.train_images, "loader_workers": data.workers,
                 "input": s.input,
                 "amp_dtype": s.describe()["amp_dtype"], "pytorch": s.describe(),
                 "input_wait_s_timed": timed_wait, "gpu_input": data.stats(args.warmup_steps + args.prefetch),
-                "max_memory_allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None})
+                "max_memory_allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
+                **extra})
     if launch.world_size > 1:
         dist.barrier()
         dist.destroy_process_group()

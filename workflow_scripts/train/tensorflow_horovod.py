@@ -3,7 +3,12 @@ tf.data; decode threads = physical cores - 4 per GPU, as the study (on a CPU hos
 cores shared by its ranks).
 
 FP16 is Keras mixed precision: mixed_float16 with loss scaling on a GPU, mixed_bfloat16 on a CPU.
+
+The long test (--mode accuracy) scores the validation-* shards with tf.data: each rank reads only
+the records of its share (the shards' DALI index files give their record counts), decodes, resizes
+the shorter side to image_size x 256/224 and centre-crops.
 """
+import functools
 import glob
 import os
 
@@ -61,6 +66,87 @@ def dataset(run, label_offset, threads):
             .prefetch(tf.data.AUTOTUNE))
 
 
+def _records_in(shard):
+    idx = os.path.join(os.path.dirname(shard), "idx", os.path.basename(shard) + ".idx")
+    if not os.path.isfile(idx):
+        raise StageError(f"{idx} is missing: the data stage writes one index per TFRecord shard")
+    with open(idx) as f:
+        return sum(1 for _ in f)
+
+
+def val_dataset(run, label_offset, threads):
+    """(record number, image, label) batches of this rank's share of the validation split, or
+    None for a rank without one; record number = position in the split (shards in order)."""
+    a, launch = run.args, run.launch
+    files = sorted(glob.glob(os.path.join(a.data, "validation-*-of-*")))
+    if not files:
+        raise StageError(f"{a.data} holds no validation-*-of-* TFRecord shards")
+    counts = [_records_in(f) for f in files]
+    share = harness.val_share(sum(counts), launch.rank, launch.world_size)
+    pieces, first = [], 0
+    for f, n in zip(files, counts):
+        lo, hi = max(share.start, first), min(share.stop, first + n)
+        if lo < hi:
+            records = tf.data.TFRecordDataset(f).skip(lo - first).take(hi - lo)
+            pieces.append(tf.data.Dataset.zip((tf.data.Dataset.range(lo, hi), records)))
+        first += n
+    if not pieces:
+        return None
+    size, shorter = a.image_size, harness.resize_shorter(a.image_size)
+
+    def parse(number, record):
+        ex = tf.io.parse_single_example(record, FEATURES)
+        img = tf.io.decode_jpeg(ex["image/encoded"], channels=3)
+        hw = tf.cast(tf.shape(img)[:2], tf.float32)
+        new = tf.cast(tf.round(hw * shorter / tf.reduce_min(hw)), tf.int32)
+        img = tf.image.resize(img, new)
+        top, left = (new[0] - size) // 2, (new[1] - size) // 2
+        img = (img[top:top + size, left:left + size] - MEAN) / STD
+        return number, img, tf.cast(ex["image/class/label"], tf.int32) - label_offset
+
+    return (functools.reduce(tf.data.Dataset.concatenate, pieces).map(parse, num_parallel_calls=threads)
+            .batch(a.batch_per_gpu).prefetch(tf.data.AUTOTUNE))
+
+
+def long_test(run, model, opt, step, hvd, label_offset, threads, classes):
+    """--mode accuracy: the epochs, evaluations and records are harness.LongTest's; here the
+    step, the learning rate and the evaluation in TensorFlow."""
+    size, k = run.args.image_size, min(5, classes)
+    val = val_dataset(run, label_offset, threads)
+    moving = model.non_trainable_variables  # BatchNorm's moving means and variances
+
+    @tf.function(input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32)])
+    def top_k(x):
+        return tf.math.top_k(tf.cast(model(x, training=False), tf.float32), k).indices
+
+    @tf.function
+    def average_moving_statistics():
+        for v, mean in zip(moving, hvd.grouped_allreduce([v.read_value() for v in moving], op=hvd.Average)):
+            v.assign(mean)
+
+    def set_lr(lr):
+        opt.learning_rate = lr
+
+    def evaluate():
+        # Each rank has its own BatchNorm statistics (only gradients are averaged): the ranks
+        # score one model, whose statistics are the ranks' mean.
+        if run.launch.world_size > 1:
+            average_moving_statistics()
+        numbers, labels, top = [tf.zeros([0], tf.int64)], [tf.zeros([0], tf.int32)], [tf.zeros([0, k], tf.int32)]
+        for n, x, y in val if val is not None else ():
+            numbers.append(n), labels.append(y), top.append(top_k(x))
+        return (tf.concat(numbers, 0).numpy(), tf.concat(labels, 0).numpy(), tf.concat(top, 0).numpy())
+
+    def allreduce_sum(counts):
+        return hvd.allreduce(tf.constant(counts), op=hvd.Sum, name="long_test_counts").numpy()
+
+    return harness.LongTest(run).run_epochs(step, set_lr, evaluate, allreduce_sum, lambda: digest(model))
+
+
+def digest(model):
+    return harness.weights_digest(v.numpy() for v in model.trainable_variables)
+
+
 def main():
     args = harness.arg_parser(__doc__.splitlines()[0]).parse_args()
     import horovod
@@ -100,6 +186,11 @@ def main():
     for layer in model.layers:
         if layer.name.endswith("_3_bn"):
             layer.gamma.assign(tf.zeros_like(layer.gamma))
+        # Keras' BatchNormalization keeps 0.99 of its moving statistics per step (Gluon and torch:
+        # 0.9): after the few hundred steps of a short long test they would still be mostly their
+        # initial values, and the evaluation would score a network other than the one trained.
+        if isinstance(layer, tf.keras.layers.BatchNormalization):
+            layer.momentum = 0.9
     opt = tf.keras.optimizers.SGD(run.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     if args.precision == "fp16" and gpus:
         opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
@@ -117,24 +208,31 @@ def main():
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return hvd.allreduce(loss)
 
-    steps = run.total_steps(train_images)
-    run.log.start()
-    for i in range(steps):
+    def train_step(i):
         x, y = next(batches)
         loss = step(x, y)
         if i == 0:  # everyone continues from rank 0's weights and optimizer state (eagerly: one trace)
             hvd.broadcast_variables(model.variables, root_rank=0)
             hvd.broadcast_variables(opt.variables(), root_rank=0)
-        run.log.end(float(loss))
-        if i == 0:
-            run.record_digest("after_step_1", harness.weights_digest(v.numpy() for v in model.trainable_variables))
-    run.record_digest("final", harness.weights_digest(v.numpy() for v in model.trainable_variables))
+        return float(loss)
+
+    extra = {}
+    if args.mode == "accuracy":
+        extra = long_test(run, model, opt, train_step, hvd, manifest.get("label_offset", 0), threads, classes)
+    else:
+        steps = run.total_steps(train_images)
+        run.log.start()
+        for i in range(steps):
+            run.log.end(train_step(i))
+            if i == 0:
+                run.record_digest("after_step_1", digest(model))
+    run.record_digest("final", digest(model))
     if launch.rank == 0:
         model.save_weights(os.path.join(args.out, "weights.h5"))
     run.finish({"device": gpus[hvd.local_rank()].name if gpus else "cpu", "device_type": "gpu" if gpus else "cpu",
                 "classes": classes,
                 "train_images": train_images, "decode_threads": threads,
-                "policy": tf.keras.mixed_precision.global_policy().name})
+                "policy": tf.keras.mixed_precision.global_policy().name, **extra})
 
 
 if __name__ == "__main__":

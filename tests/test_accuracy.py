@@ -1,0 +1,206 @@
+"""Seed 002's long test on the embedded default (training.accuracy), checked from the runs' own
+outputs: top-1/top-5 recounted from each rank's saved predictions, every val image scored exactly
+once, per-epoch times that add up to the summary's, the run stopping at its target, the table and
+figure, and reruns after an edit."""
+import csv
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import CONFIG, REPO, interpreter, planned_jobs, snakemake, write_config
+
+from workflow_scripts.train import harness
+
+FRAMEWORKS = CONFIG["training"]["frameworks"]
+ACCURACY = CONFIG["training"]["accuracy"]
+
+
+def run_of(work, framework, gpus=ACCURACY["gpus"][0]):
+    return work / "results" / "runs" / "local" / "accuracy" / f"{framework}_fp32_{gpus}gpu"
+
+
+def epochs_of(run):
+    return [json.loads(line) for line in (run / "epochs.jsonl").read_text().splitlines()]
+
+
+def summary_of(run):
+    return json.loads((run / "summary.json").read_text())
+
+
+def val_labels(work):
+    """Record (position in the val split) -> label, from the index the three formats were made from."""
+    with open(work / "data" / "index" / "val.tsv", newline="") as f:
+        return [int(r["label"]) for r in csv.DictReader(f, delimiter="\t")]
+
+
+def predictions(run, epoch, ranks):
+    return {r: harness.read_predictions(harness.predictions_path(run, epoch, r)) for r in range(ranks)}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_accuracy_recounted_from_the_saved_predictions_equals_the_epoch_records(pipeline_run, framework):
+    run = run_of(pipeline_run, framework)
+    labels = val_labels(pipeline_run)
+    evaluated = [r for r in epochs_of(run) if r["top1"] is not None]
+    assert evaluated
+    for rec in evaluated:
+        scored = [p for ps in predictions(run, rec["epoch"], ACCURACY["gpus"][0]).values() for p in ps]
+        # Each prediction's label is the index's label of its record: the record numbers are right.
+        assert all(labels[record] == label for record, label, _ in scored)
+        assert all(len(top5) == 5 and len(set(top5)) == 5 for _, _, top5 in scored)
+        n = len(scored)
+        assert rec["val_images"] == n == len(labels)
+        assert rec["top1"] == pytest.approx(100 * sum(top5[0] == label for _, label, top5 in scored) / n)
+        assert rec["top5"] == pytest.approx(100 * sum(label in top5 for _, label, top5 in scored) / n)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_each_rank_scored_a_disjoint_share_and_together_every_val_image_once(pipeline_run, framework):
+    run = run_of(pipeline_run, framework)
+    n_val = len(val_labels(pipeline_run))
+    for rec in epochs_of(run):
+        if rec["top1"] is None:
+            continue
+        shares = {r: [p[0] for p in ps] for r, ps in predictions(run, rec["epoch"], 2).items()}
+        assert all(len(s) == len(set(s)) > 0 for s in shares.values()), "a rank scored an image twice"
+        assert not set(shares[0]) & set(shares[1])
+        assert sorted(shares[0] + shares[1]) == list(range(n_val))
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_epoch_times_add_up_to_the_summary(pipeline_run, framework):
+    run = run_of(pipeline_run, framework)
+    recs, lt = epochs_of(run), summary_of(run)["long_test"]
+    assert [r["epoch"] for r in recs] == list(range(1, lt["epochs_run"] + 1))
+    assert lt["train_s"] == pytest.approx(sum(r["train_s"] for r in recs))
+    assert lt["eval_s"] == pytest.approx(sum(r["eval_s"] for r in recs))
+    assert lt["elapsed_s"] == pytest.approx(lt["train_s"] + lt["eval_s"])
+    elapsed = 0.0
+    for r in recs:
+        elapsed += r["train_s"] + r["eval_s"]
+        assert r["elapsed_s"] == pytest.approx(elapsed)
+        global_batch = CONFIG["training"]["batch_per_gpu"][framework] * ACCURACY["gpus"][0]
+        assert r["train_images_per_s"] == pytest.approx(r["steps"] * global_batch / r["train_s"])
+    assert "no warm-up is excluded" in lt["timing"]
+    # Every step is in the run's time: none is set aside as warm-up.
+    steps = [json.loads(x) for x in (run / "steps.jsonl").read_text().splitlines()]
+    assert len(steps) == lt["epochs_run"] * lt["steps_per_epoch"] and {s["phase"] for s in steps} == {"timed"}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_default_reaches_its_target_and_stops_there(pipeline_run, framework):
+    run = run_of(pipeline_run, framework)
+    recs, lt = epochs_of(run), summary_of(run)["long_test"]
+    target = ACCURACY["target_top1"]
+    first = next(r for r in recs if r["top1"] is not None and r["top1"] >= target)
+    assert lt["reached"] is True and lt["target_top1"] == target
+    assert lt["epoch_reached"] == first["epoch"] == recs[-1]["epoch"] == lt["epochs_run"]
+    assert lt["time_to_target_s"] == first["elapsed_s"] == lt["elapsed_s"]
+    assert lt["final_top1"] == first["top1"] and lt["result"].startswith(f"reached top-1 >= {target:g}% at epoch")
+    assert target > 2 * 100 / CONFIG["dataset"]["embedded"]["classes"], "the target must be well above chance"
+    # The step schedule: lr scaled to the global batch, divided by 10 from each milestone on.
+    lr = CONFIG["training"]["lr"] * CONFIG["training"]["batch_per_gpu"][framework] * 2 / 256
+    for r in recs:
+        assert r["lr"] == pytest.approx(lr * ACCURACY["decay"] ** sum(r["epoch"] > m for m in ACCURACY["milestones"]))
+    # Both ranks stopped together, holding the same weights.
+    digests = [json.loads((run / f"rank{r}.json").read_text())["weights_sha256"] for r in (0, 1)]
+    assert digests[0] == digests[1] and set(digests[0]) == {"after_step_1", "final"}
+
+
+def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(pipeline_run, tmp_path):
+    """Evaluations after epochs 2 and 3 of at most 4 (eval_every 2, and the last); any trained
+    network scores at least 1%, so the run stops after epoch 2, both ranks together."""
+    py = interpreter("pytorch")
+    proc = subprocess.run(
+        [interpreter("workflow"), "-m", "workflow_scripts.train.launch", "--nproc-per-node", "2", "--", py, "-m",
+         "workflow_scripts.train.pytorch_ddp", "--data", str(pipeline_run / "data" / "lmdb"), "--batch-per-gpu", "16",
+         "--image-size", "32", "--mode", "accuracy", "--epochs", "4", "--eval-every", "2", "--milestones", "1",
+         "--target-top1", "1", "--out", str(tmp_path), "--telemetry-interval", "0"],
+        cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs, lt = epochs_of(tmp_path), summary_of(tmp_path)["long_test"]
+    assert [(r["epoch"], r["top1"] is not None) for r in recs] == [(1, False), (2, True)]
+    assert recs[1]["top1"] >= 1 and lt["reached"] is True and lt["epoch_reached"] == 2 and lt["stopped_early"]
+    assert (lt["epochs_run"], lt["epochs_planned"]) == (2, 4) and lt["time_to_target_s"] == recs[1]["elapsed_s"]
+    assert lt["result"].startswith("reached top-1 >= 1% at epoch 2")
+    assert recs[0]["eval_s"] == 0 and recs[0]["lr"] == pytest.approx(0.1 * 32 / 256)
+    assert recs[1]["lr"] == pytest.approx(0.1 * 32 / 256 * 0.1)
+    assert sorted(p.name for p in (tmp_path / "predictions").iterdir()) == ["epoch002.rank0.tsv.gz",
+                                                                             "epoch002.rank1.tsv.gz"]
+    digests = [json.loads((tmp_path / f"rank{r}.json").read_text())["weights_sha256"]["final"] for r in (0, 1)]
+    assert digests[0] == digests[1]
+
+
+def test_schedule_is_seed_002s_step_schedule():
+    steps_per_epoch = 1281167 // 1024  # ILSVRC2012 at 8 x 128 images
+    lr = harness.Schedule(0.4, steps_per_epoch, 0, [10, 60], 0.1)
+    assert [lr(e * steps_per_epoch) for e in (0, 9, 10, 59, 60, 89)] == pytest.approx(
+        [0.4, 0.4, 0.04, 0.04, 0.004, 0.004])
+    assert lr(10 * steps_per_epoch - 1) == 0.4
+    warm = harness.Schedule(0.4, 10, 2, [10], 0.1)  # linear warm-up over 2 epochs = 20 steps
+    assert [warm(s) for s in (0, 9, 19, 20, 99, 100)] == pytest.approx([0.02, 0.2, 0.4, 0.4, 0.4, 0.04])
+
+
+def test_val_shares_cover_every_record_once():
+    for total, world in ((320, 2), (50000, 8), (7, 3), (2, 4)):
+        shares = [harness.val_share(total, r, world) for r in range(world)]
+        assert sorted(i for s in shares for i in s) == list(range(total))
+
+
+def test_table_has_one_row_per_long_test_run_with_the_runs_numbers(pipeline_run):
+    table = pd.read_csv(pipeline_run / "results" / "time_to_accuracy.csv")
+    t = CONFIG["training"]
+    assert len(table) == len(t["systems"]) * len(t["frameworks"]) * len(t["precisions"]) * len(ACCURACY["gpus"])
+    for row in table.itertuples():
+        run = pipeline_run / row.run_dir
+        assert Path(row.run_dir).parts[-2] == "accuracy" and row.status == "ok"
+        s = summary_of(run)
+        lt = s["long_test"]
+        assert (row.gpus, row.nodes, row.epochs_run, row.epoch_reached) == (2, 1, lt["epochs_run"], lt["epoch_reached"])
+        assert bool(row.reached) is True and row.target_top1 == ACCURACY["target_top1"]
+        for key in ("time_to_target_s", "final_top1", "final_top5", "train_s", "eval_s", "elapsed_s"):
+            assert getattr(row, key) == pytest.approx(lt[key]), key
+        assert row.train_images_per_s == pytest.approx(s["images_timed"] / lt["train_s"])
+        assert row.milestones == " ".join(f"{m:g}" for m in ACCURACY["milestones"]) and row.lr == pytest.approx(0.0125)
+        assert row.git_commit and s["provenance"]["code"]["commit"].startswith(row.git_commit)
+        assert row.device.startswith("CPU: ")
+    md = (pipeline_run / "results" / "time_to_accuracy.md").read_text()
+    assert md.startswith("# Time to accuracy") and "nothing excluded" in md
+
+
+def test_figure_and_html_report(pipeline_run):
+    png = (pipeline_run / "results" / "figures" / "fig35_time_to_accuracy.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    out = pipeline_run / "report-accuracy.html"
+    snakemake(pipeline_run, "--report", str(out))
+    html = out.read_text(errors="replace")
+    assert "time_to_accuracy" in html and "fig35_time_to_accuracy" in html and "time-to-train" in html
+
+
+def test_editing_a_long_test_key_reruns_only_the_long_test(pipeline_run):
+    long_test = {"train_accuracy": len(FRAMEWORKS), "time_to_accuracy": 1, "time_to_accuracy_figure": 1}
+    try:
+        write_config(pipeline_run, training__accuracy__target_top1=ACCURACY["target_top1"] + 1)
+        assert planned_jobs(pipeline_run) == long_test
+        write_config(pipeline_run, training__accuracy__milestones=[2])
+        assert planned_jobs(pipeline_run) == long_test
+        # and the sweep's own keys rerun only the sweep
+        write_config(pipeline_run, training__steps=CONFIG["training"]["steps"] + 1)
+        assert not set(planned_jobs(pipeline_run)) & set(long_test)
+    finally:
+        write_config(pipeline_run)
+    assert planned_jobs(pipeline_run) == {}
+
+
+@pytest.mark.parametrize("key, value, why", [
+    ("training__accuracy__milestones", [3, 2], "config training.accuracy.milestones = [3, 2]"),
+    ("training__accuracy__milestones", [ACCURACY["epochs"]], "before the last epoch"),
+    ("training__accuracy__gpus", [3], "config training.accuracy.gpus = 3 cannot be placed on system 'local'"),
+    ("training__accuracy__target_top1", 120, "target_top1"),
+])
+def test_a_long_test_that_cannot_run_stops_at_parse_time_naming_the_key(tmp_path, key, value, why):
+    write_config(tmp_path, **{key: value})
+    proc = snakemake(tmp_path, "-n", check=False)
+    assert proc.returncode != 0 and why in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
