@@ -109,7 +109,7 @@ def write_config(workdir, **overrides):
 
 def snakemake(workdir, *args, check=True):
     proc = subprocess.run([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-                           "--cores", "2", *map(str, args)], capture_output=True, text=True, timeout=900)
+                           "--cores", "2", *map(str, args)], capture_output=True, text=True, timeout=1800)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc

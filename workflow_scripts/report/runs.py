@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..interconnect.prediction import gradient_bytes
+
 
 # Settings that legitimately differ between the points of one sweep; everything else in a run's
 # arguments must be the same for its numbers to be comparable.
@@ -37,6 +39,7 @@ def record(point):
     args = s["args"]
     nodes, first = _node_facts(s)
     prov = s.get("provenance", {})
+    grad_bytes, grad_from = gradient_bytes(s, point["framework"], point["precision"])
     return {
         **row, "status": "ok", "why": "",
         "nodes": s["num_nodes"], "batch_per_gpu": args["batch_per_gpu"], "global_batch": s["global_batch"],
@@ -49,6 +52,7 @@ def record(point):
         "framework_version": s["versions"].get(VERSION_KEY.get(point["framework"], point["framework"]), ""),
         "settings_hash": prov.get("settings_hash", ""),
         "git_commit": prov.get("code", {}).get("commit", "")[:12],
+        "gradient_bytes": grad_bytes, "gradient_bytes_from": grad_from,
         "_args": {k: v for k, v in args.items() if k not in PER_POINT},
     }
 
@@ -56,7 +60,7 @@ def record(point):
 COLUMNS = ["system", "framework", "precision", "gpus", "nodes", "status", "why", "run_dir", "batch_per_gpu",
            "global_batch", "images_per_s", "step_cv", "stable", "warmup_steps", "timed_steps", "mode", "epochs",
            "data_source", "image_size", "device", "driver", "cuda_driver", "node_names", "slurm_job",
-           "framework_version", "settings_hash", "git_commit", "_args"]
+           "framework_version", "settings_hash", "git_commit", "gradient_bytes", "gradient_bytes_from", "_args"]
 
 
 def load(points):

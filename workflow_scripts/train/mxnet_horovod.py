@@ -13,6 +13,7 @@ os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
 
 import mxnet as mx  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
+import numpy as np  # noqa: E402
 
 from ..common.errors import StageError, run_main  # noqa: E402
 from ..common.launch import setup_horovod  # noqa: E402
@@ -105,7 +106,10 @@ def main():
     run.record_digest("final", harness.weights_digest(p.data(ctx).asnumpy() for p in trainable))
     if launch.rank == 0:
         net.save_parameters(os.path.join(args.out, "weights.params"))
+    # Horovod all-reduces each gradient in its parameter's dtype (float16 once the model is cast).
+    wire = np.dtype(trainable[0].dtype)
     run.finish({"device": str(ctx), "classes": classes, "train_images": train_images, "decode_threads": threads,
+                "gradients": harness.gradients(sum(int(np.prod(p.shape)) for p in trainable), wire.itemsize, wire.name),
                 "dtype": dtype})
 
 
