@@ -11,6 +11,7 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/train.smk"
 include: "rules/int8.smk"
+include: "rules/interconnect.smk"
 include: "rules/report.smk"
 
 
@@ -20,4 +21,5 @@ rule all:
         rules.training.input,
         rules.int8.input,
         rules.report_tables.input,
+        rules.interconnect.input,
     default_target: True

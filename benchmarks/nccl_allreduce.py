@@ -14,29 +14,15 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from workflow_scripts.common import multicast  # noqa: E402
 from workflow_scripts.common.launch import detect  # noqa: E402
+from workflow_scripts.common.timing import cuda_times  # noqa: E402
 
 RESNET50_GRADIENTS = 25_557_032
 
 
-def cuda_times(fn, warmup=5, reps=20):
-    """Milliseconds of each of `reps` calls of fn on the current stream (CUDA events), after
-    `warmup` untimed calls."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        out.append(start.elapsed_time(end))
-    return out
-
-
 def main():
+    multicast.switch_off()  # before NCCL starts
     launch = detect()
     torch.cuda.set_device(launch.local_rank)
     dist.init_process_group("nccl", rank=launch.rank, world_size=launch.world_size,
@@ -46,7 +32,7 @@ def main():
     for dtype in (torch.float32, torch.bfloat16):
         for numel in (RESNET50_GRADIENTS, 25 * 2**20 // 4):  # the whole step; one 25 MB bucket
             x = torch.ones(numel, dtype=dtype, device="cuda")
-            ms = cuda_times(lambda: dist.all_reduce(x))
+            ms = [t * 1e3 for t in cuda_times(lambda: dist.all_reduce(x))]
             med = statistics.median(ms)
             nbytes = numel * x.element_size()
             res[f"{str(dtype).replace('torch.', '')}_{nbytes / 1e6:.0f}MB"] = {

@@ -42,8 +42,7 @@ sys.path.insert(0, str(REPO))
 SEED = 2018
 WARMUP, STEPS = 10, 100  # the study's short test
 PY = sys.executable
-# NVLink multicast stays off on shared hosts (the device notes); NCCL and PyTorch read these.
-SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+from workflow_scripts.common.multicast import MULTICAST_OFF as SAFE_ENV  # noqa: E402
 
 
 # ---------------------------------------------------------------- variants
@@ -444,10 +443,10 @@ def part_ceilings(a, work):
     dev = torch.device("cuda")
     out = {"device": torch.cuda.get_device_name(dev), "sm_count": torch.cuda.get_device_properties(dev).multi_processor_count}
 
-    from benchmarks.nccl_allreduce import cuda_times
+    from workflow_scripts.common.timing import cuda_times
 
     def timed(fn):
-        return statistics.median(cuda_times(fn, warmup=3, reps=20)) / 1e3
+        return statistics.median(cuda_times(fn, warmup=3, reps=20))
 
     src = torch.randn(1 << 29, device=dev, dtype=torch.float32)  # 2 GiB
     dst = torch.empty_like(src)

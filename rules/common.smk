@@ -322,14 +322,19 @@ def _gpu_flag(system, per_node):
     return f"--gres=gpu:{gpus}" if config["systems"][system]["gpu_request"] == "gres" else f"--gpus-per-node={gpus}"
 
 
-def launcher_args(w):
-    """Where the processes of one run start: the node and task geometry and, inside a SLURM job,
-    the srun flags (the job step's own SLURM_* settings are not inherited). One item per argument."""
+def geometry_args(w):
+    """Where the processes of one job at a sweep point (system, GPUs) start: the node and task
+    geometry and, inside a SLURM job, the srun flags (the job step's own SLURM_* settings are not
+    inherited). A training run and the interconnect measurement at its point share it. One item
+    per argument."""
     nodes, per_node = placement(w.system, int(w.gpus))
     sysc = config["systems"][w.system]
     return [f"--nproc-per-node={per_node}", f"--nodes={nodes}", f"--cpus-per-task={sysc['cpus_per_task']}",
-            f"--srun-args={_gpu_flag(w.system, per_node)}"] + (
-        ["--horovod"] if w.framework in ("tensorflow", "mxnet") else [])
+            f"--srun-args={_gpu_flag(w.system, per_node)}"]
+
+
+def launcher_args(w):
+    return geometry_args(w) + (["--horovod"] if w.framework in ("tensorflow", "mxnet") else [])
 
 
 def slurm_gres(w):
@@ -357,6 +362,28 @@ def system_value(key, unset=None):
     """A training job's resource from its system's config; `unset` where the system leaves it
     to the cluster (the plugin then passes nothing)."""
     return lambda w: config["systems"][w.system][key] or unset
+
+
+# What a job of several processes at a sweep point asks SLURM for: a training run, and the
+# interconnect measurement at the same system and GPU count (same nodes, tasks, GPUs, partition),
+# so that the measurement sees the links the run used.
+POINT_RESOURCES = dict(
+    nodes=lambda w: placement(w.system, int(w.gpus))[0],
+    tasks=lambda w: int(w.gpus),
+    # The job step then runs the rule's shell as it is, and the launcher calls srun (one task per
+    # GPU); the plugin accepts mpi only for more than one task.
+    mpi=lambda w: "srun" if int(w.gpus) > 1 else None,
+    cpus_per_task=system_value("cpus_per_task", 1),
+    mem_mb=system_value("mem_mb", 0),
+    runtime=system_value("time_min"),
+    slurm_partition=system_value("partition"),
+    slurm_account=system_value("account"),
+    constraint=system_value("constraint"),
+    qos=system_value("qos"),
+    gres=slurm_gres,
+    tasks_per_gpu=0,
+    slurm_extra=slurm_extra,
+)
 
 
 def training_data(w):

@@ -10,7 +10,8 @@ TRAINING_FIGURES = ["fig2_scaling", "fig4_6_system_comparison", "fig5_fp16_vs_fp
 
 rule training_tables:
     input:
-        TRAINING_RUNS,
+        runs=TRAINING_RUNS,
+        interconnect=[p["raw"] for p in IC_ALLREDUCE],
     output:
         **{t: report(f"{RESULTS}/{t}.csv", caption=f"../report/{t}.rst", category="Training", subcategory="Tables")
            for t in TRAINING_TABLES},
@@ -18,6 +19,7 @@ rule training_tables:
     params:
         py=PY["workflow"],
         points=json.dumps(SWEEP),
+        interconnect=json.dumps(IC_ALLREDUCE),
         out_dir=lambda w, output: os.path.dirname(output.training_throughput),
     log:
         f"{LOGS}/report/training_tables.log",
@@ -27,7 +29,7 @@ rule training_tables:
         "../envs/workflow.yaml"
     shell:
         "{params.py:q} -m workflow_scripts.report.training_tables --points {params.points:q} "
-        "--out-dir {params.out_dir:q} > {log:q} 2>&1"
+        "--interconnect {params.interconnect:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 rule training_figures:
@@ -128,3 +130,4 @@ rule report_tables:
         rules.time_to_accuracy.output,
         rules.time_to_accuracy_figure.output,
         rules.inference_figures.output,
+        rules.interconnect.input,

@@ -32,21 +32,7 @@ rule train:
     threads: lambda w: int(w.gpus)
     retries: TRAIN["retries"]
     resources:
-        nodes=lambda w: placement(w.system, int(w.gpus))[0],
-        tasks=lambda w: int(w.gpus),
-        # The job step then runs this shell as it is, and the launcher calls srun (one task per
-        # GPU); the plugin accepts mpi only for more than one task.
-        mpi=lambda w: "srun" if int(w.gpus) > 1 else None,
-        cpus_per_task=system_value("cpus_per_task", 1),
-        mem_mb=system_value("mem_mb", 0),
-        runtime=system_value("time_min"),
-        slurm_partition=system_value("partition"),
-        slurm_account=system_value("account"),
-        constraint=system_value("constraint"),
-        qos=system_value("qos"),
-        gres=slurm_gres,
-        tasks_per_gpu=0,
-        slurm_extra=slurm_extra,
+        **POINT_RESOURCES,
         attempt=lambda w, attempt: attempt,
     log:
         f"{LOGS}/train/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}.log",

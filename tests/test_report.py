@@ -10,8 +10,9 @@ import pytest
 from conftest import CONFIG, REPO, interpreter, planned_jobs, snakemake, write_config
 
 TABLES = ["training_throughput", "scaling", "fp16_vs_fp32", "system_comparison", "storage_throughput",
-          "network_throughput"]
-FIGURES = ["fig2_scaling", "fig4_6_system_comparison", "fig5_fp16_vs_fp32", "fig7_storage", "fig8_network"]
+          "network_throughput", "interconnect"]
+FIGURES = ["fig2_scaling", "fig4_6_system_comparison", "fig5_fp16_vs_fp32", "fig7_storage", "fig8_network",
+           "interconnect_busbw"]
 
 
 def steps_rate(run_dir):

@@ -1,7 +1,7 @@
 """The pipeline on a real two-node SLURM cluster (tests/slurm_cluster.py): `snakemake --profile
-slurm all` on the embedded default, every training run spanning both nodes with one task each,
-checked from the runs' own outputs; placement errors at parse time; SLURM's reason for a job
-that waits; a cancelled (pre-empted) run retried with its log kept."""
+slurm all` on the embedded default, every training run and the interconnect measurement spanning
+both nodes with one task each, checked from their own outputs; placement errors at parse time;
+SLURM's reason for a job that waits; a cancelled (pre-empted) run retried with its log kept."""
 import json
 import subprocess
 import threading
@@ -150,12 +150,27 @@ def test_caches_cleared_and_telemetry_on_every_node(slurm_run, framework):
     assert sorted(p.name for p in run.glob("telemetry.*.csv")) == ["telemetry.n1.csv", "telemetry.n2.csv"]
 
 
+def test_interconnect_measured_across_both_nodes(slurm_run):
+    """The interconnect stage at the runs' point (2 GPUs = 2 nodes of 1 task): one world of 2 ranks,
+    one on each node, started by srun as the training runs are; its table says inter-node."""
+    work, _, _ = slurm_run
+    results = work / DIRS["results_dir"]
+    raw = json.loads((results / "interconnect" / "cluster" / "2gpu" / "torch.json").read_text())
+    assert (raw["world_size"], raw["num_nodes"], sorted(raw["rank_hosts"])) == (2, 2, ["n1", "n2"])
+    assert raw["launch"]["source"] == "slurm" and raw["launch"]["job_id"] != "" and raw["backend"] == "gloo"
+    assert all(len(r["per_rank_s"]) == 2 for r in raw["results"])
+    log = (work / DIRS["log_dir"] / "interconnect" / "cluster" / "2gpu.torch.log").read_text()
+    assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in log
+    table = (results / "interconnect.csv").read_text().splitlines()
+    assert len(table) > 1 and all(",inter-node," in line for line in table[1:])
+
+
 def test_every_job_went_through_slurm(slurm_run):
     work, out, _ = slurm_run
     submitted = out.count("has been submitted with SLURM jobid")
-    # The data stage's five jobs, three training runs and the retry of the cancelled one (and
-    # whatever later stages add).
-    assert submitted >= 5 + 3 + 1, out[-3000:]
+    # The data stage's five jobs, three training runs and the retry of the cancelled one, the
+    # interconnect measurement (and whatever later stages add).
+    assert submitted >= 5 + 3 + 1 + 1, out[-3000:]
     for fw in FRAMEWORKS:
         log = (work / DIRS["log_dir"] / "train" / "cluster" / f"{fw}_fp32_2gpu.log").read_text()
         assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in log

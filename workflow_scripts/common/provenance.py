@@ -14,7 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _cpu_model():
+def cpu_model():
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -58,7 +58,7 @@ def _topology():
 def node_facts():
     import psutil
 
-    return {"node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(), "cpu": _cpu_model(),
+    return {"node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(), "cpu": cpu_model(),
             "cpus": os.cpu_count(), "memory_GB": round(psutil.virtual_memory().total / 2**30, 1),
             "kernel": platform.release(), **_gpus(), "gpu_topology": _topology(),
             "slurm_job": os.environ.get("SLURM_JOB_ID", "")}

@@ -5,7 +5,8 @@ from pathlib import Path
 from ..common.atomic import atomic_file
 
 
-def write_table(df, csv_path, title, how, notes=(), floatfmt=".4g"):
+def write_table(df, csv_path, title, how, notes=(), floatfmt=".4g", after=()):
+    """`after`: markdown lines that follow the table (e.g. one sentence per row)."""
     csv_path = Path(csv_path)
     with atomic_file(csv_path) as tmp:
         df.to_csv(tmp, index=False)
@@ -13,5 +14,7 @@ def write_table(df, csv_path, title, how, notes=(), floatfmt=".4g"):
     lines += [f"> **Note.** {n}" for n in notes] + ([""] if notes else [])
     lines.append(df.to_markdown(index=False, floatfmt=floatfmt) if len(df) else "_No rows: " + (
         notes[0] if notes else "nothing to compare in this sweep") + "_")
+    if after:
+        lines += ["", *after]
     with atomic_file(csv_path.with_suffix(".md")) as tmp:
         Path(tmp).write_text("\n".join(lines) + "\n")

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..interconnect.prediction import gradient_bytes
+
 
 # Settings that legitimately differ between the points of one sweep; everything else in a run's
 # arguments must be the same for its numbers to be comparable.
@@ -61,19 +63,21 @@ def record(point):
     if s is None:
         return row
     args = s["args"]
+    grad_bytes, grad_from = gradient_bytes(s, point["framework"], point["precision"])
     return {
         **row, "nodes": s["num_nodes"], "batch_per_gpu": args["batch_per_gpu"], "global_batch": s["global_batch"],
         "images_per_s": s["images_per_s"], "step_cv": s["step_images_per_s_cv"], "stable": s["stable"],
         "warmup_steps": s["warmup_steps"], "timed_steps": s["timed_steps"], "mode": args["mode"],
         "epochs": args["epochs"] if args["mode"] == "epochs" else None, "data_source": args["data_source"],
-        "image_size": args["image_size"], **provenance(s),
+        "image_size": args["image_size"], "gradient_bytes": grad_bytes, "gradient_bytes_from": grad_from,
+        **provenance(s),
     }
 
 
 COLUMNS = ["system", "framework", "precision", "gpus", "input", "nodes", "status", "why", "run_dir", "batch_per_gpu",
            "global_batch", "images_per_s", "step_cv", "stable", "warmup_steps", "timed_steps", "mode", "epochs",
            "data_source", "image_size", "device", "driver", "cuda_driver", "node_names", "slurm_job",
-           "framework_version", "settings_hash", "git_commit", "_args"]
+           "framework_version", "settings_hash", "git_commit", "gradient_bytes", "gradient_bytes_from", "_args"]
 
 
 def load(points):

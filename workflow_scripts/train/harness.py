@@ -11,7 +11,8 @@ A run directory holds:
   telemetry.<node>.csv     one time series per node (written by local rank 0)
   cache.<node>.json        the page-cache report of that node (written before training)
   provenance.<node>.json   that node's CPU, memory, GPUs, driver, CUDA, GPU topology (local rank 0)
-  summary.json             images/s and variation (metrics.summarize), config, versions, cache
+  summary.json             images/s and variation (metrics.summarize), config, versions, cache,
+                           the gradients one step all-reduces
   weights.*                the final weights (framework format)
 """
 import argparse
@@ -119,6 +120,13 @@ def weights_digest(arrays):
     for a in arrays:
         h.update(a.tobytes())
     return h.hexdigest()
+
+
+def gradients(elements, element_bytes, dtype):
+    """What one step all-reduces, for the summary: the trainable parameters' gradients as the
+    framework sends them. The interconnect stage predicts the step's communication from it."""
+    return {"elements": int(elements), "element_bytes": int(element_bytes),
+            "bytes": int(elements) * int(element_bytes), "dtype": str(dtype)}
 
 
 class Run:

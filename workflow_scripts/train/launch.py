@@ -73,12 +73,17 @@ def add_arguments(ap):
                     help="the framework's interpreter as words (a container's exec line): runs the rendezvous server")
 
 
-def run(cmd, a, per_node_once=False):
+def uses_srun(a, per_node):
+    """Whether a run of a.nodes x per_node processes starts through srun (else as children here)."""
+    return a.launcher == "srun" or (a.launcher == "auto" and "SLURM_JOB_ID" in os.environ and a.nodes * per_node > 1)
+
+
+def run(cmd, a, per_node_once=False, stdout=None):
     """Start `cmd` as the ranks of one run (or, with per_node_once, once on every node of it);
-    returns the first failing exit status, else 0."""
+    returns the first failing exit status, else 0. stdout: where the ranks' output goes (a file
+    object; default: ours)."""
     per_node = 1 if per_node_once else a.nproc_per_node
-    use_srun = a.launcher == "srun" or (
-        a.launcher == "auto" and "SLURM_JOB_ID" in os.environ and a.nodes * per_node > 1)
+    use_srun = uses_srun(a, per_node)
     if a.nodes > 1 and not use_srun:
         raise SystemExit(f"launch: {a.nodes} nodes need srun: run inside a SLURM allocation "
                          f"(snakemake --profile slurm)")
@@ -92,8 +97,8 @@ def run(cmd, a, per_node_once=False):
         if use_srun:
             srun = srun_command(a.nodes, per_node, a.cpus_per_task, a.srun_args)
             print("launch:", shlex.join(srun + cmd), file=sys.stderr, flush=True)
-            return subprocess.call(srun + cmd, env=env)
-        return _local(cmd, env, per_node)
+            return subprocess.call(srun + cmd, env=env, stdout=stdout)
+        return _local(cmd, env, per_node, stdout)
 
 
 def main():
@@ -108,13 +113,13 @@ def main():
     sys.exit(run(cmd, a, per_node_once=a.per_node))
 
 
-def _local(cmd, env, n):
+def _local(cmd, env, n, stdout=None):
     port = str(_free_port())
     procs = []
     for r in range(n):
         e = dict(env, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n),
                  GROUP_RANK="0", NNODES="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        procs.append(subprocess.Popen(cmd, env=e))
+        procs.append(subprocess.Popen(cmd, env=e, stdout=stdout))
     # One failed rank would leave the others blocked in a collective: stop them all.
     while True:
         codes = [p.poll() for p in procs]

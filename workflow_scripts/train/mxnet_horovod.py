@@ -203,7 +203,11 @@ def main():
     run.record_digest("final", digest())
     if launch.rank == 0:
         net.save_parameters(os.path.join(args.out, "weights.params"))
-    run.finish({"device": str(ctx), "device_type": "gpu" if gpu else "cpu", "classes": classes, "train_images": train_images, "decode_threads": threads,
+    # Horovod all-reduces each gradient in its parameter's dtype (float16 once the model is cast).
+    wire = np.dtype(trainable[0].dtype)
+    run.finish({"device": str(ctx), "device_type": "gpu" if gpu else "cpu", "classes": classes,
+                "train_images": train_images, "decode_threads": threads,
+                "gradients": harness.gradients(sum(int(np.prod(p.shape)) for p in trainable), wire.itemsize, wire.name),
                 "dtype": dtype, **extra})
 
 

@@ -447,9 +447,15 @@ def main():
     if launch.rank == 0:
         torch.save(model.state_dict(), os.path.join(args.out, "weights.pt"))
     timed_wait = sum(waits[run.log.warmup_steps:])
+    # DDP all-reduces each gradient in its parameter's dtype (float32: autocast leaves the parameters
+    # alone), or as bfloat16 through the compression hook.
+    grads = [p for p in model.parameters() if p.requires_grad]
+    wire = torch.bfloat16 if s.grad_compression == "bf16" else grads[0].dtype
     run.finish({"device": torch.cuda.get_device_name(device) if cuda else "cpu", "device_type": "gpu" if cuda else "cpu",
                 "classes": data.classes, "train_images": data.train_images, "loader_workers": data.workers,
                 "input": s.input,
+                "gradients": harness.gradients(sum(p.numel() for p in grads), wire.itemsize,
+                                               str(wire).replace("torch.", "")),
                 "amp_dtype": s.describe()["amp_dtype"], "pytorch": s.describe(),
                 "input_wait_s_timed": timed_wait, "gpu_input": data.stats(args.warmup_steps + args.prefetch),
                 "max_memory_allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,

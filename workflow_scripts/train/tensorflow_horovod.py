@@ -229,8 +229,12 @@ def main():
     run.record_digest("final", digest(model))
     if launch.rank == 0:
         model.save_weights(os.path.join(args.out, "weights.h5"))
+    # Horovod all-reduces each gradient in its variable's dtype (mixed precision keeps float32 variables).
+    wire = model.trainable_variables[0].dtype
     run.finish({"device": gpus[hvd.local_rank()].name if gpus else "cpu", "device_type": "gpu" if gpus else "cpu",
                 "classes": classes,
+                "gradients": harness.gradients(sum(int(v.shape.num_elements()) for v in model.trainable_variables),
+                                               wire.size, wire.name),
                 "train_images": train_images, "decode_threads": threads,
                 "policy": tf.keras.mixed_precision.global_policy().name, **extra})
 

@@ -1,0 +1,106 @@
+# The interconnect stage (seed 004, section III and Fig. 2): all-reduce and broadcast bandwidth by
+# message size at every system and GPU count > 1 of the training sweep, each measured by a job
+# launched exactly as the training run of that point (same launcher, geometry, SLURM resources);
+# its all-reduce of the gradients' size then explains the runs' scaling (scaling.csv).
+
+include: "interconnect_common.smk"
+
+
+rule interconnect_collectives:
+    output:
+        f"{RESULTS}/interconnect/{{system}}/{{gpus}}gpu/torch.json",
+    wildcard_constraints:
+        system=r"[^/]+",
+        gpus=r"\d+",
+    params:
+        py=PY["pytorch"],
+        launch=geometry_args,
+        args=ic_args,
+        device=ic_device,
+    threads: lambda w: int(w.gpus)
+    resources:
+        **POINT_RESOURCES,
+    log:
+        f"{LOGS}/interconnect/{{system}}/{{gpus}}gpu.torch.log",
+    benchmark:
+        f"{LOGS}/interconnect/{{system}}/{{gpus}}gpu.torch.bench.tsv"
+    conda:
+        "../envs/torch.yaml"
+    shell:
+        "{params.py:q} -m workflow_scripts.train.launch {params.launch:q} -- {params.py:q} "
+        "-m workflow_scripts.interconnect.collectives {params.args:q} --device {params.device:q} "
+        "--out {output:q} > {log:q} 2>&1"
+
+
+rule interconnect_nccl_tests:
+    output:
+        f"{RESULTS}/interconnect/{{system}}/{{gpus}}gpu/nccl_tests.json",
+    wildcard_constraints:
+        system=r"[^/]+",
+        gpus=r"\d+",
+    params:
+        py=PY["pytorch"],
+        build=NCCL_TESTS,
+        launch=geometry_args,
+        args=ic_args,
+    threads: lambda w: int(w.gpus)
+    resources:
+        **POINT_RESOURCES,
+    log:
+        f"{LOGS}/interconnect/{{system}}/{{gpus}}gpu.nccl_tests.log",
+    benchmark:
+        f"{LOGS}/interconnect/{{system}}/{{gpus}}gpu.nccl_tests.bench.tsv"
+    conda:
+        "../envs/torch.yaml"
+    shell:
+        "{params.py:q} -m workflow_scripts.interconnect.nccl_tests --build={params.build:q} {params.args:q} "
+        "{params.launch:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule interconnect_table:
+    input:
+        torch=[p["torch"] for p in IC_POINTS],
+        nccl_tests=[p["nccl_tests"] for p in IC_POINTS if p["nccl_tests"]],
+    output:
+        csv=report(f"{RESULTS}/interconnect.csv", caption="../report/interconnect.rst", category="Interconnect"),
+        markdown=f"{RESULTS}/interconnect.md",
+    params:
+        py=PY["workflow"],
+        points=json.dumps(IC_POINTS),
+    log:
+        f"{LOGS}/report/interconnect_table.log",
+    benchmark:
+        f"{LOGS}/report/interconnect_table.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
+    shell:
+        "{params.py:q} -m workflow_scripts.interconnect.tables --points {params.points:q} "
+        "--out {output.csv:q} > {log:q} 2>&1"
+
+
+rule interconnect_figure:
+    input:
+        rules.interconnect_table.output.csv,
+    output:
+        report(f"{RESULTS}/figures/interconnect_busbw.png", caption="../report/interconnect_busbw.rst",
+               category="Interconnect"),
+    params:
+        py=PY["workflow"],
+        # Only the swept systems' links: editing another system's link_gbps redraws nothing.
+        links=json.dumps({s: config["systems"][s]["link_gbps"] for s in TRAIN["systems"]
+                          if "link_gbps" in config["systems"][s]}),
+    log:
+        f"{LOGS}/report/interconnect_figure.log",
+    benchmark:
+        f"{LOGS}/report/interconnect_figure.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
+    shell:
+        "{params.py:q} -m workflow_scripts.interconnect.figure --table {input:q} --links {params.links:q} "
+        "--out {output:q} > {log:q} 2>&1"
+
+
+rule interconnect:
+    input:
+        rules.interconnect_table.output,
+        rules.interconnect_figure.output,

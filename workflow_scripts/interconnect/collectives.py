@@ -1,0 +1,134 @@
+"""All-reduce and broadcast between the processes of one run, message size by message size, with
+torch.distributed (NCCL on GPUs, Gloo on the CPU): per size the time of every timed call on every
+rank, and the algorithm and bus bandwidth nccl-tests would print (interconnect/bandwidth.py).
+
+    python -m workflow_scripts.train.launch --nproc-per-node 2 [--nodes N ...] -- \\
+        python -m workflow_scripts.interconnect.collectives --max-bytes 1073741824 --out OUT/x.json
+
+Method. Sizes from --min-bytes to --max-bytes in x2 steps, float32 elements, in place (as DDP and
+Horovod all-reduce their gradients), root 0 for broadcast. Per size --warmup untimed calls, then
+--iterations timed calls, each after a barrier so that every rank starts it together; a call is
+timed by CUDA events on its stream (GPU), or by perf_counter around the blocking call (CPU). The
+call's time is the slowest rank's: the collective is done only when every rank has its result.
+median/min/max are over the timed calls; the bandwidths use the median. Rank 0 writes the JSON;
+every rank's own times are in it. Needs only torch (no pandas): it runs on bare GPU hosts too.
+"""
+import argparse
+import os
+import socket
+import statistics
+import sys
+
+from ..common import multicast
+
+multicast.switch_off()  # before torch starts NCCL
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from ..common.atomic import write_json  # noqa: E402
+from ..common.errors import StageError, run_main  # noqa: E402
+from ..common.launch import detect  # noqa: E402
+from ..common.provenance import cpu_model  # noqa: E402
+from ..common.timing import cuda_times, wall_times  # noqa: E402
+from .bandwidth import COLLECTIVES, ELEMENT_BYTES, algbw_GBps, busbw_GBps, message_sizes  # noqa: E402
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--collectives", nargs="+", choices=COLLECTIVES, default=list(COLLECTIVES))
+    ap.add_argument("--min-bytes", type=int, default=8)
+    ap.add_argument("--max-bytes", type=int, default=2**30)
+    ap.add_argument("--warmup", type=int, default=5, help="untimed calls per size")
+    ap.add_argument("--iterations", type=int, default=20, help="timed calls per size")
+    ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                    help="auto: the GPUs where CUDA is available (as the trainers), else the CPU")
+    ap.add_argument("--out", required=True, help="JSON written by rank 0")
+    a = ap.parse_args(argv)
+    try:
+        a.sizes = message_sizes(a.min_bytes, a.max_bytes)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if a.iterations < 1 or a.warmup < 0:
+        ap.error("--iterations must be >= 1 and --warmup >= 0")
+    return a
+
+
+def _device(choice, local_rank):
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise StageError("this system requests GPUs (config systems.<name>.gpu_request) but torch here has no "
+                         f"CUDA device (torch {torch.__version__}, CUDA_VISIBLE_DEVICES="
+                         f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+    if choice == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    device = torch.device("cuda", local_rank)
+    torch.cuda.set_device(device)
+    return device
+
+
+def measure(collective, buf, count, a, device, launch):
+    """Every rank's seconds for each timed call of one collective on `count` elements."""
+    x = buf[:count]
+    op = (lambda: dist.all_reduce(x)) if collective == "all_reduce" else (lambda: dist.broadcast(x, src=0))
+    if device.type == "cuda":
+        def together():
+            dist.barrier(device_ids=[device.index])
+            torch.cuda.synchronize()
+
+        mine = cuda_times(op, a.warmup, a.iterations, before=together)
+    else:
+        mine = wall_times(op, a.warmup, a.iterations, before=dist.barrier)
+    every = [None] * launch.world_size
+    dist.all_gather_object(every, mine)
+    return every
+
+
+def size_record(collective, nbytes, per_rank, ranks):
+    calls = [max(t) for t in zip(*per_rank)]  # the slowest rank, call by call
+    median = statistics.median(calls)
+    return {"collective": collective, "bytes": nbytes, "count": nbytes // ELEMENT_BYTES, "per_rank_s": per_rank,
+            "call_s": calls, "median_s": median, "min_s": min(calls), "max_s": max(calls),
+            "algbw_GBps": algbw_GBps(nbytes, median), "busbw_GBps": busbw_GBps(collective, nbytes, median, ranks)}
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    launch = detect()
+    device = _device(a.device, launch.local_rank)
+    if device.type == "cpu":  # ranks on one host share its cores
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // launch.local_size))
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=launch.rank, world_size=launch.world_size,
+                            init_method=f"tcp://{launch.master_addr}:{launch.master_port}")
+    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    hosts = [None] * launch.world_size
+    dist.all_gather_object(hosts, host)
+    buf = torch.ones(a.sizes[-1] // ELEMENT_BYTES, dtype=torch.float32, device=device)
+    results = []
+    for collective in a.collectives:
+        for nbytes in a.sizes:
+            per_rank = measure(collective, buf, nbytes // ELEMENT_BYTES, a, device, launch)
+            rec = size_record(collective, nbytes, per_rank, launch.world_size)
+            results.append(rec)
+            if launch.rank == 0:
+                print(f"{collective:10s} {nbytes:>12d} B  median {rec['median_s'] * 1e6:12.1f} us  "
+                      f"algbw {rec['algbw_GBps']:8.3f}  busbw {rec['busbw_GBps']:8.3f} GB/s", file=sys.stderr,
+                      flush=True)
+    if launch.rank == 0:
+        cuda = device.type == "cuda"
+        write_json(a.out, {
+            "source": "torch.distributed", "backend": backend, "world_size": launch.world_size,
+            "num_nodes": len(set(hosts)), "rank_hosts": hosts, "launch": launch.as_dict(),
+            "device": torch.cuda.get_device_name(device) if cuda else f"CPU: {cpu_model()}",
+            "versions": {"torch": torch.__version__,
+                         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else ""},
+            "env": {k: os.environ.get(k, "") for k in sorted(multicast.MULTICAST_OFF)},
+            "dtype": "float32", "in_place": True, "warmup": a.warmup, "iterations": a.iterations,
+            "timer": "CUDA events" if cuda else "perf_counter around the blocking call",
+            "call_time": "slowest rank per call, each call after a barrier", "results": results})
+    dist.barrier(**({"device_ids": [device.index]} if device.type == "cuda" else {}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    run_main(main)
