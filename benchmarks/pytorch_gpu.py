@@ -19,12 +19,14 @@ fit is listed as skipped, never silently dropped):
     python3 benchmarks/pytorch_gpu.py --plan h100 --out OUT --budget-s 560
     python3 benchmarks/pytorch_gpu.py --plan scaling --gpus 2 --out OUT --budget-s 480
     python3 benchmarks/pytorch_gpu.py --plan inputs --out OUT --budget-s 500
+    python3 benchmarks/pytorch_gpu.py --plan clocks --out OUT --budget-s 500
     (plans decode, decode2: real data on one GPU; inputs: synthetic and the cpu, gpu and dali input
     paths with the trainer's defaults; ddp, ddp2, ddp3: DDP on 2 GPUs; docs/benchmarks.md)
 
 Writes OUT/results.json (everything, per-step losses included) and OUT/results.md (tables).
 """
 import argparse
+import csv
 import json
 import multiprocessing
 import os
@@ -269,9 +271,25 @@ def plan_scaling(n):
     ]
 
 
+def plan_clocks():
+    """Issue 14, run 13: is DALI's remaining gap the GPU's clock? Synthetic and DALI alternated,
+    400 timed steps each (about 20 s) with GPU telemetry every 0.25 s: power, SM clock and the
+    clock's limiters over the timed steps, beside images/s. Then the defaults' 100 steps once more."""
+    longer = ["--telemetry-interval", "0.25"]
+    return [
+        ("variant", variant("syn_bf16_400", "synthetic", "fp16", longer, target="synthetic bf16", est=80, steps=400)),
+        ("variant", variant("real_bf16_dali_400", "real", "fp16", DALI + longer, target="real data", est=70, steps=400)),
+        ("variant", variant("syn_bf16_400_repeat", "synthetic", "fp16", longer, est=60, steps=400)),
+        ("variant", variant("real_bf16_dali_400_repeat", "real", "fp16", DALI + longer, est=60, steps=400)),
+        ("variant", variant("real_bf16_gpu_400", "real", "fp16", GPU_DECODE + longer, est=60, steps=400)),
+        ("variant", variant("syn_bf16", "synthetic", "fp16", [], target="synthetic bf16", est=45)),
+        ("variant", variant("real_bf16_dali", "real", "fp16", DALI, target="real data", est=45)),
+    ]
+
+
 # plan name -> items, given the GPU count of the multi-GPU runs (one-GPU plans ignore it)
 PLANS = {"h100": lambda n: plan_h100(), "decode": lambda n: plan_decode(), "decode2": lambda n: plan_decode2(),
-         "inputs": lambda n: plan_inputs(), "dali2": lambda n: plan_dali2(),
+         "inputs": lambda n: plan_inputs(), "dali2": lambda n: plan_dali2(), "clocks": lambda n: plan_clocks(),
          "scaling": plan_scaling, "ddp": plan_ddp, "ddp2": plan_ddp2, "ddp3": plan_ddp3}
 
 
@@ -386,8 +404,38 @@ def run_variant(v, work, a, timeout):
                max_memory_gb=s.get("max_memory_allocated_gb"), losses=losses,
                step_wall_s=[x["wall_s"] for x in steps],
                loss_falls=statistics.fmean(losses[-5:]) < statistics.fmean(losses[:3]), versions=s.get("versions"),
-               gpu_input=s.get("gpu_input"))
+               gpu_input=s.get("gpu_input"), gpu_clocks=gpu_clocks(run_dir, s["seconds_timed"]))
     return res
+
+
+# NVML's clock limiters (nvmlClocksEventReasons) that lower the SM clock under load
+LIMITERS = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "thermal (software)", 0x40: "thermal (hardware)",
+            0x80: "power brake"}
+
+
+def gpu_clocks(run_dir, seconds_timed):
+    """GPU 0's mean power and SM clock over the telemetry samples of the timed steps (the last
+    seconds_timed seconds of the run: the telemetry stops right after them), and the share of
+    those samples with each clock limiter active."""
+    csvs = sorted(Path(run_dir).glob("telemetry.*.csv"))
+    if not csvs:
+        return None
+    with open(csvs[0]) as f:
+        rows = [r for r in csv.DictReader(f) if r["device"] == "gpu0"]
+    end = max((float(r["time_s"]) for r in rows), default=0)
+    by = {}
+    for r in rows:
+        if float(r["time_s"]) > end - seconds_timed:
+            by.setdefault(r["metric"], []).append(float(r["value"]))
+    if "gpu_sm_clock_MHz" not in by:
+        return None
+    limits = [int(x) for x in by.get("gpu_clock_limiters", [])]
+    mean = lambda m: statistics.fmean(by[m]) if m in by else None  # noqa: E731
+    return {"samples": len(by["gpu_sm_clock_MHz"]), "sm_clock_MHz": mean("gpu_sm_clock_MHz"),
+            "sm_clock_min_MHz": min(by["gpu_sm_clock_MHz"]), "power_W": mean("gpu_power_W"),
+            "util_percent": mean("gpu_util_percent"),
+            "limited": {name: sum(1 for x in limits if x & bit) / len(limits) for bit, name in LIMITERS.items()
+                        if limits}}
 
 
 # ---------------------------------------------------------------- data
@@ -676,6 +724,16 @@ def report(results):
         lines += [f"- {v['name']}: {g['decoder']}, {g['threads']} threads, prefetch {g['prefetch']}, "
                   f"hw_decoder_load {g['hw_decoder_load']}; {1e3 * g.get('next_s', float('nan')):.2f} ms"
                   for v in dali for g in [v["gpu_input"]]]
+    clocks = [v for v in results["variants"] if v.get("status") == "ok" and v.get("gpu_clocks")]
+    if clocks:
+        lines += ["", "| variant | images/s | GPU power W | SM clock MHz (min) | GPU util | samples | clock limited by |",
+                  "|" + "---|" * 7]
+        for v in clocks:
+            c = v["gpu_clocks"]
+            lim = ", ".join(f"{k} {x:.0%}" for k, x in c["limited"].items() if x) or "nothing"
+            lines.append(f"| {v['name']} | {v['images_per_s']:.0f} | {c['power_W'] or float('nan'):.0f} | "
+                         f"{c['sm_clock_MHz']:.0f} ({c['sm_clock_min_MHz']:.0f}) | {c['util_percent'] or float('nan'):.0f}% | "
+                         f"{c['samples']} | {lim} |")
     ck = results.get("check", {})
     if ck.get("status") == "ok":
         lines += ["", f"Check (batch {ck['batch']}, {ck['steps']} steps on one real batch): preprocessing GPU vs CPU "

@@ -2,8 +2,8 @@
 
 At a fixed interval: read MB/s of the block device or NFS mount the dataset lives on, send and
 receive MB/s per network interface (and per InfiniBand port, from its counters under
-/sys/class/infiniband), CPU utilisation, and GPU utilisation and memory through NVML where a GPU
-exists. One CSV per node per run, long format: time_s, node, metric, device, value.
+/sys/class/infiniband), CPU utilisation, and GPU utilisation, memory, power, SM clock and the
+clock's limiters (NVML's bit mask) through NVML where a GPU exists. One CSV per node per run, long format: time_s, node, metric, device, value.
 """
 import csv
 import os
@@ -87,10 +87,22 @@ class _Gpus:
             self.handles = []
 
     def sample(self):
+        """(device, metric, value) rows. Power, SM clock and the clock's limiters say whether a
+        step ran slower because the GPU lowered its clock (e.g. at its power cap)."""
         for i, h in enumerate(self.handles):
-            util = self.nvml.nvmlDeviceGetUtilizationRates(h)
-            mem = self.nvml.nvmlDeviceGetMemoryInfo(h)
-            yield f"gpu{i}", util.gpu, mem.used / 2**20
+            nvml, gpu = self.nvml, f"gpu{i}"
+            yield gpu, "gpu_util_percent", nvml.nvmlDeviceGetUtilizationRates(h).gpu
+            yield gpu, "gpu_mem_MB", nvml.nvmlDeviceGetMemoryInfo(h).used / 2**20
+            # nvidia-ml-py 12.535 renamed the limiters' call (throttle reasons -> clocks event reasons)
+            limiters = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+                nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+            for metric, read in (("gpu_power_W", lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000),
+                                 ("gpu_sm_clock_MHz", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
+                                 ("gpu_clock_limiters", lambda: limiters(h))):
+                try:
+                    yield gpu, metric, read()
+                except nvml.NVMLError:  # not supported on this GPU or driver
+                    pass
 
 
 class Telemetry(threading.Thread):
@@ -130,9 +142,7 @@ class Telemetry(threading.Thread):
                     if port in prev[3]:
                         rows.append((t, self.node, "send_MBps", f"ib:{port}", (tx - prev[3][port][0]) / dt / 1e6))
                         rows.append((t, self.node, "recv_MBps", f"ib:{port}", (rx - prev[3][port][1]) / dt / 1e6))
-                for gpu, util, mem in self.gpus.sample():
-                    rows.append((t, self.node, "gpu_util_percent", gpu, util))
-                    rows.append((t, self.node, "gpu_mem_MB", gpu, mem))
+                rows += [(t, self.node, metric, gpu, value) for gpu, metric, value in self.gpus.sample()]
                 w.writerows(rows)
                 f.flush()
                 prev = cur
