@@ -54,6 +54,21 @@ def quirky_tree(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def small_lmdb(tmp_path_factory):
+    """A 5-class embedded tree (6 train, 2 val images a class) through the index stage into the
+    Caffe2 LMDB: what the PyTorch input paths read."""
+    from workflow_scripts.data import embedded
+
+    work = tmp_path_factory.mktemp("small_lmdb")
+    embedded.make(work / "ILSVRC2012", classes=5, train_per_class=6, val_per_class=2, seed=11)
+    run_stage("workflow", "workflow_scripts.data.index", "--root", work / "ILSVRC2012", "--out", work / "index",
+              "--threads", "2")
+    run_stage("pytorch", "workflow_scripts.data.lmdb_caffe2", "--index", work / "index", "--out", work / "lmdb",
+              "--threads", "2")
+    return work / "lmdb"
+
+
+@pytest.fixture(scope="session")
 def quirky_converted(quirky_tree, tmp_path_factory):
     """The quirky tree through the index stage and all three converters."""
     out = tmp_path_factory.mktemp("converted")

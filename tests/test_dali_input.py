@@ -7,9 +7,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import REPO, interpreter, run_reader, run_stage
-
-from workflow_scripts.data import embedded
+from conftest import REPO, interpreter, run_reader
 
 # Two-sample Kolmogorov-Smirnov critical value at a 0.1% significance level for 4,000 draws
 # each: c(0.001) * sqrt((n + m) / (n m)) with c = 1.949 (fixed before any run).
@@ -17,14 +15,8 @@ KS_CRITICAL = 1.949 * math.sqrt(2 / 4000)
 
 
 @pytest.fixture(scope="module")
-def lmdb(tmp_path_factory):
-    work = tmp_path_factory.mktemp("dali_input")
-    embedded.make(work / "ILSVRC2012", classes=5, train_per_class=6, val_per_class=2, seed=11)
-    run_stage("workflow", "workflow_scripts.data.index", "--root", work / "ILSVRC2012", "--out", work / "index",
-              "--threads", "2")
-    run_stage("pytorch", "workflow_scripts.data.lmdb_caffe2", "--index", work / "index", "--out", work / "lmdb",
-              "--threads", "2")
-    return work / "lmdb"
+def lmdb(small_lmdb):
+    return small_lmdb
 
 
 @pytest.fixture(scope="module")

@@ -2,20 +2,12 @@
 run on CPU tensors here (CI has no GPU), against the CPU loader's Pillow transform with the
 same crop boxes and flips, over an LMDB with the ImageNet quirks (re-encoded CMYK, PNG, gray)."""
 import pytest
-from conftest import run_reader, run_stage
-
-from workflow_scripts.data import embedded
+from conftest import run_reader
 
 
 @pytest.fixture(scope="module")
-def lmdb(tmp_path_factory):
-    work = tmp_path_factory.mktemp("gpu_input")
-    embedded.make(work / "ILSVRC2012", classes=5, train_per_class=6, val_per_class=2, seed=11)
-    run_stage("workflow", "workflow_scripts.data.index", "--root", work / "ILSVRC2012", "--out", work / "index",
-              "--threads", "2")
-    run_stage("pytorch", "workflow_scripts.data.lmdb_caffe2", "--index", work / "index", "--out", work / "lmdb",
-              "--threads", "2")
-    return work / "lmdb"
+def lmdb(small_lmdb):
+    return small_lmdb
 
 
 @pytest.fixture(scope="module")

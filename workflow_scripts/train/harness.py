@@ -177,6 +177,15 @@ class Run:
                              f"{self.global_batch} is {steps} steps, not more than the {self.args.warmup_steps} warm-up steps")
         return steps
 
+    def short_test(self, train_images, train_step, digest):
+        """The throughput test (mode steps or epochs): train_step(i) -> the step's loss, logged
+        and timed; digest() -> the weights' hash, recorded after the first step."""
+        self.log.start()
+        for i in range(self.total_steps(train_images)):
+            self.log.end(train_step(i))
+            if i == 0:
+                self.record_digest("after_step_1", digest())
+
     def record_digest(self, phase, digest):
         self.digests[phase] = digest
         write_json(self.dir / f"rank{self.launch.rank}.json",

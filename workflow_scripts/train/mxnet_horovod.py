@@ -194,12 +194,7 @@ def main():
     if args.mode == "accuracy":
         extra = long_test(run, net, trainer, params, ctx, dtype, train_step, hvd, threads, classes, digest)
     else:
-        steps = run.total_steps(train_images)
-        run.log.start()
-        for i in range(steps):
-            run.log.end(train_step(i))
-            if i == 0:
-                run.record_digest("after_step_1", digest())
+        run.short_test(train_images, train_step, digest)
     run.record_digest("final", digest())
     if launch.rank == 0:
         net.save_parameters(os.path.join(args.out, "weights.params"))

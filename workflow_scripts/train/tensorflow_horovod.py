@@ -220,12 +220,7 @@ def main():
     if args.mode == "accuracy":
         extra = long_test(run, model, opt, train_step, hvd, manifest.get("label_offset", 0), threads, classes)
     else:
-        steps = run.total_steps(train_images)
-        run.log.start()
-        for i in range(steps):
-            run.log.end(train_step(i))
-            if i == 0:
-                run.record_digest("after_step_1", digest(model))
+        run.short_test(train_images, train_step, lambda: digest(model))
     run.record_digest("final", digest(model))
     if launch.rank == 0:
         model.save_weights(os.path.join(args.out, "weights.h5"))
