@@ -20,6 +20,7 @@ fit is listed as skipped, never silently dropped):
     python3 benchmarks/pytorch_gpu.py --plan scaling --gpus 2 --out OUT --budget-s 480
     python3 benchmarks/pytorch_gpu.py --plan inputs --out OUT --budget-s 500
     python3 benchmarks/pytorch_gpu.py --plan clocks --out OUT --budget-s 500
+    python3 benchmarks/pytorch_gpu.py --plan ahead --out OUT --budget-s 500
     (plans decode, decode2: real data on one GPU; inputs: synthetic and the cpu, gpu and dali input
     paths with the trainer's defaults; ddp, ddp2, ddp3: DDP on 2 GPUs; docs/benchmarks.md)
 
@@ -287,9 +288,27 @@ def plan_clocks():
     ]
 
 
+def plan_ahead():
+    """Issue 14, run 14: the trainer takes the next batch while the GPU runs the step (--fetch-ahead,
+    on by default with CUDA), against the same DALI runs without it; every input path with the
+    defaults (100 timed steps), each against the same call's synthetic runs."""
+    off = ["--fetch-ahead", "off"]
+    return [
+        ("variant", variant("syn_bf16", "synthetic", "fp16", [], target="synthetic bf16", est=90)),
+        ("variant", variant("real_bf16_dali", "real", "fp16", DALI, target="real data", est=60)),
+        ("variant", variant("real_bf16_dali_noahead", "real", "fp16", DALI + off, est=45)),
+        ("variant", variant("syn_bf16_repeat", "synthetic", "fp16", [], target="synthetic bf16", est=40)),
+        ("variant", variant("real_bf16_dali_repeat", "real", "fp16", DALI, target="real data", est=45)),
+        ("variant", variant("real_bf16_gpu", "real", "fp16", GPU_DECODE, target="real data", est=45)),
+        ("variant", variant("real_bf16_cpu", "real", "fp16", CPU_DECODE, target="real data", est=60)),
+        ("variant", variant("real_bf16_dali_noahead_repeat", "real", "fp16", DALI + off, est=45)),
+    ]
+
+
 # plan name -> items, given the GPU count of the multi-GPU runs (one-GPU plans ignore it)
 PLANS = {"h100": lambda n: plan_h100(), "decode": lambda n: plan_decode(), "decode2": lambda n: plan_decode2(),
          "inputs": lambda n: plan_inputs(), "dali2": lambda n: plan_dali2(), "clocks": lambda n: plan_clocks(),
+         "ahead": lambda n: plan_ahead(),
          "scaling": plan_scaling, "ddp": plan_ddp, "ddp2": plan_ddp2, "ddp3": plan_ddp3}
 
 
@@ -755,7 +774,7 @@ def report(results):
 
 
 INPUT_FLAGS = {"--input", "--jpeg-decoder", "--decoder-threads", "--input-lanes", "--input-priority",
-               "--hw-decoder-load", "--prefetch"}
+               "--hw-decoder-load", "--prefetch", "--fetch-ahead"}
 
 
 def _without_input(opts):

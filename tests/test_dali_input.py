@@ -143,3 +143,17 @@ def test_bad_dali_options_are_named(lmdb, tmp_path):
     assert proc.returncode != 0 and "--hw-decoder-load" in proc.stderr and "1.5" in proc.stderr
     proc = _train(lmdb, tmp_path / "b", "--prefetch", "0", ranks=1)
     assert proc.returncode == 2 and "--prefetch 0" in proc.stderr
+
+
+@pytest.mark.parametrize("source", ["dali", "cpu"])
+def test_fetching_ahead_changes_when_a_batch_is_taken_not_which(lmdb, tmp_path, source):
+    """--fetch-ahead (on with CUDA) takes the next batch while the GPU still runs the step: the
+    same batches in the same order, so the same losses as taking each at the start of its step."""
+    losses = {}
+    for ahead in ("on", "off"):
+        proc = _train(lmdb, tmp_path / ahead, "--input", source, "--fetch-ahead", ahead, "--steps", "4",
+                      "--loader-workers", "1", ranks=1)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        assert json.loads((tmp_path / ahead / "summary.json").read_text())["fetch_ahead"] == (ahead == "on")
+        losses[ahead] = [json.loads(x)["loss"] for x in (tmp_path / ahead / "steps.jsonl").read_text().splitlines()]
+    assert len(losses["on"]) == 5 and losses["on"] == losses["off"]

@@ -100,6 +100,9 @@ def add_args(ap):
                         "(off: each rank keeps its own, as the weights saved are rank 0's)")
     g.add_argument("--grad-compression", choices=("none", "bf16"), default="none",
                    help="DDP: all-reduce gradients as bfloat16 (half the bytes)")
+    g.add_argument("--fetch-ahead", choices=("auto", "on", "off"), default="auto",
+                   help="take the next batch from the input while the GPU still runs this step, before the "
+                        "step's loss is read (which waits for the GPU): auto, on with CUDA")
     g.add_argument("--switch-interval-ms", type=float, default=0.0,
                    help="Python's thread switch interval (0: its default, 5 ms): how long the step's launching "
                         "thread can wait for the interpreter lock held by the input thread")
@@ -410,18 +413,27 @@ def main():
     # every block starts as identity, which keeps the first steps from scratch stable.
     model = torchvision.models.resnet50(num_classes=data.classes, zero_init_residual=True)
     trainer = Trainer(model, s, run.lr, args.momentum, args.weight_decay, distributed=launch.world_size > 1)
-    waits = []  # seconds the step waited for its batch: the input pipeline's share of the time
+    waits = []  # seconds spent taking batches from the input: its share of the time
+    # Taken during the step before (fetch ahead), the batch is ready when the step starts: the GPU
+    # does not idle while the CPU waits for the input between the loss read and the next launch.
+    ahead = [] if (args.fetch_ahead == "on" or (args.fetch_ahead == "auto" and cuda)) else None
+
+    def fetch():
+        t = time.perf_counter()
+        batch = data.next_batch()
+        waits.append(time.perf_counter() - t)
+        return batch
 
     def train_step(step):
-        t = time.perf_counter()
-        x, y = data.next_batch()
-        waits.append(time.perf_counter() - t)
+        x, y = ahead.pop() if ahead else fetch()
         loss = trainer.step(x, y)
         # The mean loss over ranks; .item() waits for the step, so the step's time is complete.
         if launch.world_size > 1:
             loss = loss.clone()
             dist.all_reduce(loss)
             loss /= launch.world_size
+        if ahead is not None:
+            ahead.append(fetch())
         return loss.item()
 
     model.train()
@@ -457,7 +469,7 @@ def main():
                 "gradients": harness.gradients(sum(p.numel() for p in grads), wire.itemsize,
                                                str(wire).replace("torch.", "")),
                 "amp_dtype": s.describe()["amp_dtype"], "pytorch": s.describe(),
-                "input_wait_s_timed": timed_wait, "gpu_input": data.stats(args.warmup_steps + args.prefetch),
+                "fetch_ahead": ahead is not None, "input_wait_s_timed": timed_wait, "gpu_input": data.stats(args.warmup_steps + args.prefetch),
                 "max_memory_allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
                 **extra})
     if launch.world_size > 1:
