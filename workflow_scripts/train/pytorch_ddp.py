@@ -6,8 +6,9 @@ cpu, LMDBImageNet + Pillow in DataLoader workers; gpu, the workers only read JPE
 gpu_input decodes and augments whole batches on the GPU (nvJPEG) in a thread, ahead of the step;
 dali, an NVIDIA DALI pipeline reads the LMDB and decodes (hardware JPEG engine and nvJPEG) and
 augments on the GPU in its own threads (dali_input). CPU decoding cannot feed an H100, and DALI
-came closest to the synthetic rate there (docs/benchmarks.md, runs 11-12): auto is dali on a GPU,
-cpu on a CPU.
+came closest to the synthetic rate there (docs/benchmarks.md, runs 11-15): auto is dali on a GPU,
+cpu on a CPU. With CUDA the next batch is taken while the GPU runs the step (--fetch-ahead), so
+the GPU does not idle at the step boundary while the CPU fetches it.
 
 Precision. fp32 is float32; on a GPU its matrix products and convolutions use TF32 on the tensor
 cores (--tf32 on; PyTorch's default for convolutions already). fp16 is mixed precision in the
