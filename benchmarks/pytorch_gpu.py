@@ -32,6 +32,7 @@ import json
 import multiprocessing
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -46,6 +47,8 @@ SEED = 2018
 WARMUP, STEPS = 10, 100  # the study's short test
 PY = sys.executable
 from workflow_scripts.common.multicast import MULTICAST_OFF as SAFE_ENV  # noqa: E402
+
+import trace_streams  # noqa: E402  (benchmarks/, this file's folder)
 
 
 # ---------------------------------------------------------------- variants
@@ -305,10 +308,65 @@ def plan_ahead():
     ]
 
 
+def plan_timeline():
+    """Issue 14, run 16: where the step's GPU time goes beside DALI. Synthetic and DALI with the
+    defaults, each followed by 6 steps under torch.profiler (after the timed steps, so no timed
+    step is profiled; benchmarks/trace_streams.py reads the traces), and two DALI levers not yet
+    measured: its legacy executor, and 8 CPU threads, each twice."""
+    prof = ["--profile-steps", "6"]
+    legacy, t8 = ["--dali-executor", "legacy"], ["--loader-workers", "8"]
+    return [
+        ("variant", variant("syn_bf16", "synthetic", "fp16", prof, target="synthetic bf16", est=95)),
+        ("variant", variant("real_bf16_dali", "real", "fp16", DALI + prof, target="real data", est=80)),
+        ("variant", variant("real_bf16_dali_legacy", "real", "fp16", DALI + legacy, est=40)),
+        ("variant", variant("real_bf16_dali_8threads", "real", "fp16", DALI + t8, est=40)),
+        ("variant", variant("syn_bf16_repeat", "synthetic", "fp16", [], target="synthetic bf16", est=35)),
+        ("variant", variant("real_bf16_dali_repeat", "real", "fp16", DALI + prof, target="real data", est=45)),
+        ("variant", variant("real_bf16_dali_legacy_repeat", "real", "fp16", DALI + legacy, est=40)),
+        ("variant", variant("real_bf16_dali_8threads_repeat", "real", "fp16", DALI + t8, est=40)),
+        ("variant", variant("real_bf16_gpu", "real", "fp16", GPU_DECODE + prof, target="real data", est=45)),
+    ]
+
+
+def plan_lag():
+    """Issue 14, run 17: run 16's traces showed the GPU idle 1.7 ms a step with synthetic data and
+    5-6 ms beside DALI, at the start of each step, while the CPU, slower beside DALI's threads, read
+    the loss and launched the next step. The trainer now reads each loss one step behind
+    (--loss-lag, 1 with CUDA). The defaults against --loss-lag 0, synthetic and DALI alternated,
+    then 400 timed steps of each, and the gpu path."""
+    prof, lag0 = ["--profile-steps", "6"], ["--loss-lag", "0"]
+    return [
+        ("variant", variant("syn_bf16", "synthetic", "fp16", prof, target="synthetic bf16", est=95)),
+        ("variant", variant("real_bf16_dali", "real", "fp16", DALI + prof, target="real data", est=70)),
+        ("variant", variant("syn_bf16_lag0", "synthetic", "fp16", lag0, est=35)),
+        ("variant", variant("real_bf16_dali_lag0", "real", "fp16", DALI + lag0, est=35)),
+        ("variant", variant("syn_bf16_repeat", "synthetic", "fp16", [], target="synthetic bf16", est=35)),
+        ("variant", variant("real_bf16_dali_repeat", "real", "fp16", DALI, target="real data", est=35)),
+        ("variant", variant("syn_bf16_400", "synthetic", "fp16", [], est=50, steps=400)),
+        ("variant", variant("real_bf16_dali_400", "real", "fp16", DALI, est=50, steps=400)),
+        ("variant", variant("real_bf16_gpu", "real", "fp16", GPU_DECODE, target="real data", est=35)),
+        ("variant", variant("real_bf16_cpu", "real", "fp16", CPU_DECODE, target="real data", est=50)),
+    ]
+
+
+def plan_depth():
+    """Issue 14, run 19: with losses read one step behind (run 18) the trainer asks DALI for a batch
+    two steps before the GPU needs it and waited 16-20 ms a step in next(): DALI's 2 batches in
+    flight, each slower beside the step, are the limit. The defaults against 4 and 3 in flight."""
+    return [
+        ("variant", variant("syn_bf16", "synthetic", "fp16", [], target="synthetic bf16", est=90)),
+        ("variant", variant("real_bf16_dali_prefetch4", "real", "fp16", DALI + ["--prefetch", "4"],
+                            target="real data", est=60)),
+        ("variant", variant("real_bf16_dali_prefetch4_repeat", "real", "fp16", DALI + ["--prefetch", "4"], est=30)),
+        ("variant", variant("real_bf16_dali_prefetch3", "real", "fp16", DALI + ["--prefetch", "3"], est=30)),
+    ]
+
+
 # plan name -> items, given the GPU count of the multi-GPU runs (one-GPU plans ignore it)
 PLANS = {"h100": lambda n: plan_h100(), "decode": lambda n: plan_decode(), "decode2": lambda n: plan_decode2(),
          "inputs": lambda n: plan_inputs(), "dali2": lambda n: plan_dali2(), "clocks": lambda n: plan_clocks(),
-         "ahead": lambda n: plan_ahead(),
+         "ahead": lambda n: plan_ahead(), "timeline": lambda n: plan_timeline(),
+         "lag": lambda n: plan_lag(), "depth": lambda n: plan_depth(),
          "scaling": plan_scaling, "ddp": plan_ddp, "ddp2": plan_ddp2, "ddp3": plan_ddp3}
 
 
@@ -424,6 +482,11 @@ def run_variant(v, work, a, timeout):
                step_wall_s=[x["wall_s"] for x in steps],
                loss_falls=statistics.fmean(losses[-5:]) < statistics.fmean(losses[:3]), versions=s.get("versions"),
                gpu_input=s.get("gpu_input"), gpu_clocks=gpu_clocks(run_dir, s["seconds_timed"]))
+    trace = run_dir / "trace.rank0.json.gz"
+    if "--profile-steps" in v["opts"] and trace.exists():  # its summary here, the trace beside the results
+        res["trace"] = {**trace_streams.summarize(trace), "steps": int(v["opts"][v["opts"].index("--profile-steps") + 1])}
+        (Path(a.out) / "traces").mkdir(parents=True, exist_ok=True)
+        shutil.copy(trace, Path(a.out) / "traces" / f"{v['name']}.json.gz")
     return res
 
 
@@ -753,6 +816,19 @@ def report(results):
             lines.append(f"| {v['name']} | {v['images_per_s']:.0f} | {c['power_W'] or float('nan'):.0f} | "
                          f"{c['sm_clock_MHz']:.0f} ({c['sm_clock_min_MHz']:.0f}) | {c['util_percent'] or float('nan'):.0f}% | "
                          f"{c['samples']} | {lim} |")
+    traced = [v for v in results["variants"] if v.get("status") == "ok" and "window_ms" in v.get("trace", {})]
+    if traced:
+        lines += ["", "Profiled steps after the timed ones (benchmarks/trace_streams.py; times per step):", "",
+                  "| variant | step ms | step stream busy | gaps ms: other stream busy / GPU idle | longest gaps ms | "
+                  "other streams: kernels ms, of it beside the step | host waits ms |", "|" + "---|" * 6]
+        for v in traced:
+            t, n = v["trace"], v["trace"]["steps"]
+            other = sum(x["kernel_ms"] for x in t["other_streams"].values())
+            beside = sum(x["beside_step_ms"] for x in t["other_streams"].values())
+            waits = ", ".join(f"{k} {x / n:.1f}" for k, x in t["host_wait_ms"].items() if x / n >= 0.1)
+            lines.append(f"| {v['name']} | {t['window_ms'] / n:.1f} | {t['step_stream_busy']:.1%} | "
+                         f"{t['gap_ms_with_other_stream_busy'] / n:.2f} / {t['gap_ms_gpu_idle'] / n:.2f} | "
+                         f"{', '.join(str(x) for x in t['longest_gaps_ms'][:4])} | {other / n:.2f}, {beside / n:.2f} | {waits} |")
     ck = results.get("check", {})
     if ck.get("status") == "ok":
         lines += ["", f"Check (batch {ck['batch']}, {ck['steps']} steps on one real batch): preprocessing GPU vs CPU "

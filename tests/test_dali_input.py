@@ -146,14 +146,19 @@ def test_bad_dali_options_are_named(lmdb, tmp_path):
 
 
 @pytest.mark.parametrize("source", ["dali", "cpu"])
-def test_fetching_ahead_changes_when_a_batch_is_taken_not_which(lmdb, tmp_path, source):
-    """--fetch-ahead (on with CUDA) takes the next batch while the GPU still runs the step: the
-    same batches in the same order, so the same losses as taking each at the start of its step."""
+def test_fetching_ahead_and_reading_losses_late_change_when_not_which(lmdb, tmp_path, source):
+    """--fetch-ahead (on with CUDA) takes the next batch while the GPU still runs the step, and
+    --loss-lag 1 (also on with CUDA) reads a step's loss after the next step is queued: the same
+    batches in the same order, so the same losses, each logged as its own step, as taking each
+    batch at the start of its step and reading its loss at the end."""
     losses = {}
-    for ahead in ("on", "off"):
-        proc = _train(lmdb, tmp_path / ahead, "--input", source, "--fetch-ahead", ahead, "--steps", "4",
-                      "--loader-workers", "1", ranks=1)
+    for name, ahead, lag in (("plain", "off", "0"), ("ahead", "on", "0"), ("lag", "on", "1")):
+        proc = _train(lmdb, tmp_path / name, "--input", source, "--fetch-ahead", ahead, "--loss-lag", lag,
+                      "--steps", "4", "--loader-workers", "1", ranks=1)
         assert proc.returncode == 0, proc.stderr[-4000:]
-        assert json.loads((tmp_path / ahead / "summary.json").read_text())["fetch_ahead"] == (ahead == "on")
-        losses[ahead] = [json.loads(x)["loss"] for x in (tmp_path / ahead / "steps.jsonl").read_text().splitlines()]
-    assert len(losses["on"]) == 5 and losses["on"] == losses["off"]
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        assert summary["fetch_ahead"] == (ahead == "on") and summary["pytorch"]["loss_lag"] == int(lag)
+        steps = [json.loads(x) for x in (tmp_path / name / "steps.jsonl").read_text().splitlines()]
+        assert [x["phase"] for x in steps] == ["warmup"] + ["timed"] * 4
+        losses[name] = [x["loss"] for x in steps]
+    assert losses["plain"] == losses["ahead"] == losses["lag"]

@@ -103,16 +103,16 @@ class DALIBatches:
     stream."""
 
     def __init__(self, path, device, size, batch, seed, rank=0, world_size=1, channels_last=False, depth=2,
-                 threads=4, hw_decoder_load=None, shuffle=True):
+                 threads=4, hw_decoder_load=None, shuffle=True, executor="dynamic"):
         self.device = torch.device(device)
         gpu = self.device.type == "cuda"
         self.channels_last = channels_last
         self.config = {"decoder": "mixed" if gpu else "cpu", "threads": threads, "prefetch": depth,
-                       "hw_decoder_load": hw_decoder_load if gpu else None}
+                       "hw_decoder_load": hw_decoder_load if gpu else None, "executor": executor}
         index = self.device.index if self.device.index is not None else (torch.cuda.current_device() if gpu else None)
         self.pipe = training_pipeline(str(path), rank, world_size, size, channels_last, hw_decoder_load, gpu, shuffle,
                                       batch_size=batch, num_threads=threads, device_id=index, seed=seed,
-                                      prefetch_queue_depth=depth)
+                                      prefetch_queue_depth=depth, exec_dynamic=executor == "dynamic")
         self.pipe.build()
         self.it = DALIGenericIterator([self.pipe], ["x", "y"], reader_name=READER,
                                       last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)

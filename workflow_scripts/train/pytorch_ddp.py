@@ -8,7 +8,11 @@ dali, an NVIDIA DALI pipeline reads the LMDB and decodes (hardware JPEG engine a
 augments on the GPU in its own threads (dali_input). CPU decoding cannot feed an H100, and DALI
 came closest to the synthetic rate there (docs/benchmarks.md, runs 11-15): auto is dali on a GPU,
 cpu on a CPU. With CUDA the next batch is taken while the GPU runs the step (--fetch-ahead), so
-the GPU does not idle at the step boundary while the CPU fetches it.
+the GPU does not idle at the step boundary while the CPU fetches it, and, except with DALI, each
+step's loss is read after the next step is queued (--loss-lag), so it does not idle while the CPU
+reads the loss and launches the next step either (synthetic data: 5,504 -> 5,659-5,676 images/s on
+an H100). With DALI the trainer then waited for the input every other step: no faster (5,043-5,080
+against 5,203 images/s) and far less steady (docs/benchmarks.md, runs 18-19).
 
 Precision. fp32 is float32; on a GPU its matrix products and convolutions use TF32 on the tensor
 cores (--tf32 on; PyTorch's default for convolutions already). fp16 is mixed precision in the
@@ -84,6 +88,9 @@ def add_args(ap):
     g.add_argument("--hw-decoder-load", type=fraction, default=0.9,
                    help="input dali on a GPU: share of the JPEGs given to the hardware JPEG engine "
                         "(A100, H100; the rest nvJPEG on the SMs)")
+    g.add_argument("--dali-executor", choices=("dynamic", "legacy"), default="dynamic",
+                   help="input dali: DALI's executor (dynamic, its default since 1.x; legacy: the pipelined "
+                        "CPU and GPU stages with their own queues)")
     g.add_argument("--input-lanes", type=int, default=1,
                    help="input gpu: batches decoded and augmented at once, each by its own thread and stream")
     g.add_argument("--input-priority", choices=("high", "normal"), default="normal",
@@ -104,9 +111,16 @@ def add_args(ap):
     g.add_argument("--fetch-ahead", choices=("auto", "on", "off"), default="auto",
                    help="take the next batch from the input while the GPU still runs this step, before the "
                         "step's loss is read (which waits for the GPU): auto, on with CUDA")
+    g.add_argument("--loss-lag", choices=("auto", "0", "1"), default="auto",
+                   help="read each step's loss after the next step is queued (1) or before (0): with 1 the GPU "
+                        "does not idle while the CPU reads the loss and launches the next step; auto: 1 with CUDA "
+                        "unless the input is dali, which then waited in every other step (docs/benchmarks.md, run 18)")
     g.add_argument("--switch-interval-ms", type=float, default=0.0,
                    help="Python's thread switch interval (0: its default, 5 ms): how long the step's launching "
                         "thread can wait for the interpreter lock held by the input thread")
+    g.add_argument("--profile-steps", type=int, default=0,
+                   help="after the timed steps, this many more under torch.profiler (CPU and CUDA), written to "
+                        "OUT/trace.rank<r>.json.gz; they are no step of the summary")
     return ap
 
 
@@ -123,13 +137,14 @@ class Settings:
     ddp_graph: str = "whole"  # as resolved (auto: by node count)
     grad_compression: str = "none"
     broadcast_buffers: bool = False
+    loss_lag: int = 0  # steps queued past the one whose loss is read
 
     def describe(self):
         return {"amp_dtype": str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "float32",
                 "channels_last": self.channels_last, "compile": self.compile or "off",
                 "input": self.input, "tf32": self.tf32, "bucket_cap_mb": self.bucket_cap_mb,
                 "ddp_graph": self.ddp_graph, "grad_compression": self.grad_compression,
-                "broadcast_buffers": self.broadcast_buffers}
+                "broadcast_buffers": self.broadcast_buffers, "loss_lag": self.loss_lag}
 
 
 def resolve(args, device, nodes=1):
@@ -151,7 +166,8 @@ def resolve(args, device, nodes=1):
     return Settings(device=device, amp_dtype=amp, channels_last=on(args.channels_last), compile=mode,
                     input=source, tf32=cuda and args.tf32 == "on",
                     bucket_cap_mb=args.bucket_cap_mb, ddp_graph=ddp_graph(args.ddp_graph, nodes),
-                    grad_compression=args.grad_compression, broadcast_buffers=args.broadcast_buffers == "on")
+                    grad_compression=args.grad_compression, broadcast_buffers=args.broadcast_buffers == "on",
+                    loss_lag=int(cuda and source != "dali") if args.loss_lag == "auto" else int(args.loss_lag))
 
 
 def ddp_graph(choice, nodes):
@@ -294,7 +310,7 @@ def build_input(args, s, launch):
         dali = dali_input_module().DALIBatches(
             train, device, args.image_size, args.batch_per_gpu, seed, rank=launch.rank,
             world_size=launch.world_size, channels_last=s.channels_last, depth=args.prefetch, threads=workers,
-            hw_decoder_load=args.hw_decoder_load)
+            hw_decoder_load=args.hw_decoder_load, executor=args.dali_executor)
         return Input(classes, len(lmdb), workers, lambda: next(dali), dali.close, dali.stats)
     ds = gpu_input.RawJPEGs(lmdb) if raw else lmdb
     sampler = torch.utils.data.distributed.DistributedSampler(
@@ -341,6 +357,19 @@ def val_loader(args, launch, workers):
     share = _Numbered(ds, harness.val_share(len(ds), launch.rank, launch.world_size))
     return torch.utils.data.DataLoader(share, batch_size=args.batch_per_gpu, num_workers=workers,
                                        persistent_workers=workers > 0)
+
+
+def profile(args, run, step):
+    """args.profile_steps steps under torch.profiler, after the timed ones: where the step's time
+    goes on the host and on each CUDA stream (the input's work beside the step's)."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    if run.telemetry:  # its samples are of the timed steps only
+        run.telemetry.stop()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with torch_profile(activities=activities) as prof:
+        for _ in range(args.profile_steps):
+            step()
+    prof.export_chrome_trace(os.path.join(args.out, f"trace.rank{run.launch.rank}.json.gz"))
 
 
 def long_test(args, run, trainer, s, workers, classes, train_step):
@@ -425,17 +454,34 @@ def main():
         waits.append(time.perf_counter() - t)
         return batch
 
-    def train_step(step):
+    def launch_step():
+        """Queues one step; -> (a function that waits for the step and returns its mean loss over
+        ranks; the batch, which must live until the step has run: DALI's buffers are handed over
+        without a copy)."""
         x, y = ahead.pop() if ahead else fetch()
         loss = trainer.step(x, y)
-        # The mean loss over ranks; .item() waits for the step, so the step's time is complete.
         if launch.world_size > 1:
             loss = loss.clone()
             dist.all_reduce(loss)
             loss /= launch.world_size
+        read = loss.item
+        if cuda:
+            # Copied out now, behind this step's kernels only: .item() later would queue its copy
+            # behind the next step's too and wait for that step as well.
+            host = torch.empty((), dtype=loss.dtype, pin_memory=True)
+            host.copy_(loss.detach(), non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+
+            def read():
+                done.synchronize()
+                return host.item()
         if ahead is not None:
             ahead.append(fetch())
-        return loss.item()
+        return read, (x, y)
+
+    def train_step(step):
+        return launch_step()[0]()  # waits for the step: its time is complete
 
     model.train()
     extra = {}
@@ -443,9 +489,20 @@ def main():
         extra = long_test(args, run, trainer, s, data.workers, data.classes, train_step)
     else:
         steps = run.total_steps(data.train_images)
+        # One step behind (--loss-lag 1): step k's loss is read after step k+1 is queued, so the GPU
+        # has the next step's work while the CPU reads, logs and launches again; each logged step
+        # is still one step's time (from one loss read to the next).
+        behind = None
         run.log.start()
         for step in range(steps):
-            run.log.end(train_step(step))
+            queued = launch_step()
+            if behind is not None:
+                run.log.end(behind[0]())
+            behind = queued
+            if s.loss_lag and step not in (0, args.warmup_steps - 1, steps - 1):
+                continue
+            run.log.end(behind[0]())  # caught up: nothing is queued past this step
+            behind = None
             if step == 0:
                 run.record_digest("after_step_1", _digest(model))
             if step in (0, args.warmup_steps - 1):
@@ -454,7 +511,9 @@ def main():
                 # run-to-run noise on an H100: docs/benchmarks.md.)
                 gc.collect()
                 gc.freeze()
-                run.log.start()  # the collection is no step's time
+                run.log.start()  # the collection is no step's time; the timed steps start with no step queued
+        if args.profile_steps > 0:
+            profile(args, run, lambda: train_step(None))
     data.close()
     run.record_digest("final", _digest(model))
     if launch.rank == 0:
