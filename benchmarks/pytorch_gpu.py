@@ -331,19 +331,19 @@ def plan_timeline():
 def plan_lag():
     """Issue 14, run 17: run 16's traces showed the GPU idle 1.7 ms a step with synthetic data and
     5-6 ms beside DALI, at the start of each step, while the CPU, slower beside DALI's threads, read
-    the loss and launched the next step. The trainer now reads each loss one step behind
-    (--loss-lag, 1 with CUDA). The defaults against --loss-lag 0, synthetic and DALI alternated,
-    then 400 timed steps of each, and the gpu path."""
-    prof, lag0 = ["--profile-steps", "6"], ["--loss-lag", "0"]
+    the loss and launched the next step. --loss-lag 1 reads each loss one step behind (what auto
+    gave every input when run 18 ran; with DALI auto is now 0): 1 against 0, synthetic and DALI
+    alternated, then 400 timed steps of each, and the gpu path (auto: 1)."""
+    prof, lag0, lag1 = ["--profile-steps", "6"], ["--loss-lag", "0"], ["--loss-lag", "1"]
     return [
         ("variant", variant("syn_bf16", "synthetic", "fp16", prof, target="synthetic bf16", est=95)),
-        ("variant", variant("real_bf16_dali", "real", "fp16", DALI + prof, target="real data", est=70)),
+        ("variant", variant("real_bf16_dali", "real", "fp16", DALI + lag1 + prof, target="real data", est=70)),
         ("variant", variant("syn_bf16_lag0", "synthetic", "fp16", lag0, est=35)),
         ("variant", variant("real_bf16_dali_lag0", "real", "fp16", DALI + lag0, est=35)),
         ("variant", variant("syn_bf16_repeat", "synthetic", "fp16", [], target="synthetic bf16", est=35)),
-        ("variant", variant("real_bf16_dali_repeat", "real", "fp16", DALI, target="real data", est=35)),
+        ("variant", variant("real_bf16_dali_repeat", "real", "fp16", DALI + lag1, target="real data", est=35)),
         ("variant", variant("syn_bf16_400", "synthetic", "fp16", [], est=50, steps=400)),
-        ("variant", variant("real_bf16_dali_400", "real", "fp16", DALI, est=50, steps=400)),
+        ("variant", variant("real_bf16_dali_400", "real", "fp16", DALI + lag1, est=50, steps=400)),
         ("variant", variant("real_bf16_gpu", "real", "fp16", GPU_DECODE, target="real data", est=35)),
         ("variant", variant("real_bf16_cpu", "real", "fp16", CPU_DECODE, target="real data", est=50)),
     ]
@@ -352,13 +352,14 @@ def plan_lag():
 def plan_depth():
     """Issue 14, run 19: with losses read one step behind (run 18) the trainer asks DALI for a batch
     two steps before the GPU needs it and waited 16-20 ms a step in next(): DALI's 2 batches in
-    flight, each slower beside the step, are the limit. The defaults against 4 and 3 in flight."""
+    flight, each slower beside the step, are the limit. 4 and 3 in flight, losses read one step behind."""
+    lag1 = DALI + ["--loss-lag", "1"]
     return [
         ("variant", variant("syn_bf16", "synthetic", "fp16", [], target="synthetic bf16", est=90)),
-        ("variant", variant("real_bf16_dali_prefetch4", "real", "fp16", DALI + ["--prefetch", "4"],
+        ("variant", variant("real_bf16_dali_prefetch4", "real", "fp16", lag1 + ["--prefetch", "4"],
                             target="real data", est=60)),
-        ("variant", variant("real_bf16_dali_prefetch4_repeat", "real", "fp16", DALI + ["--prefetch", "4"], est=30)),
-        ("variant", variant("real_bf16_dali_prefetch3", "real", "fp16", DALI + ["--prefetch", "3"], est=30)),
+        ("variant", variant("real_bf16_dali_prefetch4_repeat", "real", "fp16", lag1 + ["--prefetch", "4"], est=30)),
+        ("variant", variant("real_bf16_dali_prefetch3", "real", "fp16", lag1 + ["--prefetch", "3"], est=30)),
     ]
 
 
@@ -820,12 +821,13 @@ def report(results):
     if traced:
         lines += ["", "Profiled steps after the timed ones (benchmarks/trace_streams.py; times per step):", "",
                   "| variant | step ms | step stream busy | gaps ms: other stream busy / GPU idle | longest gaps ms | "
-                  "other streams: kernels ms, of it beside the step | host waits ms |", "|" + "---|" * 6]
+                  "other streams: kernels ms, of it beside the step | waits in CUDA calls, all threads (DALI's too), ms |",
+                  "|" + "---|" * 7]
         for v in traced:
             t, n = v["trace"], v["trace"]["steps"]
             other = sum(x["kernel_ms"] for x in t["other_streams"].values())
             beside = sum(x["beside_step_ms"] for x in t["other_streams"].values())
-            waits = ", ".join(f"{k} {x / n:.1f}" for k, x in t["host_wait_ms"].items() if x / n >= 0.1)
+            waits = ", ".join(f"{k} {x / n:.1f}" for k, x in t["wait_ms_all_threads"].items() if x / n >= 0.1)
             lines.append(f"| {v['name']} | {t['window_ms'] / n:.1f} | {t['step_stream_busy']:.1%} | "
                          f"{t['gap_ms_with_other_stream_busy'] / n:.2f} / {t['gap_ms_gpu_idle'] / n:.2f} | "
                          f"{', '.join(str(x) for x in t['longest_gaps_ms'][:4])} | {other / n:.2f}, {beside / n:.2f} | {waits} |")

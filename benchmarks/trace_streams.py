@@ -5,8 +5,9 @@ The step's stream is the one with the most kernel time. For it: the share of the
 its kernels kept the GPU busy, and its idle gaps, split into gaps while another stream (the
 input's: DALI's or gpu_input's) ran kernels or copies and gaps with the whole GPU idle (the host
 late with the next launch, or a wait for an event). For the other streams: their kernel and copy
-time, how much of it ran beside the step's kernels, and their heaviest kernels. For the host: the
-time in the calls that wait for the GPU.
+time, how much of it ran beside the step's kernels, and their heaviest kernels. And the time in
+the CUDA calls that wait, summed over every thread (DALI's own threads wait in them too, so this
+is not the training thread's waiting).
 
     python3 benchmarks/trace_streams.py RUN/trace.rank0.json.gz [...]   -> one JSON line per trace
 """
@@ -92,7 +93,7 @@ def summarize(path):
             "gap_ms_with_other_stream_busy": gap_with_other / 1e3,
             "gap_ms_gpu_idle": (gap_total - gap_with_other) / 1e3,
             "longest_gaps_ms": sorted((round((e - s) / 1e3, 2) for s, e in gaps), reverse=True)[:8],
-            "other_streams": streams, "host_wait_ms": {k: v / 1e3 for k, v in host.items()}}
+            "other_streams": streams, "wait_ms_all_threads": {k: v / 1e3 for k, v in host.items()}}
 
 
 if __name__ == "__main__":
