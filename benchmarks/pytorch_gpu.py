@@ -363,11 +363,72 @@ def plan_depth():
     ]
 
 
+def plan_cpudec():
+    """Issue 14, run 20: run 18's trace showed the mixed decoder's work as ~500 small GPU operations a
+    batch (a copy and a colour conversion per JPEG, on 14 streams), each waiting beside the step's
+    kernels, and DALI delivering ~5,000 images/s beside the step whatever its depth. --dali-decoder
+    cpu decodes in DALI's CPU threads (libjpeg-turbo, the crop's region only) and leaves the GPU a
+    copy, the resize and the normalize per batch: against the defaults, alternated, then 400 steps."""
+    cpu = DALI + ["--dali-decoder", "cpu"]
+    return [
+        ("variant", variant("syn_bf16", "synthetic", "fp16", [], target="synthetic bf16", est=90)),
+        ("variant", variant("real_bf16_dali", "real", "fp16", DALI, target="real data", est=60)),
+        ("variant", variant("real_bf16_dali_cpudec", "real", "fp16", cpu, target="real data", est=35)),
+        ("variant", variant("syn_bf16_repeat", "synthetic", "fp16", [], target="synthetic bf16", est=30)),
+        ("variant", variant("real_bf16_dali_cpudec_repeat", "real", "fp16", cpu, target="real data", est=35)),
+        ("variant", variant("real_bf16_dali_repeat", "real", "fp16", DALI, target="real data", est=35)),
+        ("variant", variant("real_bf16_dali_cpudec_lag1", "real", "fp16", cpu + ["--loss-lag", "1"], est=35)),
+        ("variant", variant("syn_bf16_400", "synthetic", "fp16", [], est=45, steps=400)),
+        ("variant", variant("real_bf16_dali_cpudec_400", "real", "fp16", cpu, est=50, steps=400)),
+        ("variant", variant("real_bf16_dali_cpudec_lag1_400", "real", "fp16", cpu + ["--loss-lag", "1"], est=50,
+                            steps=400)),
+    ]
+
+
+def plan_cpudec2():
+    """Issue 14, run 21 (right after run 20): the CPU decoder's run-to-run spread. 3 batches in flight,
+    12 CPU threads (leaving the training thread more of the 16 cores), each twice, against the
+    defaults and the CPU decoder as run 20 ran it."""
+    cpu = DALI + ["--dali-decoder", "cpu"]
+    p3, t12 = cpu + ["--prefetch", "3"], cpu + ["--loader-workers", "12"]
+    return [
+        ("variant", variant("syn_bf16", "synthetic", "fp16", [], target="synthetic bf16", est=40)),
+        ("variant", variant("real_bf16_dali_cpudec", "real", "fp16", cpu, target="real data", est=35)),
+        ("variant", variant("real_bf16_dali_cpudec_prefetch3", "real", "fp16", p3, est=35)),
+        ("variant", variant("real_bf16_dali_cpudec_12threads", "real", "fp16", t12, est=35)),
+        ("variant", variant("real_bf16_dali", "real", "fp16", DALI, target="real data", est=35)),
+        ("variant", variant("syn_bf16_repeat", "synthetic", "fp16", [], target="synthetic bf16", est=30)),
+        ("variant", variant("real_bf16_dali_cpudec_repeat", "real", "fp16", cpu, target="real data", est=35)),
+        ("variant", variant("real_bf16_dali_cpudec_prefetch3_repeat", "real", "fp16", p3, est=35)),
+        ("variant", variant("real_bf16_dali_cpudec_12threads_repeat", "real", "fp16", t12, est=35)),
+        ("variant", variant("real_bf16_dali_repeat", "real", "fp16", DALI, target="real data", est=35)),
+    ]
+
+
+def plan_cpudec3():
+    """Issue 14, run 22 (right after run 21): the defaults after runs 20-21 (DALI decoding on the CPU
+    in cores per GPU - 4 threads) beside every other input path and the mixed decoder as it was."""
+    mixed = DALI + ["--dali-decoder", "mixed", "--loader-workers", "15"]
+    return [
+        ("variant", variant("syn_bf16", "synthetic", "fp16", [], target="synthetic bf16", est=40)),
+        ("variant", variant("real_bf16_dali", "real", "fp16", DALI, target="real data", est=35)),
+        ("variant", variant("real_bf16_gpu", "real", "fp16", GPU_DECODE, target="real data", est=35)),
+        ("variant", variant("real_bf16_cpu", "real", "fp16", CPU_DECODE, target="real data", est=50)),
+        ("variant", variant("syn_bf16_repeat", "synthetic", "fp16", [], target="synthetic bf16", est=30)),
+        ("variant", variant("real_bf16_dali_repeat", "real", "fp16", DALI, target="real data", est=35)),
+        ("variant", variant("real_bf16_dali_mixed", "real", "fp16", mixed, est=35)),
+        ("variant", variant("real_bf16_dali_repeat2", "real", "fp16", DALI, target="real data", est=35)),
+        ("variant", variant("syn_bf16_400", "synthetic", "fp16", [], est=45, steps=400)),
+        ("variant", variant("real_bf16_dali_400", "real", "fp16", DALI, est=50, steps=400)),
+    ]
+
+
 # plan name -> items, given the GPU count of the multi-GPU runs (one-GPU plans ignore it)
 PLANS = {"h100": lambda n: plan_h100(), "decode": lambda n: plan_decode(), "decode2": lambda n: plan_decode2(),
          "inputs": lambda n: plan_inputs(), "dali2": lambda n: plan_dali2(), "clocks": lambda n: plan_clocks(),
          "ahead": lambda n: plan_ahead(), "timeline": lambda n: plan_timeline(),
-         "lag": lambda n: plan_lag(), "depth": lambda n: plan_depth(),
+         "lag": lambda n: plan_lag(), "depth": lambda n: plan_depth(), "cpudec": lambda n: plan_cpudec(),
+         "cpudec2": lambda n: plan_cpudec2(), "cpudec3": lambda n: plan_cpudec3(),
          "scaling": plan_scaling, "ddp": plan_ddp, "ddp2": plan_ddp2, "ddp3": plan_ddp3}
 
 

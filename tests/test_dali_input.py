@@ -141,8 +141,48 @@ def test_training_with_dali_input(lmdb, tmp_path):
 def test_bad_dali_options_are_named(lmdb, tmp_path):
     proc = _train(lmdb, tmp_path / "a", "--hw-decoder-load", "1.5", ranks=1)
     assert proc.returncode != 0 and "--hw-decoder-load" in proc.stderr and "1.5" in proc.stderr
+    proc = _train(lmdb, tmp_path / "c", "--dali-decoder", "gpu", ranks=1)
+    assert proc.returncode == 2 and "--dali-decoder" in proc.stderr and "'gpu'" in proc.stderr
     proc = _train(lmdb, tmp_path / "b", "--prefetch", "0", ranks=1)
     assert proc.returncode == 2 and "--prefetch 0" in proc.stderr
+
+
+def test_gpu_pipeline_decodes_where_asked_and_augments_on_the_gpu():
+    """The GPU pipeline's graph (defined without a GPU; CI has none): --dali-decoder cpu decodes in
+    DALI's CPU threads and hands the crops to the GPU, mixed decodes on the GPU (hardware engine +
+    nvJPEG); either way resize and normalize run on the GPU, and the rest of the graph is the same."""
+    got = run_reader("pytorch", "dali_placement.py")
+    ops = {decoder: dict(graph) for decoder, graph in got.items()}
+    assert ops["cpu"]["decoders__ImageRandomCrop"] == "cpu"
+    assert ops["mixed"]["decoders__ImageRandomCrop"] == "mixed"
+    for decoder in ("cpu", "mixed"):
+        assert ops[decoder]["Resize"] == ops[decoder]["CropMirrorNormalize"] == "gpu", got
+        assert ops[decoder]["readers__Caffe2"] == "cpu"
+    assert [name for name, _ in got["cpu"]] == [name for name, _ in got["mixed"]]
+
+
+def test_dali_threads_leave_cores_to_the_training_thread():
+    """With no --loader-workers, DALI gets a rank's share of the cores less 4 (at least 1): its CPU
+    decoding beside the training thread measured best so on an H100 (docs/benchmarks.md, runs 21-23);
+    the DataLoader paths keep theirs (share - 1; at most 4 for input gpu). Asked of the trainer's own
+    rule for machines of 16 and 32 cores (CI has 2)."""
+    code = """
+import json, os, sys
+from types import SimpleNamespace as NS
+from workflow_scripts.train import pytorch_ddp
+args = NS(loader_workers=0, decode_threads=0)
+out = {}
+for cores, ranks in ((16, 1), (32, 2), (16, 8), (2, 1)):
+    os.cpu_count = lambda: cores
+    out[f"{cores}/{ranks}"] = {i: pytorch_ddp.loader_workers(args, NS(input=i), NS(local_size=ranks))
+                               for i in ("dali", "cpu", "gpu")}
+print(json.dumps(out))
+"""
+    proc = subprocess.run([interpreter("pytorch"), "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {"16/1": {"dali": 12, "cpu": 15, "gpu": 4}, "32/2": {"dali": 12, "cpu": 15, "gpu": 4},
+                   "16/8": {"dali": 1, "cpu": 1, "gpu": 1}, "2/1": {"dali": 1, "cpu": 1, "gpu": 1}}
 
 
 @pytest.mark.parametrize("source", ["dali", "cpu"])

@@ -2,11 +2,19 @@
 
 Why: the gpu path (gpu_input) decodes in a Python thread of the training process, and on an H100
 the step ran 6-8 ms slower beside that thread's host and GPU work (docs/benchmarks.md, runs 1-10).
-DALI does the whole input in its own C++ threads and CUDA streams, without the interpreter lock,
-and its mixed decoder gives a share of the JPEGs (hw_decoder_load) to the hardware JPEG engines
-of an A100/H100, which leaves the SMs to the step; nvJPEG on the SMs takes the rest (and all of
-them on older GPUs). Without a GPU the same pipeline runs on the CPU (libjpeg-turbo): that is how
-the tests check it.
+DALI does the whole input in its own C++ threads, without the interpreter lock. Where it decodes
+(`decoder`):
+
+  cpu     libjpeg-turbo in DALI's CPU threads, only the crop's region; the crops are copied to the
+          GPU, which resizes, flips and normalizes them: a few GPU operations a batch. The default:
+          on an H100 it came closest to the synthetic rate (97-99% with 12 threads, runs 21-23).
+  mixed   the hardware JPEG engine of an A100/H100 (share hw_decoder_load) and nvJPEG on the SMs
+          (the rest; all of them on older GPUs). Its decoding costs the SMs little, but it issues
+          a copy and a colour conversion per JPEG on a dozen streams, about 500 small GPU
+          operations a batch, each waiting behind the step's kernels (run 18's trace); beside the
+          step it delivered 4,500-5,250 images/s (83-96% of synthetic, runs 11-23).
+
+Without a GPU the whole pipeline runs on the CPU (libjpeg-turbo): that is how the tests check it.
 
 One pipeline per rank, prefetching `depth` batches with `threads` CPU threads:
 
@@ -27,9 +35,9 @@ One pipeline per rank, prefetching `depth` batches with `threads` CPU threads:
                    rounded sides leave the ratio range, which torchvision accepts. For photos of
                    ordinary shape both cases are rare (tests/test_dali_input.py compares the
                    distributions). EXIF orientation is ignored, as Pillow's and nvJPEG's decodes
-                   in the other paths ignore it. On the GPU the decoders' pixels differ from
+                   in the other paths ignore it. The mixed decoder's pixels differ from
                    libjpeg-turbo's by a few levels (chroma upsampling, IDCT), as the gpu path's
-                   nvJPEG does; on the CPU they are libjpeg-turbo's, as Pillow's.
+                   nvJPEG does; the cpu decoder's are libjpeg-turbo's, as Pillow's.
   resize           to image_size x image_size, bilinear with antialiasing when shrinking (the
                    triangle filter widened by the scale factor: torchvision's antialiased resize
                    and Pillow's bilinear), in float, so no 8-bit rounding before normalizing.
@@ -59,6 +67,7 @@ from .gpu_input import MEAN, RATIO, SCALE, STD
 READER = "lmdb"  # the reader's name: the iterator reads the epoch size from it
 SHUFFLE_BUFFER = 4096  # records held for shuffling: about 450 MB of ILSVRC JPEGs per rank
 CROP_ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 times
+DECODERS = ("cpu", "mixed")
 
 
 def read(path, shard=0, shards=1, shuffle=True):
@@ -87,9 +96,11 @@ def finish(images, size, mirror, channels_last=False):
 
 
 @pipeline_def
-def training_pipeline(path, shard, shards, size, channels_last, hw_decoder_load, gpu, shuffle=True):
+def training_pipeline(path, shard, shards, size, channels_last, hw_decoder_load, gpu, shuffle=True, decoder="cpu"):
     jpegs, labels = read(path, shard, shards, shuffle)
-    images = decode_crop(jpegs, "mixed" if gpu else "cpu", hw_decoder_load)
+    images = decode_crop(jpegs, "mixed" if gpu and decoder == "mixed" else "cpu", hw_decoder_load)
+    if gpu and decoder == "cpu":
+        images = images.gpu()  # the crops, before resizing: fewer bytes than the 224 px floats
     x = finish(images, size, fn.random.coin_flip(probability=0.5), channels_last)
     y = fn.cast(labels, dtype=types.INT64)
     return x, (y.gpu() if gpu else y)
@@ -103,14 +114,17 @@ class DALIBatches:
     stream."""
 
     def __init__(self, path, device, size, batch, seed, rank=0, world_size=1, channels_last=False, depth=2,
-                 threads=4, hw_decoder_load=None, shuffle=True, executor="dynamic"):
+                 threads=4, hw_decoder_load=None, shuffle=True, executor="dynamic", decoder="cpu"):
         self.device = torch.device(device)
         gpu = self.device.type == "cuda"
         self.channels_last = channels_last
-        self.config = {"decoder": "mixed" if gpu else "cpu", "threads": threads, "prefetch": depth,
-                       "hw_decoder_load": hw_decoder_load if gpu else None, "executor": executor}
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder {decoder!r}: one of {', '.join(DECODERS)}")
+        mixed = gpu and decoder == "mixed"
+        self.config = {"decoder": "mixed" if mixed else "cpu", "threads": threads, "prefetch": depth,
+                       "hw_decoder_load": hw_decoder_load if mixed else None, "executor": executor}
         index = self.device.index if self.device.index is not None else (torch.cuda.current_device() if gpu else None)
-        self.pipe = training_pipeline(str(path), rank, world_size, size, channels_last, hw_decoder_load, gpu, shuffle,
+        self.pipe = training_pipeline(str(path), rank, world_size, size, channels_last, hw_decoder_load, gpu, shuffle, decoder,
                                       batch_size=batch, num_threads=threads, device_id=index, seed=seed,
                                       prefetch_queue_depth=depth, exec_dynamic=executor == "dynamic")
         self.pipe.build()

@@ -4,15 +4,18 @@ path in the study, PyTorch's now).
 Input (--input), three paths with the same augmentation (RandomResizedCrop, flip, normalize):
 cpu, LMDBImageNet + Pillow in DataLoader workers; gpu, the workers only read JPEG bytes and
 gpu_input decodes and augments whole batches on the GPU (nvJPEG) in a thread, ahead of the step;
-dali, an NVIDIA DALI pipeline reads the LMDB and decodes (hardware JPEG engine and nvJPEG) and
-augments on the GPU in its own threads (dali_input). CPU decoding cannot feed an H100, and DALI
-came closest to the synthetic rate there (docs/benchmarks.md, runs 11-15): auto is dali on a GPU,
-cpu on a CPU. With CUDA the next batch is taken while the GPU runs the step (--fetch-ahead), so
-the GPU does not idle at the step boundary while the CPU fetches it, and, except with DALI, each
-step's loss is read after the next step is queued (--loss-lag), so it does not idle while the CPU
-reads the loss and launches the next step either (synthetic data: 5,504 -> 5,659-5,676 images/s on
-an H100). With DALI the trainer then waited for the input every other step: no faster (5,043-5,080
-against 5,203 images/s) and far less steady (docs/benchmarks.md, runs 18-19).
+dali, an NVIDIA DALI pipeline reads the LMDB and decodes in its own threads (--dali-decoder cpu:
+libjpeg-turbo, cores per GPU - 4 of them; mixed: the hardware JPEG engine and nvJPEG) and resizes,
+flips and normalizes on the GPU (dali_input). Pillow in DataLoader workers cannot feed an H100,
+and DALI came closest to the synthetic rate there, decoding on the CPU 97-99% of it
+(docs/benchmarks.md, runs 11-23): auto is dali on a GPU, cpu on a CPU. With CUDA the next batch
+is taken while the GPU runs the step (--fetch-ahead), so the GPU does not idle at the step
+boundary while the CPU fetches it, and, except with DALI, each step's loss is read after the next
+step is queued (--loss-lag), so it does not idle while the CPU reads the loss and launches the next
+step either (synthetic data: 5,504 -> 5,659-5,676 images/s on an H100). With DALI's mixed decoder
+the trainer then waited for the input every other step: no faster (5,043-5,080 against 5,203
+images/s) and far less steady (docs/benchmarks.md, runs 18-19); with its CPU decoder it was not
+measured with the 12-thread default.
 
 Precision. fp32 is float32; on a GPU its matrix products and convolutions use TF32 on the tensor
 cores (--tf32 on; PyTorch's default for convolutions already). fp16 is mixed precision in the
@@ -56,6 +59,10 @@ AUTO = ("auto", "on", "off")
 INPUTS = ("auto", "cpu", "gpu", "dali")
 COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 GPU_DECODE_WORKERS = 4  # they only read bytes: a few keep up with any GPU (docs/benchmarks.md)
+# DALI decoding on the CPU leaves these cores of a rank's share to the training thread and CUDA's own
+# threads: 12 of 16 threads on an H100 gave 97-99% of synthetic, 15 94.8-98.6% (runs 20-23)
+DALI_SPARE_CORES = 4
+DALI_DECODERS = ("cpu", "mixed")
 
 
 def fraction(text):
@@ -79,7 +86,8 @@ def add_args(ap):
                         "auto: dali on a GPU, cpu on a CPU")
     g.add_argument("--loader-workers", type=int, default=0,
                    help=f"DataLoader workers per rank (input dali: DALI's CPU threads); 0: --decode-threads, "
-                        f"else cores per rank - 1 (at most {GPU_DECODE_WORKERS} with input gpu)")
+                        f"else cores per rank - 1 (at most {GPU_DECODE_WORKERS} with input gpu; input dali: "
+                        f"cores per rank - {DALI_SPARE_CORES})")
     g.add_argument("--tf32", choices=("on", "off"), default="on", help="fp32 on a GPU: TF32 tensor cores")
     g.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size")
     g.add_argument("--prefetch", type=int, default=2, help="input gpu or dali: batches prepared ahead of the step")
@@ -88,6 +96,10 @@ def add_args(ap):
     g.add_argument("--hw-decoder-load", type=fraction, default=0.9,
                    help="input dali on a GPU: share of the JPEGs given to the hardware JPEG engine "
                         "(A100, H100; the rest nvJPEG on the SMs)")
+    g.add_argument("--dali-decoder", choices=DALI_DECODERS, default="cpu",
+                   help="input dali on a GPU: where JPEGs are decoded: cpu (libjpeg-turbo in DALI's threads, the "
+                        "crops then copied to the GPU) or mixed (hardware JPEG engine + nvJPEG on the GPU); "
+                        "without a GPU always cpu")
     g.add_argument("--dali-executor", choices=("dynamic", "legacy"), default="dynamic",
                    help="input dali: DALI's executor (dynamic, its default since 1.x; legacy: the pipelined "
                         "CPU and GPU stages with their own queues)")
@@ -237,7 +249,10 @@ def cpu_transform(image_size):
 def loader_workers(args, s, launch):
     if args.loader_workers or args.decode_threads:
         return args.loader_workers or args.decode_threads
-    rule = max(1, (os.cpu_count() or 2) // launch.local_size - 1)
+    per_rank = (os.cpu_count() or 2) // launch.local_size
+    if s.input == "dali":
+        return max(1, per_rank - DALI_SPARE_CORES)
+    rule = max(1, per_rank - 1)
     return min(rule, GPU_DECODE_WORKERS) if s.input == "gpu" else rule
 
 
@@ -310,7 +325,8 @@ def build_input(args, s, launch):
         dali = dali_input_module().DALIBatches(
             train, device, args.image_size, args.batch_per_gpu, seed, rank=launch.rank,
             world_size=launch.world_size, channels_last=s.channels_last, depth=args.prefetch, threads=workers,
-            hw_decoder_load=args.hw_decoder_load, executor=args.dali_executor)
+            hw_decoder_load=args.hw_decoder_load, executor=args.dali_executor,
+            decoder=args.dali_decoder)
         return Input(classes, len(lmdb), workers, lambda: next(dali), dali.close, dali.stats)
     ds = gpu_input.RawJPEGs(lmdb) if raw else lmdb
     sampler = torch.utils.data.distributed.DistributedSampler(
