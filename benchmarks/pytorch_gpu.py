@@ -153,18 +153,16 @@ def plan_decode2():
     ]
 
 
-def plan_inputs():
+def plan_inputs(est=(90, 80, 50, 60, 45, 45)):
     """Issue 14: the three input paths on one GPU with the trainer's defaults (no options: bf16 for
     fp16, channels_last, compile default), each against synthetic data in the same call; the
-    same LMDB for every real-data row. Synthetic and DALI are repeated last, if time is left."""
-    return [
-        ("variant", variant("syn_bf16", "synthetic", "fp16", [], target="synthetic bf16", est=90)),
-        ("variant", variant("real_bf16_dali", "real", "fp16", DALI, target="real data", est=80)),
-        ("variant", variant("real_bf16_gpu", "real", "fp16", GPU_DECODE, target="real data", est=50)),
-        ("variant", variant("real_bf16_cpu", "real", "fp16", CPU_DECODE, target="real data", est=60)),
-        ("variant", variant("syn_bf16_repeat", "synthetic", "fp16", [], target="synthetic bf16", est=45)),
-        ("variant", variant("real_bf16_dali_repeat", "real", "fp16", DALI, target="real data", est=45)),
-    ]
+    same LMDB for every real-data row. Synthetic and DALI are repeated last, if time is left.
+    est: each variant's expected seconds, in that order."""
+    rows = [("syn_bf16", "synthetic", [], "synthetic bf16"), ("real_bf16_dali", "real", DALI, "real data"),
+            ("real_bf16_gpu", "real", GPU_DECODE, "real data"), ("real_bf16_cpu", "real", CPU_DECODE, "real data"),
+            ("syn_bf16_repeat", "synthetic", [], "synthetic bf16"), ("real_bf16_dali_repeat", "real", DALI, "real data")]
+    return [("variant", variant(name, data, "fp16", opts, target=target, est=e))
+            for (name, data, opts, target), e in zip(rows, est)]
 
 
 def plan_dali2():
@@ -409,13 +407,7 @@ def plan_cpudec3():
     """Issue 14, run 22 (right after run 21): the defaults after runs 20-21 (DALI decoding on the CPU
     in cores per GPU - 4 threads) beside every other input path and the mixed decoder as it was."""
     mixed = DALI + ["--dali-decoder", "mixed", "--loader-workers", "15"]
-    return [
-        ("variant", variant("syn_bf16", "synthetic", "fp16", [], target="synthetic bf16", est=40)),
-        ("variant", variant("real_bf16_dali", "real", "fp16", DALI, target="real data", est=35)),
-        ("variant", variant("real_bf16_gpu", "real", "fp16", GPU_DECODE, target="real data", est=35)),
-        ("variant", variant("real_bf16_cpu", "real", "fp16", CPU_DECODE, target="real data", est=50)),
-        ("variant", variant("syn_bf16_repeat", "synthetic", "fp16", [], target="synthetic bf16", est=30)),
-        ("variant", variant("real_bf16_dali_repeat", "real", "fp16", DALI, target="real data", est=35)),
+    return plan_inputs(est=(40, 35, 35, 50, 30, 35)) + [
         ("variant", variant("real_bf16_dali_mixed", "real", "fp16", mixed, est=35)),
         ("variant", variant("real_bf16_dali_repeat2", "real", "fp16", DALI, target="real data", est=35)),
         ("variant", variant("syn_bf16_400", "synthetic", "fp16", [], est=45, steps=400)),
