@@ -7,7 +7,7 @@ DALI does the whole input in its own C++ threads, without the interpreter lock. 
 
   cpu     libjpeg-turbo in DALI's CPU threads, only the crop's region; the crops are copied to the
           GPU, which resizes, flips and normalizes them: a few GPU operations a batch. The default:
-          on an H100 it came closest to the synthetic rate (97-99% with 12 threads, runs 21-23).
+          on an H100 it came closest to the synthetic rate (97-99% with 12 threads, runs 21 and 23).
   mixed   the hardware JPEG engine of an A100/H100 (share hw_decoder_load) and nvJPEG on the SMs
           (the rest; all of them on older GPUs). Its decoding costs the SMs little, but it issues
           a copy and a colour conversion per JPEG on a dozen streams, about 500 small GPU
@@ -124,8 +124,8 @@ class DALIBatches:
         self.config = {"decoder": "mixed" if mixed else "cpu", "threads": threads, "prefetch": depth,
                        "hw_decoder_load": hw_decoder_load if mixed else None, "executor": executor}
         index = self.device.index if self.device.index is not None else (torch.cuda.current_device() if gpu else None)
-        self.pipe = training_pipeline(str(path), rank, world_size, size, channels_last, hw_decoder_load, gpu, shuffle, decoder,
-                                      batch_size=batch, num_threads=threads, device_id=index, seed=seed,
+        self.pipe = training_pipeline(str(path), rank, world_size, size, channels_last, hw_decoder_load, gpu, shuffle,
+                                      decoder, batch_size=batch, num_threads=threads, device_id=index, seed=seed,
                                       prefetch_queue_depth=depth, exec_dynamic=executor == "dynamic")
         self.pipe.build()
         self.it = DALIGenericIterator([self.pipe], ["x", "y"], reader_name=READER,
