@@ -57,11 +57,12 @@ import trace_streams  # noqa: E402  (benchmarks/, this file's folder)
 LMDB_OF = {"real": "lmdb", "real256": "lmdb256"}
 
 
-def variant(name, data, precision, opts, gpus=1, target="", est=60, concurrent=1, steps=None):
+def variant(name, data, precision, opts, gpus=1, target="", est=60, concurrent=1, steps=None, env=None):
     """concurrent=k: k independent one-GPU runs at once, one per GPU (no DDP): what the GPUs do
-    side by side on the host without exchanging anything. steps: timed steps, if not --steps."""
+    side by side on the host without exchanging anything. steps: timed steps, if not --steps.
+    env: variables set for the trainer (a library's own settings)."""
     return {"name": name, "data": data, "precision": precision, "opts": opts, "gpus": gpus,
-            "target": target, "est_s": est, "concurrent": concurrent, "steps": steps}
+            "target": target, "est_s": est, "concurrent": concurrent, "steps": steps, "env": env or {}}
 
 
 COMPILED = ["--channels-last", "on", "--compile", "default"]
@@ -415,12 +416,102 @@ def plan_cpudec3():
     ]
 
 
+def plan_steady():
+    """Issue 14, run 24: where the DALI runs' isolated slow steps come from (run 23: single steps of
+    50-136 ms beside a 47 ms median, fewer the longer a run goes, as buffers that grow to the
+    largest batch so far would give). DALI grows its pinned and device memory pools on demand,
+    and each growth waits for the device: the pools allocated before training, DALI's buffers
+    grown by a factor 2 when they must grow, its threads pinned to cores, and no telemetry thread
+    beside the step; 400 timed steps each."""
+    prealloc = DALI + ["--dali-pinned-mb", "1024", "--dali-device-mb", "2048"]
+    growth = {"DALI_BUFFER_GROWTH_FACTOR": "2"}
+    return [
+        ("variant", variant("syn_bf16", "synthetic", "fp16", [], target="synthetic bf16", est=40)),
+        ("variant", variant("real_bf16_dali_400", "real", "fp16", DALI, est=50, steps=400)),
+        ("variant", variant("real_bf16_dali_prealloc_400", "real", "fp16", prealloc, est=50, steps=400)),
+        ("variant", variant("real_bf16_dali_growth2_400", "real", "fp16", DALI, est=50, steps=400, env=growth)),
+        ("variant", variant("real_bf16_dali_affinity_400", "real", "fp16", DALI + ["--dali-affinity", "on"], est=50,
+                            steps=400)),
+        ("variant", variant("syn_bf16_400", "synthetic", "fp16", [], est=45, steps=400)),
+        ("variant", variant("real_bf16_dali_prealloc_growth2_400", "real", "fp16", prealloc, est=50, steps=400,
+                            env=growth)),
+        ("variant", variant("real_bf16_dali_400_repeat", "real", "fp16", DALI, est=50, steps=400)),
+        ("variant", variant("real_bf16_dali_prealloc_400_repeat", "real", "fp16", prealloc, est=50, steps=400)),
+        ("variant", variant("real_bf16_dali_notelemetry_400", "real", "fp16", DALI + ["--telemetry-interval", "0"],
+                            est=50, steps=400)),
+    ]
+
+
+def plan_steady2():
+    """Issue 14, run 25 (after run 24: with DALI's pools allocated before training, CV 1.5% over 400
+    steps, against 3.7-5.3% for the other DALI rows, and synthetic itself at 2.4-4.1% there, its
+    slow steps waiting for no input): each loss read one step behind (--loss-lag 1, the GPU then
+    holds the next step while the host reads, so a host stall shorter than a step costs nothing),
+    with and without the pools allocated, each twice, alternated; then 400 steps of both."""
+    prealloc = DALI + ["--dali-pinned-mb", "1024", "--dali-device-mb", "2048"]
+    lag1 = ["--loss-lag", "1"]
+    rows = [("syn_bf16", "synthetic", [], 90), ("syn_bf16_lag1", "synthetic", lag1, 30),
+            ("real_bf16_dali_prealloc", "real", prealloc, 35), ("real_bf16_dali_prealloc_lag1", "real", prealloc + lag1, 35),
+            ("real_bf16_dali", "real", DALI, 35), ("real_bf16_dali_lag1", "real", DALI + lag1, 35),
+            ("syn_bf16_repeat", "synthetic", [], 30), ("syn_bf16_lag1_repeat", "synthetic", lag1, 30),
+            ("real_bf16_dali_prealloc_repeat", "real", prealloc, 35),
+            ("real_bf16_dali_prealloc_lag1_repeat", "real", prealloc + lag1, 35)]
+    return [("variant", variant(name, data, "fp16", opts, est=e)) for name, data, opts, e in rows] + [
+        ("variant", variant("real_bf16_dali_prealloc_lag1_400", "real", "fp16", prealloc + lag1, est=50, steps=400)),
+        ("variant", variant("real_bf16_dali_prealloc_400", "real", "fp16", prealloc, est=50, steps=400)),
+    ]
+
+
+def plan_final():
+    """Issue 14, run 26: every input path in one call, and two candidate defaults alone, alternated:
+    DALI's pools allocated before training (the `dali` rows here; the default while run 26 ran,
+    not since: `real_bf16_dali_grown` is today's default), and the telemetry sampled in a thread of
+    the training process (then the trainer sampled in a process of its own, a change measured
+    here and dropped, so today `..._telemetry_thread` rows are the defaults too), and none."""
+    thread = {"DLSCALE_TELEMETRY": "thread"}
+    pools = DALI + ["--dali-pinned-mb", "1024", "--dali-device-mb", "2048"]
+    quiet = ["--telemetry-interval", "0"]
+    rows = [("syn_bf16", "synthetic", [], "synthetic bf16", 90, None), ("real_bf16_dali", "real", pools, "", 35, None),
+            ("real_bf16_gpu", "real", GPU_DECODE, "real data", 35, None),
+            ("real_bf16_cpu", "real", CPU_DECODE, "real data", 50, None),
+            ("syn_bf16_repeat", "synthetic", [], "synthetic bf16", 30, None),
+            ("real_bf16_dali_repeat", "real", pools, "", 35, None),
+            ("syn_bf16_telemetry_thread", "synthetic", [], "", 30, thread),
+            ("syn_bf16_notelemetry", "synthetic", quiet, "", 30, None),
+            ("real_bf16_dali_grown", "real", DALI, "real data", 35, None),
+            ("syn_bf16_repeat2", "synthetic", [], "synthetic bf16", 30, None),
+            ("real_bf16_dali_repeat2", "real", pools, "", 35, None),
+            ("syn_bf16_telemetry_thread_repeat", "synthetic", [], "", 30, thread),
+            ("real_bf16_dali_telemetry_thread", "real", pools, "", 35, thread),
+            ("syn_bf16_notelemetry_repeat", "synthetic", quiet, "", 30, None)]
+    return [("variant", variant(name, data, "fp16", opts, target=target, est=e, env=env))
+            for name, data, opts, target, e, env in rows]
+
+
+def plan_dali_ddp(n):
+    """Issue 14's stretch, run 27: DALI (the defaults) against synthetic data on 1 and n GPUs of one
+    host, each rank its own pipeline and shard of the LMDB, alternated and repeated."""
+    return [
+        ("variant", variant("syn_bf16_1gpu", "synthetic", "fp16", [], target="synthetic bf16", est=100)),
+        ("variant", variant(f"syn_bf16_{n}gpu", "synthetic", "fp16", [], gpus=n, target=f"{n}-GPU scaling", est=80)),
+        ("variant", variant("real_bf16_dali_1gpu", "real", "fp16", DALI, target="real data", est=60)),
+        ("variant", variant(f"real_bf16_dali_{n}gpu", "real", "fp16", DALI, gpus=n, target="real data", est=60)),
+        ("variant", variant(f"syn_bf16_{n}gpu_repeat", "synthetic", "fp16", [], gpus=n, target=f"{n}-GPU scaling",
+                            est=40)),
+        ("variant", variant(f"real_bf16_dali_{n}gpu_repeat", "real", "fp16", DALI, gpus=n, target="real data", est=45)),
+        ("variant", variant("syn_bf16_1gpu_repeat", "synthetic", "fp16", [], target="synthetic bf16", est=35)),
+        ("variant", variant("real_bf16_dali_1gpu_repeat", "real", "fp16", DALI, target="real data", est=40)),
+    ]
+
+
 # plan name -> items, given the GPU count of the multi-GPU runs (one-GPU plans ignore it)
 PLANS = {"h100": lambda n: plan_h100(), "decode": lambda n: plan_decode(), "decode2": lambda n: plan_decode2(),
          "inputs": lambda n: plan_inputs(), "dali2": lambda n: plan_dali2(), "clocks": lambda n: plan_clocks(),
          "ahead": lambda n: plan_ahead(), "timeline": lambda n: plan_timeline(),
          "lag": lambda n: plan_lag(), "depth": lambda n: plan_depth(), "cpudec": lambda n: plan_cpudec(),
          "cpudec2": lambda n: plan_cpudec2(), "cpudec3": lambda n: plan_cpudec3(),
+         "steady": lambda n: plan_steady(), "steady2": lambda n: plan_steady2(),
+         "final": lambda n: plan_final(), "dali_ddp": plan_dali_ddp,
          "scaling": plan_scaling, "ddp": plan_ddp, "ddp2": plan_ddp2, "ddp3": plan_ddp3}
 
 
@@ -440,11 +531,11 @@ def trainer_command(v, work, a):
     return cmd, run_dir
 
 
-def _run(cmd, timeout):
+def _run(cmd, timeout, env=None):
     """Run cmd in its own process group and, past the timeout, end the whole group: a launcher's
     ranks must not outlive it holding the GPU."""
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, **env} if env else None)
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -516,11 +607,12 @@ def run_variant(v, work, a, timeout):
         return run_concurrent(v, work, a, timeout)
     cmd, run_dir = trainer_command(v, work, a)
     t = time.perf_counter()
-    code, output = _run(cmd, timeout)
+    code, output = _run(cmd, timeout, v.get("env"))
     wall = time.perf_counter() - t
     (work / "logs").mkdir(exist_ok=True)
     (work / "logs" / f"{v['name']}.log").write_text(output)
     shown = " ".join("python3" if c == PY else os.path.relpath(c, REPO) if c.startswith(str(work)) else c for c in cmd)
+    shown = " ".join([*(f"{k}={val}" for k, val in v.get("env", {}).items()), shown])
     res = {**v, "batch": a.batch, "command": shown, "wall_s": wall, "exit_code": code}
     summary = run_dir / "summary.json"
     if code or not summary.exists():
@@ -533,7 +625,7 @@ def run_variant(v, work, a, timeout):
                settings=s.get("pytorch"), workers=s.get("loader_workers"),
                input_wait_fraction=s.get("input_wait_s_timed", 0) / s["seconds_timed"],
                max_memory_gb=s.get("max_memory_allocated_gb"), losses=losses,
-               step_wall_s=[x["wall_s"] for x in steps],
+               step_wall_s=[x["wall_s"] for x in steps], step_input_wait_s=[x.get("input_wait_s") for x in steps],
                loss_falls=statistics.fmean(losses[-5:]) < statistics.fmean(losses[:3]), versions=s.get("versions"),
                gpu_input=s.get("gpu_input"), gpu_clocks=gpu_clocks(run_dir, s["seconds_timed"]))
     trace = run_dir / "trace.rank0.json.gz"

@@ -145,6 +145,8 @@ def test_bad_dali_options_are_named(lmdb, tmp_path):
     assert proc.returncode == 2 and "--dali-decoder" in proc.stderr and "'gpu'" in proc.stderr
     proc = _train(lmdb, tmp_path / "b", "--prefetch", "0", ranks=1)
     assert proc.returncode == 2 and "--prefetch 0" in proc.stderr
+    proc = _train(lmdb, tmp_path / "d", "--dali-device-mb", "-1", ranks=1)
+    assert proc.returncode == 2 and "--dali-device-mb -1" in proc.stderr
 
 
 def test_gpu_pipeline_decodes_where_asked_and_augments_on_the_gpu():

@@ -53,6 +53,11 @@ def test_summary_is_images_timed_over_time_timed_after_warmup(pipeline_run, fram
     # timing relation between warm-up and timed steps is not asserted: a busy machine reverses it).
     assert summary["timed_steps"] == timed and summary["warmup_steps"] == warmup
     assert summary["seconds_timed"] == pytest.approx(sum(s["wall_s"] for s in after))
+    if framework == "pytorch":
+        # Each step says how long it waited for its input: a slow step with a short wait was not
+        # held up by the input. On a CPU there is no fetch ahead, so each step's wait is its batch's.
+        assert all(0 <= s["input_wait_s"] <= s["wall_s"] for s in steps), steps
+        assert summary["input_wait_s_timed"] == pytest.approx(sum(s["input_wait_s"] for s in after))
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

@@ -1,7 +1,8 @@
 """A training run's timing, written the same way by every framework.
 
 Per iteration one JSON line: step, phase (warmup | timed), wall time of the step, images in the
-step (global, all ranks), loss. The summary's images/s is images timed / time timed, over the
+step (global, all ranks), loss, and where the framework counts it, the step's wait for its input
+(PyTorch). The summary's images/s is images timed / time timed, over the
 steps after the warm-up (seed 002: 10 warm-up + 100 timed steps); beside it the mean and
 coefficient of variation of the per-step images/s, and whether that variation is within the
 study's 2% ("stable").
@@ -30,13 +31,15 @@ class StepLog:
         """Mark the start of a step (call right before the step's work)."""
         self._t = time.perf_counter()
 
-    def end(self, loss, images=None):
-        """Mark the end of a step; `loss` must already be a host value (the step has synced)."""
+    def end(self, loss, images=None, input_wait_s=None):
+        """Mark the end of a step; `loss` must already be a host value (the step has synced).
+        input_wait_s: seconds this step's process spent taking batches from its input, where the
+        framework counts them (a slow step with a short wait was not held up by the input)."""
         now = time.perf_counter()
         step = len(self.steps)
         rec = {"step": step, "phase": "warmup" if step < self.warmup_steps else "timed",
                "wall_s": now - self._t, "images": images or self.global_batch, "loss": float(loss),
-               "t_end": now}
+               "t_end": now, **({"input_wait_s": input_wait_s} if input_wait_s is not None else {})}
         self.steps.append(rec)
         if self.write:
             self._f.write(json.dumps(rec) + "\n")

@@ -100,6 +100,17 @@ def add_args(ap):
                    help="input dali on a GPU: where JPEGs are decoded: cpu (libjpeg-turbo in DALI's threads, the "
                         "crops then copied to the GPU) or mixed (hardware JPEG engine + nvJPEG on the GPU); "
                         "without a GPU always cpu")
+    # DALI grows its pools as batches need it, and each growth waits for the device; allocated
+    # before training (1 GiB pinned, 2 GiB device at batch 256) they gave the same images/s and a
+    # step CV within the run-to-run spread (docs/benchmarks.md, runs 24-26), so not by default.
+    g.add_argument("--dali-pinned-mb", type=int, default=0,
+                   help="input dali on a GPU: MiB of DALI's pinned host memory pool allocated before training "
+                        "(0: grown as needed)")
+    g.add_argument("--dali-device-mb", type=int, default=0,
+                   help="input dali on a GPU: MiB of DALI's device memory pool allocated before training "
+                        "(0: grown as needed)")
+    g.add_argument("--dali-affinity", choices=("on", "off"), default="off",
+                   help="input dali on a GPU: pin DALI's CPU threads to cores (DALI's set_affinity)")
     g.add_argument("--dali-executor", choices=("dynamic", "legacy"), default="dynamic",
                    help="input dali: DALI's executor (dynamic, its default since 1.x; legacy: the pipelined "
                         "CPU and GPU stages with their own queues)")
@@ -322,11 +333,15 @@ def build_input(args, s, launch):
     if s.input == "dali":
         if args.prefetch < 1:
             raise StageError(f"--prefetch {args.prefetch}: DALI prefetches at least one batch")
+        for flag, mb in (("--dali-pinned-mb", args.dali_pinned_mb), ("--dali-device-mb", args.dali_device_mb)):
+            if mb < 0:
+                raise StageError(f"{flag} {mb}: a size in MiB, 0 or more")
         dali = dali_input_module().DALIBatches(
             train, device, args.image_size, args.batch_per_gpu, seed, rank=launch.rank,
             world_size=launch.world_size, channels_last=s.channels_last, depth=args.prefetch, threads=workers,
             hw_decoder_load=args.hw_decoder_load, executor=args.dali_executor,
-            decoder=args.dali_decoder)
+            decoder=args.dali_decoder, pinned_mb=args.dali_pinned_mb, device_mb=args.dali_device_mb,
+            affinity=args.dali_affinity == "on")
         return Input(classes, len(lmdb), workers, lambda: next(dali), dali.close, dali.stats)
     ds = gpu_input.RawJPEGs(lmdb) if raw else lmdb
     sampler = torch.utils.data.distributed.DistributedSampler(
@@ -499,6 +514,15 @@ def main():
     def train_step(step):
         return launch_step()[0]()  # waits for the step: its time is complete
 
+    counted = [0]
+
+    def step_wait():
+        """The input waits since the last logged step: this step's (with --loss-lag 1, its batches
+        are the steps' queued since)."""
+        wait = sum(waits[counted[0]:])
+        counted[0] = len(waits)
+        return wait
+
     model.train()
     extra = {}
     if args.mode == "accuracy":
@@ -513,11 +537,11 @@ def main():
         for step in range(steps):
             queued = launch_step()
             if behind is not None:
-                run.log.end(behind[0]())
+                run.log.end(behind[0](), input_wait_s=step_wait())
             behind = queued
             if s.loss_lag and step not in (0, args.warmup_steps - 1, steps - 1):
                 continue
-            run.log.end(behind[0]())  # caught up: nothing is queued past this step
+            run.log.end(behind[0](), input_wait_s=step_wait())  # caught up: nothing is queued past this step
             behind = None
             if step == 0:
                 run.record_digest("after_step_1", _digest(model))
