@@ -7,7 +7,8 @@ DALI does the whole input in its own C++ threads, without the interpreter lock. 
 
   cpu     libjpeg-turbo in DALI's CPU threads, only the crop's region; the crops are copied to the
           GPU, which resizes, flips and normalizes them: a few GPU operations a batch. The default:
-          on an H100 it came closest to the synthetic rate (97-99% with 12 threads, runs 21 and 23).
+          on an H100 it came closest to the synthetic rate (97-100% in 11 of 12 runs with 12 threads,
+          runs 21-28).
   mixed   the hardware JPEG engine of an A100/H100 (share hw_decoder_load) and nvJPEG on the SMs
           (the rest; all of them on older GPUs). Its decoding costs the SMs little, but it issues
           a copy and a colour conversion per JPEG on a dozen streams, about 500 small GPU

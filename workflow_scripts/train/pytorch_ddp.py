@@ -7,8 +7,8 @@ gpu_input decodes and augments whole batches on the GPU (nvJPEG) in a thread, ah
 dali, an NVIDIA DALI pipeline reads the LMDB and decodes in its own threads (--dali-decoder cpu:
 libjpeg-turbo, cores per GPU - 4 of them; mixed: the hardware JPEG engine and nvJPEG) and resizes,
 flips and normalizes on the GPU (dali_input). Pillow in DataLoader workers cannot feed an H100,
-and DALI came closest to the synthetic rate there, decoding on the CPU 97-99% of it
-(docs/benchmarks.md, runs 11-23): auto is dali on a GPU, cpu on a CPU. With CUDA the next batch
+and DALI came closest to the synthetic rate there, decoding on the CPU 97-100% of it in 11 of 12
+runs (docs/benchmarks.md, runs 11-28): auto is dali on a GPU, cpu on a CPU. With CUDA the next batch
 is taken while the GPU runs the step (--fetch-ahead), so the GPU does not idle at the step
 boundary while the CPU fetches it, and, except with DALI, each step's loss is read after the next
 step is queued (--loss-lag), so it does not idle while the CPU reads the loss and launches the next
