@@ -1055,9 +1055,9 @@ def derive(results):
 # ---------------------------------------------------------------- main
 
 
-def _smi(*args):
+def _smi(*args, tool="nvidia-smi"):
     try:
-        return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=60).stdout.strip()
+        return subprocess.run([tool, *args], capture_output=True, text=True, timeout=60).stdout.strip()
     except OSError:
         return ""
 
@@ -1096,6 +1096,8 @@ def main():
                                  "--format=csv,noheader").splitlines()
     results["gpu"] = results["nvidia_smi"][0].split(",")[0] if results["nvidia_smi"] else "no GPU"
     results["topology"] = _smi("topo", "-m")
+    # which of the cores DALI's threads and the training thread share are one physical core's
+    results["cpu_topology"] = _smi("--extended=CPU,CORE,SOCKET,NODE", tool="lscpu")
 
     def left():
         return a.budget_s - (time.perf_counter() - start)
