@@ -70,6 +70,7 @@ EAGER_CL = ["--channels-last", "on", "--compile", "off"]
 GPU_DECODE = ["--input", "gpu"]
 CPU_DECODE = ["--input", "cpu"]
 DALI = ["--input", "dali"]
+DALI_POOLS = DALI + ["--dali-pinned-mb", "1024", "--dali-device-mb", "2048"]  # pools allocated before training
 
 
 def plan_h100():
@@ -423,7 +424,7 @@ def plan_steady():
     and each growth waits for the device: the pools allocated before training, DALI's buffers
     grown by a factor 2 when they must grow, its threads pinned to cores, and no telemetry thread
     beside the step; 400 timed steps each."""
-    prealloc = DALI + ["--dali-pinned-mb", "1024", "--dali-device-mb", "2048"]
+    prealloc = DALI_POOLS
     growth = {"DALI_BUFFER_GROWTH_FACTOR": "2"}
     return [
         ("variant", variant("syn_bf16", "synthetic", "fp16", [], target="synthetic bf16", est=40)),
@@ -448,7 +449,7 @@ def plan_steady2():
     slow steps waiting for no input): each loss read one step behind (--loss-lag 1, the GPU then
     holds the next step while the host reads, so a host stall shorter than a step costs nothing),
     with and without the pools allocated, each twice, alternated; then 400 steps of both."""
-    prealloc = DALI + ["--dali-pinned-mb", "1024", "--dali-device-mb", "2048"]
+    prealloc = DALI_POOLS
     lag1 = ["--loss-lag", "1"]
     rows = [("syn_bf16", "synthetic", [], 90), ("syn_bf16_lag1", "synthetic", lag1, 30),
             ("real_bf16_dali_prealloc", "real", prealloc, 35), ("real_bf16_dali_prealloc_lag1", "real", prealloc + lag1, 35),
@@ -469,7 +470,7 @@ def plan_final():
     the training process (then the trainer sampled in a process of its own, a change measured
     here and dropped, so today `..._telemetry_thread` rows are the defaults too), and none."""
     thread = {"DLSCALE_TELEMETRY": "thread"}
-    pools = DALI + ["--dali-pinned-mb", "1024", "--dali-device-mb", "2048"]
+    pools = DALI_POOLS
     quiet = ["--telemetry-interval", "0"]
     rows = [("syn_bf16", "synthetic", [], "synthetic bf16", 90, None), ("real_bf16_dali", "real", pools, "", 35, None),
             ("real_bf16_gpu", "real", GPU_DECODE, "real data", 35, None),

@@ -514,13 +514,13 @@ def main():
     def train_step(step):
         return launch_step()[0]()  # waits for the step: its time is complete
 
-    counted = [0]
+    counted = 0
 
     def step_wait():
         """The input waits since the last logged step: this step's (with --loss-lag 1, its batches
         are the steps' queued since)."""
-        wait = sum(waits[counted[0]:])
-        counted[0] = len(waits)
+        nonlocal counted
+        wait, counted = sum(waits[counted:]), len(waits)
         return wait
 
     model.train()
