@@ -22,9 +22,12 @@ fit is listed as skipped, never silently dropped):
     python3 benchmarks/pytorch_gpu.py --plan clocks --out OUT --budget-s 500
     python3 benchmarks/pytorch_gpu.py --plan ahead --out OUT --budget-s 500
     (plans decode, decode2: real data on one GPU; inputs: synthetic and the cpu, gpu and dali input
-    paths with the trainer's defaults; ddp, ddp2, ddp3: DDP on 2 GPUs; docs/benchmarks.md)
+    paths with the trainer's defaults; ddp, ddp2, ddp3: DDP on 2 GPUs; isolate, graphs, device,
+    thermal, attrib, stalls: where the uneven steps' time goes, runs 29-35; pace, graphs2: the
+    host's pacing and DALI beside CUDA graphs, runs 36-39; defaults40: the defaults since, run 40; docs/benchmarks.md)
 
-Writes OUT/results.json (everything, per-step losses included) and OUT/results.md (tables).
+Writes OUT/results.json (everything, per-step wall, input-wait, thread and GPU times included),
+OUT/results.md (tables) and, per variant, OUT/run_<variant>/ (its summary, steps and telemetry).
 """
 import argparse
 import csv
@@ -505,6 +508,157 @@ def plan_dali_ddp(n):
     ]
 
 
+def plan_isolate():
+    """Issue 14, run 29: the training thread on a physical core of its own after warm-up
+    (--main-core on: DALI's and every other thread of the process moved off it), against the
+    defaults, alternated, for synthetic and DALI input; and two `dali` runs back to back at the
+    start (runs 26 and 28: the first `dali` run of a fresh machine was the call's slowest)."""
+    core = ["--main-core", "on"]
+    rows = [("syn_bf16", "synthetic", [], "synthetic bf16", 90, None),
+            ("real_bf16_dali", "real", DALI, "real data", 35, None),
+            ("real_bf16_dali_again", "real", DALI, "real data", 35, None),
+            ("real_bf16_dali_core", "real", DALI + core, "", 35, None),
+            ("syn_bf16_core", "synthetic", core, "", 30, None),
+            ("syn_bf16_repeat", "synthetic", [], "synthetic bf16", 30, None),
+            ("real_bf16_dali_repeat", "real", DALI, "real data", 35, None),
+            ("real_bf16_dali_core_repeat", "real", DALI + core, "", 35, None),
+            ("syn_bf16_core_repeat", "synthetic", core, "", 30, None),
+            ("real_bf16_dali_core_400", "real", DALI + core, "", 50, 400),
+            ("real_bf16_dali_400", "real", DALI, "real data", 50, 400)]
+    return [("variant", variant(name, data, "fp16", opts, target=target, est=e, steps=steps))
+            for name, data, opts, target, e, steps in rows]
+
+
+def plan_graphs():
+    """Issue 14, run 30: where the slow steps' time goes on the host (each step now records the
+    training thread's CPU time and run-queue wait; the telemetry the CPUs' steal), and CUDA graphs
+    (--compile reduce-overhead: a step launched at once, so the host's speed no longer paces the
+    GPU; synthetic with them was steady in runs 2-6, CV 0.3-0.5%) with DALI input, against the
+    defaults, alternated."""
+    graphs = ["--compile", "reduce-overhead"]
+    rows = [("syn_bf16", "synthetic", [], "synthetic bf16", 90, None),
+            ("real_bf16_dali", "real", DALI, "real data", 35, None),
+            ("syn_bf16_graphs", "synthetic", graphs, "", 70, None),
+            ("real_bf16_dali_graphs", "real", DALI + graphs, "", 45, None),
+            ("syn_bf16_repeat", "synthetic", [], "synthetic bf16", 30, None),
+            ("real_bf16_dali_repeat", "real", DALI, "real data", 35, None),
+            ("syn_bf16_graphs_repeat", "synthetic", graphs, "", 35, None),
+            ("real_bf16_dali_graphs_repeat", "real", DALI + graphs, "", 40, None),
+            ("real_bf16_dali_graphs_400", "real", DALI + graphs, "", 55, 400),
+            ("real_bf16_dali_400", "real", DALI, "real data", 50, 400)]
+    return [("variant", variant(name, data, "fp16", opts, target=target, est=e, steps=steps))
+            for name, data, opts, target, e, steps in rows]
+
+
+def plan_device():
+    """Issue 14, run 31: are the slow steps the GPU's or the host's? Synthetic data only (run 30: its
+    steps varied as much as DALI's, CV 9.1%), each step's time on the GPU now recorded (CUDA events
+    around its work): compile `default` (the host launches each kernel) and CUDA graphs (one launch
+    a step, so the GPU's time is the step's work alone), alternated."""
+    graphs = ["--compile", "reduce-overhead"]
+    rows = [("syn_bf16", [], 90, None), ("syn_bf16_graphs", graphs, 70, None),
+            ("syn_bf16_repeat", [], 30, None), ("syn_bf16_graphs_repeat", graphs, 30, None),
+            ("syn_bf16_400", [], 45, 400), ("syn_bf16_graphs_400", graphs, 45, 400),
+            ("syn_bf16_eager", ["--compile", "off"], 40, None)]
+    return [("variant", variant(name, "synthetic", "fp16", opts, target="synthetic bf16" if not opts else "", est=e,
+                                steps=steps)) for name, opts, e, steps in rows]
+
+
+def plan_thermal():
+    """Issue 14, run 32: run 31 put the slow steps on the GPU (their extra time is GPU time, with CUDA
+    graphs too) with the SM clock at its maximum in every 1-s sample. Synthetic data, telemetry
+    every 0.25 s with the GPU's and its memory's temperatures, memory clock and the share of time
+    NVML counted the clocks held down by power or heat; each run's steps and telemetry kept to
+    line them up."""
+    fast = ["--telemetry-interval", "0.25"]
+    graphs = ["--compile", "reduce-overhead"]
+    rows = [("syn_bf16", fast, 90, None), ("syn_bf16_400", fast, 45, 400), ("syn_bf16_graphs_400", graphs + fast, 90, 400),
+            ("syn_bf16_400_repeat", fast, 45, 400), ("syn_bf16_graphs_400_repeat", graphs + fast, 50, 400),
+            ("syn_bf16_eager", ["--compile", "off"] + fast, 40, None)]
+    return [("variant", variant(name, "synthetic", "fp16", opts, est=e, steps=steps)) for name, opts, e, steps in rows]
+
+
+def plan_attrib():
+    """Issue 14, run 33: the DALI runs' slow steps, on the GPU or on the host? Each step's GPU time
+    (run 31 found synthetic's on the GPU), telemetry every 0.25 s; DALI and synthetic with the
+    defaults, alternated, 400 timed steps."""
+    fast = ["--telemetry-interval", "0.25"]
+    rows = [("syn_bf16", "synthetic", fast, "synthetic bf16", 90, None), ("real_bf16_dali", "real", DALI + fast, "real data", 35, None),
+            ("syn_bf16_400", "synthetic", fast, "synthetic bf16", 45, 400), ("real_bf16_dali_400", "real", DALI + fast, "real data", 50, 400),
+            ("real_bf16_dali_400_repeat", "real", DALI + fast, "real data", 50, 400),
+            ("syn_bf16_400_repeat", "synthetic", fast, "synthetic bf16", 45, 400)]
+    return [("variant", variant(name, data, "fp16", opts, target=target, est=e, steps=steps))
+            for name, data, opts, target, e, steps in rows]
+
+
+def plan_stalls():
+    """Issue 14, run 35: runs 33-34's one host-side stall of 76-95 ms in some `dali` runs (GPU time
+    as the median's, no input wait, the training thread off its CPU but not waiting for one): DALI
+    growing its pinned and device pools takes the driver's locks, so the same runs with the pools
+    allocated before training, alternated with the defaults, 400 timed steps each."""
+    rows = [("real_bf16_dali", "real", DALI, "real data", 90, None),
+            ("real_bf16_dali_pools_400", "real", DALI_POOLS, "", 50, 400),
+            ("real_bf16_dali_400", "real", DALI, "real data", 50, 400),
+            ("real_bf16_dali_pools_400_repeat", "real", DALI_POOLS, "", 50, 400),
+            ("real_bf16_dali_400_repeat", "real", DALI, "real data", 50, 400),
+            ("syn_bf16_400", "synthetic", [], "synthetic bf16", 45, 400)]
+    return [("variant", variant(name, data, "fp16", opts, target=target, est=e, steps=steps))
+            for name, data, opts, target, e, steps in rows]
+
+
+
+GRAPHS = ["--compile", "reduce-overhead"]
+
+
+def plan_pace():
+    """Issue 14, runs 36-37 (the calls that carry DALI's pieces; the LMDB and the compiler's cache
+    they leave serve run 38): is the compiled step paced by the host? Synthetic data, compile
+    `default` (the training thread launches each kernel from Python) against CUDA graphs (one
+    launch per compiled graph), each step's thread CPU time beside its GPU time."""
+    rows = [("syn_bf16", [], 90, None), ("syn_bf16_graphs", GRAPHS, 90, None),
+            ("syn_bf16_400", [], 45, 400), ("syn_bf16_graphs_400", GRAPHS, 45, 400)]
+    return [("variant", variant(name, "synthetic", "fp16", opts, est=e, steps=steps)) for name, opts, e, steps in rows]
+
+
+def plan_graphs2():
+    """Issue 14, run 38: DALI beside CUDA graphs. Runs 12 and 30 starved DALI with them (waits of
+    up to 124 ms): with graphs the step asks for ~5,500 images/s, close to what 12 decoding
+    threads give beside it, so a pause of DALI's (a pool growing) outlasts two batches queued.
+    Here deeper queues (4, 6 batches) with the pools allocated before training, against the
+    defaults, alternated; then the defaults' other input paths."""
+    q = lambda n: ["--prefetch", str(n)]  # noqa: E731
+    rows = [("syn_bf16", "synthetic", [], "synthetic bf16", 60, None),
+            ("real_bf16_dali", "real", DALI, "real data", 35, None),
+            ("syn_bf16_graphs", "synthetic", GRAPHS, "", 45, None),
+            ("real_bf16_dali_graphs", "real", DALI + GRAPHS, "", 40, None),
+            ("real_bf16_dali_graphs_q4_pools", "real", DALI_POOLS + GRAPHS + q(4), "", 40, None),
+            ("real_bf16_dali_graphs_q6_pools", "real", DALI_POOLS + GRAPHS + q(6), "", 40, None),
+            ("syn_bf16_graphs_repeat", "synthetic", GRAPHS, "", 30, None),
+            ("real_bf16_dali_graphs_q4_pools_repeat", "real", DALI_POOLS + GRAPHS + q(4), "", 40, None),
+            ("real_bf16_dali_repeat", "real", DALI, "real data", 35, None),
+            ("syn_bf16_repeat", "synthetic", [], "synthetic bf16", 30, None),
+            ("real_bf16_dali_graphs_q4_pools_400", "real", DALI_POOLS + GRAPHS + q(4), "", 55, 400),
+            ("syn_bf16_graphs_400", "synthetic", GRAPHS, "", 45, 400),
+            ("real_bf16_gpu", "real", GPU_DECODE, "real data", 45, None),
+            ("real_bf16_cpu", "real", CPU_DECODE, "real data", 50, None)]
+    return [("variant", variant(name, data, "fp16", opts, target=target, est=e, steps=steps))
+            for name, data, opts, target, e, steps in rows]
+
+
+def plan_defaults40():
+    """Issue 14, run 40 (on a fresh machine after runs 38-39): the trainer's new defaults (CUDA
+    graphs with synthetic data and DALI, DALI four batches ahead with its pools allocated) for every
+    input path against synthetic data, and the former defaults (compile default, two batches ahead,
+    no pools) in the same call."""
+    former = ["--compile", "default", "--prefetch", "2", "--dali-pinned-mb", "0", "--dali-device-mb", "0"]
+    return plan_inputs(est=(60, 40, 45, 50, 30, 35)) + [
+        ("variant", variant("syn_bf16_former", "synthetic", "fp16", former, est=60)),
+        ("variant", variant("real_bf16_dali_former", "real", "fp16", DALI + former, est=35)),
+        ("variant", variant("real_bf16_dali_repeat2", "real", "fp16", DALI, target="real data", est=35)),
+        ("variant", variant("syn_bf16_400", "synthetic", "fp16", [], est=45, steps=400)),
+        ("variant", variant("real_bf16_dali_400", "real", "fp16", DALI, est=50, steps=400)),
+    ]
+
 # plan name -> items, given the GPU count of the multi-GPU runs (one-GPU plans ignore it)
 PLANS = {"h100": lambda n: plan_h100(), "decode": lambda n: plan_decode(), "decode2": lambda n: plan_decode2(),
          "inputs": lambda n: plan_inputs(), "dali2": lambda n: plan_dali2(), "clocks": lambda n: plan_clocks(),
@@ -512,7 +666,11 @@ PLANS = {"h100": lambda n: plan_h100(), "decode": lambda n: plan_decode(), "deco
          "lag": lambda n: plan_lag(), "depth": lambda n: plan_depth(), "cpudec": lambda n: plan_cpudec(),
          "cpudec2": lambda n: plan_cpudec2(), "cpudec3": lambda n: plan_cpudec3(),
          "steady": lambda n: plan_steady(), "steady2": lambda n: plan_steady2(),
-         "final": lambda n: plan_final(), "dali_ddp": plan_dali_ddp,
+         "final": lambda n: plan_final(), "dali_ddp": plan_dali_ddp, "isolate": lambda n: plan_isolate(),
+         "graphs": lambda n: plan_graphs(), "device": lambda n: plan_device(),
+         "thermal": lambda n: plan_thermal(), "attrib": lambda n: plan_attrib(),
+         "stalls": lambda n: plan_stalls(), "pace": lambda n: plan_pace(), "graphs2": lambda n: plan_graphs2(),
+         "defaults40": lambda n: plan_defaults40(),
          "scaling": plan_scaling, "ddp": plan_ddp, "ddp2": plan_ddp2, "ddp3": plan_ddp3}
 
 
@@ -621,12 +779,19 @@ def run_variant(v, work, a, timeout):
     s = json.loads(summary.read_text())
     steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
     losses = [x["loss"] for x in steps]
+    kept = Path(a.out) / f"run_{v['name']}"  # the run's own files, to line its steps up with its telemetry
+    kept.mkdir(parents=True, exist_ok=True)
+    for f in [summary, run_dir / "steps.jsonl", *run_dir.glob("telemetry.*.csv")]:
+        shutil.copy(f, kept / f.name)
     res.update(status="ok", images_per_s=s["images_per_s"], per_gpu=s["images_per_s"] / v["gpus"],
                step_cv=s["step_images_per_s_cv"], stable=s["stable"], device=s.get("device"),
                settings=s.get("pytorch"), workers=s.get("loader_workers"),
                input_wait_fraction=s.get("input_wait_s_timed", 0) / s["seconds_timed"],
                max_memory_gb=s.get("max_memory_allocated_gb"), losses=losses,
                step_wall_s=[x["wall_s"] for x in steps], step_input_wait_s=[x.get("input_wait_s") for x in steps],
+               step_thread_cpu_s=[x.get("thread_cpu_s") for x in steps],
+               step_runqueue_wait_s=[x.get("runqueue_wait_s") for x in steps], main_core=s.get("main_core"),
+               step_device_s=[x.get("device_s") for x in steps],
                loss_falls=statistics.fmean(losses[-5:]) < statistics.fmean(losses[:3]), versions=s.get("versions"),
                gpu_input=s.get("gpu_input"), gpu_clocks=gpu_clocks(run_dir, s["seconds_timed"]))
     trace = run_dir / "trace.rank0.json.gz"
@@ -650,7 +815,7 @@ def gpu_clocks(run_dir, seconds_timed):
     if not csvs:
         return None
     with open(csvs[0]) as f:
-        rows = [r for r in csv.DictReader(f) if r["device"] == "gpu0"]
+        rows = [r for r in csv.DictReader(f) if r["device"] == "gpu0" or r["metric"] == "cpu_steal_percent"]
     end = max((float(r["time_s"]) for r in rows), default=0)
     by = {}
     for r in rows:
@@ -662,7 +827,11 @@ def gpu_clocks(run_dir, seconds_timed):
     mean = lambda m: statistics.fmean(by[m]) if m in by else None  # noqa: E731
     return {"samples": len(by["gpu_sm_clock_MHz"]), "sm_clock_MHz": mean("gpu_sm_clock_MHz"),
             "sm_clock_min_MHz": min(by["gpu_sm_clock_MHz"]), "power_W": mean("gpu_power_W"),
-            "util_percent": mean("gpu_util_percent"),
+            "util_percent": mean("gpu_util_percent"), "cpu_steal_percent": mean("cpu_steal_percent"),
+            **{f"{m}_max": max(by[m]) for m in ("gpu_temp_C", "gpu_mem_temp_C", "gpu_power_limited_percent",
+                                                 "gpu_thermal_limited_percent") if m in by},
+            "mem_clock_min_MHz": min(by.get("gpu_mem_clock_MHz", [float("nan")])),
+            "cpu_steal_max_percent": max(by.get("cpu_steal_percent", [float("nan")])),
             "limited": {name: sum(1 for x in limits if x & bit) / len(limits) for bit, name in LIMITERS.items()
                         if limits}}
 
@@ -955,14 +1124,17 @@ def report(results):
                   for v in dali for g in [v["gpu_input"]]]
     clocks = [v for v in results["variants"] if v.get("status") == "ok" and v.get("gpu_clocks")]
     if clocks:
-        lines += ["", "| variant | images/s | GPU power W | SM clock MHz (min) | GPU util | samples | clock limited by |",
-                  "|" + "---|" * 7]
+        lines += ["", "| variant | images/s | GPU power W | SM clock MHz (min) | GPU util | CPU steal (max) | samples | "
+                  "clock limited by | GPU / memory max C | time power / thermal limited (max) |", "|" + "---|" * 10]
         for v in clocks:
             c = v["gpu_clocks"]
             lim = ", ".join(f"{k} {x:.0%}" for k, x in c["limited"].items() if x) or "nothing"
             lines.append(f"| {v['name']} | {v['images_per_s']:.0f} | {c['power_W'] or float('nan'):.0f} | "
                          f"{c['sm_clock_MHz']:.0f} ({c['sm_clock_min_MHz']:.0f}) | {c['util_percent'] or float('nan'):.0f}% | "
-                         f"{c['samples']} | {lim} |")
+                         f"{c.get('cpu_steal_percent') or 0:.1f}% ({c.get('cpu_steal_max_percent') or 0:.1f}%) | "
+                         f"{c['samples']} | {lim} | {c.get('gpu_temp_C_max', '-')} / {c.get('gpu_mem_temp_C_max', '-')} | "
+                         f"{c.get('gpu_power_limited_percent_max', float('nan')):.1f}% / "
+                         f"{c.get('gpu_thermal_limited_percent_max', float('nan')):.1f}% |")
     traced = [v for v in results["variants"] if v.get("status") == "ok" and "window_ms" in v.get("trace", {})]
     if traced:
         lines += ["", "Profiled steps after the timed ones (benchmarks/trace_streams.py; times per step):", "",

@@ -301,7 +301,8 @@ def pytorch_args():
 
     return ["--amp-dtype", p["amp_dtype"], "--channels-last", onoff(p["channels_last"]),
             "--compile", p["compile"] if p["compile"] else "off", "--hw-decoder-load", p["hw_decoder_load"],
-            "--dali-decoder", p["dali_decoder"],
+            "--dali-decoder", p["dali_decoder"], "--prefetch", p["prefetch"],
+            "--dali-pinned-mb", p["dali_pinned_mb"], "--dali-device-mb", p["dali_device_mb"],
             "--loader-workers", p["loader_workers"], "--tf32", onoff(p["tf32"]), "--bucket-cap-mb", p["bucket_cap_mb"],
             "--input-lanes", p["input_lanes"], "--jpeg-decoder", p["jpeg_decoder"], "--ddp-graph", p["ddp_graph"],
             "--broadcast-buffers", onoff(p["broadcast_buffers"]), "--grad-compression", p["grad_compression"]]

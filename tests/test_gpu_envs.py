@@ -7,7 +7,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import CONFIG, REPO
+from conftest import CONFIG, REPO, interpreter
 
 GPU_ENVS = {fw: REPO / CONFIG["envs_gpu"][fw] for fw in ("tensorflow", "mxnet")}
 
@@ -40,3 +40,14 @@ def test_gpu_environment_without_a_gpu_stops_before_training(fw, cause, tmp_path
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and cause in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "summary.json").exists()
+
+
+@pytest.mark.parametrize("fw", ["pytorch", *GPU_ENVS])
+def test_gpu_capable_environment_has_nvml_bindings_for_telemetry(fw):
+    """Without nvidia-ml-py a GPU run's telemetry would hold no GPU rows, silently; here, without a
+    GPU, NVML itself is what is missing, not its Python bindings."""
+    python = interpreter("pytorch") if fw == "pytorch" else _built(fw)
+    proc = subprocess.run([python, "-c", "from workflow_scripts.common.telemetry import _Gpus; "
+                           "print(_Gpus().unavailable)"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "ModuleNotFoundError" not in proc.stdout and "ImportError" not in proc.stdout, proc.stdout

@@ -53,6 +53,9 @@ def test_summary_is_images_timed_over_time_timed_after_warmup(pipeline_run, fram
     # timing relation between warm-up and timed steps is not asserted: a busy machine reverses it).
     assert summary["timed_steps"] == timed and summary["warmup_steps"] == warmup
     assert summary["seconds_timed"] == pytest.approx(sum(s["wall_s"] for s in after))
+    # The training thread's CPU time and run-queue wait are parts of the step's wall time.
+    assert all(0 <= s["thread_cpu_s"] and 0 <= s["runqueue_wait_s"] for s in steps), steps
+    assert all(s["thread_cpu_s"] + s["runqueue_wait_s"] <= s["wall_s"] + 2e-3 for s in steps), steps
     if framework == "pytorch":
         # Each step says how long it waited for its input: a slow step with a short wait was not
         # held up by the input. On a CPU there is no fetch ahead, so each step's wait is its batch's.
@@ -74,7 +77,12 @@ def test_run_records_cache_clearing_and_telemetry(pipeline_run, framework):
     assert cache["dataset_evicted"] and cache["after"]["resident_bytes"] == 0 and cache["before"]["files"] > 0
     (csv,) = run.glob("telemetry.*.csv")
     metrics = {line.split(",")[2] for line in csv.read_text().splitlines()[1:]}
-    assert {"read_MBps", "cpu_percent", "send_MBps", "recv_MBps"} <= metrics
+    assert {"read_MBps", "cpu_percent", "cpu_steal_percent", "send_MBps", "recv_MBps"} <= metrics
+    # The steps' clock and the telemetry's share an origin: the samples fall among the steps.
+    origin = summary["telemetry_origin_s"]
+    ends = [s["t_end"] - origin for s in steps_of(run)]
+    times = [float(line.split(",")[0]) for line in csv.read_text().splitlines()[1:]]
+    assert 0 < ends[0] and min(times) < ends[-1], (ends, times)
 
 
 def test_synthetic_run_reads_no_dataset_file(pipeline_run, tmp_path):

@@ -1,9 +1,10 @@
 """A training run's timing, written the same way by every framework.
 
 Per iteration one JSON line: step, phase (warmup | timed), wall time of the step, images in the
-step (global, all ranks), loss, and where the framework counts it, the step's wait for its input
-(PyTorch). The summary's images/s is images timed / time timed, over the
-steps after the warm-up (seed 002: 10 warm-up + 100 timed steps); beside it the mean and
+step (global, all ranks), loss, the logging (training) thread's CPU time and run-queue wait in the
+step, and where the framework counts them, the step's wait for its input and its time on the
+device (PyTorch). The summary's images/s is images timed / time timed, over the steps after the
+warm-up (seed 002: 10 warm-up + 100 timed steps); beside it the mean and
 coefficient of variation of the per-step images/s, and whether that variation is within the
 study's 2% ("stable").
 """
@@ -13,6 +14,18 @@ import time
 from pathlib import Path
 
 STABLE_CV = 0.02
+
+
+def thread_clocks():
+    """The calling thread's CPU seconds and, where Linux's scheduler statistics exist, its seconds
+    spent runnable but waiting for a CPU (/proc/thread-self/schedstat: run time, wait time, slices)."""
+    clocks = {"thread_cpu_s": time.thread_time()}
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            clocks["runqueue_wait_s"] = int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        pass
+    return clocks
 
 
 class StepLog:
@@ -26,20 +39,31 @@ class StepLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._f = open(self.path, "w")
         self._t = None
+        self._thread = {}
 
     def start(self):
-        """Mark the start of a step (call right before the step's work)."""
+        """Mark the start of a step (call right before the step's work, in the thread that ends it)."""
         self._t = time.perf_counter()
+        self._thread = thread_clocks()
 
-    def end(self, loss, images=None, input_wait_s=None):
+    def end(self, loss, images=None, input_wait_s=None, device_s=None):
         """Mark the end of a step; `loss` must already be a host value (the step has synced).
         input_wait_s: seconds this step's process spent taking batches from its input, where the
-        framework counts them (a slow step with a short wait was not held up by the input)."""
+        framework counts them (a slow step with a short wait was not held up by the input).
+        device_s: seconds from the device reaching the step's first work to finishing its last, where
+        the framework times it (a slow step whose device time is not longer idled the device).
+        Each step also records this thread's CPU time and its time ready to run but not running
+        (Linux's run-queue wait): a slow step whose launching thread ran longer or waited for a
+        CPU was held up on the host, not by the device."""
         now = time.perf_counter()
+        clocks = thread_clocks()
         step = len(self.steps)
         rec = {"step": step, "phase": "warmup" if step < self.warmup_steps else "timed",
                "wall_s": now - self._t, "images": images or self.global_batch, "loss": float(loss),
-               "t_end": now, **({"input_wait_s": input_wait_s} if input_wait_s is not None else {})}
+               "t_end": now, **({"input_wait_s": input_wait_s} if input_wait_s is not None else {}),
+               **({"device_s": device_s} if device_s is not None else {}),
+               **{k: clocks[k] - self._thread[k] for k in clocks if k in self._thread}}
+        self._thread = clocks
         self.steps.append(rec)
         if self.write:
             self._f.write(json.dumps(rec) + "\n")

@@ -2,7 +2,8 @@
 
 At a fixed interval: read MB/s of the block device or NFS mount the dataset lives on, send and
 receive MB/s per network interface (and per InfiniBand port, from its counters under
-/sys/class/infiniband), CPU utilisation, and GPU utilisation, memory, power, SM clock and the
+/sys/class/infiniband), CPU utilisation and steal (time a virtual machine's CPUs waited for the
+hypervisor), and GPU utilisation, memory, power, SM clock and the
 clock's limiters (NVML's bit mask) through NVML where a GPU exists. One CSV per node per run, long format: time_s, node, metric, device, value.
 """
 import csv
@@ -83,12 +84,16 @@ class _Gpus:
             pynvml.nvmlInit()
             self.nvml = pynvml
             self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        except Exception:  # no NVML library, no driver, no GPU: nothing to sample
+            self.unavailable = None
+        except Exception as exc:  # no nvidia-ml-py, NVML library, driver or GPU: nothing to sample
             self.handles = []
+            self.unavailable = f"{type(exc).__name__}: {exc}"
+        self._violations = {}  # (gpu, policy) -> (monotonic s, NVML's cumulative violation ns)
 
     def sample(self):
-        """(device, metric, value) rows. Power, SM clock and the clock's limiters say whether a
-        step ran slower because the GPU lowered its clock (e.g. at its power cap)."""
+        """(device, metric, value) rows. Power, clocks, temperatures, the clock's limiters and the
+        time spent limited say whether a step ran slower because the GPU lowered its clock (e.g.
+        at its power cap, or its memory too hot)."""
         for i, h in enumerate(self.handles):
             nvml, gpu = self.nvml, f"gpu{i}"
             yield gpu, "gpu_util_percent", nvml.nvmlDeviceGetUtilizationRates(h).gpu
@@ -98,11 +103,31 @@ class _Gpus:
                 nvml.nvmlDeviceGetCurrentClocksThrottleReasons
             for metric, read in (("gpu_power_W", lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000),
                                  ("gpu_sm_clock_MHz", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
-                                 ("gpu_clock_limiters", lambda: limiters(h))):
+                                 ("gpu_mem_clock_MHz", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)),
+                                 ("gpu_clock_limiters", lambda: limiters(h)),
+                                 ("gpu_temp_C", lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)),
+                                 ("gpu_mem_temp_C", lambda: self._field(h, nvml.NVML_FI_DEV_MEMORY_TEMP))):
                 try:
                     yield gpu, metric, read()
-                except nvml.NVMLError:  # not supported on this GPU or driver
+                except (nvml.NVMLError, AttributeError):  # not supported on this GPU, driver or nvidia-ml-py
                     pass
+            # NVML counts the time the clocks were held down by the power cap or by heat: a limit
+            # shorter than the interval shows here as a share of it, where the sampled clock misses it.
+            for name in ("power", "thermal"):
+                try:
+                    ns = nvml.nvmlDeviceGetViolationStatus(h, getattr(nvml, f"NVML_PERF_POLICY_{name.upper()}")).violationTime
+                except (nvml.NVMLError, AttributeError):
+                    continue
+                now, before = time.monotonic(), self._violations.get((i, name))
+                self._violations[(i, name)] = (now, ns)
+                if before and now > before[0]:
+                    yield gpu, f"gpu_{name}_limited_percent", 100 * (ns - before[1]) / 1e9 / (now - before[0])
+
+    def _field(self, handle, field):
+        value = self.nvml.nvmlDeviceGetFieldValues(handle, [field])[0]
+        if value.nvmlReturn != 0:
+            raise self.nvml.NVMLError(value.nvmlReturn)
+        return value.value.uiVal
 
 
 class Telemetry(threading.Thread):
@@ -115,14 +140,16 @@ class Telemetry(threading.Thread):
         self.gpus = _Gpus()
         self.node = socket.gethostname()
         self._halt = threading.Event()
+        self.origin = None  # time.perf_counter() at the samples' time 0: steps' t_end - origin is their time_s
 
     def _snapshot(self):
         return (time.perf_counter(), self.storage.read_bytes(), psutil.net_io_counters(pernic=True), _ib_counters())
 
     def run(self):
         self.csv_path.parent.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
+        t0 = self.origin = time.perf_counter()
         psutil.cpu_percent(None)
+        psutil.cpu_times_percent(None)
         with open(self.csv_path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["time_s", "node", "metric", "device", "value"])
@@ -133,7 +160,9 @@ class Telemetry(threading.Thread):
                 t = round(cur[0] - t0, 3)
                 rows = [(t, self.node, "read_MBps", f"{self.storage.kind}:{self.storage.device}",
                          (cur[1] - prev[1]) / dt / 1e6),
-                        (t, self.node, "cpu_percent", "all", psutil.cpu_percent(None))]
+                        (t, self.node, "cpu_percent", "all", psutil.cpu_percent(None)),
+                        # On a virtual machine: the time its CPUs were ready but the hypervisor ran others.
+                        (t, self.node, "cpu_steal_percent", "all", getattr(psutil.cpu_times_percent(None), "steal", 0.0))]
                 for nic, c in cur[2].items():
                     if nic in prev[2]:
                         rows.append((t, self.node, "send_MBps", nic, (c.bytes_sent - prev[2][nic].bytes_sent) / dt / 1e6))

@@ -7,8 +7,8 @@ DALI does the whole input in its own C++ threads, without the interpreter lock. 
 
   cpu     libjpeg-turbo in DALI's CPU threads, only the crop's region; the crops are copied to the
           GPU, which resizes, flips and normalizes them: a few GPU operations a batch. The default:
-          on an H100 it came closest to the synthetic rate (97-100% in 11 of 12 runs with 12 threads,
-          runs 21-28).
+          on an H100 it came closest to the synthetic rate (95.5-101.8% in 20 of 21 runs with 12
+          threads, runs 21-34).
   mixed   the hardware JPEG engine of an A100/H100 (share hw_decoder_load) and nvJPEG on the SMs
           (the rest; all of them on older GPUs). Its decoding costs the SMs little, but it issues
           a copy and a colour conversion per JPEG on a dozen streams, about 500 small GPU
@@ -110,9 +110,9 @@ def training_pipeline(path, shard, shards, size, channels_last, hw_decoder_load,
 def preallocate(pinned_mb, device_mb, device_id):
     """Grows DALI's pinned host and device memory pools now (0: left to grow as batches need it).
     Grown during training, each growth waits for the device (DALI's docs: 'Memory Pool
-    Preallocation'). On an H100, 1 GiB pinned and 2 GiB on the device at batch 256 gave the same
-    images/s and a step CV within the run-to-run spread (docs/benchmarks.md, runs 24-26): an
-    option, not the default."""
+    Preallocation'), and a pause longer than the batches queued holds the step up. The trainer's
+    default (pytorch_ddp.DALI_POOLS_MB: 1 GiB pinned and 2 GiB on the device at batch 256) is
+    part of the setting measured steady on an H100 (docs/benchmarks.md, runs 38-39)."""
     if pinned_mb:
         backend.PreallocatePinnedMemory(pinned_mb << 20)
     if device_mb:

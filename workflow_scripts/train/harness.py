@@ -212,6 +212,8 @@ class Run:
             "lr": self.lr,
             "versions": {"python": sys.version.split()[0], "platform": platform.platform(), **self.versions},
             "page_cache": caches or {"note": "no cache report: clearing did not run before this run"},
+            # steps.jsonl's t_end minus this is the time_s of rank 0's node telemetry
+            "telemetry_origin_s": self.telemetry.origin if self.telemetry else None,
             "provenance": {"nodes": {p.stem.split(".", 1)[1]: json.loads(p.read_text())
                                      for p in sorted(self.dir.glob("provenance.*.json"))},
                            "code": provenance.code_version(), "settings_hash": provenance.settings_hash(settings)},

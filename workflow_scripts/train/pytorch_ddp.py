@@ -7,8 +7,8 @@ gpu_input decodes and augments whole batches on the GPU (nvJPEG) in a thread, ah
 dali, an NVIDIA DALI pipeline reads the LMDB and decodes in its own threads (--dali-decoder cpu:
 libjpeg-turbo, cores per GPU - 4 of them; mixed: the hardware JPEG engine and nvJPEG) and resizes,
 flips and normalizes on the GPU (dali_input). Pillow in DataLoader workers cannot feed an H100,
-and DALI came closest to the synthetic rate there, decoding on the CPU 97-100% of it in 11 of 12
-runs (docs/benchmarks.md, runs 11-28): auto is dali on a GPU, cpu on a CPU. With CUDA the next batch
+and DALI came closest to the synthetic rate there, decoding on the CPU 95.5-101.8% of it in 20 of
+21 runs (docs/benchmarks.md, runs 11-34): auto is dali on a GPU, cpu on a CPU. With CUDA the next batch
 is taken while the GPU runs the step (--fetch-ahead), so the GPU does not idle at the step
 boundary while the CPU fetches it, and, except with DALI, each step's loss is read after the next
 step is queued (--loss-lag), so it does not idle while the CPU reads the loss and launches the next
@@ -24,9 +24,9 @@ capability >= 8.0: A100, H100), where no loss scaling is needed; float16 with a 
 older GPUs (the study's V100), or when asked for.
 
 Speed on a GPU, each 'auto' being on for CUDA and off on a CPU (so the CPU default runs as it
-always did): channels_last, torch.compile of the model (mode default: BN + ReLU fused into one
-pass; reduce-overhead adds CUDA graphs, faster on synthetic data, slower with GPU decoding, whose
-work then waits behind the graphs: docs/benchmarks.md), a fused SGD, cuDNN autotuning; with
+always did): channels_last, torch.compile of the model (BN + ReLU fused into one pass; with
+synthetic data or DALI on one node, mode reduce-overhead, i.e. CUDA graphs, and otherwise mode
+default: see compile_mode), a fused SGD, cuDNN autotuning; with
 several GPUs, DDP's gradients are views of its buckets of --bucket-cap-mb (no copy), no BatchNorm
 buffer broadcast, and within one node one compiled graph with the all-reduce after the backward
 pass (together 96.7-97.5% scaling efficiency on 2 H200s, against 90% for DDP's defaults).
@@ -50,6 +50,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torchvision.transforms import v2 as T
 
+from ..common import affinity
 from ..common.errors import StageError, run_main
 from ..data.lmdb_dataset import LMDBImageNet
 from . import gpu_input, harness
@@ -63,6 +64,22 @@ GPU_DECODE_WORKERS = 4  # they only read bytes: a few keep up with any GPU (docs
 # threads: 12 of 16 threads on an H100 gave 97-99% of synthetic, 15 94.8-98.6% (runs 20-23)
 DALI_SPARE_CORES = 4
 DALI_DECODERS = ("cpu", "mixed")
+# Batches queued ahead of the step. DALI pauses now and then (a pool growing, a slow thread) for
+# longer than two 47 ms steps: four kept CUDA graphs fed (docs/benchmarks.md, runs 38-39).
+DALI_PREFETCH, GPU_PREFETCH = 4, 2
+# DALI's pinned and device pools allocated before training, MiB at batch 256 and 224 px: room for
+# the queue above without growing (runs 35, 38-39).
+DALI_POOLS_MB = (1024, 2048)
+POOL_REFERENCE = 256 * 224 * 224
+
+
+def pool_mb(text):
+    if text == "auto":
+        return text
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: a size in MiB, 0 or more, or auto")
+    return value
 
 
 def fraction(text):
@@ -79,7 +96,8 @@ def add_args(ap):
                         "else float16 with loss scaling")
     g.add_argument("--channels-last", choices=AUTO, default="auto", help="auto: on a GPU")
     g.add_argument("--compile", choices=COMPILE_MODES, default="auto",
-                   help="torch.compile mode of the model; auto: default on a GPU, off on a CPU")
+                   help="torch.compile mode of the model; auto: off on a CPU; on a GPU reduce-overhead (CUDA "
+                        "graphs) for synthetic data and input dali within one node, else default")
     g.add_argument("--input", choices=INPUTS, default="auto",
                    help="where images are decoded and augmented: cpu (Pillow in DataLoader workers), gpu "
                         "(gpu_input: nvJPEG in a thread of this process), dali (NVIDIA DALI's pipeline); "
@@ -90,7 +108,9 @@ def add_args(ap):
                         f"cores per rank - {DALI_SPARE_CORES})")
     g.add_argument("--tf32", choices=("on", "off"), default="on", help="fp32 on a GPU: TF32 tensor cores")
     g.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size")
-    g.add_argument("--prefetch", type=int, default=2, help="input gpu or dali: batches prepared ahead of the step")
+    g.add_argument("--prefetch", type=int, default=0,
+                   help=f"input gpu or dali: batches prepared ahead of the step; 0: {DALI_PREFETCH} with dali, "
+                        f"{GPU_PREFETCH} with gpu")
     # Most JPEGs to the hardware engine leaves the SMs to the step, beside which the gpu path's
     # decoding slowed it (docs/benchmarks.md); DALI's own default is 0.65. Not yet measured here.
     g.add_argument("--hw-decoder-load", type=fraction, default=0.9,
@@ -100,15 +120,15 @@ def add_args(ap):
                    help="input dali on a GPU: where JPEGs are decoded: cpu (libjpeg-turbo in DALI's threads, the "
                         "crops then copied to the GPU) or mixed (hardware JPEG engine + nvJPEG on the GPU); "
                         "without a GPU always cpu")
-    # DALI grows its pools as batches need it, and each growth waits for the device; allocated
-    # before training (1 GiB pinned, 2 GiB device at batch 256) they gave the same images/s and a
-    # step CV within the run-to-run spread (docs/benchmarks.md, runs 24-26), so not by default.
-    g.add_argument("--dali-pinned-mb", type=int, default=0,
-                   help="input dali on a GPU: MiB of DALI's pinned host memory pool allocated before training "
-                        "(0: grown as needed)")
-    g.add_argument("--dali-device-mb", type=int, default=0,
-                   help="input dali on a GPU: MiB of DALI's device memory pool allocated before training "
-                        "(0: grown as needed)")
+    # DALI grows its pools as batches need it, and each growth waits for the device: a pause of
+    # DALI's that outlasts the batches queued holds the step up (docs/benchmarks.md, runs 30-35).
+    g.add_argument("--dali-pinned-mb", type=pool_mb, default="auto",
+                   help=f"input dali on a GPU: MiB of DALI's pinned host memory pool allocated before training "
+                        f"(0: grown as needed; auto: {DALI_POOLS_MB[0]} at batch 256 and 224 px, in proportion "
+                        f"to batch x pixels)")
+    g.add_argument("--dali-device-mb", type=pool_mb, default="auto",
+                   help=f"input dali on a GPU: MiB of DALI's device memory pool allocated before training "
+                        f"(0: grown as needed; auto: {DALI_POOLS_MB[1]} at batch 256 and 224 px, likewise)")
     g.add_argument("--dali-affinity", choices=("on", "off"), default="off",
                    help="input dali on a GPU: pin DALI's CPU threads to cores (DALI's set_affinity)")
     g.add_argument("--dali-executor", choices=("dynamic", "legacy"), default="dynamic",
@@ -141,6 +161,9 @@ def add_args(ap):
     g.add_argument("--switch-interval-ms", type=float, default=0.0,
                    help="Python's thread switch interval (0: its default, 5 ms): how long the step's launching "
                         "thread can wait for the interpreter lock held by the input thread")
+    g.add_argument("--main-core", choices=("on", "off"), default="off",
+                   help="--mode steps: after the warm-up steps, the training thread on a physical core of its own "
+                        "and every other thread of the process off it (common.affinity)")
     g.add_argument("--profile-steps", type=int, default=0,
                    help="after the timed steps, this many more under torch.profiler (CPU and CUDA), written to "
                         "OUT/trace.rank<r>.json.gz; they are no step of the summary")
@@ -161,13 +184,16 @@ class Settings:
     grad_compression: str = "none"
     broadcast_buffers: bool = False
     loss_lag: int = 0  # steps queued past the one whose loss is read
+    prefetch: int = GPU_PREFETCH  # input gpu, dali: batches prepared ahead
+    dali_pools_mb: tuple = (0, 0)  # input dali on a GPU: (pinned, device) MiB allocated before training
 
     def describe(self):
         return {"amp_dtype": str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "float32",
                 "channels_last": self.channels_last, "compile": self.compile or "off",
                 "input": self.input, "tf32": self.tf32, "bucket_cap_mb": self.bucket_cap_mb,
                 "ddp_graph": self.ddp_graph, "grad_compression": self.grad_compression,
-                "broadcast_buffers": self.broadcast_buffers, "loss_lag": self.loss_lag}
+                "broadcast_buffers": self.broadcast_buffers, "loss_lag": self.loss_lag,
+                "prefetch": self.prefetch, "dali_pools_mb": list(self.dali_pools_mb)}
 
 
 def resolve(args, device, nodes=1):
@@ -184,13 +210,42 @@ def resolve(args, device, nodes=1):
             amp = torch.bfloat16
         else:
             amp = torch.float16
-    mode = {"auto": "default" if cuda else "", "off": ""}.get(args.compile, args.compile)
     source = args.input if args.input != "auto" else ("dali" if cuda else "cpu")
-    return Settings(device=device, amp_dtype=amp, channels_last=on(args.channels_last), compile=mode,
+    graph = ddp_graph(args.ddp_graph, nodes)
+    if args.prefetch < 0:
+        raise StageError(f"--prefetch {args.prefetch}: batches ahead, 1 or more (0: {DALI_PREFETCH} with dali, "
+                         f"{GPU_PREFETCH} with gpu)")
+    scale = args.batch_per_gpu * args.image_size ** 2 / POOL_REFERENCE
+    pools = tuple(round(mb * scale) if given == "auto" else given
+                  for mb, given in zip(DALI_POOLS_MB, (args.dali_pinned_mb, args.dali_device_mb)))
+    return Settings(device=device, amp_dtype=amp, channels_last=on(args.channels_last),
+                    compile=compile_mode(args.compile, cuda, "synthetic" if args.data_source == "synthetic" else source,
+                                         graph),
                     input=source, tf32=cuda and args.tf32 == "on",
-                    bucket_cap_mb=args.bucket_cap_mb, ddp_graph=ddp_graph(args.ddp_graph, nodes),
+                    bucket_cap_mb=args.bucket_cap_mb, ddp_graph=graph,
                     grad_compression=args.grad_compression, broadcast_buffers=args.broadcast_buffers == "on",
-                    loss_lag=int(cuda and source != "dali") if args.loss_lag == "auto" else int(args.loss_lag))
+                    loss_lag=int(cuda and source != "dali") if args.loss_lag == "auto" else int(args.loss_lag),
+                    prefetch=args.prefetch or (DALI_PREFETCH if source == "dali" else GPU_PREFETCH),
+                    dali_pools_mb=pools if cuda and source == "dali" else (0, 0))
+
+
+def compile_mode(choice, cuda, source, graph):
+    """torch.compile's mode ("" = eager). auto: eager on a CPU. On a GPU in mode default the
+    training thread launches the step kernel by kernel from Python, and the GPU idles whenever that
+    thread falls behind it (run 16: 1.4 ms a step with synthetic data, 5-7 ms beside DALI's decoding
+    threads, where launching the forward pass took 18-22 ms instead of 14). CUDA graphs
+    (reduce-overhead) launch each compiled graph at once: on one H100, DALI with them gave
+    98.7-99.5% of synthetic data's rate (with them too) at a step CV of 0.5-0.8% in 9 of 9 runs,
+    against 96.8-98.8% and CV 1.5-3.3% in mode default on the same machine (docs/benchmarks.md,
+    runs 38-39). Not for
+    the gpu input path, whose decoding then waited behind the graphs (runs 2-6), nor the cpu path
+    (input-bound either way), nor across nodes, where DDP's graph is split at its buckets
+    (ddp_graph split) and CUDA graphs of the pieces were not measured."""
+    if choice == "off" or (choice == "auto" and not cuda):
+        return ""
+    if choice != "auto":
+        return choice
+    return "reduce-overhead" if source in ("synthetic", "dali") and graph == "whole" else "default"
 
 
 def ddp_graph(choice, nodes):
@@ -331,16 +386,11 @@ def build_input(args, s, launch):
     workers = loader_workers(args, s, launch)
     seed = input_seed(args.seed, launch.rank)
     if s.input == "dali":
-        if args.prefetch < 1:
-            raise StageError(f"--prefetch {args.prefetch}: DALI prefetches at least one batch")
-        for flag, mb in (("--dali-pinned-mb", args.dali_pinned_mb), ("--dali-device-mb", args.dali_device_mb)):
-            if mb < 0:
-                raise StageError(f"{flag} {mb}: a size in MiB, 0 or more")
         dali = dali_input_module().DALIBatches(
             train, device, args.image_size, args.batch_per_gpu, seed, rank=launch.rank,
-            world_size=launch.world_size, channels_last=s.channels_last, depth=args.prefetch, threads=workers,
+            world_size=launch.world_size, channels_last=s.channels_last, depth=s.prefetch, threads=workers,
             hw_decoder_load=args.hw_decoder_load, executor=args.dali_executor,
-            decoder=args.dali_decoder, pinned_mb=args.dali_pinned_mb, device_mb=args.dali_device_mb,
+            decoder=args.dali_decoder, pinned_mb=s.dali_pools_mb[0], device_mb=s.dali_pools_mb[1],
             affinity=args.dali_affinity == "on")
         return Input(classes, len(lmdb), workers, lambda: next(dali), dali.close, dali.stats)
     ds = gpu_input.RawJPEGs(lmdb) if raw else lmdb
@@ -353,7 +403,7 @@ def build_input(args, s, launch):
     batches = _forever(loader, sampler)
     if raw:
         gpu = gpu_input.GPUBatches(batches, device, args.image_size, seed=seed,
-                                   channels_last=s.channels_last, depth=args.prefetch, priority=args.input_priority,
+                                   channels_last=s.channels_last, depth=s.prefetch, priority=args.input_priority,
                                    lanes=args.input_lanes, decoder=args.jpeg_decoder,
                                    decoder_threads=args.decoder_threads)
         return Input(classes, len(ds), workers, lambda: next(gpu), gpu.close, gpu.stats)
@@ -444,6 +494,10 @@ def long_test(args, run, trainer, s, workers, classes, train_step):
     return harness.LongTest(run).run_epochs(train_step, set_lr, evaluate, allreduce_sum, lambda: _digest(model))
 
 
+def last(values):
+    return values[-1] if values else None
+
+
 def _digest(model):
     return harness.weights_digest(p.detach().float().cpu().numpy() for p in model.parameters())
 
@@ -467,6 +521,7 @@ def main():
         dist.init_process_group("nccl" if cuda else "gloo", rank=launch.rank, world_size=launch.world_size,
                                 init_method=f"tcp://{launch.master_addr}:{launch.master_port}")
     s = resolve(args, device, nodes=launch.num_nodes)
+    cores = affinity.plan(launch.local_rank, launch.local_size) if args.main_core == "on" else None
     configure_backends(s)
     torch.manual_seed(args.seed)
     data = build_input(args, s, launch)
@@ -475,6 +530,7 @@ def main():
     model = torchvision.models.resnet50(num_classes=data.classes, zero_init_residual=True)
     trainer = Trainer(model, s, run.lr, args.momentum, args.weight_decay, distributed=launch.world_size > 1)
     waits = []  # seconds spent taking batches from the input: its share of the time
+    device_s = []  # each step's time on the GPU, as its loss is read
     # Taken during the step before (fetch ahead), the batch is ready when the step starts: the GPU
     # does not idle while the CPU waits for the input between the loss read and the next launch.
     ahead = [] if (args.fetch_ahead == "on" or (args.fetch_ahead == "auto" and cuda)) else None
@@ -490,6 +546,9 @@ def main():
         ranks; the batch, which must live until the step has run: DALI's buffers are handed over
         without a copy)."""
         x, y = ahead.pop() if ahead else fetch()
+        if cuda:
+            began = torch.cuda.Event(enable_timing=True)
+            began.record()
         loss = trainer.step(x, y)
         if launch.world_size > 1:
             loss = loss.clone()
@@ -501,11 +560,12 @@ def main():
             # behind the next step's too and wait for that step as well.
             host = torch.empty((), dtype=loss.dtype, pin_memory=True)
             host.copy_(loss.detach(), non_blocking=True)
-            done = torch.cuda.Event()
+            done = torch.cuda.Event(enable_timing=True)
             done.record()
 
             def read():
                 done.synchronize()
+                device_s.append(began.elapsed_time(done) / 1e3)
                 return host.item()
         if ahead is not None:
             ahead.append(fetch())
@@ -537,11 +597,11 @@ def main():
         for step in range(steps):
             queued = launch_step()
             if behind is not None:
-                run.log.end(behind[0](), input_wait_s=step_wait())
+                run.log.end(behind[0](), input_wait_s=step_wait(), device_s=last(device_s))
             behind = queued
             if s.loss_lag and step not in (0, args.warmup_steps - 1, steps - 1):
                 continue
-            run.log.end(behind[0](), input_wait_s=step_wait())  # caught up: nothing is queued past this step
+            run.log.end(behind[0](), input_wait_s=step_wait(), device_s=last(device_s))  # caught up: nothing is queued past this step
             behind = None
             if step == 0:
                 run.record_digest("after_step_1", _digest(model))
@@ -551,6 +611,8 @@ def main():
                 # run-to-run noise on an H100: docs/benchmarks.md.)
                 gc.collect()
                 gc.freeze()
+                if cores and step == max(args.warmup_steps - 1, 0) and "main_core" not in extra:
+                    extra["main_core"] = affinity.isolate_calling_thread(*cores)
                 run.log.start()  # the collection is no step's time; the timed steps start with no step queued
         if args.profile_steps > 0:
             profile(args, run, lambda: train_step(None))
@@ -569,7 +631,7 @@ def main():
                 "gradients": harness.gradients(sum(p.numel() for p in grads), wire.itemsize,
                                                str(wire).replace("torch.", "")),
                 "amp_dtype": s.describe()["amp_dtype"], "pytorch": s.describe(),
-                "fetch_ahead": ahead is not None, "input_wait_s_timed": timed_wait, "gpu_input": data.stats(args.warmup_steps + args.prefetch),
+                "fetch_ahead": ahead is not None, "input_wait_s_timed": timed_wait, "gpu_input": data.stats(args.warmup_steps + s.prefetch),
                 "max_memory_allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
                 **extra})
     if launch.world_size > 1:

@@ -1,0 +1,61 @@
+"""What pytorch_ddp's 'auto' options become, per device, input path and node count: the rules
+docs/benchmarks.md measured (runs 38-39: CUDA graphs with synthetic data and DALI within a node,
+DALI four batches ahead with its pools allocated), resolved here without a GPU (a CUDA device
+object needs none; nothing is run on it)."""
+import json
+import subprocess
+
+import pytest
+from conftest import REPO, interpreter
+
+SCRIPT = """
+import json, sys, torch
+from workflow_scripts.train import harness, pytorch_ddp as p
+out = {}
+for name, device, nodes, argv in json.loads(sys.argv[1]):
+    args = p.add_args(harness.arg_parser("x")).parse_args(argv + ["--out", "unused"])
+    out[name] = p.resolve(args, torch.device(device), nodes=nodes).describe()
+print(json.dumps(out))
+"""
+
+REAL = ["--data", "LMDB", "--batch-per-gpu", "256", "--image-size", "224"]
+CASES = [
+    ("cpu", "cpu", 1, REAL),
+    ("gpu_dali", "cuda", 1, REAL),
+    ("gpu_dali_two_nodes", "cuda", 2, REAL),
+    ("gpu_synthetic", "cuda", 1, ["--data-source", "synthetic", "--batch-per-gpu", "256", "--image-size", "224"]),
+    ("gpu_gpu_input", "cuda", 1, REAL + ["--input", "gpu"]),
+    ("gpu_cpu_input", "cuda", 1, REAL + ["--input", "cpu"]),
+    ("gpu_dali_small", "cuda", 1, ["--data", "LMDB", "--batch-per-gpu", "64", "--image-size", "112"]),
+    ("gpu_dali_asked", "cuda", 1, REAL + ["--compile", "default", "--prefetch", "2", "--dali-pinned-mb", "0",
+                                          "--dali-device-mb", "100"]),
+]
+
+
+@pytest.fixture(scope="module")
+def resolved():
+    proc = subprocess.run([interpreter("pytorch"), "-c", SCRIPT, json.dumps(CASES)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_cuda_graphs_where_they_kept_the_step_steady(resolved):
+    assert resolved["cpu"]["compile"] == "off"  # the CPU default runs eager, as it always did
+    assert resolved["gpu_dali"]["compile"] == resolved["gpu_synthetic"]["compile"] == "reduce-overhead"
+    # GPU decoding waited behind the graphs; across nodes DDP's graph is split at its buckets.
+    assert resolved["gpu_gpu_input"]["compile"] == resolved["gpu_cpu_input"]["compile"] == "default"
+    assert resolved["gpu_dali_two_nodes"]["compile"] == "default"
+    assert resolved["gpu_dali_two_nodes"]["ddp_graph"] == "split"
+    assert resolved["gpu_dali_asked"]["compile"] == "default"
+
+
+def test_dali_queue_and_pools(resolved):
+    dali = resolved["gpu_dali"]
+    assert dali["input"] == "dali" and dali["prefetch"] == 4 and dali["dali_pools_mb"] == [1024, 2048]
+    # In proportion to batch x pixels: a quarter of the batch at a quarter of the pixels.
+    assert resolved["gpu_dali_small"]["dali_pools_mb"] == [64, 128]
+    assert resolved["gpu_gpu_input"]["prefetch"] == 2 and resolved["gpu_gpu_input"]["dali_pools_mb"] == [0, 0]
+    assert resolved["cpu"]["dali_pools_mb"] == [0, 0]  # DALI's CPU pipeline has no such pools
+    asked = resolved["gpu_dali_asked"]
+    assert asked["prefetch"] == 2 and asked["dali_pools_mb"] == [0, 100]
