@@ -51,7 +51,8 @@ class StepLog:
         input_wait_s: seconds this step's process spent taking batches from its input, where the
         framework counts them (a slow step with a short wait was not held up by the input).
         device_s: seconds from the device reaching the step's first work to finishing its last, where
-        the framework times it (a slow step whose device time is not longer idled the device).
+        the framework times it: a span, which includes any time the device waited for the host to
+        launch more (a slow step whose device time is not longer idled the device).
         Each step also records this thread's CPU time and its time ready to run but not running
         (Linux's run-queue wait): a slow step whose launching thread ran longer or waited for a
         CPU was held up on the host, not by the device."""
