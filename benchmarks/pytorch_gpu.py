@@ -24,7 +24,9 @@ fit is listed as skipped, never silently dropped):
     (plans decode, decode2: real data on one GPU; inputs: synthetic and the cpu, gpu and dali input
     paths with the trainer's defaults; ddp, ddp2, ddp3: DDP on 2 GPUs; isolate, graphs, device,
     thermal, attrib, stalls: where the uneven steps' time goes, runs 29-35; pace, graphs2: the
-    host's pacing and DALI beside CUDA graphs, runs 36-39; defaults40: the defaults since, run 40; docs/benchmarks.md)
+    host's pacing and DALI beside CUDA graphs, runs 36-39; defaults40: the defaults since, run 40;
+    defaults42: them again alternated, and the long test with DALI and CUDA graphs, runs 42-45;
+    docs/benchmarks.md)
 
 Writes OUT/results.json (everything, per-step wall, input-wait, thread and GPU times included),
 OUT/results.md (tables) and, per variant, OUT/run_<variant>/ (its summary, steps and telemetry).
@@ -659,6 +661,33 @@ def plan_defaults40():
         ("variant", variant("real_bf16_dali_400", "real", "fp16", DALI, est=50, steps=400)),
     ]
 
+
+
+def long_test(name, opts, epochs, est):
+    """--mode accuracy (the long test: epochs, the learning-rate schedule, top-1/top-5 on the val
+    split after each) on one GPU with the given options; its records go to results["long_tests"]."""
+    return ("long_test", {"name": name, "opts": opts, "epochs": epochs, "est_s": est})
+
+
+def plan_defaults42():
+    """Issue 14, runs 42-45 (a fresh machine; calls 42 and 43 carry DALI's first two pieces and
+    run what needs no DALI, 44 and 45 the rest): the defaults' synthetic and dali runs alternated,
+    and the long test (mode accuracy) with DALI and CUDA graphs, the default on a GPU within a
+    node, against the same long test in compile mode default: same seed, same data, the losses,
+    top-1 and top-5 of each epoch side by side."""
+    rows = [("syn_bf16", "synthetic", []), ("real_bf16_dali", "real", DALI)]
+    alternated = [("variant", variant(f"{name}{suffix}", data, "fp16", opts, est=45))
+                  for suffix in ("", "_repeat", "_repeat2", "_repeat3") for name, data, opts in rows]
+    return alternated + [
+        long_test("long_dali", DALI, 6, 90),
+        long_test("long_dali_compile_default", DALI + ["--compile", "default"], 6, 90),
+        ("variant", variant("syn_bf16_400", "synthetic", "fp16", [], est=45, steps=400)),
+        ("variant", variant("real_bf16_dali_400", "real", "fp16", DALI, est=50, steps=400)),
+        ("variant", variant("real_bf16_gpu", "real", "fp16", GPU_DECODE, est=45)),
+        ("variant", variant("real_bf16_cpu", "real", "fp16", CPU_DECODE, est=50)),
+    ]
+
+
 # plan name -> items, given the GPU count of the multi-GPU runs (one-GPU plans ignore it)
 PLANS = {"h100": lambda n: plan_h100(), "decode": lambda n: plan_decode(), "decode2": lambda n: plan_decode2(),
          "inputs": lambda n: plan_inputs(), "dali2": lambda n: plan_dali2(), "clocks": lambda n: plan_clocks(),
@@ -670,7 +699,7 @@ PLANS = {"h100": lambda n: plan_h100(), "decode": lambda n: plan_decode(), "deco
          "graphs": lambda n: plan_graphs(), "device": lambda n: plan_device(),
          "thermal": lambda n: plan_thermal(), "attrib": lambda n: plan_attrib(),
          "stalls": lambda n: plan_stalls(), "pace": lambda n: plan_pace(), "graphs2": lambda n: plan_graphs2(),
-         "defaults40": lambda n: plan_defaults40(),
+         "defaults40": lambda n: plan_defaults40(), "defaults42": lambda n: plan_defaults42(),
          "scaling": plan_scaling, "ddp": plan_ddp, "ddp2": plan_ddp2, "ddp3": plan_ddp3}
 
 
@@ -759,6 +788,29 @@ def run_allreduce(a, work, timeout):
     if code or not lines:
         return {**res, "status": "failed", "error": output[-2500:]}
     return {**res, "status": "ok", **json.loads(lines[-1])}
+
+
+def run_long_test(t, work, a, timeout):
+    """One long test (pytorch_ddp --mode accuracy) on the real LMDB; its epochs' records."""
+    run_dir = work / "runs" / t["name"]
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cmd = [PY, "-m", "workflow_scripts.train.pytorch_ddp", "--data", str(work / "lmdb"), "--data-source", "real",
+           "--precision", "fp16", "--batch-per-gpu", str(a.batch), "--image-size", str(a.image_size),
+           "--mode", "accuracy", "--epochs", str(t["epochs"]), "--eval-every", "1", "--lr", "0.1",
+           "--momentum", "0.9", "--weight-decay", "0.0001", "--seed", "0", "--telemetry-interval", "0",
+           *t["opts"], "--out", str(run_dir)]
+    start = time.perf_counter()
+    code, output = _run(cmd, timeout)
+    res = {**t, "command": " ".join("python3" if c == PY else os.path.relpath(c, REPO) if c.startswith(str(work)) else c
+                                    for c in cmd), "wall_s": time.perf_counter() - start, "exit_code": code}
+    (work / "logs").mkdir(exist_ok=True)
+    (work / "logs" / f"{t['name']}.log").write_text(output)
+    summary, epochs = run_dir / "summary.json", run_dir / "epochs.jsonl"
+    if code or not summary.exists() or not epochs.exists():
+        return {**res, "status": "failed", "error": output[-2500:]}
+    s = json.loads(summary.read_text())
+    return {**res, "status": "ok", "settings": s.get("pytorch"), "long_test": s.get("long_test"),
+            "epochs_run": [json.loads(line) for line in epochs.read_text().splitlines()]}
 
 
 def run_variant(v, work, a, timeout):
@@ -1164,6 +1216,15 @@ def report(results):
                              f"{'ok' if v['within_tolerance'] else 'OUT OF TOLERANCE'}")
     if results.get("allreduce", {}).get("status") == "ok":
         lines.append(f"All-reduce alone: { {k: v for k, v in results['allreduce'].items() if k != 'wall_s'} }")
+    for t in results.get("long_tests", []):
+        if t.get("status") != "ok":
+            lines += ["", f"Long test {t['name']}: {t.get('status')}: {str(t.get('reason') or t.get('error', ''))[-300:]}"]
+            continue
+        lines += ["", f"Long test {t['name']} (compile {t['settings'].get('compile') or 'off'}, input "
+                  f"{t['settings'].get('input')}; {t['long_test']['result']}; wall {t['wall_s']:.0f} s):", "",
+                  "| epoch | loss | lr | top-1 % | top-5 % | train images/s | train s | eval s |", "|" + "---|" * 8]
+        lines += [f"| {e['epoch']} | {e['loss']:.4f} | {e['lr']:.4g} | {e['top1']} | {e['top5']} | "
+                  f"{e['train_images_per_s']:.0f} | {e['train_s']:.1f} | {e['eval_s']:.2f} |" for e in t["epochs_run"]]
     for k, v in results.get("derived", {}).items():
         lines.append(f"- {k}: {v}")
     return "\n".join(lines) + "\n"
@@ -1303,6 +1364,10 @@ def main():
                 r = run_variant(v, work, a, timeout=max(30, left() + 30))
                 results["variants"].append(r)
                 print(f"{name}: {r['status']} {r.get('images_per_s', 0):.0f} images/s ({r['wall_s']:.0f} s)", flush=True)
+            elif kind == "long_test":
+                r = run_long_test(v, work, a, timeout=max(30, left() + 30))
+                results.setdefault("long_tests", []).append(r)
+                print(f"{name}: {r['status']} ({r['wall_s']:.0f} s)", flush=True)
             elif kind == "allreduce":
                 results[name] = run_allreduce(a, work, timeout=max(30, left() + 30))
                 print(f"allreduce: {results[name]}", flush=True)
