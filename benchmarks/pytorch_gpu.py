@@ -666,7 +666,7 @@ def plan_defaults40():
 def long_test(name, opts, epochs, est):
     """--mode accuracy (the long test: epochs, the learning-rate schedule, top-1/top-5 on the val
     split after each) on one GPU with the given options; its records go to results["long_tests"]."""
-    return ("long_test", {"name": name, "opts": opts, "epochs": epochs, "est_s": est})
+    return ("long_test", {**variant(name, "real", "fp16", opts, est=est), "epochs": epochs})
 
 
 def plan_defaults42():
@@ -706,10 +706,10 @@ PLANS = {"h100": lambda n: plan_h100(), "decode": lambda n: plan_decode(), "deco
 def trainer_command(v, work, a):
     run_dir = work / "runs" / v["name"]
     source = "real" if v["data"].startswith("real") else v["data"]
+    mode = (["--mode", "accuracy", "--epochs", str(v["epochs"]), "--eval-every", "1"] if v.get("epochs") else
+            ["--mode", "steps", "--warmup-steps", str(a.warmup), "--steps", str(v.get("steps") or a.steps)])
     args = ["--data-source", source, "--precision", v["precision"], "--batch-per-gpu", str(a.batch),
-            "--image-size", str(a.image_size), "--mode", "steps", "--warmup-steps", str(a.warmup),
-            "--steps", str(v.get("steps") or a.steps),
-            "--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.0001", "--seed", "0",
+            "--image-size", str(a.image_size), *mode, "--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.0001", "--seed", "0",
             "--telemetry-interval", "1.0", *v["opts"]]
     # real256: the same images stored with their shorter side at 256 (conversion.resize_shorter: 256)
     args += ["--data", str(work / LMDB_OF[v["data"]])] if source == "real" else ["--classes", "1000"]
@@ -790,21 +790,24 @@ def run_allreduce(a, work, timeout):
     return {**res, "status": "ok", **json.loads(lines[-1])}
 
 
+def run_logged(v, work, a, timeout):
+    """v's trainer command, its output kept in WORK/logs. -> (run directory, exit code, output,
+    the result's first fields: v, the command as shown, wall seconds)."""
+    cmd, run_dir = trainer_command(v, work, a)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    t = time.perf_counter()
+    code, output = _run(cmd, timeout, v.get("env"))
+    wall = time.perf_counter() - t
+    (work / "logs").mkdir(exist_ok=True)
+    (work / "logs" / f"{v['name']}.log").write_text(output)
+    shown = " ".join("python3" if c == PY else os.path.relpath(c, REPO) if c.startswith(str(work)) else c for c in cmd)
+    shown = " ".join([*(f"{k}={val}" for k, val in v.get("env", {}).items()), shown])
+    return run_dir, code, output, {**v, "batch": a.batch, "command": shown, "wall_s": wall, "exit_code": code}
+
+
 def run_long_test(t, work, a, timeout):
     """One long test (pytorch_ddp --mode accuracy) on the real LMDB; its epochs' records."""
-    run_dir = work / "runs" / t["name"]
-    shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = [PY, "-m", "workflow_scripts.train.pytorch_ddp", "--data", str(work / "lmdb"), "--data-source", "real",
-           "--precision", "fp16", "--batch-per-gpu", str(a.batch), "--image-size", str(a.image_size),
-           "--mode", "accuracy", "--epochs", str(t["epochs"]), "--eval-every", "1", "--lr", "0.1",
-           "--momentum", "0.9", "--weight-decay", "0.0001", "--seed", "0", "--telemetry-interval", "0",
-           *t["opts"], "--out", str(run_dir)]
-    start = time.perf_counter()
-    code, output = _run(cmd, timeout)
-    res = {**t, "command": " ".join("python3" if c == PY else os.path.relpath(c, REPO) if c.startswith(str(work)) else c
-                                    for c in cmd), "wall_s": time.perf_counter() - start, "exit_code": code}
-    (work / "logs").mkdir(exist_ok=True)
-    (work / "logs" / f"{t['name']}.log").write_text(output)
+    run_dir, code, output, res = run_logged(t, work, a, timeout)
     summary, epochs = run_dir / "summary.json", run_dir / "epochs.jsonl"
     if code or not summary.exists() or not epochs.exists():
         return {**res, "status": "failed", "error": output[-2500:]}
@@ -816,15 +819,7 @@ def run_long_test(t, work, a, timeout):
 def run_variant(v, work, a, timeout):
     if v.get("concurrent", 1) > 1:
         return run_concurrent(v, work, a, timeout)
-    cmd, run_dir = trainer_command(v, work, a)
-    t = time.perf_counter()
-    code, output = _run(cmd, timeout, v.get("env"))
-    wall = time.perf_counter() - t
-    (work / "logs").mkdir(exist_ok=True)
-    (work / "logs" / f"{v['name']}.log").write_text(output)
-    shown = " ".join("python3" if c == PY else os.path.relpath(c, REPO) if c.startswith(str(work)) else c for c in cmd)
-    shown = " ".join([*(f"{k}={val}" for k, val in v.get("env", {}).items()), shown])
-    res = {**v, "batch": a.batch, "command": shown, "wall_s": wall, "exit_code": code}
+    run_dir, code, output, res = run_logged(v, work, a, timeout)
     summary = run_dir / "summary.json"
     if code or not summary.exists():
         return {**res, "status": "failed", "error": output[-2500:]}
