@@ -5,6 +5,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -12,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, interpreter, planned_jobs, run_stage, snakemake, tree_hashes, write_config
+from conftest import REPO, SNAKEMAKE, interpreter, planned_jobs, run_stage, snakemake, tree_hashes, write_config
 
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.data import embedded, layout
@@ -200,10 +201,17 @@ def test_undefined_system_is_named(tmp_path):
 
 
 def test_a_second_config_file_overrides_nested_keys(tmp_path):
-    """The README's way to override a nested key (--config cannot): --configfile with a file
-    holding only what changes."""
+    """The README's way to override a nested key (--config cannot): its "Changing settings" block,
+    run as written (the snakemake line only told where the workflow is and to plan, not run)."""
     write_config(tmp_path)
-    (tmp_path / "one-gpu.yaml").write_text("training:\n  gpus: [1]\n  frameworks: [pytorch]\n")
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Changing settings"):]
+    block = section[section.index("```bash\n") + 8:section.index("\n```", section.index("```bash"))]
+    assert "\nsnakemake " in block
+    script = block.replace("\nsnakemake ", f"\n{SNAKEMAKE} --snakefile {REPO / 'Snakefile'} --cores 2 ", 1)
     assert planned_jobs(tmp_path, "training")["train"] == 6
-    assert planned_jobs(tmp_path, "training", "--configfile", tmp_path / "config.yaml",
-                        tmp_path / "one-gpu.yaml")["train"] == 1
+    proc = subprocess.run(["bash", "-euc", script + " -n --quiet rules"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", proc.stdout, re.M)}
+    assert jobs["train"] == 1, proc.stdout

@@ -159,8 +159,13 @@ def test_throughput_table(int8_run):
             assert float(r[f"{p}_worst"]) <= float(r[f"{p}_images_per_s"]) <= float(r[f"{p}_best"])
         assert float(r["int8_over_fp32"]) == pytest.approx(float(r["int8_images_per_s"]) / float(r["fp32_images_per_s"]),
                                                            rel=1e-2)
-    # INT8 integer kernels beat FP32 at the largest batch (about 3x on the development machine).
-    assert float(rows[-1]["int8_over_fp32"]) > 1.0, rows[-1]
+        # Which precision is faster is what the table measures, not what the code guarantees (a busy
+        # machine can reverse it); what it guarantees is that both were timed the same way.
+        fp32, int8 = (json.loads((stage(int8_run) / "resnet50" / "onnxruntime" / "throughput" /
+                                  f"{p}_bs{r['batch_size']}.json").read_text()) for p in ("fp32", "int8"))
+        same = ("engine", "batch_size", "image_size", "warmup", "threads", "runs", "device")
+        assert {k: fp32[k] for k in same} == {k: int8[k] for k in same}
+        assert (fp32["precision"], int8["precision"]) == ("fp32", "int8")
     assert "| Batch size | FP32 images/s | INT8 images/s | INT8/FP32 |" in (int8_run / "results" / "int8_throughput.md").read_text()
 
 
