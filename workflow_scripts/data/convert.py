@@ -17,7 +17,7 @@ from pathlib import Path
 from ..common.atomic import atomic_dir, write_json
 from ..common.errors import StageError
 from ..common.parallel import ordered_map
-from . import images
+from . import images, verify
 
 SPLITS = ("train", "val")
 
@@ -156,6 +156,8 @@ def _convert(fmt, write_split, index, enc, threads, tmp, extra_manifest):
         "encoding": enc.describe(),
         "splits": splits,
         "rejected": rejected,
+        # Per output file: what verify.py checks a copy against before it is read.
+        "files": verify.facts(fmt, tmp, [tmp / f for s in splits.values() for f in s["files"]]),
         **(extra_manifest or {}),
     })
     return splits
