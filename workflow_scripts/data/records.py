@@ -20,6 +20,21 @@ class Damaged(Exception):
     """A file's own structure is wrong (an index pointing past its end, a bad frame)."""
 
 
+def last_line(path):
+    """The last non-empty line of a text file, reading only its end."""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        end = f.tell()
+        block = 4096
+        while True:
+            f.seek(max(0, end - block))
+            lines = f.read().split(b"\n")
+            full = [ln for ln in (lines if block >= end else lines[1:]) if ln.strip()]
+            if full or block >= end:
+                return full[-1].decode() if full else ""
+            block *= 4
+
+
 def line_count(path):
     n = 0
     with open(path, "rb") as f:
@@ -56,8 +71,12 @@ class TFRecordShard:
         return line_count(Path(path).parent / "idx" / f"{Path(path).name}.idx")
 
     def consistency(self, path, size):
-        entries = self.index(path)
-        end = entries[-1][0] + entries[-1][1] if entries else 0
+        idx = Path(path).parent / "idx" / f"{Path(path).name}.idx"
+        try:
+            last = last_line(idx).split()
+            end = int(last[0]) + int(last[1]) if last else 0
+        except (OSError, ValueError, IndexError) as exc:
+            return f"its index {idx} cannot be read ({exc})"
         if end != size:
             return f"its index idx/{Path(path).name}.idx ends at byte {end}, the file at {size}"
         return None
@@ -89,14 +108,19 @@ class RecordIOFile:
         return line_count(Path(path).with_suffix(".idx"))
 
     def consistency(self, path, size):
-        offsets = self.offsets(path)
-        if not offsets:
+        idx = Path(path).with_suffix(".idx")
+        try:
+            last = last_line(idx).split("\t")
+            key, offset = (int(last[0]), int(last[1])) if last != [""] else (None, None)
+        except (OSError, ValueError, IndexError) as exc:
+            return f"its index {idx.name} cannot be read ({exc})"
+        if key is None:
             return None
         with open(path, "rb") as f:
             try:
-                self._record(f, offsets[-1], size)
+                self._record(f, offset, size)
             except Damaged as exc:
-                return f"the last indexed record (number {len(offsets) - 1}): {exc}"
+                return f"the last indexed record (key {key}): {exc}"
         return None
 
     @staticmethod
