@@ -4,8 +4,9 @@ the driver's included, can check them); LMDB through the lmdb package, imported 
 file is read.
 
 Each kind of file answers: how many records it holds (from its index, never by reading the data),
-whether its index fits the file, and the bytes of chosen records (plain reads, never a memory map
-of a data file that may be short, except LMDB's own, which is opened only once its size is right).
+whether its index fits the file, and the bytes of chosen records (plain reads: a memory map of a
+short file faults on access). LMDB maps its file; of a file of the wrong size only the header pages
+are read, and its records only once its size matched.
 """
 import struct
 from pathlib import Path
