@@ -35,6 +35,7 @@ from ..common.errors import StageError
 from ..common import provenance
 from ..common.launch import detect
 from ..common.telemetry import Telemetry
+from ..data import verify
 
 
 def arg_parser(description):
@@ -137,6 +138,8 @@ class Run:
         self.dir.mkdir(parents=True, exist_ok=True)
         if args.data_source == "real" and not args.data:
             raise StageError("--data is required with --data-source real")
+        if args.data_source == "real":  # before any reader maps a file that a damaged copy left short
+            verify.require(args.data)
         if args.mode == "accuracy" and args.data_source != "real":
             raise StageError("mode accuracy needs the dataset's val split: --data-source real")
         if args.mode == "accuracy" and (args.epochs != int(args.epochs) or args.epochs < 1):

@@ -1,0 +1,180 @@
+"""A converted dataset checked against its manifest (workflow_scripts/data/verify.py): a clean one
+passes, damage a copy suffers (a cut file, a missing record, a flipped byte) is named with the
+file and the rule that remakes it, and a training job stops on it with that one line instead of
+dying of SIGBUS in a DataLoader worker."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import REPO, interpreter, run_reader, run_stage, tree_hashes
+from workflow_scripts.data import records, verify
+from workflow_scripts.train import failure
+
+FORMATS = ("tfrecord", "recordio", "lmdb")
+# The environment of the trainer that reads each format: the one a training job checks it in.
+ENV = {"tfrecord": "tensorflow", "recordio": "mxnet", "lmdb": "pytorch"}
+
+
+def check(data, level="quick", env=None):
+    """The CLI, run as preflight or a user would: (exit status, problem lines, stderr)."""
+    proc = run_stage(env or ENV[data.name], "workflow_scripts.data.verify", "--data", data, "--level", level,
+                     check=False)
+    problems = [ln for ln in proc.stdout.splitlines() if not ln.startswith("ok: ")]
+    return proc.returncode, problems, proc.stderr
+
+
+@pytest.fixture
+def copy_of(quirky_converted, tmp_path):
+    """A scratch copy of one format's output, to damage."""
+    def make(fmt):
+        return shutil.copytree(quirky_converted / fmt, tmp_path / fmt)
+    return make
+
+
+def flip_byte_in_first_image(path):
+    """Flip one byte inside the first JPEG stored in `path` (a record every sample includes)."""
+    data = bytearray(path.read_bytes())
+    at = data.index(b"\xff\xd8\xff") + 300
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("level", verify.LEVELS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_clean_dataset_passes(quirky_converted, fmt, level):
+    rc, problems, err = check(quirky_converted / fmt, level)
+    assert (rc, problems) == (0, []), err
+    files = json.loads((quirky_converted / fmt / "manifest.json").read_text())["files"]
+    listed = {f for s in json.loads((quirky_converted / fmt / "manifest.json").read_text())["splits"].values()
+              for f in s["files"]}
+    assert set(files) == listed
+    assert all(f["bytes"] == (quirky_converted / fmt / name).stat().st_size for name, f in files.items())
+
+
+def test_truncated_lmdb_is_named_with_its_fix(copy_of):
+    data = copy_of("lmdb")
+    mdb = data / "train" / "data.mdb"
+    size = mdb.stat().st_size
+    os.truncate(mdb, size // 2)  # a full scratch disk or an interrupted copy
+    rc, problems, err = check(data)
+    assert rc == 1, err
+    assert problems == [f"{mdb}: size: expected {size} bytes, found {size // 2} bytes (its last page ends at byte "
+                        f"{size}: reading it would fault (SIGBUS)). Fix: snakemake --forcerun lmdb"]
+
+
+def test_tfrecord_shard_of_the_wrong_size_is_named_with_its_fix(copy_of):
+    data = copy_of("tfrecord")
+    shard = data / "train-00001-of-00003"
+    size = shard.stat().st_size
+    os.truncate(shard, size - 1000)
+    rc, problems, err = check(data)
+    assert rc == 1, err
+    (line,) = problems
+    assert line.startswith(f"{shard}: size: expected {size} bytes, found {size - 1000} bytes")
+    assert "idx/train-00001-of-00003.idx ends at byte" in line and line.endswith("Fix: snakemake --forcerun tfrecord")
+
+
+def test_rec_missing_its_last_record_is_named_with_its_fix(copy_of):
+    data = copy_of("recordio")
+    rec = data / "train.rec"
+    size = rec.stat().st_size
+    last = int((data / "train.idx").read_text().splitlines()[-1].split("\t")[1])
+    os.truncate(rec, last)  # the copy stopped after the second-to-last record
+    rc, problems, err = check(data)
+    assert rc == 1, err
+    (line,) = problems
+    assert line.startswith(f"{rec}: size: expected {size} bytes, found {last} bytes (the last indexed record")
+    assert f"header at byte {last} lies beyond the end of the file" in line
+    assert line.endswith("Fix: snakemake --forcerun recordio")
+
+
+@pytest.mark.parametrize("fmt,name", [("tfrecord", "validation-00000-of-00002"), ("recordio", "val.rec"),
+                                      ("lmdb", "val/data.mdb")])
+def test_flipped_byte_in_a_sampled_record_is_found_by_sample_and_full(copy_of, fmt, name):
+    data = copy_of(fmt)
+    flip_byte_in_first_image(data / name)
+    assert check(data, "quick")[:2] == (0, [])  # the size and count are still right
+    for level, what in (("sample", "sha256 of its sampled records"), ("full", "sha256 of the whole file")):
+        rc, problems, err = check(data, level)
+        assert rc == 1, err
+        (line,) = problems
+        assert line.startswith(f"{data / name}: {what}") and line.endswith(f"Fix: snakemake --forcerun {fmt}"), line
+
+
+def test_sample_reads_every_kth_record_and_full_every_byte(copy_of, monkeypatch):
+    """With fewer sampled records than records, damage between two samples passes the sample
+    check and fails the full one (RecordIO is read with the standard library, here in the
+    driver's environment)."""
+    data = copy_of("recordio")
+    monkeypatch.setattr(verify, "SAMPLE_RECORDS", 8)
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["files"] = verify.facts("recordio", data, [data / f for f in manifest["files"]])
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    sample = manifest["files"]["train.rec"]["sample"]
+    assert sample["every"] > 1 and sample["count"] == 4
+    offsets = records.RecordIOFile.offsets(data / "train.rec")
+    rec = bytearray((data / "train.rec").read_bytes())
+    rec[offsets[1] + 300] ^= 0xFF  # record 1: between samples 0 and `every`
+    (data / "train.rec").write_bytes(bytes(rec))
+    assert verify.check(data, "sample") == []
+    (problem,) = verify.check(data, "full")
+    assert (problem.file, problem.rule, problem.fix) == (data / "train.rec", "recordio", "snakemake --forcerun recordio")
+
+
+def test_index_stage_output_is_checked_against_its_summary(quirky_converted, tmp_path):
+    index = shutil.copytree(quirky_converted / "index", tmp_path / "index")
+    assert verify.check(index) == []
+    lines = (index / "val.tsv").read_text().splitlines(keepends=True)
+    (index / "val.tsv").write_text("".join(lines[:-1]))
+    (problem,) = verify.check(index)
+    assert str(problem) == (f"{index / 'val.tsv'}: rows (summary.json images): expected {len(lines) - 1}, found "
+                            f"{len(lines) - 2}. Fix: snakemake --forcerun index_dataset")
+
+
+def test_lmdb_check_where_lmdb_does_not_import_says_so(quirky_converted):
+    rc, problems, err = check(quirky_converted / "lmdb", env="workflow")
+    assert rc == 2 and problems == []
+    assert "the lmdb package does not import in" in err and "data.mdb" in err
+
+
+def test_stdlib_readers_read_what_the_frameworks_read(quirky_converted):
+    got = run_reader("mxnet", "verify_records.py", quirky_converted)
+    assert len(got) == 5 + 2
+    for name, r in got.items():
+        assert r["equal"] and r["ours"] == r["theirs"] > 0, (name, r)
+
+
+@pytest.mark.parametrize("fmt", ("recordio", "lmdb"))
+def test_facts_are_deterministic(quirky_converted, tmp_path, fmt):
+    """Equal inputs, equal bytes: the manifest's file facts included."""
+    module = {"recordio": "workflow_scripts.data.recordio", "lmdb": "workflow_scripts.data.lmdb_caffe2"}[fmt]
+    run_stage(ENV[fmt], module, "--index", quirky_converted / "index", "--out", tmp_path / fmt, "--threads", "2")
+    assert tree_hashes(tmp_path / fmt) == tree_hashes(quirky_converted / fmt)
+    assert "sample" in json.loads((tmp_path / fmt / "manifest.json").read_text())["files"][
+        "train.rec" if fmt == "recordio" else "train/data.mdb"]
+
+
+def _train(data, out):
+    return subprocess.run([interpreter("pytorch"), "-m", "workflow_scripts.train.pytorch_ddp", "--data", str(data),
+                           "--batch-per-gpu", "2", "--image-size", "32", "--warmup-steps", "1", "--steps", "2",
+                           "--telemetry-interval", "0", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_pytorch_training_on_a_truncated_lmdb_fails_naming_the_file(small_lmdb, tmp_path):
+    data = shutil.copytree(small_lmdb, tmp_path / "lmdb")
+    proc = _train(data, tmp_path / "clean")
+    assert proc.returncode == 0, proc.stderr[-3000:]  # the check passes a good copy
+    mdb = data / "train" / "data.mdb"
+    os.truncate(mdb, mdb.stat().st_size // 2)
+    proc = _train(data, tmp_path / "cut")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: the dataset does not match its manifest: {mdb}: size: expected "), last
+    assert last.endswith("Fix: snakemake --forcerun lmdb")
+    assert "Bus error" not in proc.stderr and "shared memory" not in proc.stderr
+    # What the sweep records as the failed run's reason is that line.
+    assert last in failure.reason(proc.stdout + proc.stderr)

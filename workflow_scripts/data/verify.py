@@ -1,0 +1,230 @@
+"""Check a data stage output against its manifest: a damaged copy is named, with the rule that
+remakes it, before a reader trips over it (a short LMDB kills a DataLoader worker with SIGBUS).
+
+The converters record per output file (manifest.json "files"): its size, its record count, the
+sha256 of a sample of its records (every `every`-th from the first, `count` of them) and the
+sha256 of the whole file. Levels of check:
+  quick   sizes and record counts (read from the indexes and LMDB's header, not the data), and
+          that each index fits its data file: what every training job runs at start
+  sample  quick + the sampled records' checksums (index and list files: their whole checksum)
+  full    quick + every file's whole checksum
+
+    python -m workflow_scripts.data.verify --data DIR [DIR ...] --level quick|sample|full
+
+prints one line per problem (file, what differs, expected and found, the fix) and exits 1 when
+there is any; 2 when it cannot check (no lmdb package for an LMDB).
+"""
+import argparse
+import hashlib
+import json
+import math
+import struct
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..common.errors import StageError, run_main
+from . import records
+
+LEVELS = ("quick", "sample", "full")
+# The rule that makes each format's directory (rules/data.smk).
+RULES = {"tfrecord": "tfrecord", "recordio": "recordio", "lmdb": "lmdb", "index": "index_dataset"}
+# Records sampled over a whole dataset, split among its data files (at least one each): ImageNet's
+# 1024 + 128 TFRecord shards give one record a shard, its LMDB or RecordIO 512 a split.
+SAMPLE_RECORDS = 1024
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: Path
+    what: str
+    expected: object
+    found: object
+    rule: str
+
+    @property
+    def fix(self):
+        return f"snakemake --forcerun {self.rule}"
+
+    def __str__(self):
+        return f"{self.file}: {self.what}: expected {self.expected}, found {self.found}. Fix: {self.fix}"
+
+
+def file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(4 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sample_positions(count, every):
+    return range(0, count, every)
+
+
+def sample_sha256(kind, path, positions):
+    h = hashlib.sha256()
+    for p, rec in zip(positions, kind.read(path, positions)):
+        h.update(struct.pack("<QQ", p, len(rec)))
+        h.update(rec)
+    return h.hexdigest()
+
+
+def facts(fmt, root, paths):
+    """{relative path: facts} of a converter's output files, for its manifest: deterministic,
+    from the files' bytes only."""
+    root = Path(root)
+    kinds = {str(Path(p).relative_to(root)): records.kind(fmt, Path(p).relative_to(root)) for p in paths}
+    per_file = max(1, SAMPLE_RECORDS // max(1, sum(k.read is not None for k in kinds.values())))
+    out = {}
+    for rel, kind in sorted(kinds.items()):
+        path = root / rel
+        fact = {"bytes": path.stat().st_size, "records": kind.count(path), "sha256": file_sha256(path)}
+        if kind.read is not None and fact["records"]:
+            every = math.ceil(fact["records"] / min(per_file, fact["records"]))
+            positions = sample_positions(fact["records"], every)
+            fact["sample"] = {"every": every, "count": len(positions),
+                              "sha256": sample_sha256(kind, path, positions)}
+        out[rel] = fact
+    return out
+
+
+def _rule(data_dir, manifest=None):
+    name = (manifest or {}).get("format") or Path(data_dir).name
+    return RULES.get(name, name)
+
+
+def check(data_dir, level="quick"):
+    """Problems of the data stage output `data_dir` (a format's directory, or the index stage's)
+    against its manifest; [] when it matches. Raises StageError when it cannot check."""
+    if level not in LEVELS:
+        raise StageError(f"data check level {level!r}: one of {', '.join(LEVELS)}")
+    data_dir = Path(data_dir)
+    path = data_dir / "manifest.json"
+    if not path.is_file() and (data_dir / "summary.json").is_file():
+        return _check_index(data_dir)
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        found = "no file" if not path.exists() else f"unreadable ({exc})"
+        return [Problem(path, "the data stage's manifest", "a JSON file", found, _rule(data_dir))]
+    rule = _rule(data_dir, manifest)
+    files = manifest.get("files")
+    if files is None:
+        return _check_legacy(data_dir, manifest, level, rule)
+    problems = []
+    for rel, fact in files.items():
+        p = _check_file(data_dir / rel, records.kind(manifest["format"], rel), fact, level, rule)
+        if p:
+            problems.append(p)
+    return problems
+
+
+def _check_file(path, kind, fact, level, rule):
+    """The first way `path` differs from its facts, or None."""
+    def problem(what, expected, found):
+        return Problem(path, what, expected, found, rule)
+
+    if not path.is_file():
+        return problem("file", f"{fact['bytes']} bytes", "no file")
+    size = path.stat().st_size
+    try:
+        if size != fact["bytes"]:
+            note = _note(kind, path, size)
+            return problem("size", f"{fact['bytes']} bytes", f"{size} bytes" + (f" ({note})" if note else ""))
+        count = kind.count(path)
+        if count != fact["records"]:
+            return problem("record count", fact["records"], count)
+        note = kind.consistency(path, size)
+        if note:
+            return problem("index", "an index that fits the file", note)
+        if level == "sample" and kind.read is not None and "sample" in fact:
+            s = fact["sample"]
+            digest = sample_sha256(kind, path, sample_positions(count, s["every"]))
+            if digest != s["sha256"]:
+                which = f"all {s['count']}" if s["every"] == 1 else f"{s['count']} (1 in {s['every']} from record 0)"
+                return problem(f"sha256 of its sampled records, {which}",
+                               s["sha256"], digest)
+        elif level == "full" or level == "sample":
+            digest = file_sha256(path)
+            if digest != fact["sha256"]:
+                return problem("sha256 of the whole file", fact["sha256"], digest)
+    except ImportError as exc:
+        raise StageError(f"{path}: {exc}")
+    except records.Damaged as exc:
+        return problem("structure", "records as its index locates them", str(exc))
+    except Exception as exc:  # the format's own reader failing (lmdb.Error, an I/O error) is the finding
+        return problem("readability", "a readable file", f"{type(exc).__name__}: {exc}")
+    return None
+
+
+def _note(kind, path, size):
+    """What the file's own index says of a file whose size is wrong, where it can say it."""
+    try:
+        return kind.consistency(path, size)
+    except ImportError:
+        raise
+    except Exception:  # the size is the finding; a file too short to open says no more
+        return None
+
+
+def _check_legacy(data_dir, manifest, level, rule):
+    """A manifest written before per-file facts: each split's files and their total size only."""
+    problems = []
+    for split, s in manifest.get("splits", {}).items():
+        paths = [data_dir / f for f in s.get("files", [])]
+        missing = [p for p in paths if not p.is_file()]
+        if missing:
+            problems.append(Problem(missing[0], "file", "a file", "no file", rule))
+            continue
+        total = sum(p.stat().st_size for p in paths)
+        if "bytes" in s and total != s["bytes"]:
+            problems.append(Problem(data_dir, f"total size of split {split}'s {len(paths)} files",
+                                    f"{s['bytes']} bytes", f"{total} bytes", rule))
+    if level != "quick":
+        problems.append(Problem(data_dir / "manifest.json", f"per-file facts for a {level} check",
+                                "a 'files' map", "none (converted before they were recorded)", rule))
+    return problems
+
+
+def _check_index(index_dir):
+    summary = json.loads((index_dir / "summary.json").read_text())
+    problems = []
+    for split, n in summary.get("images", {}).items():
+        tsv = index_dir / f"{split}.tsv"
+        rows = records.line_count(tsv) - 1 if tsv.is_file() else None
+        if rows != n:
+            problems.append(Problem(tsv, "rows (summary.json images)", n, "no file" if rows is None else rows,
+                                    RULES["index"]))
+    return problems
+
+
+def require(data_dir):
+    """The training job's check at start: quick, and a StageError with the first problem in one
+    line (the others are one command away)."""
+    problems = check(data_dir, "quick")
+    if problems:
+        more = (f" (and {len(problems) - 1} more: python -m workflow_scripts.data.verify --data {data_dir})"
+                if len(problems) > 1 else "")
+        raise StageError(f"the dataset does not match its manifest: {problems[0]}{more}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", nargs="+", required=True, help="data stage output directories")
+    ap.add_argument("--level", choices=LEVELS, default="quick")
+    a = ap.parse_args()
+    bad = 0
+    for d in a.data:
+        problems = check(d, a.level)
+        for p in problems:
+            print(p)
+        if not problems:
+            print(f"ok: {d} matches what the data stage recorded ({a.level} check)")
+        bad += len(problems)
+    if bad:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    run_main(main)
