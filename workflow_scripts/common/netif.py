@@ -60,10 +60,13 @@ def route_source(ip):
         return s.getsockname()[0]
 
 
-def choose(peers, override="auto", addrs=None, resolve=resolve, route=route_source):
+def choose(peers, override="auto", addrs=None, resolve=None, route=None):
     """(interface, its IPv4 address, why) for a run whose other nodes are `peers` (host names;
-    none for a run on this node only). override: config training.network_interface."""
+    none for a run on this node only). override: config training.network_interface. addrs,
+    resolve, route: this host's interfaces, resolver and routing (the functions above) unless given."""
     addrs = interfaces() if addrs is None else addrs
+    resolve = resolve or globals()["resolve"]
+    route = route or route_source
     if override != "auto":
         if override not in addrs:
             raise InterfaceError(f"config {KEY} = {override!r}: no such interface on {socket.gethostname()} "
