@@ -354,8 +354,8 @@ def geometry_args(w):
 def horovod_args(w):
     """training.horovod_controller's launcher flags for a TensorFlow or MXNet run."""
     if TRAIN["horovod_controller"] == "mpi":
-        return ["--horovod", "--horovod-controller=mpi", f"--srun-mpi={config['systems'][w.system]['srun_mpi']}"]
-    return ["--horovod", f"--gloo-timeout={TRAIN['gloo_timeout_s']}"]
+        return ["--horovod-controller=mpi", f"--srun-mpi={config['systems'][w.system]['srun_mpi']}", "--horovod"]
+    return [f"--gloo-timeout={TRAIN['gloo_timeout_s']}", "--horovod"]
 
 
 def launcher_args(w):

@@ -38,13 +38,11 @@ IC_POINTS = [{"system": s, "gpus": g, "nodes": placement(s, g)[0], "torch": f"{i
              for s in TRAIN["systems"] for g in TRAIN["gpus"] if g > 1]
 
 
-# The ranks run in the interpreter (or container) the system's PyTorch training runs use, so the
-# stage measures the torch and NCCL that training uses; checked now for every measured system.
-IC_ENV = {p["system"]: framework_env(p["system"], "pytorch") for p in IC_POINTS}
-
-
 def ic_python(w):
-    return IC_ENV[w.system][1]
+    """The ranks run in the interpreter (or container) the system's PyTorch training runs use, so
+    the stage measures the torch and NCCL that training uses; checked when a job of the stage is
+    planned (a sweep without PyTorch runs may never plan one)."""
+    return framework_env(w.system, "pytorch")[1]
 
 
 def ic_exec(w):
