@@ -65,21 +65,31 @@ make_env() {  # make_env DIR REQUIREMENTS
 # 2.15 + MXNet 1.9 (~7 min on 2 cores). The wheel is kept in a cache keyed by the environment's
 # requirements, so a rebuilt environment or a fresh clone on the same machine reuses it; pip's
 # own cache is bypassed because it once served a wheel built against another TensorFlow.
+# Where mpicc is on PATH, Horovod is built with MPI too (config training.horovod_controller: mpi,
+# srun's MPI plugin); else without, as before. The wheel caches differ (-mpi), so a Gloo-only wheel
+# is never installed where an MPI build is wanted; an installed build without MPI is replaced.
+if command -v mpicc >/dev/null; then
+  HOROVOD_MPI=(HOROVOD_WITH_MPI=1) HOROVOD_CACHE_TAG=-mpi HOROVOD_NEED_MPI=1
+else
+  HOROVOD_MPI=(HOROVOD_WITHOUT_MPI=1) HOROVOD_CACHE_TAG="" HOROVOD_NEED_MPI=0
+fi
+
 install_horovod() {  # install_horovod ENV_DIR REQUIREMENTS
   local dir=$1 req=$2 cache wheel
-  "$dir/bin/python" -c 'import horovod.tensorflow, horovod.mxnet' 2>/dev/null && return
-  cache=${XDG_CACHE_HOME:-$HOME/.cache}/dlscale/horovod-$(sha256sum "$req" | cut -c1-16)
+  "$dir/bin/python" -c "import horovod.tensorflow as h, horovod.mxnet, sys; sys.exit($HOROVOD_NEED_MPI and not h.mpi_built())" \
+    2>/dev/null && return
+  cache=${XDG_CACHE_HOME:-$HOME/.cache}/dlscale/horovod$HOROVOD_CACHE_TAG-$(sha256sum "$req" | cut -c1-16)
   wheel=$(ls "$cache"/horovod-0.28.1-*.whl 2>/dev/null | head -1 || true)
   if [ -z "$wheel" ]; then
     need_build_tools
-    echo "setup: building horovod 0.28.1 for $dir (several minutes)" >&2
+    echo "setup: building horovod 0.28.1 for $dir (several minutes; ${HOROVOD_MPI[*]})" >&2
     mkdir -p "$cache"
-    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MPI=1 \
+    env "${HOROVOD_MPI[@]}" HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_PYTORCH=1 \
       HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=GLOO MAKEFLAGS=-j"$(nproc)" \
       "$dir/bin/python" -m pip wheel -q --no-deps --no-build-isolation --no-cache-dir -w "$cache" horovod==0.28.1
     wheel=$(ls "$cache"/horovod-0.28.1-*.whl | head -1)
   fi
-  "$dir/bin/python" -m pip install -q --no-deps "$wheel"
+  "$dir/bin/python" -m pip install -q --no-deps --force-reinstall "$wheel"
   "$dir/bin/python" -c 'import horovod.tensorflow, horovod.mxnet'
 }
 
@@ -241,9 +251,10 @@ install_horovod_gpu() {  # install_horovod_gpu ENV_DIR REQUIREMENTS tensorflow|m
   [ "$fw" = tensorflow ] && with=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1)
   site=$(site_packages "$dir")
   [ "$fw" = mxnet ] && stub=$(cuda_stub_dir "$site/mxnet/libmxnet.so")
-  cache=$DLSCALE_CACHE/horovod-gpu-$fw-$(sha256sum "$req" | cut -c1-16)
+  cache=$DLSCALE_CACHE/horovod-gpu$HOROVOD_CACHE_TAG-$fw-$(sha256sum "$req" | cut -c1-16)
   if ! LD_LIBRARY_PATH=$stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$dir/bin/python" -c \
-       "import horovod.$fw as h, sys; sys.exit(not h.nccl_built())" 2>/dev/null; then
+       "import horovod.$fw as h, sys; sys.exit(not h.nccl_built() or ($HOROVOD_NEED_MPI and not h.mpi_built()))" \
+       2>/dev/null; then
     wheel=$(ls "$cache"/horovod-0.28.1-*.whl 2>/dev/null | head -1 || true)
     if [ -z "$wheel" ]; then
       if [ "$major" = 11 ]; then need_gpu_build_tools g++-11; cc=gcc-11 cxx=g++-11; else need_gpu_build_tools; fi
@@ -262,7 +273,7 @@ set(CMAKE_BUILD_RPATH "$ORIGIN/../../nvidia/nccl/lib;$ORIGIN/../../nvidia/cuda_r
 CMAKE
       log=$cache/build.log
       echo "setup: building horovod 0.28.1 with NCCL for $dir against CUDA $("$cuda/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') in $cuda (10-30 minutes; log: $log)" >&2
-      if ! env "${with[@]}" HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_GLOO=1 \
+      if ! env "${with[@]}" "${HOROVOD_MPI[@]}" HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITH_GLOO=1 \
           HOROVOD_CPU_OPERATIONS=GLOO HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_GPU=CUDA \
           HOROVOD_CUDA_HOME="$cuda" CUDA_HOME="$cuda" CUDA_PATH="$cuda" CUDAToolkit_ROOT="$cuda" \
           HOROVOD_NCCL_HOME="$work/nccl" HOROVOD_NCCL_INCLUDE="$work/nccl/include" \

@@ -1,6 +1,7 @@
 import json
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -91,16 +92,21 @@ def _interpreter(key, value, setup="bash envs/setup.sh"):
 PY = {env: _interpreter(f"envs.{env}", value) for env, value in config["envs"].items()}
 
 
-def framework_env(system, framework):
-    """(config key, interpreter words) a training run of `framework` on `system` uses: the
-    system's own, else envs_gpu for a system that requests GPUs, else envs."""
+def framework_config(system, framework):
+    """(config key, its value): the interpreter a training run of `framework` on `system` uses:
+    the system's own, else envs_gpu for a system that requests GPUs, else envs."""
     sysc = config["systems"][system]
     if framework in sysc.get("envs", {}):
-        key, value = f"systems.{system}.envs.{framework}", sysc["envs"][framework]
-    elif sysc["gpu_request"] != "none":
-        key, value = f"envs_gpu.{framework}", config["envs_gpu"][framework]
-    else:
-        key, value = f"envs.{framework}", config["envs"][framework]
+        return f"systems.{system}.envs.{framework}", sysc["envs"][framework]
+    if sysc["gpu_request"] != "none":
+        return f"envs_gpu.{framework}", config["envs_gpu"][framework]
+    return f"envs.{framework}", config["envs"][framework]
+
+
+def framework_env(system, framework):
+    """(config key, interpreter words) of framework_config, checked."""
+    sysc = config["systems"][system]
+    key, value = framework_config(system, framework)
     gpu = sysc["gpu_request"] != "none"
     return key, _interpreter(key, value, "bash envs/setup.sh --gpu" if gpu else "bash envs/setup.sh")
 
@@ -324,19 +330,52 @@ def _gpu_flag(system, per_node):
     return f"--gres=gpu:{gpus}" if config["systems"][system]["gpu_request"] == "gres" else f"--gpus-per-node={gpus}"
 
 
+def comm_args():
+    """What every rank of a training run and of the interconnect stage talks with: config
+    nccl_env as --env NAME=VALUE words, and the network interface where config names one. The
+    defaults add no word, so they rerun nothing."""
+    words = [f"--env={name}={value}" for name, value in sorted(config["nccl_env"].items())]
+    if TRAIN["network_interface"] != "auto":
+        words.append(f"--network-interface={TRAIN['network_interface']}")
+    return words
+
+
 def geometry_args(w):
     """Where the processes of one job at a sweep point (system, GPUs) start: the node and task
     geometry and, inside a SLURM job, the srun flags (the job step's own SLURM_* settings are not
-    inherited). A training run and the interconnect measurement at its point share it. One item
-    per argument."""
+    inherited), and the ranks' communication settings. A training run and the interconnect
+    measurement at its point share it. One item per argument."""
     nodes, per_node = placement(w.system, int(w.gpus))
     sysc = config["systems"][w.system]
     return [f"--nproc-per-node={per_node}", f"--nodes={nodes}", f"--cpus-per-task={sysc['cpus_per_task']}",
-            f"--srun-args={_gpu_flag(w.system, per_node)}"]
+            f"--srun-args={_gpu_flag(w.system, per_node)}", *comm_args()]
+
+
+def horovod_args(w):
+    """training.horovod_controller's launcher flags for a TensorFlow or MXNet run."""
+    if TRAIN["horovod_controller"] == "mpi":
+        return ["--horovod-controller=mpi", f"--srun-mpi={config['systems'][w.system]['srun_mpi']}", "--horovod"]
+    return [f"--gloo-timeout={TRAIN['gloo_timeout_s']}", "--horovod"]
 
 
 def launcher_args(w):
-    return geometry_args(w) + (["--horovod"] if w.framework in ("tensorflow", "mxnet") else [])
+    return geometry_args(w) + (horovod_args(w) if w.framework in ("tensorflow", "mxnet") else [])
+
+
+def _check_horovod_controller():
+    """mpi starts Horovod's ranks through srun's MPI plugin: a machine without srun (outside a
+    SLURM job) would run them with the local launcher, which cannot. Refused now, naming the key."""
+    horovod = [f for f in TRAIN["frameworks"] if f in ("tensorflow", "mxnet")]
+    several = [g for g in TRAIN["gpus"] + ACCURACY["gpus"] if g > 1]
+    if TRAIN["horovod_controller"] != "mpi" or not horovod or not several or IN_SLURM_JOB:
+        return
+    if shutil.which("srun") is None:
+        raise WorkflowError(f"config training.horovod_controller = mpi: Horovod's ranks ({', '.join(horovod)}, "
+                            f"{max(several)} GPUs) would start through srun's MPI plugin, and this machine has no "
+                            f"srun: use gloo for a run without SLURM")
+
+
+_check_horovod_controller()
 
 
 def slurm_gres(w):

@@ -13,7 +13,9 @@ rule interconnect_collectives:
         system=r"[^/]+",
         gpus=r"\d+",
     params:
-        py=PY["pytorch"],
+        # The launcher runs on the host (it calls srun); the ranks in the system's PyTorch environment.
+        launcher=PY["workflow"],
+        py=ic_python,
         launch=geometry_args,
         args=ic_args,
         device=ic_device,
@@ -27,7 +29,7 @@ rule interconnect_collectives:
     conda:
         "../envs/torch.yaml"
     shell:
-        "{params.py:q} -m workflow_scripts.train.launch {params.launch:q} -- {params.py:q} "
+        "{params.launcher:q} -m workflow_scripts.train.launch {params.launch:q} -- {params.py:q} "
         "-m workflow_scripts.interconnect.collectives {params.args:q} --device {params.device:q} "
         "--out {output:q} > {log:q} 2>&1"
 
@@ -39,10 +41,13 @@ rule interconnect_nccl_tests:
         system=r"[^/]+",
         gpus=r"\d+",
     params:
-        py=PY["pytorch"],
+        # A driver on the host; the binaries run in the system's PyTorch environment (ic_exec).
+        py=PY["workflow"],
         build=NCCL_TESTS,
         launch=geometry_args,
         args=ic_args,
+        exec=ic_exec,
+        srun_mpi=ic_srun_mpi,
     threads: lambda w: int(w.gpus)
     resources:
         **POINT_RESOURCES,
@@ -54,7 +59,7 @@ rule interconnect_nccl_tests:
         "../envs/torch.yaml"
     shell:
         "{params.py:q} -m workflow_scripts.interconnect.nccl_tests --build={params.build:q} {params.args:q} "
-        "{params.launch:q} --out {output:q} > {log:q} 2>&1"
+        "{params.launch:q} --exec={params.exec:q} --srun-mpi={params.srun_mpi:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule interconnect_table:

@@ -38,6 +38,23 @@ IC_POINTS = [{"system": s, "gpus": g, "nodes": placement(s, g)[0], "torch": f"{i
              for s in TRAIN["systems"] for g in TRAIN["gpus"] if g > 1]
 
 
+def ic_python(w):
+    """The ranks run in the interpreter (or container) the system's PyTorch training runs use, so
+    the stage measures the torch and NCCL that training uses; checked when a job of the stage is
+    planned (a sweep without PyTorch runs may never plan one)."""
+    return framework_env(w.system, "pytorch")[1]
+
+
+def ic_exec(w):
+    """nccl-tests' binaries run in that environment too: a container's exec line (with the build
+    bound inside) before the binary; nothing for an interpreter on the host."""
+    return shlex.join(interpreter.exec_words(framework_config(w.system, "pytorch")[1], REPO, [NCCL_TESTS]))
+
+
+def ic_srun_mpi(w):
+    return config["systems"][w.system]["srun_mpi"]
+
+
 def ic_args(w):
     """The measurement's settings, one list item per argument: only interconnect keys and the
     system's GPU request, so no other config edit reruns it."""

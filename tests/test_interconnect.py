@@ -43,7 +43,8 @@ def test_bandwidths_are_the_raw_timings(pipeline_run):
     assert (raw["backend"], raw["world_size"], raw["num_nodes"]) == ("gloo", 2, 1)
     assert (raw["warmup"], raw["iterations"]) == (IC["warmup"], IC["iterations"])
     assert raw["device"].startswith("CPU: ") and raw["launch"]["source"] == "env"
-    assert raw["env"] == {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+    # config nccl_env is empty by default: NCCL's own behaviour, nothing switched off by the stage
+    assert "NCCL_NVLS_ENABLE" not in raw["nccl_env"]
     check_bandwidths(raw)
     # The table's figures are the raw output's.
     table = pd.read_csv(pipeline_run / "results" / "interconnect.csv")

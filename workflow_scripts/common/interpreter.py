@@ -25,6 +25,15 @@ def words(value, repo):
             c["container"], c["python"]]
 
 
+def exec_words(value, repo, binds=()):
+    """The words that run another program of this environment: a container's exec line without
+    its python (with `binds` also bound), nothing for an interpreter on the host."""
+    if isinstance(value, str):
+        return []
+    words_ = words({**value, "bind": [*value.get("bind", []), *binds]}, repo)
+    return words_[:-1]
+
+
 def problem(value):
     """Why this interpreter cannot be used as configured, or None (checked when the workflow is
     parsed, so a wrong path fails before any job)."""

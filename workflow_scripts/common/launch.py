@@ -11,6 +11,8 @@ import socket
 import subprocess
 from dataclasses import asdict, dataclass
 
+from .errors import StageError
+
 DEFAULT_PORT = 29500
 
 
@@ -31,11 +33,12 @@ class Launch:
     def as_dict(self):
         return asdict(self)
 
-    def horovod_env(self, rendezvous_addr, rendezvous_port):
+    def horovod_env(self, rendezvous_addr, rendezvous_port, iface):
         """The variables horovodrun's Gloo mode gives each worker, for workers started by srun
-        or by the local launcher instead (the launcher runs the rendezvous server)."""
+        or by the local launcher instead (the launcher runs the rendezvous server and chose the
+        interface, common/netif.py)."""
         return {
-            "HOROVOD_GLOO_IFACE": iface_towards(rendezvous_addr),
+            "HOROVOD_GLOO_IFACE": iface,
             "HOROVOD_RANK": str(self.rank), "HOROVOD_SIZE": str(self.world_size),
             "HOROVOD_LOCAL_RANK": str(self.local_rank), "HOROVOD_LOCAL_SIZE": str(self.local_size),
             "HOROVOD_CROSS_RANK": str(self.node_rank), "HOROVOD_CROSS_SIZE": str(self.num_nodes),
@@ -45,27 +48,21 @@ class Launch:
         }
 
 
-def iface_towards(host):
-    """The network interface this host would use to reach `host` (Gloo binds to one)."""
-    import psutil
-
-    ip = socket.gethostbyname(host)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((ip, 9))  # UDP connect sends nothing; it only picks the route
-        local = s.getsockname()[0]
-    for name, addrs in psutil.net_if_addrs().items():
-        if any(a.address == local for a in addrs):
-            return name
-    return "lo"
-
-
-def setup_horovod(launch, env=None):
+def setup_horovod(launch, env=None, mpi_built=None):
     """Before hvd.init(): give a worker started by srun or the local launcher horovodrun's
-    variables, pointing at the launcher's rendezvous server."""
+    variables, pointing at the launcher's rendezvous server. Under the MPI controller (the
+    launcher set HOROVOD_CONTROLLER=mpi) MPI itself tells Horovod the ranks; mpi_built: the
+    framework's hvd.mpi_built, to refuse a build that cannot do that."""
     env = os.environ if env is None else env
+    if env.get("HOROVOD_CONTROLLER") == "mpi":
+        if mpi_built is not None and not mpi_built():
+            raise StageError("config training.horovod_controller = mpi, but this Horovod was built without MPI: "
+                             "build it where mpicc is on PATH (envs/setup.sh does so then), or use gloo")
+        return
     if "HOROVOD_RANK" in env or launch.world_size == 1:
         return
-    env.update(launch.horovod_env(env["DLSCALE_RENDEZVOUS_ADDR"], env["DLSCALE_RENDEZVOUS_PORT"]))
+    env.update(launch.horovod_env(env["DLSCALE_RENDEZVOUS_ADDR"], env["DLSCALE_RENDEZVOUS_PORT"],
+                                  env["DLSCALE_GLOO_IFACE"]))
 
 
 def expand_nodelist(nodelist):

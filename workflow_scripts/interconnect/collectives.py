@@ -12,6 +12,8 @@ timed by CUDA events on its stream (GPU), or by perf_counter around the blocking
 call's time is the slowest rank's: the collective is done only when every rank has its result.
 median/min/max are over the timed calls; the bandwidths use the median. Rank 0 writes the JSON;
 every rank's own times are in it. Needs only torch (no pandas): it runs on bare GPU hosts too.
+NCCL runs with the environment the launcher gives every rank, as the training runs do (config
+nccl_env; NCCL's own defaults otherwise), recorded in the JSON (nccl_env).
 """
 import argparse
 import os
@@ -19,19 +21,16 @@ import socket
 import statistics
 import sys
 
-from ..common import multicast
+import torch
+import torch.distributed as dist
 
-multicast.switch_off()  # before torch starts NCCL
-
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-
-from ..common.atomic import write_json  # noqa: E402
-from ..common.errors import StageError, run_main  # noqa: E402
-from ..common.launch import detect  # noqa: E402
-from ..common.provenance import cpu_model  # noqa: E402
-from ..common.timing import cuda_times, wall_times  # noqa: E402
-from .bandwidth import COLLECTIVES, ELEMENT_BYTES, algbw_GBps, busbw_GBps, message_sizes  # noqa: E402
+from ..common import comm_env
+from ..common.atomic import write_json
+from ..common.errors import StageError, run_main
+from ..common.launch import detect
+from ..common.provenance import cpu_model
+from ..common.timing import cuda_times, wall_times
+from .bandwidth import COLLECTIVES, ELEMENT_BYTES, algbw_GBps, busbw_GBps, message_sizes
 
 
 def parse_args(argv=None):
@@ -122,7 +121,7 @@ def main(argv=None):
             "device": torch.cuda.get_device_name(device) if cuda else f"CPU: {cpu_model()}",
             "versions": {"torch": torch.__version__,
                          "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else ""},
-            "env": {k: os.environ.get(k, "") for k in sorted(multicast.MULTICAST_OFF)},
+            "nccl_env": comm_env.recorded(),
             "dtype": "float32", "in_place": True, "warmup": a.warmup, "iterations": a.iterations,
             "timer": "CUDA events" if cuda else "perf_counter around the blocking call",
             "call_time": "slowest rank per call, each call after a barrier", "results": results})

@@ -7,8 +7,11 @@ collectives.py, started on the run's nodes and GPUs; their printed table parsed 
 
 Geometry. Through srun (a SLURM job) the binaries run as the training ranks do, one task per GPU
 on every node (-g 1): that needs nccl-tests built with MPI=1, and an srun that starts MPI
-programs; a build without MPI would run as separate one-GPU worlds, which is detected from its
-output and refused. Elsewhere (one node) one process drives all the node's GPUs (-g K), the way
+programs (--srun-mpi, config systems.<name>.srun_mpi); a build or launch without MPI would run
+as separate one-GPU worlds, which is detected from its output and refused: first on the
+smallest message alone, so a wrong launch fails before the sweep. The binaries run in the
+system's PyTorch environment (--exec: its container) with the launcher's environment for the
+ranks (config nccl_env), recorded in the JSON. Elsewhere (one node) one process drives all the node's GPUs (-g K), the way
 nccl-tests runs without MPI. The rows keep nccl-tests' own figures: the mean time of its timed
 iterations (it times them together, not one by one) and its algbw/busbw, in-place (as torch's
 collectives are); the out-of-place figures are kept in the JSON.
@@ -16,11 +19,11 @@ collectives are); the out-of-place figures are kept in the JSON.
 import argparse
 import os
 import re
+import shlex
 import sys
 import tempfile
 from pathlib import Path
 
-from ..common import multicast
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
 from ..train import launch
@@ -80,22 +83,24 @@ def parse(text, collective):
     return ranks, rows
 
 
-def command(exe, a, gpus_per_process):
-    return [str(exe), "-b", str(a.min_bytes), "-e", str(a.max_bytes), "-f", "2", "-n", str(a.iterations),
-            "-w", str(a.warmup), "-g", str(gpus_per_process)]
+def command(exe, a, gpus_per_process, min_bytes, max_bytes):
+    return [*shlex.split(a.exec), str(exe), "-b", str(min_bytes), "-e", str(max_bytes), "-f", "2",
+            "-n", str(a.iterations), "-w", str(a.warmup), "-g", str(gpus_per_process)]
 
 
-def run_one(collective, a):
-    """One binary in the run's geometry; its output (also copied to our log) and the parsed table."""
+def run_one(collective, a, min_bytes, max_bytes, env_record=None):
+    """One binary in the run's geometry over these sizes; its output (also copied to our log) and
+    the parsed table."""
     exe = binary(a.build, collective)
     world = a.nodes * a.nproc_per_node
     if launch.uses_srun(a, a.nproc_per_node):
-        cmd, geometry = command(exe, a, 1), a
+        cmd, geometry = command(exe, a, 1, min_bytes, max_bytes), a
     else:
-        cmd, geometry = command(exe, a, a.nproc_per_node), argparse.Namespace(**{**vars(a), "nproc_per_node": 1})
+        cmd = command(exe, a, a.nproc_per_node, min_bytes, max_bytes)
+        geometry = argparse.Namespace(**{**vars(a), "nproc_per_node": 1})
     print("nccl-tests:", " ".join(cmd), file=sys.stderr, flush=True)
     with tempfile.TemporaryFile("w+") as out:
-        rc = launch.run(cmd, geometry, stdout=out)
+        rc = launch.run(cmd, geometry, stdout=out, env_record=env_record)
         out.seek(0)
         text = out.read()
     sys.stderr.write(text)
@@ -104,8 +109,9 @@ def run_one(collective, a):
     ranks, rows = parse(text, collective)
     if len(ranks) != world:
         raise StageError(f"{exe} ran {len(ranks)} rank(s) per world, not the run's {world}: over srun each task "
-                         f"must join one world, so build nccl-tests with MPI=1 (and let srun start MPI programs, "
-                         f"e.g. --mpi=pmix)")
+                         f"must join one world, so build nccl-tests with MPI=1 and let srun start MPI programs: "
+                         f"config systems.<name>.srun_mpi (now {a.srun_mpi or 'unset: the cluster default'!r}), "
+                         f"e.g. pmix (srun --mpi=list shows the cluster's)")
     return {"command": cmd, "ranks": ranks, "rows": rows, "output": text}
 
 
@@ -118,14 +124,19 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--exec", default="", help="words that run a program in the system's PyTorch environment "
+                    "(its container's exec line; empty: on the host), as a shell would split them")
     launch.add_arguments(ap)
     a = ap.parse_args(argv)
     try:
         sizes = message_sizes(a.min_bytes, a.max_bytes)
     except ValueError as exc:
         ap.error(str(exc))
-    multicast.switch_off()  # the binaries inherit our environment
-    runs = {c: run_one(c, a) for c in a.collectives}
+    # The smallest message alone first: a launch that does not make one world fails in seconds,
+    # not after a whole sweep in every task.
+    run_one(a.collectives[0], a, a.min_bytes, a.min_bytes)
+    env = {}
+    runs = {c: run_one(c, a, a.min_bytes, a.max_bytes, env) for c in a.collectives}
     first = next(iter(runs.values()))["ranks"]
     hosts = [first[r]["host"] for r in sorted(first)]
     for c, r in runs.items():
@@ -135,7 +146,7 @@ def main(argv=None):
     write_json(a.out, {
         "source": "nccl-tests", "backend": "nccl", "build": str(Path(a.build).resolve()),
         "world_size": len(hosts), "num_nodes": len(set(hosts)), "rank_hosts": hosts,
-        "device": first[min(first)]["device"], "env": {k: os.environ.get(k, "") for k in sorted(multicast.MULTICAST_OFF)},
+        "device": first[min(first)]["device"], "nccl_env": env,
         "dtype": "float", "in_place": True, "warmup": a.warmup, "iterations": a.iterations,
         "timer": "nccl-tests: the timed iterations together, mean per iteration",
         "commands": {c: r["command"] for c, r in runs.items()}, "output": {c: r["output"] for c, r in runs.items()},

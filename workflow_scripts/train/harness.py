@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common import metrics
+from ..common import comm_env, metrics
 from ..common.atomic import write_json
 from ..common.errors import StageError
 from ..common import provenance
@@ -211,6 +211,8 @@ class Run:
             "world_size": self.launch.world_size,
             "num_nodes": self.launch.num_nodes,
             "launch": self.launch.as_dict(),
+            # config nccl_env and the launcher's interface and Horovod settings, as the ranks had them
+            "nccl_env": comm_env.recorded(),
             "args": vars(self.args),
             "lr": self.lr,
             "versions": {"python": sys.version.split()[0], "platform": platform.platform(), **self.versions},

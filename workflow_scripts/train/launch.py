@@ -8,7 +8,9 @@ Inside a SLURM allocation (SLURM_JOB_ID set) the tasks are started with srun, ea
 SLURM's variables (common/launch.py); elsewhere, or for a single process, as child processes
 with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...). --per-node runs the
 command once on every node of the run (page-cache clearing). With --horovod it also runs the
-Gloo rendezvous server that horovodrun would run, here, and tells every worker where it is.
+Gloo rendezvous server that horovodrun would run, here, and tells every worker where it is (or,
+with --horovod-controller mpi, leaves the ranks to srun's MPI plugin). The network interface the
+ranks talk over is chosen once, here (common/netif.py), and given to every rank.
 """
 import argparse
 import contextlib
@@ -20,7 +22,8 @@ import subprocess
 import sys
 import time
 
-from ..common import slurm
+from ..common import comm_env, netif, slurm
+from ..common.comm_env import SETTABLE
 
 
 def _free_port():
@@ -49,14 +52,61 @@ def rendezvous(python, hosts, per_node):
             proc.kill()
 
 
-def srun_command(nodes, per_node, cpus_per_task, extra=""):
+def srun_command(nodes, per_node, cpus_per_task, extra="", mpi=""):
     """The srun line for one run. Snakemake's SLURM job step strips the job's SLURM_* geometry
-    from the environment, so every size is given here rather than inherited."""
+    from the environment, so every size is given here rather than inherited. mpi: srun's MPI
+    plugin (config systems.<name>.srun_mpi), for programs whose ranks MPI connects."""
     cmd = ["srun", f"--nodes={nodes}", f"--ntasks={nodes * per_node}", f"--ntasks-per-node={per_node}",
            "--kill-on-bad-exit=1", "--label"]
     if cpus_per_task:
         cmd.append(f"--cpus-per-task={cpus_per_task}")
+    if mpi:
+        cmd.append(f"--mpi={mpi}")
     return cmd + shlex.split(extra)
+
+
+def config_env(assignments):
+    """--env NAME=VALUE words (config nccl_env) as a dict; a name outside SETTABLE is refused."""
+    env = {}
+    for word in assignments:
+        name, eq, value = word.partition("=")
+        if not eq or not SETTABLE.fullmatch(name):
+            raise SystemExit(f"launch: --env {word!r}: expected NAME=VALUE with NAME matching {SETTABLE.pattern} "
+                             f"(config nccl_env)")
+        env[name] = value
+    return env
+
+
+def network_env(a, hosts, env):
+    """The interface the ranks of a run on `hosts` (this node first) talk over, chosen once here:
+    (interface, its address, variables for NCCL's and Gloo's bootstraps). Runs on one node leave
+    NCCL and Gloo to choose unless config names an interface; variables already set win."""
+    try:
+        iface, addr, why = netif.choose(hosts[1:], a.network_interface)
+    except netif.InterfaceError as exc:
+        raise SystemExit(f"launch: {exc}")
+    print(f"launch: network interface {iface} ({addr}), from {why}", file=sys.stderr, flush=True)
+    extra = {}
+    if len(hosts) > 1 or a.network_interface != "auto":
+        # NCCL reads a bare name as a prefix (eth0 would also take eth0.100); '=' means exactly this one.
+        for name, value in (("NCCL_SOCKET_IFNAME", f"={iface}"), ("GLOO_SOCKET_IFNAME", iface)):
+            if name not in env:
+                extra[name] = value
+    return iface, addr, extra
+
+
+def horovod_env(a, stack, hosts, iface, addr, per_node, use_srun):
+    """What Horovod's workers need beyond their rank: under Gloo the rendezvous server (started
+    here, for as long as `stack` lasts), its address on the chosen interface and the time Gloo
+    waits for every rank; under MPI only the controller's name."""
+    if a.horovod_controller == "mpi":
+        if a.nodes * per_node > 1 and not use_srun:
+            raise SystemExit("launch: config training.horovod_controller = mpi starts Horovod's ranks through srun's "
+                             "MPI plugin: run inside a SLURM allocation (snakemake --profile slurm), or use gloo")
+        return {"HOROVOD_CONTROLLER": "mpi"}
+    port = stack.enter_context(rendezvous(shlex.split(a.python), hosts, per_node))
+    return {"DLSCALE_RENDEZVOUS_ADDR": addr, "DLSCALE_RENDEZVOUS_PORT": str(port), "DLSCALE_GLOO_IFACE": iface,
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": str(a.gloo_timeout)}
 
 
 def add_arguments(ap):
@@ -69,6 +119,16 @@ def add_arguments(ap):
     ap.add_argument("--srun-args", default="", help="further srun flags (e.g. --gpus-per-node=4), split "
                     "into words as a shell would but never run by one")
     ap.add_argument("--horovod", action="store_true", help="run Horovod's Gloo rendezvous server")
+    ap.add_argument("--horovod-controller", choices=("gloo", "mpi"), default="gloo",
+                    help="config training.horovod_controller: mpi starts the ranks through srun's MPI plugin "
+                    "(--srun-mpi) and needs an MPI-built Horovod")
+    ap.add_argument("--gloo-timeout", type=int, default=300, help="config training.gloo_timeout_s: seconds Horovod's "
+                    "Gloo waits for every rank at start")
+    ap.add_argument("--network-interface", default="auto", help="config training.network_interface: the interface "
+                    "the ranks talk over (auto: the route to another node, else the default route)")
+    ap.add_argument("--srun-mpi", default="", help="config systems.<name>.srun_mpi: srun's --mpi= for MPI programs")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="config nccl_env: set in every rank's environment (NCCL_*, TORCH_SYMM_MEM_*, NVSHMEM_*)")
     ap.add_argument("--python", default=shlex.quote(sys.executable),
                     help="the framework's interpreter as words (a container's exec line): runs the rendezvous server")
 
@@ -78,10 +138,11 @@ def uses_srun(a, per_node):
     return a.launcher == "srun" or (a.launcher == "auto" and "SLURM_JOB_ID" in os.environ and a.nodes * per_node > 1)
 
 
-def run(cmd, a, per_node_once=False, stdout=None):
+def run(cmd, a, per_node_once=False, stdout=None, env_record=None):
     """Start `cmd` as the ranks of one run (or, with per_node_once, once on every node of it);
     returns the first failing exit status, else 0. stdout: where the ranks' output goes (a file
-    object; default: ours)."""
+    object; default: ours). env_record: a dict that receives the communication settings the
+    ranks were given (common/comm_env.py)."""
     per_node = 1 if per_node_once else a.nproc_per_node
     use_srun = uses_srun(a, per_node)
     if a.nodes > 1 and not use_srun:
@@ -90,12 +151,19 @@ def run(cmd, a, per_node_once=False, stdout=None):
     env = dict(os.environ)
     here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     with contextlib.ExitStack() as stack:
-        if a.horovod and not per_node_once:
-            hosts = slurm.job_hosts(os.environ["SLURM_JOB_ID"])[: a.nodes] if use_srun else [here]
-            port = stack.enter_context(rendezvous(shlex.split(a.python), hosts, per_node))
-            env.update(DLSCALE_RENDEZVOUS_ADDR=here, DLSCALE_RENDEZVOUS_PORT=str(port))
+        if not per_node_once:
+            env.update(config_env(a.env))
+            remote = use_srun and (a.horovod or a.nodes > 1)
+            hosts = slurm.job_hosts(os.environ["SLURM_JOB_ID"])[: a.nodes] if remote else [here]
+            iface, addr, extra = network_env(a, hosts, env)
+            env.update(extra)
+            if a.horovod:
+                env.update(horovod_env(a, stack, hosts, iface, addr, per_node, use_srun))
+        if env_record is not None:
+            env_record.update(comm_env.recorded(env))
         if use_srun:
-            srun = srun_command(a.nodes, per_node, a.cpus_per_task, a.srun_args)
+            srun = srun_command(a.nodes, per_node, a.cpus_per_task, a.srun_args,
+                                "" if per_node_once else a.srun_mpi)
             print("launch:", shlex.join(srun + cmd), file=sys.stderr, flush=True)
             return subprocess.call(srun + cmd, env=env, stdout=stdout)
         return _local(cmd, env, per_node, stdout)

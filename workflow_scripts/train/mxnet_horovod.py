@@ -134,7 +134,7 @@ def main():
     if args.precision == "fp16" and not gpu:
         raise StageError("mxnet fp16 needs a GPU: MXNet 1.9 has no CPU mixed precision usable with Horovod "
                          "(set training.precisions to [fp32] for mxnet on a CPU)")
-    setup_horovod(launch)
+    setup_horovod(launch, mpi_built=hvd.mpi_built)
     hvd.init()
     ctx = mx.gpu(hvd.local_rank()) if gpu else mx.cpu()
     threads = args.decode_threads or (16 if gpu else max(1, (os.cpu_count() or 1) // launch.local_size))

@@ -160,7 +160,7 @@ def main():
     harness.check_gpus(launch, args, "TensorFlow", len(gpus), tf.test.is_built_with_cuda(),
                        (hvd.nccl_built(), "Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)")
                        if launch.world_size > 1 else None)
-    setup_horovod(launch)
+    setup_horovod(launch, mpi_built=hvd.mpi_built)
     hvd.init()
     if gpus:
         tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
