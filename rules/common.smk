@@ -55,6 +55,14 @@ for _system in config["training"]["systems"]:
     if _system not in config["systems"]:
         raise WorkflowError(f"config training.systems names {_system!r}, which is not defined under config "
                             f"systems (defined: {', '.join(config['systems'])})")
+for _system, _sysc in config["systems"].items():
+    # Without --cpus-per-task SLURM gives each task one CPU, and its bound ranks' decoding and
+    # framework threads (common/cpus.py) all run on it: a GPU run then measures its input, not the GPU.
+    if _sysc["gpu_request"] != "none" and _sysc["cpus_per_task"] == 0:
+        raise WorkflowError(f"config systems.{_system}.cpus_per_task = 0 with gpu_request {_sysc['gpu_request']}: "
+                            f"SLURM would give each GPU's task one CPU for its decoding and framework threads. "
+                            f"Fix: set systems.{_system}.cpus_per_task to the node's CPUs divided by its GPUs "
+                            f"(e.g. 10 on a node of 40 cores and 4 GPUs)")
 
 
 def _sbatch_words(system):

@@ -83,8 +83,10 @@ def _stop_pid(pid, timeout=15):
 
 
 class Cluster:
-    def __init__(self, nodes=("n1", "n2"), cpus=2, memory_mb=12000):
-        self.nodes, self.cpus, self.memory_mb = nodes, cpus, memory_mb
+    def __init__(self, nodes=("n1", "n2"), cpus=2, memory_mb=12000, task_plugin="task/none"):
+        """task_plugin: task/none binds nothing (every task sees the node's CPUs); task/affinity binds
+        each task to its --cpus-per-task CPUs, as a production cluster does."""
+        self.nodes, self.cpus, self.memory_mb, self.task_plugin = nodes, cpus, memory_mb, task_plugin
         self.base = Path(tempfile.mkdtemp(prefix="dlscale-slurm-", dir="/var/tmp"))
         self.base.chmod(0o755)  # munged runs as user munge and must reach its directory
         self.ctl_host = socket.gethostname().split(".")[0]
@@ -106,8 +108,8 @@ class Cluster:
             f"SlurmctldHost={self.ctl_host}({CTL_ADDR})", f"SlurmctldPort={CTL_PORT}", f"SlurmdPort={NODE_PORT}",
             "SlurmUser=root", "SlurmdUser=root",
             "AuthType=auth/munge", f"AuthInfo=socket={b}/munge/munge.socket", "CryptoType=crypto/munge",
-            # No cgroups here: track processes by parentage, bind nothing.
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "MpiDefault=none",
+            # No cgroups here: track processes by parentage; bind tasks to CPUs only where asked.
+            "ProctrackType=proctrack/linuxproc", f"TaskPlugin={self.task_plugin}", "MpiDefault=none",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core_Memory", "SchedulerType=sched/backfill",
             "ReturnToService=2",
             # Finished jobs stay visible to squeue, which the executor plugin polls without slurmdbd.

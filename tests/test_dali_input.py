@@ -186,12 +186,13 @@ def test_dali_threads_leave_cores_to_the_training_thread():
     code = """
 import json, os, sys
 from types import SimpleNamespace as NS
+from workflow_scripts.common import cpus
 from workflow_scripts.train import pytorch_ddp
 args = NS(loader_workers=0, decode_threads=0)
 out = {}
 for cores, ranks in ((16, 1), (32, 2), (16, 8), (2, 1)):
-    os.cpu_count = lambda: cores
-    out[f"{cores}/{ranks}"] = {i: pytorch_ddp.loader_workers(args, NS(input=i), NS(local_size=ranks))
+    share = cpus.CPUs(allowed=cores, cores=cores, bound=False, local_size=ranks).per_rank
+    out[f"{cores}/{ranks}"] = {i: pytorch_ddp.loader_workers(args, NS(input=i), share)
                                for i in ("dali", "cpu", "gpu")}
 print(json.dumps(out))
 """

@@ -9,7 +9,7 @@ from conftest import REPO, interpreter, snakemake, write_config
 
 from workflow_scripts.report import runs
 
-GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node"}}
+GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "cpus_per_task": 1}}
 # What each framework's CPU environment is, seen from a run that needs a GPU per task.
 CAUSE = {"tensorflow": "is a CPU build", "mxnet": "is a CPU build",
          "pytorch": "sees 0 GPU(s)"}

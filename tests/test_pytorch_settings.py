@@ -24,6 +24,7 @@ CASES = [
     ("gpu_dali", "cuda", 1, REAL),
     ("gpu_dali_two_nodes", "cuda", 2, REAL),
     ("gpu_synthetic", "cuda", 1, ["--data-source", "synthetic", "--batch-per-gpu", "256", "--image-size", "224"]),
+    ("cpu_synthetic", "cpu", 1, ["--data-source", "synthetic", "--batch-per-gpu", "256", "--image-size", "224"]),
     ("gpu_gpu_input", "cuda", 1, REAL + ["--input", "gpu"]),
     ("gpu_cpu_input", "cuda", 1, REAL + ["--input", "cpu"]),
     ("gpu_dali_small", "cuda", 1, ["--data", "LMDB", "--batch-per-gpu", "64", "--image-size", "112"]),
@@ -59,3 +60,11 @@ def test_dali_queue_and_pools(resolved):
     assert resolved["cpu"]["dali_pools_mb"] == [0, 0]  # DALI's CPU pipeline has no such pools
     asked = resolved["gpu_dali_asked"]
     assert asked["prefetch"] == 2 and asked["dali_pools_mb"] == [0, 100]
+
+
+def test_a_synthetic_run_records_no_input_path(resolved):
+    """Synthetic data takes no input path: its settings say so, not the input path 'auto' would
+    have chosen on the device (dali on a GPU, with its queue and pools)."""
+    for name in ("gpu_synthetic", "cpu_synthetic"):
+        synthetic = resolved[name]
+        assert (synthetic["input"], synthetic["prefetch"], synthetic["dali_pools_mb"]) == ("synthetic", 0, [0, 0]), name

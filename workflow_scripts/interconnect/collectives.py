@@ -24,6 +24,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+<<<<<<< HEAD
 from ..common import comm_env
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
@@ -31,6 +32,20 @@ from ..common.launch import detect
 from ..common.provenance import cpu_model
 from ..common.timing import cuda_times, wall_times
 from .bandwidth import COLLECTIVES, ELEMENT_BYTES, algbw_GBps, busbw_GBps, message_sizes
+=======
+multicast.switch_off()  # before torch starts NCCL
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from ..common import cpus  # noqa: E402
+from ..common.atomic import write_json  # noqa: E402
+from ..common.errors import StageError, run_main  # noqa: E402
+from ..common.launch import detect  # noqa: E402
+from ..common.provenance import cpu_model  # noqa: E402
+from ..common.timing import cuda_times, wall_times  # noqa: E402
+from .bandwidth import COLLECTIVES, ELEMENT_BYTES, algbw_GBps, busbw_GBps, message_sizes  # noqa: E402
+>>>>>>> threads
 
 
 def parse_args(argv=None):
@@ -94,8 +109,9 @@ def main(argv=None):
     a = parse_args(argv)
     launch = detect()
     device = _device(a.device, launch.local_rank)
-    if device.type == "cpu":  # ranks on one host share its cores
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // launch.local_size))
+    mine = cpus.of(launch)
+    if device.type == "cpu":  # the rank's share of its CPUs
+        torch.set_num_threads(mine.per_rank)
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, rank=launch.rank, world_size=launch.world_size,
                             init_method=f"tcp://{launch.master_addr}:{launch.master_port}")
@@ -118,6 +134,7 @@ def main(argv=None):
         write_json(a.out, {
             "source": "torch.distributed", "backend": backend, "world_size": launch.world_size,
             "num_nodes": len(set(hosts)), "rank_hosts": hosts, "launch": launch.as_dict(),
+            "cpus": mine.describe(torch=torch.get_num_threads()),  # rank 0's
             "device": torch.cuda.get_device_name(device) if cuda else f"CPU: {cpu_model()}",
             "versions": {"torch": torch.__version__,
                          "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else ""},

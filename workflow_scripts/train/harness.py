@@ -7,7 +7,8 @@ A run directory holds:
   epochs.jsonl             mode accuracy: rank 0's per-epoch records (LongTest)
   predictions/             mode accuracy: epoch<E>.rank<r>.tsv.gz, each rank's top-5 of every val
                            image it scored at epoch E (record, label, top5)
-  rank<r>.json             per rank: host, launch, weight digest after the first step and at the end
+  rank<r>.json             per rank: host, launch, its CPUs and thread counts (common.cpus), weight
+                           digest after the first step and at the end
   telemetry.<node>.csv     one time series per node (written by local rank 0)
   cache.<node>.json        the page-cache report of that node (written before training)
   provenance.<node>.json   that node's CPU, memory, GPUs, driver, CUDA, GPU topology (local rank 0)
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common import comm_env, metrics
+from ..common import comm_env, cpus, metrics
 from ..common.atomic import write_json
 from ..common.errors import StageError
 from ..common import provenance
@@ -150,6 +151,7 @@ class Run:
         warmup = 0 if args.mode == "accuracy" else args.warmup_steps
         self.log = metrics.StepLog(self.dir / "steps.jsonl", warmup, self.global_batch, write=self.launch.rank == 0)
         self.digests = {}
+        self.cpus, self.threads = cpus.of(self.launch), {}
         self.telemetry = None
         if self.launch.local_rank == 0:
             write_json(self.dir / f"provenance.{self.node}.json", provenance.node_facts())
@@ -189,11 +191,19 @@ class Run:
             if i == 0:
                 self.record_digest("after_step_1", digest())
 
+    def record_threads(self, **counts):
+        """The thread counts this rank uses (from self.cpus), for its rank<r>.json and the summary."""
+        self.threads.update(counts)
+        self._write_rank()
+
     def record_digest(self, phase, digest):
         self.digests[phase] = digest
+        self._write_rank()
+
+    def _write_rank(self):
         write_json(self.dir / f"rank{self.launch.rank}.json",
                    {"rank": self.launch.rank, "node": self.node, "launch": self.launch.as_dict(),
-                    "weights_sha256": self.digests})
+                    "cpus": self.cpus.describe(**self.threads), "weights_sha256": self.digests})
 
     def finish(self, extra=None):
         if self.telemetry:
@@ -213,6 +223,7 @@ class Run:
             "launch": self.launch.as_dict(),
             # config nccl_env and the launcher's interface and Horovod settings, as the ranks had them
             "nccl_env": comm_env.recorded(),
+            "cpus": self.cpus.describe(**self.threads),  # rank 0's; each rank's in its rank<r>.json
             "args": vars(self.args),
             "lr": self.lr,
             "versions": {"python": sys.version.split()[0], "platform": platform.platform(), **self.versions},

@@ -1,5 +1,6 @@
 """ResNet-50 v1 (Gluon model zoo) with Horovod, reading the data stage's RecordIO through
-mx.io.ImageRecordIter (16 decode threads on a GPU node, as the study).
+mx.io.ImageRecordIter (16 decode threads per GPU, as the study, or fewer where the rank has fewer
+CPUs: common.cpus; on a CPU host its share of the CPUs).
 
 FP16 casts the network to float16 with multi-precision SGD on a GPU. MXNet 1.9 has no CPU
 mixed precision that works with Horovod here (its bfloat16 AMP needs oneDNN, which has to be off
@@ -20,6 +21,7 @@ import tempfile
 # oneDNN tensors break Horovod's CPU allreduce in MXNet 1.9 ('Check failed: !IsMKLDNNData()').
 os.environ.setdefault("MXNET_MKLDNN_ENABLED", "0")
 os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
+STUDY_DECODE_THREADS = 16  # per GPU
 
 try:
     import mxnet as mx  # noqa: E402
@@ -137,7 +139,9 @@ def main():
     setup_horovod(launch, mpi_built=hvd.mpi_built)
     hvd.init()
     ctx = mx.gpu(hvd.local_rank()) if gpu else mx.cpu()
-    threads = args.decode_threads or (16 if gpu else max(1, (os.cpu_count() or 1) // launch.local_size))
+    threads = args.decode_threads or (min(STUDY_DECODE_THREADS, run.cpus.per_rank) if gpu else run.cpus.per_rank)
+    if args.data_source == "real":
+        run.record_threads(decode=threads)
     mx.random.seed(args.seed)
     if args.data_source == "synthetic":
         classes, train_images = args.classes or 1000, 0

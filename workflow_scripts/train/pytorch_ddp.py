@@ -50,7 +50,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torchvision.transforms import v2 as T
 
-from ..common import affinity
+from ..common import affinity, cpus
 from ..common.errors import StageError, run_main
 from ..data.lmdb_dataset import LMDBImageNet
 from . import gpu_input, harness
@@ -177,14 +177,14 @@ class Settings:
     amp_dtype: torch.dtype = None  # None: fp32
     channels_last: bool = False
     compile: str = ""  # torch.compile mode; "": eager
-    input: str = "cpu"  # cpu | gpu | dali
+    input: str = "cpu"  # cpu | gpu | dali | synthetic (no input path ran)
     tf32: bool = False
     bucket_cap_mb: float = 25.0
     ddp_graph: str = "whole"  # as resolved (auto: by node count)
     grad_compression: str = "none"
     broadcast_buffers: bool = False
     loss_lag: int = 0  # steps queued past the one whose loss is read
-    prefetch: int = GPU_PREFETCH  # input gpu, dali: batches prepared ahead
+    prefetch: int = GPU_PREFETCH  # input gpu, dali: batches prepared ahead (0: synthetic data, none)
     dali_pools_mb: tuple = (0, 0)  # input dali on a GPU: (pinned, device) MiB allocated before training
 
     def describe(self):
@@ -211,6 +211,7 @@ def resolve(args, device, nodes=1):
         else:
             amp = torch.float16
     source = args.input if args.input != "auto" else ("dali" if cuda else "cpu")
+    synthetic = args.data_source == "synthetic"
     graph = ddp_graph(args.ddp_graph, nodes)
     if args.prefetch < 0:
         raise StageError(f"--prefetch {args.prefetch}: batches ahead, 1 or more (0: {DALI_PREFETCH} with dali, "
@@ -219,14 +220,15 @@ def resolve(args, device, nodes=1):
     pools = tuple(round(mb * scale) if given == "auto" else given
                   for mb, given in zip(DALI_POOLS_MB, (args.dali_pinned_mb, args.dali_device_mb)))
     return Settings(device=device, amp_dtype=amp, channels_last=on(args.channels_last),
-                    compile=compile_mode(args.compile, cuda, "synthetic" if args.data_source == "synthetic" else source,
-                                         graph),
-                    input=source, tf32=cuda and args.tf32 == "on",
+                    compile=compile_mode(args.compile, cuda, "synthetic" if synthetic else source, graph),
+                    # Synthetic data takes no input path: none of the input's settings applied.
+                    input="synthetic" if synthetic else source, tf32=cuda and args.tf32 == "on",
                     bucket_cap_mb=args.bucket_cap_mb, ddp_graph=graph,
                     grad_compression=args.grad_compression, broadcast_buffers=args.broadcast_buffers == "on",
                     loss_lag=int(cuda and source != "dali") if args.loss_lag == "auto" else int(args.loss_lag),
-                    prefetch=args.prefetch or (DALI_PREFETCH if source == "dali" else GPU_PREFETCH),
-                    dali_pools_mb=pools if cuda and source == "dali" else (0, 0))
+                    prefetch=0 if synthetic else args.prefetch or (
+                        DALI_PREFETCH if source == "dali" else GPU_PREFETCH),
+                    dali_pools_mb=pools if cuda and source == "dali" and not synthetic else (0, 0))
 
 
 def compile_mode(choice, cuda, source, graph):
@@ -312,10 +314,10 @@ def cpu_transform(image_size):
                       T.PILToTensor(), T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)])
 
 
-def loader_workers(args, s, launch):
+def loader_workers(args, s, per_rank):
+    """per_rank: CPUs of the rank's share (common.cpus)."""
     if args.loader_workers or args.decode_threads:
         return args.loader_workers or args.decode_threads
-    per_rank = (os.cpu_count() or 2) // launch.local_size
     if s.input == "dali":
         return max(1, per_rank - DALI_SPARE_CORES)
     rule = max(1, per_rank - 1)
@@ -366,7 +368,8 @@ class Input:
     stats: object = lambda skip: {}  # input gpu: per-stage seconds per batch; dali: its settings
 
 
-def build_input(args, s, launch):
+def build_input(args, s, launch, per_rank=None):
+    """per_rank: CPUs of the rank's share (common.cpus; None: read here)."""
     device = s.device
     layout = torch.channels_last if s.channels_last else torch.contiguous_format
     if args.data_source == "synthetic":
@@ -383,7 +386,7 @@ def build_input(args, s, launch):
     if len(lmdb) < args.batch_per_gpu * launch.world_size:
         raise StageError(f"{train} holds {len(lmdb)} images, fewer than one global batch "
                          f"({args.batch_per_gpu} x {launch.world_size})")
-    workers = loader_workers(args, s, launch)
+    workers = loader_workers(args, s, per_rank or cpus.of(launch).per_rank)
     seed = input_seed(args.seed, launch.rank)
     if s.input == "dali":
         dali = dali_input_module().DALIBatches(
@@ -515,8 +518,8 @@ def main():
         sys.setswitchinterval(args.switch_interval_ms / 1e3)
     if cuda:
         torch.cuda.set_device(device)
-    else:  # ranks share the host's cores
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // launch.local_size))
+    else:  # the rank's share of its CPUs
+        torch.set_num_threads(run.cpus.per_rank)
     if launch.world_size > 1:
         dist.init_process_group("nccl" if cuda else "gloo", rank=launch.rank, world_size=launch.world_size,
                                 init_method=f"tcp://{launch.master_addr}:{launch.master_port}")
@@ -524,7 +527,9 @@ def main():
     cores = affinity.plan(launch.local_rank, launch.local_size) if args.main_core == "on" else None
     configure_backends(s)
     torch.manual_seed(args.seed)
-    data = build_input(args, s, launch)
+    data = build_input(args, s, launch, run.cpus.per_rank)
+    run.record_threads(torch=torch.get_num_threads(),
+                       **({"dali" if s.input == "dali" else "loader_workers": data.workers} if data.workers else {}))
     # Zero-initialised last BN of each residual block (Goyal et al., as NVIDIA's ResNet-50 recipes):
     # every block starts as identity, which keeps the first steps from scratch stable.
     model = torchvision.models.resnet50(num_classes=data.classes, zero_init_residual=True)

@@ -1,6 +1,6 @@
 """ResNet-50 (tf.keras.applications) with Horovod, reading the data stage's TFRecords with
-tf.data; decode threads = physical cores - 4 per GPU, as the study (on a CPU host: the host's
-cores shared by its ranks).
+tf.data; decode threads = physical cores - 4 per GPU, as the study, counted per rank on the CPUs
+it may run on (common.cpus; on a CPU host: all of its share's cores).
 
 FP16 is Keras mixed precision: mixed_float16 with loss scaling on a GPU, mixed_bfloat16 on a CPU.
 
@@ -12,7 +12,6 @@ import functools
 import glob
 import os
 
-import psutil
 import tensorflow as tf
 
 from ..common.errors import StageError, run_main
@@ -28,10 +27,7 @@ FEATURES = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
 def decode_threads(run, gpu):
     if run.args.decode_threads:
         return run.args.decode_threads
-    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    if gpu:  # the study: 4 threads per GPU go to compute, copies, events and communication
-        return max(1, cores - 4 * run.launch.local_size)
-    return max(1, cores // run.launch.local_size)
+    return run.cpus.tf_decode_threads(gpu)
 
 
 def dataset(run, label_offset, threads):
@@ -154,8 +150,8 @@ def main():
 
     run = harness.Run(args, "tensorflow", {"tensorflow": tf.__version__, "horovod": horovod.__version__})
     launch = run.launch
-    # Ranks on one host share its cores (set before TensorFlow initialises its runtime).
-    tf.config.threading.set_intra_op_parallelism_threads(max(1, (os.cpu_count() or 1) // launch.local_size))
+    # The rank's share of its CPUs (set before TensorFlow initialises its runtime).
+    tf.config.threading.set_intra_op_parallelism_threads(run.cpus.per_rank)
     gpus = tf.config.list_physical_devices("GPU")
     harness.check_gpus(launch, args, "TensorFlow", len(gpus), tf.test.is_built_with_cuda(),
                        (hvd.nccl_built(), "Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)")
@@ -169,6 +165,7 @@ def main():
         tf.keras.mixed_precision.set_global_policy("mixed_float16" if gpus else "mixed_bfloat16")
     tf.random.set_seed(args.seed)
     threads = decode_threads(run, bool(gpus))
+    run.record_threads(intra_op=run.cpus.per_rank, **({"decode": threads} if args.data_source == "real" else {}))
     if args.data_source == "synthetic":
         classes, train_images = args.classes or 1000, 0
         x = tf.random.normal([args.batch_per_gpu, args.image_size, args.image_size, 3], seed=args.seed)

@@ -1,0 +1,78 @@
+"""The CPUs a rank may run on, and the thread counts the trainers and the interconnect stage derive
+from them.
+
+Under SLURM with task binding (TaskPlugin=task/affinity or task/cgroup) a task runs on its
+--cpus-per-task CPUs only; counts taken from the node (os.cpu_count()) would start a node's worth
+of threads on each rank's few CPUs. So every count starts from the process's affinity set
+(os.sched_getaffinity), and a rank's share of it is:
+
+  bound:   the whole set, which is the rank's own;
+  shared:  the set divided by the node's ranks (local_size), as they all run on it.
+
+The set is shared when it holds all of the node's CPUs (the local launcher, or SLURM with
+task/none: nothing is bound), when the local launcher started the rank (it never binds; a set
+smaller than the node is then a container's or a job's, common to its ranks), or when, under SLURM,
+it holds every local task's --cpus-per-task CPUs (a step-wide cpuset without per-task binding).
+Otherwise it is bound.
+
+The study's rules, per rank on its share: TensorFlow's decode threads are the share's physical
+cores - 4 on a GPU (4 threads per GPU go to compute, copies, events and communication: over a
+node's ranks this is the study's "cores - 4 per GPU"), at least 1, and all of its cores on a CPU;
+intra-op and torch threads are the share's CPUs; PyTorch's DataLoader/DALI workers and MXNet's
+decode threads are counted from the share's CPUs in their trainers.
+"""
+import os
+from dataclasses import dataclass
+
+from .affinity import CPU_ROOT, core_groups
+
+SPARE_PER_GPU = 4  # the study's threads per GPU kept from decoding
+
+
+@dataclass(frozen=True)
+class CPUs:
+    allowed: int  # CPUs in the affinity set
+    cores: int  # physical cores in it
+    bound: bool  # the set is this rank's own (else shared by local_size ranks)
+    local_size: int = 1
+
+    @property
+    def per_rank(self):
+        """CPUs of the rank's share."""
+        return max(1, self.allowed if self.bound else self.allowed // self.local_size)
+
+    @property
+    def cores_per_rank(self):
+        """Physical cores of the rank's share."""
+        return max(1, self.cores if self.bound else self.cores // self.local_size)
+
+    def tf_decode_threads(self, gpu):
+        return max(1, self.cores_per_rank - SPARE_PER_GPU) if gpu else self.cores_per_rank
+
+    def describe(self, **threads):
+        """For a summary: the set, how it was read, and the counts used on it."""
+        return {"allowed": self.allowed, "cores": self.cores, "bound": self.bound, "local_size": self.local_size,
+                "per_rank": self.per_rank, "threads": threads}
+
+
+def is_bound(allowed, node_cpus, local_size, source, cpus_per_task=0):
+    """The rule of the module's docstring. allowed: CPUs in the set; node_cpus: the node's CPUs;
+    source: the launch's source (common.launch: slurm, env, single); cpus_per_task: SLURM's, 0
+    where unknown."""
+    if allowed >= node_cpus or source == "env":
+        return False
+    if source == "slurm" and local_size > 1 and cpus_per_task > 0:
+        return allowed < local_size * cpus_per_task
+    return True
+
+
+def of(launch, env=None, root=CPU_ROOT):
+    """This process's CPUs, for the rank `launch` (common.launch.Launch) describes."""
+    env = os.environ if env is None else env
+    allowed = os.sched_getaffinity(0)
+    try:
+        per_task = int(env.get("SLURM_CPUS_PER_TASK", "0") or 0)
+    except ValueError:
+        per_task = 0
+    bound = is_bound(len(allowed), os.cpu_count() or len(allowed), launch.local_size, launch.source, per_task)
+    return CPUs(len(allowed), len(core_groups(allowed, root)), bound, launch.local_size)
