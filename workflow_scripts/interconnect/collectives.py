@@ -24,28 +24,13 @@ import sys
 import torch
 import torch.distributed as dist
 
-<<<<<<< HEAD
-from ..common import comm_env
+from ..common import comm_env, cpus
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
 from ..common.launch import detect
 from ..common.provenance import cpu_model
 from ..common.timing import cuda_times, wall_times
 from .bandwidth import COLLECTIVES, ELEMENT_BYTES, algbw_GBps, busbw_GBps, message_sizes
-=======
-multicast.switch_off()  # before torch starts NCCL
-
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-
-from ..common import cpus  # noqa: E402
-from ..common.atomic import write_json  # noqa: E402
-from ..common.errors import StageError, run_main  # noqa: E402
-from ..common.launch import detect  # noqa: E402
-from ..common.provenance import cpu_model  # noqa: E402
-from ..common.timing import cuda_times, wall_times  # noqa: E402
-from .bandwidth import COLLECTIVES, ELEMENT_BYTES, algbw_GBps, busbw_GBps, message_sizes  # noqa: E402
->>>>>>> threads
 
 
 def parse_args(argv=None):
