@@ -81,3 +81,26 @@ def test_resident_bytes_counts_the_pages_read(tmp_path):
     fincore = subprocess.run(["fincore", "--noheadings", "--raw", "--output", "PAGES", str(f)],
                              capture_output=True, text=True, check=True)
     assert got == len(wanted) * page == int(fincore.stdout) * page
+
+
+def test_telemetry_keeps_the_gpus_and_readings_that_work():
+    """A GPU whose NVML handle is denied is logged and left out, the others are sampled; a reading
+    that fails loses that reading; an unexpected error loses that sample, not the sampler thread.
+    Runs in the PyTorch environment, whose nvidia-ml-py supplies the error classes (see the
+    reader's docstring for why NVML is stood in for)."""
+    got = run_reader("pytorch", "telemetry_failing_gpu.py")
+    assert set(got["failed"]) == {"1"} and "NVMLError_NoPermission" in got["failed"]["1"]
+    assert "gpu1: no NVML handle" in got["log"]
+    assert got["alive_before_stop"]
+    samples = got["samples"]
+    assert len(samples) >= 8 and not any(m.startswith("gpu1/") for s in samples for m in s)
+    full = ["gpu0/gpu_mem_MB", "gpu0/gpu_util_percent", "gpu2/gpu_mem_MB", "gpu2/gpu_util_percent"]
+    # Sample 2: gpu0's utilisation read failed (logged once); its other readings and gpu2's are kept.
+    assert samples[0] == full and samples[1] == [m for m in full if m != "gpu0/gpu_util_percent"]
+    assert "gpu0: reading gpu_util_percent failed (NVMLError_Unknown" in got["log"]
+    # Sample 4 raised outside NVML's errors: logged with its traceback and skipped; sampling goes on.
+    assert "a sample failed and is skipped" in got["log"] and "RuntimeError" in got["log"]
+    assert got["mem_calls_gpu2"] >= len(samples) + 1
+    assert all(s == full for s in samples[2:])
+    # "Not supported" readings are expected on some GPUs and are not logged.
+    assert "gpu_power_W" not in got["log"]
