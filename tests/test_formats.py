@@ -1,6 +1,6 @@
 """Every image and label of a tree with ImageNet's quirks arrives in each format, read back
 with the framework's own reader."""
-from conftest import run_reader, source_catalog
+from conftest import CONFIG, QUIRKY, run_reader, source_catalog
 
 
 def _check_stored(entry, src):
@@ -80,3 +80,26 @@ def test_dali_reads_all_three_formats(quirky_tree, quirky_converted):
         for fmt in ("tfrecord", "mxnet", "caffe2"):
             assert got[fmt][split]["labels"] == index_order, (fmt, split)
             assert all(shape[2] == 3 for shape in got[fmt][split]["shapes"]), (fmt, split)
+
+
+def test_tfrecord_labels_follow_tf_builder_by_default_and_trainer_recovers_classes(quirky_tree, quirky_converted):
+    """TensorFlow's ImageNet builder stores classes as 1..N (0 = background), and the readers
+    written for it subtract 1: so does the data stage by default (the converter's own default and
+    config.yaml's), and the TensorFlow trainer's input pipelines give back 0..N-1."""
+    assert CONFIG["conversion"]["tfrecord"]["label_offset"] == 1
+    src = source_catalog(quirky_tree)
+    classes = QUIRKY["classes"]
+    got = run_reader("tensorflow", "read_tfrecord.py", quirky_converted / "tfrecord")
+    for split in ("train", "val"):
+        stored = {name: rec["stored_label"] for name, rec in got[split].items()}
+        assert set(stored.values()) == set(range(1, classes + 1)), split
+        assert all(stored[name] == s["label"] + 1 for name, s in src[split].items()), split
+    first = sorted(p.name for p in (quirky_tree / "train").iterdir())[0]
+    assert {got["train"][p.name]["stored_label"] for p in (quirky_tree / "train" / first).glob("*.JPEG")
+            if p.name in got["train"]} == {1}
+
+    trainer = run_reader("tensorflow", "tf_trainer_labels.py", quirky_converted / "tfrecord")
+    assert trainer["offset"] == 1
+    assert sorted(trainer["train"]) == sorted(s["label"] for s in src["train"].values())
+    # Validation in record order (the shards in order), as the long test scores it.
+    assert trainer["val"] == [rec["stored_label"] - 1 for rec in got["val"].values()]

@@ -1,5 +1,6 @@
 """Read the three formats back with NVIDIA DALI's own readers (CPU pipelines: device_id=None).
-Prints JSON: per format and split, the labels in reading order and the decoded shapes."""
+Prints JSON: per format and split, the labels in reading order (TFRecord's less the manifest's
+label_offset) and the decoded shapes."""
 import json
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from nvidia.dali import pipeline_def
 data = Path(sys.argv[1])
 
 
-def read_all(make_reader, count):
+def read_all(make_reader, count, offset=0):
     @pipeline_def(batch_size=1, num_threads=1, device_id=None)
     def pipe():
         jpegs, labels = make_reader()
@@ -23,7 +24,7 @@ def read_all(make_reader, count):
     labels, shapes = [], []
     for _ in range(count):
         images, lab = p.run()
-        labels.append(int(lab.at(0).reshape(-1)[0]))
+        labels.append(int(lab.at(0).reshape(-1)[0]) - offset)
         shapes.append(list(images.at(0).shape))
     return {"labels": labels, "shapes": shapes}
 
@@ -51,6 +52,7 @@ def caffe2(split):
 
 
 counts = {s: json.loads((data / "lmdb" / "manifest.json").read_text())["splits"][s]["images"] for s in ("train", "val")}
-out = {name: {s: read_all(make(s), counts[s]) for s in ("train", "val")}
+offsets = {"tfrecord": json.loads((data / "tfrecord" / "manifest.json").read_text())["label_offset"]}
+out = {name: {s: read_all(make(s), counts[s], offsets.get(name, 0)) for s in ("train", "val")}
        for name, make in (("tfrecord", tfrecord), ("mxnet", mxnet), ("caffe2", caffe2))}
 print(json.dumps(out))

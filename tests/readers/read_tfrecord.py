@@ -1,5 +1,6 @@
 """Read a tfrecord output dir back with tf.data and the standard ImageNet feature spec; check
-DALI's index files against the shards. Prints JSON."""
+DALI's index files against the shards. Prints JSON: per record its stored label and its class
+(the label less the manifest's label_offset, as a reader of the data stage's output takes it)."""
 import hashlib
 import json
 import struct
@@ -35,6 +36,7 @@ def check_index(shard, idx):
 
 out = {}
 root = Path(sys.argv[1])
+offset = json.loads((root / "manifest.json").read_text())["label_offset"]
 for split, prefix in (("train", "train-"), ("val", "validation-")):
     shards = sorted(str(p) for p in root.glob(prefix + "*"))
     ds = tf.data.TFRecordDataset(shards).map(lambda r: tf.io.parse_single_example(r, SPEC))
@@ -42,7 +44,8 @@ for split, prefix in (("train", "train-"), ("val", "validation-")):
     for ex in ds:
         img = tf.io.decode_jpeg(ex["image/encoded"], channels=0)
         records[ex["image/filename"].numpy().decode()] = {
-            "label": int(ex["image/class/label"]),
+            "stored_label": int(ex["image/class/label"]),
+            "label": int(ex["image/class/label"]) - offset,
             "synset": ex["image/class/synset"].numpy().decode(),
             "format": ex["image/format"].numpy().decode(),
             "shape": list(img.shape),

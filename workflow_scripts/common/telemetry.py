@@ -9,23 +9,17 @@ clock's limiters (NVML's bit mask) through NVML where a GPU exists. One CSV per 
 import csv
 import os
 import socket
+import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import psutil
 
+from .mounts import mount_of
+
 IB_ROOT = Path("/sys/class/infiniband")
-
-
-def _mount_of(path):
-    path = os.path.realpath(path)
-    best = None
-    for part in psutil.disk_partitions(all=True):
-        mp = part.mountpoint.rstrip("/") or "/"
-        if (path == mp or path.startswith(mp.rstrip("/") + "/")) and (best is None or len(mp) > len(best.mountpoint)):
-            best = part
-    return best
 
 
 def _nfs_read_bytes(mountpoint):
@@ -44,12 +38,12 @@ class StorageProbe:
     (overlay and similar) all physical disks."""
 
     def __init__(self, path):
-        part = _mount_of(path) if path else None
+        part = mount_of(path) if path else None
         self.kind, self.device = "disks", "all"
         if part is not None and part.fstype.startswith("nfs"):
             self.kind, self.device = "nfs", part.mountpoint
-        elif part is not None and part.device.startswith("/dev/"):
-            name = os.path.basename(os.path.realpath(part.device))
+        elif part is not None and part.source.startswith("/dev/"):
+            name = os.path.basename(os.path.realpath(part.source))
             if name in (psutil.disk_io_counters(perdisk=True) or {}):
                 self.kind, self.device = "block", name
 
@@ -75,48 +69,78 @@ def _ib_counters():
     return out
 
 
-class _Gpus:
-    def __init__(self):
-        self.handles = []
-        try:
-            import pynvml
+def _log(message):
+    # The ranks' stderr is the run's log (train/job.py).
+    print(f"telemetry: {message}", file=sys.stderr, flush=True)
 
-            pynvml.nvmlInit()
-            self.nvml = pynvml
-            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-            self.unavailable = None
+
+class _Gpus:
+    """GPU rows through NVML. `nvml` is the pynvml module (the default) or any object with its
+    functions, constants and NVMLError. Each GPU's handle is opened on its own: on a shared node a
+    device cgroup can deny some GPUs, and those are logged and left out while the others are
+    sampled. A failed reading loses that reading only."""
+
+    def __init__(self, nvml=None):
+        self.handles, self.failed, self._logged = {}, {}, set()
+        try:
+            if nvml is None:
+                import pynvml as nvml
+            nvml.nvmlInit()
+            count = nvml.nvmlDeviceGetCount()
+            self.nvml, self.unavailable = nvml, None
         except Exception as exc:  # no nvidia-ml-py, NVML library, driver or GPU: nothing to sample
-            self.handles = []
-            self.unavailable = f"{type(exc).__name__}: {exc}"
+            self.nvml, self.unavailable = None, f"{type(exc).__name__}: {exc}"
+            count = 0
+        for i in range(count):
+            try:
+                self.handles[i] = nvml.nvmlDeviceGetHandleByIndex(i)
+            except Exception as exc:
+                self.failed[i] = f"{type(exc).__name__}: {exc}"
+                _log(f"gpu{i}: no NVML handle ({self.failed[i]}); its rows are left out, the other GPUs are sampled")
         self._violations = {}  # (gpu, policy) -> (monotonic s, NVML's cumulative violation ns)
+
+    def _read(self, gpu, metric, read):
+        """read() or None; an error other than "not supported" is logged once per GPU, metric and kind."""
+        try:
+            return read()
+        except (self.nvml.NVMLError, AttributeError) as exc:
+            # Not supported on this GPU, driver or nvidia-ml-py: expected, and the same every sample.
+            not_supported = getattr(self.nvml, "NVMLError_NotSupported", ())
+            if isinstance(exc, AttributeError) or (not_supported and isinstance(exc, not_supported)):
+                return None
+            key = (gpu, metric, type(exc).__name__)
+            if key not in self._logged:
+                self._logged.add(key)
+                _log(f"{gpu}: reading {metric} failed ({type(exc).__name__}: {exc}); that reading is lost")
+            return None
 
     def sample(self):
         """(device, metric, value) rows. Power, clocks, temperatures, the clock's limiters and the
         time spent limited say whether a step ran slower because the GPU lowered its clock (e.g.
         at its power cap, or its memory too hot)."""
-        for i, h in enumerate(self.handles):
-            nvml, gpu = self.nvml, f"gpu{i}"
-            yield gpu, "gpu_util_percent", nvml.nvmlDeviceGetUtilizationRates(h).gpu
-            yield gpu, "gpu_mem_MB", nvml.nvmlDeviceGetMemoryInfo(h).used / 2**20
+        nvml = self.nvml
+        for i, h in self.handles.items():
+            gpu = f"gpu{i}"
             # nvidia-ml-py 12.535 renamed the limiters' call (throttle reasons -> clocks event reasons)
             limiters = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-                nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-            for metric, read in (("gpu_power_W", lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000),
+                getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+            for metric, read in (("gpu_util_percent", lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu),
+                                 ("gpu_mem_MB", lambda: nvml.nvmlDeviceGetMemoryInfo(h).used / 2**20),
+                                 ("gpu_power_W", lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000),
                                  ("gpu_sm_clock_MHz", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
                                  ("gpu_mem_clock_MHz", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)),
-                                 ("gpu_clock_limiters", lambda: limiters(h)),
+                                 ("gpu_clock_limiters", lambda: limiters(h) if limiters else None),
                                  ("gpu_temp_C", lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)),
                                  ("gpu_mem_temp_C", lambda: self._field(h, nvml.NVML_FI_DEV_MEMORY_TEMP))):
-                try:
-                    yield gpu, metric, read()
-                except (nvml.NVMLError, AttributeError):  # not supported on this GPU, driver or nvidia-ml-py
-                    pass
+                value = self._read(gpu, metric, read)
+                if value is not None:
+                    yield gpu, metric, value
             # NVML counts the time the clocks were held down by the power cap or by heat: a limit
             # shorter than the interval shows here as a share of it, where the sampled clock misses it.
             for name in ("power", "thermal"):
-                try:
-                    ns = nvml.nvmlDeviceGetViolationStatus(h, getattr(nvml, f"NVML_PERF_POLICY_{name.upper()}")).violationTime
-                except (nvml.NVMLError, AttributeError):
+                ns = self._read(gpu, f"gpu_{name}_limited_percent", lambda: nvml.nvmlDeviceGetViolationStatus(
+                    h, getattr(nvml, f"NVML_PERF_POLICY_{name.upper()}")).violationTime)
+                if ns is None:
                     continue
                 now, before = time.monotonic(), self._violations.get((i, name))
                 self._violations[(i, name)] = (now, ns)
@@ -133,11 +157,11 @@ class _Gpus:
 class Telemetry(threading.Thread):
     """Samples every `interval` seconds into `csv_path` until stop()."""
 
-    def __init__(self, csv_path, dataset_path=None, interval=1.0):
+    def __init__(self, csv_path, dataset_path=None, interval=1.0, nvml=None):
         super().__init__(daemon=True)
         self.csv_path, self.interval = Path(csv_path), interval
         self.storage = StorageProbe(dataset_path)
-        self.gpus = _Gpus()
+        self.gpus = _Gpus(nvml)
         self.node = socket.gethostname()
         self._halt = threading.Event()
         self.origin = None  # time.perf_counter() at the samples' time 0: steps' t_end - origin is their time_s
@@ -153,28 +177,40 @@ class Telemetry(threading.Thread):
         with open(self.csv_path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["time_s", "node", "metric", "device", "value"])
-            prev = self._snapshot()
+            prev, logged = self._snapshot(), set()
             while not self._halt.wait(self.interval):
-                cur = self._snapshot()
-                dt = cur[0] - prev[0]
-                t = round(cur[0] - t0, 3)
-                rows = [(t, self.node, "read_MBps", f"{self.storage.kind}:{self.storage.device}",
-                         (cur[1] - prev[1]) / dt / 1e6),
-                        (t, self.node, "cpu_percent", "all", psutil.cpu_percent(None)),
-                        # On a virtual machine: the time its CPUs were ready but the hypervisor ran others.
-                        (t, self.node, "cpu_steal_percent", "all", getattr(psutil.cpu_times_percent(None), "steal", 0.0))]
-                for nic, c in cur[2].items():
-                    if nic in prev[2]:
-                        rows.append((t, self.node, "send_MBps", nic, (c.bytes_sent - prev[2][nic].bytes_sent) / dt / 1e6))
-                        rows.append((t, self.node, "recv_MBps", nic, (c.bytes_recv - prev[2][nic].bytes_recv) / dt / 1e6))
-                for port, (tx, rx) in cur[3].items():
-                    if port in prev[3]:
-                        rows.append((t, self.node, "send_MBps", f"ib:{port}", (tx - prev[3][port][0]) / dt / 1e6))
-                        rows.append((t, self.node, "recv_MBps", f"ib:{port}", (rx - prev[3][port][1]) / dt / 1e6))
-                rows += [(t, self.node, metric, gpu, value) for gpu, metric, value in self.gpus.sample()]
+                # A sample that fails is logged and skipped; the next one is taken against the last
+                # good snapshot, so the thread outlives an unexpected error.
+                try:
+                    cur = self._snapshot()
+                    rows = self._rows(prev, cur, t0)
+                except Exception as exc:
+                    key = (type(exc).__name__, str(exc))
+                    if key not in logged:
+                        logged.add(key)
+                        _log(f"a sample failed and is skipped:\n{traceback.format_exc().rstrip()}")
+                    continue
                 w.writerows(rows)
                 f.flush()
                 prev = cur
+
+    def _rows(self, prev, cur, t0):
+        dt = cur[0] - prev[0]
+        t = round(cur[0] - t0, 3)
+        rows = [(t, self.node, "read_MBps", f"{self.storage.kind}:{self.storage.device}",
+                 (cur[1] - prev[1]) / dt / 1e6),
+                (t, self.node, "cpu_percent", "all", psutil.cpu_percent(None)),
+                # On a virtual machine: the time its CPUs were ready but the hypervisor ran others.
+                (t, self.node, "cpu_steal_percent", "all", getattr(psutil.cpu_times_percent(None), "steal", 0.0))]
+        for nic, c in cur[2].items():
+            if nic in prev[2]:
+                rows.append((t, self.node, "send_MBps", nic, (c.bytes_sent - prev[2][nic].bytes_sent) / dt / 1e6))
+                rows.append((t, self.node, "recv_MBps", nic, (c.bytes_recv - prev[2][nic].bytes_recv) / dt / 1e6))
+        for port, (tx, rx) in cur[3].items():
+            if port in prev[3]:
+                rows.append((t, self.node, "send_MBps", f"ib:{port}", (tx - prev[3][port][0]) / dt / 1e6))
+                rows.append((t, self.node, "recv_MBps", f"ib:{port}", (rx - prev[3][port][1]) / dt / 1e6))
+        return rows + [(t, self.node, metric, gpu, value) for gpu, metric, value in self.gpus.sample()]
 
     def stop(self):
         self._halt.set()

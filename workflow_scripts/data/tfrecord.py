@@ -65,8 +65,9 @@ def main():
     ap = convert.arg_parser(__doc__.splitlines()[0])
     ap.add_argument("--train-shards", type=int, default=1024)
     ap.add_argument("--val-shards", type=int, default=128)
-    ap.add_argument("--label-offset", type=int, default=0,
-                    help="added to the class index; 1 matches TF's builder (0 = background)")
+    ap.add_argument("--label-offset", type=int, choices=(0, 1), default=1,
+                    help="added to the 0-based class index: 1 (the default) is TF's builder's convention "
+                         "(0 = background), 0 stores the index itself")
     a = ap.parse_args()
     convert.run("tfrecord", writer({"train": a.train_shards, "val": a.val_shards}, a.label_offset), a,
                 {"label_offset": a.label_offset})

@@ -1,0 +1,106 @@
+"""What a run records about its node: whether the dataset really left the caches (common.page_cache,
+common.mounts) and the GPU telemetry when some of a node's GPUs or readings fail (common.telemetry)."""
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from conftest import run_reader
+
+from workflow_scripts.common import mounts, page_cache
+
+# Lines in /proc/self/mountinfo's format (proc(5)), as a Storage Scale client, a FUSE mount, an
+# NFS mount with FS-Cache and ordinary local mounts write them.
+MOUNTINFO = """\
+22 27 0:21 / /proc rw,relatime - proc proc rw
+27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw,discard
+61 27 0:52 / /gpfs/fs1 rw,relatime shared:30 - gpfs fs1 rw
+62 27 0:53 / /scratch rw,nosuid,nodev,relatime shared:31 - lustre 10.0.0.1@o2ib:/scratch rw,flock,lazystatfs
+63 27 0:54 / /mnt/bucket rw,nosuid,nodev,relatime shared:32 - fuse.gcsfuse bucket rw,user_id=0,group_id=0
+64 27 0:55 / /nfs/data ro,relatime shared:33 - nfs4 srv:/export/data ro,vers=4.2,rsize=1048576,hard,proto=tcp,fsc,sec=sys
+65 27 0:56 / /nfs/home rw,relatime shared:34 - nfs4 srv:/export/home rw,vers=4.2,rsize=1048576,hard,proto=tcp,sec=sys
+66 61 0:57 / /gpfs/fs1/local\\040copy rw,relatime shared:35 - xfs /dev/nvme0n1 rw,attr2
+"""
+
+
+def test_mount_of_takes_the_longest_mount_point_and_unescapes_it(tmp_path):
+    info = tmp_path / "mountinfo"
+    info.write_text(MOUNTINFO)
+    assert mounts.mount_of("/gpfs/fs1/imagenet/train-00000-of-01024", info).fstype == "gpfs"
+    assert mounts.mount_of("/gpfs/fs1/local copy/train", info).fstype == "xfs"
+    assert mounts.mount_of("/gpfs/fs10/x", info).fstype == "ext4"  # a prefix of the name is not a parent
+    assert mounts.mount_of("/nfs/data/x", info).source == "srv:/export/data"
+
+
+def test_gpfs_and_other_client_caches_make_eviction_not_verifiable(tmp_path):
+    """GPFS's pagepool (and a FUSE daemon's or FS-Cache's store) is not cleared by drop_caches or
+    fadvise and not seen by mincore: the report says "not verifiable" (null, with the reason),
+    never that the dataset left memory."""
+    info = tmp_path / "mountinfo"
+    info.write_text(MOUNTINFO)
+    why = page_cache.uncheckable(["/gpfs/fs1/imagenet", "/scratch/imagenet", "/mnt/bucket/imagenet",
+                                  "/nfs/data/imagenet", "/nfs/home/imagenet", "/gpfs/fs1/local copy/x"], info)
+    assert set(why) == {"/gpfs/fs1/imagenet", "/mnt/bucket/imagenet", "/nfs/data/imagenet"}
+    assert "pagepool" in why["/gpfs/fs1/imagenet"] and "fsc" in why["/nfs/data/imagenet"]
+
+    # A whole clear of a real file, with this machine's mount table rewritten so that the file's
+    # directory is a GPFS mount point.
+    d = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    f = d / "train-00000-of-00001"
+    f.write_bytes(os.urandom(1 << 20))
+    info.write_text(MOUNTINFO + f"70 27 0:60 / {d} rw,relatime shared:40 - gpfs fs2 rw\n")
+    report = page_cache.clear([d], command="false", drop_caches=str(tmp_path / "no" / "drop_caches"),
+                              mountinfo=info)
+    assert report["dataset_evicted"] is None
+    assert "pagepool" in report["dataset_evicted_unverifiable"][str(d)]
+    assert report["after"]["resident_bytes"] == 0  # mincore's answer is still recorded, for what it is
+
+    # The same file on its real (local) mount: verified as before.
+    report = page_cache.clear([d], command="false", drop_caches=str(tmp_path / "no" / "drop_caches"))
+    assert report["dataset_evicted"] is True and "dataset_evicted_unverifiable" not in report
+
+
+def test_resident_bytes_counts_the_pages_read(tmp_path):
+    """A file on a real disk, evicted, then some of its pages read one by one with readahead off:
+    the count is those pages, and what util-linux's fincore counts."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    d = Path(tempfile.mkdtemp(dir="/var/tmp"))  # a disk: tmpfs pages cannot be evicted
+    f = d / "data.bin"
+    f.write_bytes(os.urandom(64 * page + 100))  # with a partial last page
+    page_cache.evict([f])
+    assert page_cache.resident_bytes(f) == 0
+    wanted = [0, 1, 2, 10, 33, 63, 64]
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead: only the pages read
+        for p in wanted:
+            os.pread(fd, 1, p * page)
+    finally:
+        os.close(fd)
+    got = page_cache.resident_bytes(f)
+    fincore = subprocess.run(["fincore", "--noheadings", "--raw", "--output", "PAGES", str(f)],
+                             capture_output=True, text=True, check=True)
+    assert got == len(wanted) * page == int(fincore.stdout) * page
+
+
+def test_telemetry_keeps_the_gpus_and_readings_that_work():
+    """A GPU whose NVML handle is denied is logged and left out, the others are sampled; a reading
+    that fails loses that reading; an unexpected error loses that sample, not the sampler thread.
+    Runs in the PyTorch environment, whose nvidia-ml-py supplies the error classes (see the
+    reader's docstring for why NVML is stood in for)."""
+    got = run_reader("pytorch", "telemetry_failing_gpu.py")
+    assert set(got["failed"]) == {"1"} and "NVMLError_NoPermission" in got["failed"]["1"]
+    assert "gpu1: no NVML handle" in got["log"]
+    assert got["alive_before_stop"]
+    samples = got["samples"]
+    assert len(samples) >= 8 and not any(m.startswith("gpu1/") for s in samples for m in s)
+    full = ["gpu0/gpu_mem_MB", "gpu0/gpu_util_percent", "gpu2/gpu_mem_MB", "gpu2/gpu_util_percent"]
+    # Sample 2: gpu0's utilisation read failed (logged once); its other readings and gpu2's are kept.
+    assert samples[0] == full and samples[1] == [m for m in full if m != "gpu0/gpu_util_percent"]
+    assert "gpu0: reading gpu_util_percent failed (NVMLError_Unknown" in got["log"]
+    # Sample 4 raised outside NVML's errors: logged with its traceback and skipped; sampling goes on.
+    assert "a sample failed and is skipped" in got["log"] and "RuntimeError" in got["log"]
+    assert got["mem_calls_gpu2"] >= len(samples) + 1
+    assert all(s == full for s in samples[2:])
+    # "Not supported" readings are expected on some GPUs and are not logged.
+    assert "gpu_power_W" not in got["log"]
