@@ -32,7 +32,7 @@ import numpy as np
 from ..common import metrics
 from ..common.atomic import write_json
 from ..common.errors import StageError
-from ..common import provenance
+from ..common import kernel_check, provenance
 from ..common.launch import detect
 from ..common.telemetry import Telemetry
 
@@ -147,6 +147,7 @@ class Run:
         warmup = 0 if args.mode == "accuracy" else args.warmup_steps
         self.log = metrics.StepLog(self.dir / "steps.jsonl", warmup, self.global_batch, write=self.launch.rank == 0)
         self.digests = {}
+        self.first_kernel = None
         self.telemetry = None
         if self.launch.local_rank == 0:
             write_json(self.dir / f"provenance.{self.node}.json", provenance.node_facts())
@@ -155,6 +156,16 @@ class Run:
             self.telemetry = Telemetry(self.dir / f"telemetry.{self.node}.csv", args.data or None,
                                        args.telemetry_interval)
             self.telemetry.start()
+
+    def check_kernel(self, kernel, gpu, build):
+        """Before training, on this task's GPU: kernel() runs one small op there and reads it back;
+        a build without code for the GPU stops here with a permanent error (kernel_check). gpu:
+        (name, compute capability); build: the framework's version and the CUDA it was built for.
+        The summary records the kernel's time, which includes loading or JIT-compiling its code."""
+        seconds = kernel_check.first_kernel(kernel, kernel_check.NAMES[self.framework], gpu, build,
+                                            self.args.env_key, self.node)
+        self.first_kernel = {"gpu": gpu[0], "arch": kernel_check.sm(gpu[1]), "build": build, "seconds": seconds,
+                             "cuda_jit_cache": {k: os.environ.get(k) for k in ("CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE")}}
 
     @property
     def node(self):
@@ -214,6 +225,8 @@ class Run:
             "page_cache": caches or {"note": "no cache report: clearing did not run before this run"},
             # steps.jsonl's t_end minus this is the time_s of rank 0's node telemetry
             "telemetry_origin_s": self.telemetry.origin if self.telemetry else None,
+            # rank 0's first op on its GPU (None without one): a JIT compile of the build's PTX shows here
+            "first_kernel": self.first_kernel,
             "provenance": {"nodes": {p.stem.split(".", 1)[1]: json.loads(p.read_text())
                                      for p in sorted(self.dir.glob("provenance.*.json"))},
                            "code": provenance.code_version(), "settings_hash": provenance.settings_hash(settings)},
