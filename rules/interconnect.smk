@@ -27,7 +27,9 @@ rule interconnect_collectives:
     conda:
         "../envs/torch.yaml"
     shell:
-        "{params.py:q} -m workflow_scripts.train.launch {params.launch:q} -- {params.py:q} "
+        # training.cuda_cache_dir from config, not a param, as in train.smk: it reruns nothing
+        "{params.py:q} -m workflow_scripts.train.launch {params.launch:q} "
+        "--cuda-cache-dir={config[training][cuda_cache_dir]:q} -- {params.py:q} "
         "-m workflow_scripts.interconnect.collectives {params.args:q} --device {params.device:q} "
         "--out {output:q} > {log:q} 2>&1"
 
@@ -54,7 +56,7 @@ rule interconnect_nccl_tests:
         "../envs/torch.yaml"
     shell:
         "{params.py:q} -m workflow_scripts.interconnect.nccl_tests --build={params.build:q} {params.args:q} "
-        "{params.launch:q} --out {output:q} > {log:q} 2>&1"
+        "{params.launch:q} --cuda-cache-dir={config[training][cuda_cache_dir]:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule interconnect_table:

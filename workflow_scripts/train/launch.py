@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from ..common import slurm
+from ..common import cuda_cache, slurm
 
 
 def _free_port():
@@ -69,6 +69,7 @@ def add_arguments(ap):
     ap.add_argument("--srun-args", default="", help="further srun flags (e.g. --gpus-per-node=4), split "
                     "into words as a shell would but never run by one")
     ap.add_argument("--horovod", action="store_true", help="run Horovod's Gloo rendezvous server")
+    cuda_cache.add_argument(ap)
     ap.add_argument("--python", default=shlex.quote(sys.executable),
                     help="the framework's interpreter as words (a container's exec line): runs the rendezvous server")
 
@@ -87,7 +88,7 @@ def run(cmd, a, per_node_once=False, stdout=None):
     if a.nodes > 1 and not use_srun:
         raise SystemExit(f"launch: {a.nodes} nodes need srun: run inside a SLURM allocation "
                          f"(snakemake --profile slurm)")
-    env = dict(os.environ)
+    env = dict(os.environ, **({} if per_node_once else cuda_cache.environment(a.cuda_cache_dir, cmd)))
     here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     with contextlib.ExitStack() as stack:
         if a.horovod and not per_node_once:
