@@ -200,7 +200,8 @@ def main():
         data, label = next_batch()
         with autograd.record():
             loss = loss_fn(net(data).astype("float32"), label)
-        scale_loss(loss).backward()
+            scaled = scale_loss(loss)  # recorded: the backward pass starts from the scaled loss
+        scaled.backward()
         apply_step()
         return hvd.allreduce(loss.mean(), average=True, name="loss").asscalar()  # waits for the step
 

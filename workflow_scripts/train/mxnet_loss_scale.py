@@ -50,7 +50,8 @@ class DynamicLossScale:
 
 def step_pieces(trainer, trainable, ctx, batch_size, dtype):
     """What one training step does around backward, for the run's precision: (scaler or None,
-    scale(loss) -> the loss to call backward on, apply() -> whether the weights were updated).
+    scale(loss) -> the loss to call backward on (call it inside autograd.record()), apply() ->
+    whether the weights were updated).
     float32 steps as before (trainer.step); float16 scales the loss, all-reduces, checks the
     gradients and updates with the scale undone, or skips the step."""
     if dtype != "float16":
