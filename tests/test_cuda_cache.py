@@ -95,3 +95,21 @@ def test_container_definition_sets_the_cache_without_overriding_the_launchers():
     proc = subprocess.run(["sh", "-c", env + '\necho "$CUDA_CACHE_PATH"'], env={"HOME": "/home/u", "PATH": os.environ["PATH"]},
                           capture_output=True, text=True)
     assert proc.stdout.strip().startswith("/home/u/.cache/dlscale/cuda-jit/"), proc
+
+
+@pytest.mark.parametrize("warmup", [0, 1])
+def test_summary_says_whether_the_first_steps_start_up_is_timed(tmp_path, warmup, monkeypatch):
+    """TensorFlow's kernels for an A100/H100 are JIT-compiled at their first use, in the first step:
+    a warm-up step keeps that out of images/s; with training.warmup_steps 0 the summary says so."""
+    from workflow_scripts.train import harness
+
+    for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID"):
+        monkeypatch.delenv(k, raising=False)
+    args = harness.arg_parser("t").parse_args(["--data-source", "synthetic", "--batch-per-gpu", "1",
+                                               "--warmup-steps", str(warmup), "--steps", "2",
+                                               "--telemetry-interval", "0", "--out", str(tmp_path)])
+    run = harness.Run(args, "pytorch", {})
+    run.short_test(0, lambda i: 1.0, lambda: "digest")
+    summary = run.finish()
+    assert summary["first_step_timed"] is (warmup == 0) and summary["first_kernel"] is None
+    assert summary["warmup_steps"] == warmup and summary["timed_steps"] == 2

@@ -215,6 +215,9 @@ class Run:
             "status": "ok",
             "framework": self.framework,
             **metrics.summarize(self.log.steps),
+            # Without a warm-up step the first step's one-time start-up (tracing, kernels JIT-compiled
+            # from PTX on a GPU the build has no machine code for, autotuning) is inside images_per_s.
+            "first_step_timed": self.log.warmup_steps == 0,
             "global_batch": self.global_batch,
             "world_size": self.launch.world_size,
             "num_nodes": self.launch.num_nodes,
