@@ -70,6 +70,8 @@ def test_builds_get_their_own_directories():
     image = build_key(["apptainer", "exec", "--nv", "/shared/mxnet-24.04.sif", "python", "-m", "x"])
     assert tf.startswith("tensorflow-gpu-") and mx.startswith("mxnet-gpu-") and image.startswith("mxnet-24.04-")
     assert len({tf, mx, image}) == 3
+    # a program's own arguments before '-m' (python -c CODE ...) do not name the build
+    assert build_key(["/c/.envs/torch/bin/python", "-c", "print(1)", "-m", "x"]).startswith("torch-")
 
 
 def test_the_workflow_passes_the_configured_directory_to_training_and_interconnect(tmp_path):

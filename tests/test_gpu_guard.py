@@ -157,6 +157,7 @@ def run_job(tmp_path, message, attempt=1, retries=2, code=STAND_IN):
     proc = subprocess.run([sys.executable, "-m", "workflow_scripts.train.job", "--run-dir", str(run),
                            "--results-dir", str(tmp_path / "results"), "--log", str(log), f"--attempt={attempt}",
                            "--cache-command=true",  # not the host's page cache: not what is tested
+                           f"--cuda-cache-dir={tmp_path / 'cuda-jit'}",
                            f"--retries={retries}", f"--python={python}", "--nproc-per-node=1", "--",
                            "workflow_scripts.train.mxnet_horovod"],
                           cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,

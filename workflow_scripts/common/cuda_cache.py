@@ -58,8 +58,8 @@ def build_key(cmd):
     image = next((w for w in reversed(words) if w.endswith((".sif", ".simg")) or "://" in w), None)
     if image:
         label = re.sub(r"\.(sif|simg)$", "", image.rsplit("/", 1)[-1])
-    else:
-        exe = Path(words[-1]) if words else Path("unknown")
+    else:  # the interpreter: its environment's name for a venv's bin/python
+        exe = Path(words[0]) if words else Path("unknown")
         label = exe.parent.parent.name if exe.parent.name == "bin" and exe.parent.parent.name else exe.name
     label = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("._") or "build"
     return f"{label}-{hashlib.sha256(' '.join(words).encode()).hexdigest()[:10]}"
