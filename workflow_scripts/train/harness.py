@@ -130,6 +130,8 @@ def gradients(elements, element_bytes, dtype):
 
 
 class Run:
+    first_kernel = None  # check_kernel's record: rank 0's first op on its GPU
+
     def __init__(self, args, framework, versions):
         self.args, self.framework, self.versions = args, framework, versions
         self.launch = detect()
@@ -147,7 +149,6 @@ class Run:
         warmup = 0 if args.mode == "accuracy" else args.warmup_steps
         self.log = metrics.StepLog(self.dir / "steps.jsonl", warmup, self.global_batch, write=self.launch.rank == 0)
         self.digests = {}
-        self.first_kernel = None
         self.telemetry = None
         if self.launch.local_rank == 0:
             write_json(self.dir / f"provenance.{self.node}.json", provenance.node_facts())

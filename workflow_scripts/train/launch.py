@@ -66,10 +66,10 @@ def add_arguments(ap):
     ap.add_argument("--launcher", choices=("auto", "srun", "local"), default="auto",
                     help="auto: srun inside a SLURM allocation when more than one process runs")
     ap.add_argument("--cpus-per-task", type=int, default=0, help="srun only")
+    cuda_cache.add_argument(ap)
     ap.add_argument("--srun-args", default="", help="further srun flags (e.g. --gpus-per-node=4), split "
                     "into words as a shell would but never run by one")
     ap.add_argument("--horovod", action="store_true", help="run Horovod's Gloo rendezvous server")
-    cuda_cache.add_argument(ap)
     ap.add_argument("--python", default=shlex.quote(sys.executable),
                     help="the framework's interpreter as words (a container's exec line): runs the rendezvous server")
 
