@@ -74,7 +74,7 @@ def first_kernel(run, framework, gpu, build, env_key, host=""):
             raise
         name, capability = gpu
         key = env_key or "envs_gpu"
-        fix = cause[3].format(key=f"{key}", image=CONTAINERS.get(framework.lower(), "<image>"))
+        fix = cause[3].format(key=key, image=CONTAINERS.get(framework.lower(), "<image>"))
         first = next((ln.strip() for ln in str(exc).splitlines() if cause[1].search(ln)), text.splitlines()[0])
         raise PermanentError(
             f"{framework} cannot run on {name} ({sm(capability)}){' on ' + host if host else ''}: {cause[0]}: "
