@@ -1,6 +1,8 @@
 """The GPU check of a GPU system's training job, on a real GPU: the PyTorch job as the pipeline
 runs it (workflow_scripts.train.job -> launcher -> pytorch_ddp --require-gpu), once where it must
 pass and twice where it must stop before training, plus what torch.distributed reports of NCCL.
+Where it passes, the summary's first kernel on the GPU (its time includes loading its code) and
+the CUDA JIT cache the launcher gave the ranks (under OUT/cuda-jit).
 
     python3 benchmarks/gpu_guard.py --out OUT
 
@@ -25,20 +27,23 @@ CASES = [  # name, tasks on the node, CUDA_VISIBLE_DEVICES (None: as it is), exp
 ]
 
 
-def run_case(out, name, tasks, visible):
+def run_case(out, name, tasks, visible, cache_dir=None):
     run = out / "runs" / name.replace(" ", "_").replace(",", "")
     env = dict(os.environ, **SAFE_ENV)
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible
     cmd = [sys.executable, "-m", "workflow_scripts.train.job", "--run-dir", str(run), "--results-dir", str(out / "runs"),
            "--log", str(out / "logs" / f"{run.name}.log"), "--attempt", "1", "--retries", "0",
-           f"--python={sys.executable}", f"--nproc-per-node={tasks}", "--", "workflow_scripts.train.pytorch_ddp", *TRAIN]
+           f"--python={sys.executable}", f"--nproc-per-node={tasks}",
+           f"--cuda-cache-dir={cache_dir or out / 'cuda-jit'}", "--",
+           "workflow_scripts.train.pytorch_ddp", *TRAIN]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
     return {"case": name, "tasks": tasks, "CUDA_VISIBLE_DEVICES": visible, "job_exit": proc.returncode,
             "status": summary.get("status", "no summary"), "device": summary.get("device"),
             "device_type": summary.get("device_type"), "images_per_s": summary.get("images_per_s"),
-            "reason": summary.get("reason", ""), "steps_logged": _lines(run / "steps.jsonl")}
+            "reason": summary.get("reason", ""), "permanent": summary.get("permanent"),
+            "first_kernel": summary.get("first_kernel"), "steps_logged": _lines(run / "steps.jsonl")}
 
 
 def _lines(path):
@@ -60,12 +65,17 @@ def main():
     rows = [{**run_case(out, name, tasks, visible), "expected": expected} for name, tasks, visible, expected in CASES]
     (out / "gpu_guard.json").write_text(json.dumps({"facts": facts, "cases": rows}, indent=1))
     print(json.dumps(facts))
-    print("| case | tasks | expected | status | device | images/s | steps logged | reason |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| case | tasks | expected | status | device | first kernel | images/s | steps logged | reason |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ips = f"{r['images_per_s']:.0f}" if r["images_per_s"] else "-"
-        print(f"| {r['case']} | {r['tasks']} | {r['expected']} | {r['status']} | {r['device']} | {ips} | "
+        k = r["first_kernel"]
+        kernel = f"{k['arch']}, {k['seconds'] * 1e3:.1f} ms" if k else "-"
+        print(f"| {r['case']} | {r['tasks']} | {r['expected']} | {r['status']} | {r['device']} | {kernel} | {ips} | "
               f"{r['steps_logged']} | {r['reason'][:160]} |")
+    for r in rows:
+        if r["first_kernel"]:
+            print(json.dumps(r["first_kernel"]))
 
 
 if __name__ == "__main__":

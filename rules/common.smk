@@ -51,6 +51,9 @@ for _key in ("data_dir", "log_dir", "results_dir"):
     _check_writable(_key, config[_key])
 for _key in ("root", "val_labels"):
     _check_path(f"dataset.{_key}", config["dataset"][_key])
+if config["training"]["cuda_cache_dir"]:
+    _check_path("training.cuda_cache_dir", config["training"]["cuda_cache_dir"])
+    _check_writable("training.cuda_cache_dir", config["training"]["cuda_cache_dir"])
 for _system in config["training"]["systems"]:
     if _system not in config["systems"]:
         raise WorkflowError(f"config training.systems names {_system!r}, which is not defined under config "

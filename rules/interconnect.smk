@@ -29,7 +29,9 @@ rule interconnect_collectives:
     conda:
         "../envs/torch.yaml"
     shell:
-        "{params.launcher:q} -m workflow_scripts.train.launch {params.launch:q} -- {params.py:q} "
+        # training.cuda_cache_dir from config, not a param, as in train.smk: it reruns nothing
+        "{params.launcher:q} -m workflow_scripts.train.launch {params.launch:q} "
+        "--cuda-cache-dir={config[training][cuda_cache_dir]:q} -- {params.py:q} "
         "-m workflow_scripts.interconnect.collectives {params.args:q} --device {params.device:q} "
         "--out {output:q} > {log:q} 2>&1"
 
@@ -59,7 +61,8 @@ rule interconnect_nccl_tests:
         "../envs/torch.yaml"
     shell:
         "{params.py:q} -m workflow_scripts.interconnect.nccl_tests --build={params.build:q} {params.args:q} "
-        "{params.launch:q} --exec={params.exec:q} --srun-mpi={params.srun_mpi:q} --out {output:q} > {log:q} 2>&1"
+        "{params.launch:q} --exec={params.exec:q} --srun-mpi={params.srun_mpi:q} "
+        "--cuda-cache-dir={config[training][cuda_cache_dir]:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule interconnect_table:

@@ -44,10 +44,13 @@ rule train:
         # train/job.py: empties the run dir (inside results_dir only), clears the page cache on
         # every node, starts the ranks; each attempt keeps its own {log}.attempt<N>; the last
         # attempt's failure becomes the run's result. Every value below is one quoted argument.
+        # The CUDA JIT cache's directory is read from config here, not a param: moving it
+        # changes no result, so it reruns nothing.
         "{params.py:q} -m workflow_scripts.train.job --run-dir {params.run_dir:q} "
         "--results-dir {params.results_dir:q} --log {log:q} --attempt {resources.attempt} "
         "--retries {params.retries} --data {input.data:q} --cache-command={params.cache_command:q} "
-        "--python={params.python:q} {params.launch:q} -- {params.trainer} {params.args:q}"
+        "--python={params.python:q} --cuda-cache-dir={config[training][cuda_cache_dir]:q} {params.launch:q} "
+        "-- {params.trainer} {params.args:q}"
 
 
 rule training:

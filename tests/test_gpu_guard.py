@@ -3,6 +3,10 @@ machine its training jobs stop before training, naming the interpreter, the conf
 fix; a missing GPU environment stops the workflow when it is parsed; the tables never put a CPU
 run in a GPU system's row."""
 import json
+import os
+import shlex
+import subprocess
+import sys
 
 import pytest
 from conftest import REPO, interpreter, snakemake, write_config
@@ -71,3 +75,116 @@ def test_a_container_interpreter_starts_every_task_of_a_gpu_run(tmp_path):
     (image).unlink()
     proc = snakemake(tmp_path, "-n", check=False)
     assert proc.returncode != 0 and f"config envs_gpu.mxnet: container image {image} does not exist" in proc.stdout + proc.stderr
+
+
+# Messages the frameworks print when their build holds no code this GPU can run, as reported in
+# their issue trackers (apache/mxnet#16527, #20469, #6846; tensorflow/tensorflow#60530;
+# pytorch/pytorch#90761-style runs; TensorFlow's kernel_gen wrappers on a too-old driver).
+ARCH_FAILURES = {
+    "mxnet": "MXNetError: [11:41:41] src/operator/contrib/./.././../common/../operator/mxnet_op.h:794: Check "
+             "failed: err == cudaSuccess (48 vs. 0) : Name: mxnet_generic_kernel ErrStr:no kernel image is "
+             "available for execution on the device",
+    "mxnet_random": "Check failed: err == cudaSuccess (209 vs. 0) : rand_generator_seed_kernel ErrStr:no kernel "
+                    "image is available for execution on the device",
+    "mxnet_old": "Check failed: err == cudaSuccess (8 vs. 0) Name: MapPlanKernel ErrStr:invalid device function",
+    "tensorflow": "InternalError: Failed to load in-memory CUBIN: CUDA_ERROR_NO_BINARY_FOR_GPU: no kernel image is "
+                  "available for execution on the device [Op:Relu]",
+    "tensorflow_ptx": "W tensorflow/compiler/mlir/tools/kernel_gen/tf_gpu_runtime_wrappers.cc:40] "
+                      "'cuModuleLoadData(&module, data)' failed with 'CUDA_ERROR_UNSUPPORTED_PTX_VERSION'",
+    "pytorch": "RuntimeError: CUDA error: no kernel image is available for execution on the device\nCUDA kernel "
+               "errors might be asynchronously reported at some other API call",
+    "pytorch_ptx": "RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.",
+}
+# Failures another attempt may not meet: they must stay retried.
+OTHER_FAILURES = ["RuntimeError: CUDA error: out of memory", "CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+                  "NCCL error in: ProcessGroupNCCL.cpp:1333, unhandled system error",
+                  "horovod.common.exceptions.HorovodInternalError: ncclAllReduce failed",
+                  "error: run directory x does not lie inside results_dir y: not deleting it"]
+
+
+@pytest.mark.parametrize("name", sorted(ARCH_FAILURES))
+def test_framework_messages_of_a_gpu_without_code_are_named_and_permanent(name):
+    from workflow_scripts.common import kernel_check
+    from workflow_scripts.train import failure
+
+    cause = kernel_check.classify(ARCH_FAILURES[name])
+    assert cause is not None, ARCH_FAILURES[name]
+    expected = "PTX cannot be JIT-compiled" if name.endswith("_ptx") else "no kernel image for this GPU"
+    assert cause[0].startswith(expected)
+    assert failure.permanent(f"0: some output\n0: {ARCH_FAILURES[name]}\n1: more") is not None
+
+
+@pytest.mark.parametrize("text", OTHER_FAILURES)
+def test_other_failures_stay_retryable(text):
+    from workflow_scripts.common import kernel_check
+    from workflow_scripts.train import failure
+
+    assert kernel_check.classify(text) is None and failure.permanent(text) is None
+
+
+def test_first_kernel_failure_names_the_gpu_the_build_and_the_container():
+    from workflow_scripts.common import kernel_check
+    from workflow_scripts.common.errors import PERMANENT_TAG, PermanentError
+
+    def kernel():
+        raise RuntimeError(ARCH_FAILURES["mxnet"])
+
+    with pytest.raises(PermanentError) as err:
+        kernel_check.first_kernel(kernel, "MXNet", ("NVIDIA H100 80GB HBM3", (9, 0)),
+                                  "MXNet 1.9.1 (mxnet-cu117, CUDA 11.7)", "envs_gpu.mxnet", host="gpu07")
+    msg = str(err.value)
+    for part in (PERMANENT_TAG, "NVIDIA H100 80GB HBM3 (sm_90) on gpu07", "no kernel image for this GPU",
+                 "MXNet 1.9.1 (mxnet-cu117, CUDA 11.7)", "config envs_gpu.mxnet", "nvcr.io/nvidia/mxnet:24.04-py3",
+                 "mxnet_generic_kernel ErrStr:no kernel image"):
+        assert part in msg, (part, msg)
+    # any other failure is the framework's own, raised as it is
+    with pytest.raises(ValueError):
+        kernel_check.first_kernel(lambda: int("x"), "MXNet", ("GPU 0", None), "b", "")
+    assert kernel_check.first_kernel(lambda: None, "PyTorch", ("GPU 0", None), "b", "") >= 0
+
+
+# A stand-in trainer for job.py's retry decision: the real first_kernel and run_main of the
+# trainers, given the kernel failure MXNet 1.9.1 meets on an H100.
+STAND_IN = ("import sys; from workflow_scripts.common import errors, kernel_check\n"
+            "def kernel(): raise RuntimeError(sys.argv[1])\n"
+            "errors.run_main(lambda: kernel_check.first_kernel(kernel, 'MXNet', ('NVIDIA H100 80GB HBM3', (9, 0)), "
+            "'MXNet 1.9.1 (mxnet-cu117, CUDA 11.7)', 'envs_gpu.mxnet'))")
+
+
+def run_job(tmp_path, message, attempt=1, retries=2, code=STAND_IN):
+    run, log = tmp_path / "results" / "runs" / "gpu" / "mxnet_fp32_1gpu", tmp_path / "logs" / "mxnet.log"
+    python = shlex.join([sys.executable, "-c", code, message])
+    proc = subprocess.run([sys.executable, "-m", "workflow_scripts.train.job", "--run-dir", str(run),
+                           "--results-dir", str(tmp_path / "results"), "--log", str(log), f"--attempt={attempt}",
+                           "--cache-command=true",  # not the host's page cache: not what is tested
+                           f"--cuda-cache-dir={tmp_path / 'cuda-jit'}",
+                           f"--retries={retries}", f"--python={python}", "--nproc-per-node=1", "--",
+                           "workflow_scripts.train.mxnet_horovod"],
+                          cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                          timeout=300)
+    summary = run / "summary.json"
+    return proc, (json.loads(summary.read_text()) if summary.exists() else None), log
+
+
+def test_a_build_without_code_for_the_gpu_is_recorded_at_once_not_retried(tmp_path):
+    proc, summary, log = run_job(tmp_path, ARCH_FAILURES["mxnet"])
+    # exit 0 with a result: Snakemake (retries: training.retries) does not resubmit the job
+    assert proc.returncode == 0, (proc.stdout, proc.stderr, log.read_text())
+    assert summary["status"] == "failed" and summary["permanent"] is True and summary["attempts"] == 1, summary
+    for part in ("NVIDIA H100 80GB HBM3 (sm_90)", "mxnet-cu117, CUDA 11.7", "nvcr.io/nvidia/mxnet:24.04-py3"):
+        assert part in summary["reason"], summary["reason"]
+    assert "not retried (training.retries 2)" in log.read_text()
+
+
+def test_a_cuda_abort_without_the_guards_message_is_permanent_too(tmp_path):
+    # a kernel that fails later than the check, in MXNet's engine, which aborts the process
+    code = "import os, sys; print(sys.argv[1], file=sys.stderr, flush=True); os.abort()"
+    proc, summary, _ = run_job(tmp_path, ARCH_FAILURES["mxnet_random"], code=code)
+    assert proc.returncode == 0 and summary["permanent"] is True and "209 vs. 0" in summary["reason"], summary
+
+
+def test_other_failures_are_still_retried(tmp_path):
+    proc, summary, _ = run_job(tmp_path, OTHER_FAILURES[0])
+    assert proc.returncode != 0 and summary is None
+    proc, summary, _ = run_job(tmp_path, OTHER_FAILURES[0], attempt=3, retries=2)  # the last attempt
+    assert proc.returncode == 0 and summary["permanent"] is False and "out of memory" in summary["reason"]

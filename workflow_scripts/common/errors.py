@@ -5,6 +5,18 @@ class StageError(Exception):
     """
 
 
+# Printed before a permanent failure's message: the training job finds it in the ranks' log.
+PERMANENT_TAG = "[permanent: not retried]"
+
+
+class PermanentError(StageError):
+    """A failure another attempt would repeat (a build that cannot run on this GPU): the training
+    job records it at once rather than resubmitting it (train/job.py, training.retries)."""
+
+    def __str__(self):
+        return f"{PERMANENT_TAG} {super().__str__()}"
+
+
 def run_main(main):
     """Call a stage's main(); report a StageError as a one-line message, not a traceback."""
     import sys

@@ -4,13 +4,16 @@ failed, with why, instead of leaving it out (train/job.py calls record(); also a
     python -m workflow_scripts.train.failure --out RUN_DIR --log ATTEMPT_LOG --attempts N --exit-code RC)
 
 summary.json then holds status "failed", the last lines of the log that look like the cause,
-and where the whole log is. Delete the run directory (or use --forcerun) to run it again.
+and where the whole log is. A permanent failure (permanent(): a build that cannot run on the
+GPU) is recorded on the attempt that met it, whatever attempts are left: another would fail alike. Delete the run directory (or use --forcerun) to run it again.
 """
 import argparse
 import re
 from pathlib import Path
 
 from ..common.atomic import write_json
+from ..common.errors import PERMANENT_TAG
+from ..common.kernel_check import classify
 
 CAUSE = re.compile(r"error|exception|traceback|fail|killed|cancel|oom|denied|not found|needs", re.I)
 
@@ -23,12 +26,22 @@ def reason(log_text, lines=3):
     return " | ".join(ln[:600] for ln in picked) or "no output"
 
 
-def record(run_dir, log, attempts, exit_code):
+def permanent(log_text):
+    """The line of a log that names a cause no retry can remove, else None: a rank's PermanentError
+    (kernel_check's, with the GPU, the build and the fix), else a CUDA message of the same causes
+    from a kernel that failed after that check."""
+    lines = [ln.strip() for ln in log_text.splitlines()]
+    return (next((ln for ln in lines if PERMANENT_TAG in ln), None)
+            or next((ln for ln in lines if classify(ln)), None))
+
+
+def record(run_dir, log, attempts, exit_code, permanent_cause=None):
     log = Path(log)
     text = log.read_text(errors="replace") if log.exists() else ""
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    write_json(Path(run_dir) / "summary.json", {"status": "failed", "reason": reason(text), "exit_code": exit_code,
-                                                "attempts": attempts, "log": str(log)})
+    write_json(Path(run_dir) / "summary.json", {
+        "status": "failed", "reason": permanent_cause[:1200] if permanent_cause else reason(text),
+        "exit_code": exit_code, "attempts": attempts, "permanent": permanent_cause is not None, "log": str(log)})
 
 
 def main():

@@ -33,7 +33,7 @@ import numpy as np
 from ..common import comm_env, cpus, metrics
 from ..common.atomic import write_json
 from ..common.errors import StageError
-from ..common import provenance
+from ..common import kernel_check, provenance
 from ..common.launch import detect
 from ..common.telemetry import Telemetry
 from ..data import verify
@@ -132,6 +132,8 @@ def gradients(elements, element_bytes, dtype):
 
 
 class Run:
+    first_kernel = None  # check_kernel's record: rank 0's first op on its GPU
+
     def __init__(self, args, framework, versions):
         self.args, self.framework, self.versions = args, framework, versions
         self.launch = detect()
@@ -160,6 +162,16 @@ class Run:
             self.telemetry = Telemetry(self.dir / f"telemetry.{self.node}.csv", args.data or None,
                                        args.telemetry_interval)
             self.telemetry.start()
+
+    def check_kernel(self, kernel, gpu, build):
+        """Before training, on this task's GPU: kernel() runs one small op there and reads it back;
+        a build without code for the GPU stops here with a permanent error (kernel_check). gpu:
+        (name, compute capability); build: the framework's version and the CUDA it was built for.
+        The summary records the kernel's time, which includes loading or JIT-compiling its code."""
+        seconds = kernel_check.first_kernel(kernel, kernel_check.NAMES[self.framework], gpu, build,
+                                            self.args.env_key, self.node)
+        self.first_kernel = {"gpu": gpu[0], "arch": kernel_check.sm(gpu[1]), "build": build, "seconds": seconds,
+                             "cuda_jit_cache": {k: os.environ.get(k) for k in ("CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE")}}
 
     @property
     def node(self):
@@ -217,6 +229,9 @@ class Run:
             "status": "ok",
             "framework": self.framework,
             **metrics.summarize(self.log.steps),
+            # Without a warm-up step the first step's one-time start-up (tracing, kernels JIT-compiled
+            # from PTX on a GPU the build has no machine code for, autotuning) is inside images_per_s.
+            "first_step_timed": self.log.warmup_steps == 0,
             "global_batch": self.global_batch,
             "world_size": self.launch.world_size,
             "num_nodes": self.launch.num_nodes,
@@ -230,6 +245,8 @@ class Run:
             "page_cache": caches or {"note": "no cache report: clearing did not run before this run"},
             # steps.jsonl's t_end minus this is the time_s of rank 0's node telemetry
             "telemetry_origin_s": self.telemetry.origin if self.telemetry else None,
+            # rank 0's first op on its GPU (None without one): a JIT compile of the build's PTX shows here
+            "first_kernel": self.first_kernel,
             "provenance": {"nodes": {p.stem.split(".", 1)[1]: json.loads(p.read_text())
                                      for p in sorted(self.dir.glob("provenance.*.json"))},
                            "code": provenance.code_version(), "settings_hash": provenance.settings_hash(settings)},

@@ -9,7 +9,9 @@ It empties the run directory (only ever one that lies inside --results-dir), cle
 cache once on every node of the run, then starts the trainer's ranks through the launcher. All of
 it goes to LOG.attemptN, which survives Snakemake's retries (it deletes LOG before each), and is
 copied to LOG. A failure on the last attempt is recorded as the run's result (status failed, and
-why), so the tables list it rather than the sweep stopping short of them.
+why), so the tables list it rather than the sweep stopping short of them; so is a permanent one
+(failure.permanent: a framework build with no code for the GPU) on any attempt, and the job then
+exits 0 so that Snakemake does not resubmit it.
 
 No shell is involved: every path and setting reaches the programs as one argument each. Only
 --cache-command, which is meant to be a command, is run by a shell (in page_cache).
@@ -70,9 +72,13 @@ def main():
     if rc == 0:
         rc = launch.run([*shlex.split(a.python), "-m", *trainer, "--out", str(run)], a)
     sys.stdout.flush(), sys.stderr.flush()
+    cause = failure.permanent(attempt_log.read_text(errors="replace")) if rc != 0 else None
+    if cause and a.attempt <= a.retries:
+        print(f"job: attempt {a.attempt} failed for a cause another attempt would meet again: recorded now, "
+              f"not retried (training.retries {a.retries})", flush=True)
     shutil.copyfile(attempt_log, log)
-    if rc != 0 and a.attempt > a.retries:
-        failure.record(run, attempt_log, a.attempt, rc)
+    if rc != 0 and (cause or a.attempt > a.retries):
+        failure.record(run, attempt_log, a.attempt, rc, cause)
         rc = 0
     sys.exit(rc)
 

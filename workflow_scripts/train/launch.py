@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from ..common import comm_env, netif, slurm
+from ..common import comm_env, cuda_cache, netif, slurm
 from ..common.comm_env import SETTABLE
 
 
@@ -116,6 +116,7 @@ def add_arguments(ap):
     ap.add_argument("--launcher", choices=("auto", "srun", "local"), default="auto",
                     help="auto: srun inside a SLURM allocation when more than one process runs")
     ap.add_argument("--cpus-per-task", type=int, default=0, help="srun only")
+    cuda_cache.add_argument(ap)
     ap.add_argument("--srun-args", default="", help="further srun flags (e.g. --gpus-per-node=4), split "
                     "into words as a shell would but never run by one")
     ap.add_argument("--horovod", action="store_true", help="run Horovod's Gloo rendezvous server")
@@ -148,7 +149,7 @@ def run(cmd, a, per_node_once=False, stdout=None, env_record=None):
     if a.nodes > 1 and not use_srun:
         raise SystemExit(f"launch: {a.nodes} nodes need srun: run inside a SLURM allocation "
                          f"(snakemake --profile slurm)")
-    env = dict(os.environ)
+    env = dict(os.environ, **({} if per_node_once else cuda_cache.environment(a.cuda_cache_dir, cmd)))
     here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     with contextlib.ExitStack() as stack:
         if not per_node_once:

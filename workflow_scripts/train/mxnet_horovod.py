@@ -33,7 +33,9 @@ from mxnet import autograd, gluon  # noqa: E402
 
 from ..common.errors import StageError, run_main  # noqa: E402
 from ..common.launch import setup_horovod  # noqa: E402
+from ..common import kernel_check  # noqa: E402
 from . import harness  # noqa: E402
+from .mxnet_loss_scale import step_pieces  # noqa: E402
 
 MEAN, STD = (123.68, 116.28, 103.53), (58.395, 57.12, 57.375)
 
@@ -121,6 +123,16 @@ def long_test(run, net, trainer, params, ctx, dtype, train_step, hvd, threads, c
         return harness.LongTest(run).run_epochs(train_step, trainer.set_learning_rate, evaluate, allreduce_sum, digest)
 
 
+def build():
+    """MXNet's version and, from its wheel's name (mxnet-cu117), the CUDA it was built for."""
+    from importlib.metadata import packages_distributions
+
+    wheel = next(iter(packages_distributions().get("mxnet", [])), "mxnet")
+    cuda = wheel.rpartition("-cu")[2] if "-cu" in wheel else ""
+    return (f"MXNet {mx.__version__} ({wheel}" + (f", CUDA {cuda[:-1]}.{cuda[-1]}" if cuda.isdigit() else "")
+            + ("; the registry's MXNet 1.9.1 CUDA wheels hold code for sm_50-86 only)" if cuda else ")"))
+
+
 def main():
     args = harness.arg_parser(__doc__.splitlines()[0]).parse_args()
     import horovod
@@ -138,6 +150,9 @@ def main():
                          "(set training.precisions to [fp32] for mxnet on a CPU)")
     setup_horovod(launch, mpi_built=hvd.mpi_built)
     hvd.init()
+    if gpu:
+        run.check_kernel(lambda: (mx.nd.ones((64, 64), ctx=mx.gpu(hvd.local_rank())) * 0.5).relu().sum().asnumpy(),
+                         kernel_check.nvml_gpu(hvd.local_rank()), build())
     ctx = mx.gpu(hvd.local_rank()) if gpu else mx.cpu()
     threads = args.decode_threads or (min(STUDY_DECODE_THREADS, run.cpus.per_rank) if gpu else run.cpus.per_rank)
     if args.data_source == "real":
@@ -172,6 +187,8 @@ def main():
                                                      "wd": args.weight_decay, "multi_precision": dtype == "float16"})
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     trainable = [p for p in params.values() if p.grad_req != "null"]
+    # fp16: a dynamic loss scale (mxnet_loss_scale), so small gradients do not underflow to zero
+    loss_scaler, scale_loss, apply_step = step_pieces(trainer, trainable, ctx, args.batch_per_gpu, dtype)
 
     def next_batch():
         if it is None:
@@ -187,8 +204,9 @@ def main():
         data, label = next_batch()
         with autograd.record():
             loss = loss_fn(net(data).astype("float32"), label)
-        loss.backward()
-        trainer.step(args.batch_per_gpu)
+            scaled = scale_loss(loss)  # recorded: the backward pass starts from the scaled loss
+        scaled.backward()
+        apply_step()
         return hvd.allreduce(loss.mean(), average=True, name="loss").asscalar()  # waits for the step
 
     def digest():
@@ -207,7 +225,7 @@ def main():
     run.finish({"device": str(ctx), "device_type": "gpu" if gpu else "cpu", "classes": classes,
                 "train_images": train_images, "decode_threads": threads,
                 "gradients": harness.gradients(sum(int(np.prod(p.shape)) for p in trainable), wire.itemsize, wire.name),
-                "dtype": dtype, **extra})
+                "dtype": dtype, "loss_scale": loss_scaler.settings() if loss_scaler else None, **extra})
 
 
 if __name__ == "__main__":

@@ -501,6 +501,19 @@ def last(values):
     return values[-1] if values else None
 
 
+def first_kernel(device):
+    """A matmul and element-wise kernels on the rank's GPU (made current first: no context on
+    another GPU), read back on the host."""
+    with torch.cuda.device(device):
+        x = torch.full((64, 64), 0.5, device=device)
+        return (x @ x - 1).relu().sum().item()
+
+
+def build():
+    return (f"PyTorch {torch.__version__} for CUDA {torch.version.cuda}, code for "
+            f"{' '.join(torch.cuda.get_arch_list())}")
+
+
 def _digest(model):
     return harness.weights_digest(p.detach().float().cpu().numpy() for p in model.parameters())
 
@@ -514,6 +527,9 @@ def main():
                        (dist.is_nccl_available(), "torch.distributed has no NCCL backend")
                        if launch.world_size > 1 else None)
     device = torch.device("cuda", launch.local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        run.check_kernel(lambda: first_kernel(device), (torch.cuda.get_device_name(device),
+                                                        torch.cuda.get_device_capability(device)), build())
     if args.switch_interval_ms:
         sys.setswitchinterval(args.switch_interval_ms / 1e3)
     if cuda:

@@ -139,6 +139,24 @@ def long_test(run, model, opt, step, hvd, label_offset, threads, classes):
     return harness.LongTest(run).run_epochs(step, set_lr, evaluate, allreduce_sum, lambda: digest(model))
 
 
+def first_kernel():
+    """TensorFlow's own element-wise and reduction kernels (not only cuBLAS's), read back on the host."""
+    with tf.device("/GPU:0"):
+        x = tf.fill([64, 64], 0.5)
+        return tf.reduce_sum(tf.nn.relu(tf.matmul(x, x) - 1.0)).numpy()
+
+
+def gpu_of(device):
+    details = tf.config.experimental.get_device_details(device)
+    return details.get("device_name", device.name), details.get("compute_capability")
+
+
+def build():
+    info = tf.sysconfig.get_build_info()
+    return (f"TensorFlow {tf.__version__} for CUDA {info.get('cuda_version', '?')}, code for "
+            f"{' '.join(info.get('cuda_compute_capabilities', [])) or '?'}")
+
+
 def digest(model):
     return harness.weights_digest(v.numpy() for v in model.trainable_variables)
 
@@ -161,6 +179,7 @@ def main():
     if gpus:
         tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
         tf.config.experimental.set_memory_growth(gpus[hvd.local_rank()], True)
+        run.check_kernel(first_kernel, gpu_of(gpus[hvd.local_rank()]), build())
     if args.precision == "fp16":
         tf.keras.mixed_precision.set_global_policy("mixed_float16" if gpus else "mixed_bfloat16")
     tf.random.set_seed(args.seed)

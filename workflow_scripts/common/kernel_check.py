@@ -1,0 +1,103 @@
+"""The first kernel on a task's GPU, run before training, and what its failure means.
+
+A framework build that holds no code for the GPU's architecture passes every check that only asks
+the framework (CUDA build, GPUs seen, NCCL) and dies at its first kernel: MXNet 1.9.1's wheels
+have no sm_90 code, so on an H100/H200 every op fails with "no kernel image is available". Run
+one small op first; when it fails for such a cause, stop with a permanent error (errors.py) that
+names the GPU, the build and the fix, so the training job records it instead of resubmitting a
+job that would die the same way (train/job.py, failure.py).
+
+Each trainer supplies only its kernel (an op that runs on the GPU and is read back on the host)
+and the facts of its build; the causes below are shared, and failure.py reads a log with them
+too, for a kernel that fails later than this check.
+"""
+import re
+import time
+
+from .errors import PermanentError
+
+# (cause, what it means, what fixes it), matched against the framework's message. The strings are
+# the CUDA runtime's and driver's own (cudaErrorNoKernelImageForDevice, CUDA_ERROR_NO_BINARY_FOR_GPU,
+# CUDA_ERROR_UNSUPPORTED_PTX_VERSION, ...) as MXNet, TensorFlow and PyTorch pass them on.
+_BUILD_FIX = ("use a build with code for this GPU: NVIDIA's framework container for it through config "
+              "{key}: {{container: <image .sif>, python: python}} (README, Running on SLURM: containers "
+              "for current GPUs), e.g. {image}")
+CAUSES = (
+    ("no kernel image for this GPU",
+     re.compile(r"no kernel image is available|CUDA_ERROR_NO_BINARY_FOR_GPU|cudaErrorNoKernelImageForDevice|"
+                r"invalid device function|cudaErrorInvalidDeviceFunction", re.I),
+     "the build holds neither machine code (SASS) for this GPU's architecture nor PTX the driver could "
+     "compile for it", _BUILD_FIX),
+    ("PTX cannot be JIT-compiled for this GPU",
+     re.compile(r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION|PTX was compiled with an unsupported toolchain|"
+                r"CUDA_ERROR_INVALID_PTX|a PTX JIT compilation failed|CUDA_ERROR_JIT_COMPILER_NOT_FOUND|"
+                r"cudaErrorUnsupportedPtxVersion|cudaErrorInvalidPtx", re.I),
+     "the build has no machine code for this GPU and the driver cannot compile its PTX (PTX of a newer "
+     "CUDA than the node's driver supports, or no PTX JIT compiler in the driver)",
+     "update the node's NVIDIA driver to one that supports the build's CUDA, or " + _BUILD_FIX),
+)
+
+# NVIDIA's framework containers (NGC) with code for current GPUs; MXNet's is the last one with
+# CUDA 12 and Hopper kernels (the one NVIDIA's MLPerf v4.0 ResNet-50 used).
+CONTAINERS = {"mxnet": "nvcr.io/nvidia/mxnet:24.04-py3",
+              "tensorflow": "nvcr.io/nvidia/tensorflow:<yy.mm>-tf2-py3 (ships Horovod)",
+              "pytorch": "nvcr.io/nvidia/pytorch:<yy.mm>-py3"}
+NAMES = {"mxnet": "MXNet", "tensorflow": "TensorFlow", "pytorch": "PyTorch"}
+
+
+def classify(text):
+    """The cause (name, meaning, fix template) a message names, or None."""
+    for cause in CAUSES:
+        if cause[1].search(text):
+            return cause
+    return None
+
+
+def sm(capability):
+    """(9, 0) -> 'sm_90'."""
+    return "sm_{}{}".format(*capability) if capability else "sm_unknown"
+
+
+def first_kernel(run, framework, gpu, build, env_key, host=""):
+    """Run the framework's kernel (run(): one small op on the task's GPU, read back on the host) and
+    return its seconds, which include loading or JIT-compiling its code. A failure whose message
+    names an architecture cause becomes a PermanentError naming the GPU (gpu: its name and compute
+    capability as a tuple), the build (text: version and the CUDA it was built for) and the fix;
+    any other failure is raised as it is."""
+    start = time.perf_counter()
+    try:
+        run()
+    except Exception as exc:  # each framework raises its own type (MXNetError, InternalError, RuntimeError)
+        text = f"{type(exc).__name__}: {exc}"
+        cause = classify(text)
+        if cause is None:
+            raise
+        name, capability = gpu
+        key = env_key or "envs_gpu"
+        fix = cause[3].format(key=key, image=CONTAINERS.get(framework.lower(), "<image>"))
+        first = next((ln.strip() for ln in str(exc).splitlines() if cause[1].search(ln)), text.splitlines()[0])
+        raise PermanentError(
+            f"{framework} cannot run on {name} ({sm(capability)}){' on ' + host if host else ''}: {cause[0]}: "
+            f"{cause[2]}. Build: {build} (config {key}). Its first kernel failed with: {first[:300]}. "
+            f"Fix: {fix}") from exc
+    return time.perf_counter() - start
+
+
+def nvml_gpu(index):
+    """(name, compute capability) of the task's GPU number `index` (as CUDA numbers the visible
+    ones) through NVML, for a framework that does not report them; (f'GPU {index}', None) where
+    NVML cannot say."""
+    import os
+
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        ident = visible[index] if index < len(visible) else str(index)
+        h = (pynvml.nvmlDeviceGetHandleByIndex(int(ident)) if ident.isdigit()
+             else pynvml.nvmlDeviceGetHandleByUUID(ident))
+        name = pynvml.nvmlDeviceGetName(h)
+        return (name.decode() if isinstance(name, bytes) else name), tuple(pynvml.nvmlDeviceGetCudaComputeCapability(h))
+    except Exception:  # no NVML, an old driver, a MIG or cgroup-hidden device: the message says less
+        return f"GPU {index}", None
