@@ -25,7 +25,7 @@ ACCURACY = ("network", "model", "engine", "calibration_method", "calibration_ima
             "activations", "weights")
 THROUGHPUT = ("network", "model", "engine", "device", "image_size", "batch_size",
               "fp32_images_per_s", "fp32_best", "fp32_worst", "int8_images_per_s", "int8_best", "int8_worst",
-              "int8_over_fp32", "repeats", "warmup", "threads")
+              "int8_over_fp32", "repeats", "warmup", "threads", "timing")
 
 
 def _json(path):
@@ -85,8 +85,16 @@ def throughput_rows(root, engine, models, batch_sizes):
                             (("images_per_s", "images_per_s"), ("best", "images_per_s_best"),
                              ("worst", "images_per_s_worst"))},
                          "int8_over_fp32": round(t["int8"]["images_per_s"] / t["fp32"]["images_per_s"], 3),
-                         "repeats": t["fp32"]["runs"], "warmup": t["fp32"]["warmup"], "threads": t["fp32"]["threads"]})
+                         "repeats": t["fp32"]["runs"], "warmup": t["fp32"]["warmup"], "threads": t["fp32"]["threads"],
+                         "timing": _timing(t)})
     return rows
+
+
+def _timing(runs):
+    """How the figures were taken; a run written before the field existed was timed on the host."""
+    ways = {t.get("timing", "host perf_counter") for t in runs.values()}
+    return ways.pop() if len(ways) == 1 else " / ".join(f"{p}: {t.get('timing', 'host perf_counter')}"
+                                                         for p, t in runs.items())
 
 
 def throughput_markdown(rows):
@@ -96,7 +104,7 @@ def throughput_markdown(rows):
         r0 = mine[0]
         out += [f"{r0['network']}, {r0['engine']} on {r0['device']}, {r0['image_size']}x{r0['image_size']} input; "
                 f"images/s = batch / median of {r0['repeats']} timed runs after {r0['warmup']} warm-up runs "
-                f"(slowest..fastest run in brackets).", "",
+                f"(slowest..fastest run in brackets), timed with {r0['timing']}.", "",
                 "| Batch size | FP32 images/s | INT8 images/s | INT8/FP32 |", "|---|---|---|---|"]
         for r in mine:
             out.append(f"| {r['batch_size']} | {r['fp32_images_per_s']:.1f} ({r['fp32_worst']:.1f}..{r['fp32_best']:.1f}) | "
