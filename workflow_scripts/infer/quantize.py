@@ -12,7 +12,7 @@ Biases, likewise:
   int32  quantized with scale input x weight scale behind a DequantizeLinear: ONNX Runtime folds
          them into its integer kernels
   float  left as they are: TensorRT's parser dequantizes INT8 only (an INT32 bias fails to parse)
-         and quantizes the bias itself when it fuses the layer
+         and folds the float bias into the INT8 layer it fuses
 A model for TensorRT is checked against its explicit-quantization rules (qdq_rules.py) before it
 is kept.
 
