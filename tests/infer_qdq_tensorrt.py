@@ -2,7 +2,9 @@
 
     infer_qdq_tensorrt.py prepare WORKDIR NETWORK IMAGE_SIZE
         seeded random weights for NETWORK (16 classes, batch-norm statistics set off identity), exported to WORKDIR/fp32.onnx and
-        calibrated (minmax) on seeded noise into WORKDIR/ranges.json
+        calibrated (minmax) on seeded noise into WORKDIR/ranges.json, and quantized as the
+        TensorRT-bound model was before biases had a setting (INT8 activations, INT32 biases)
+        into WORKDIR/int32_biases.onnx
     infer_qdq_tensorrt.py inspect FP32.onnx MODEL.onnx [MODEL.onnx ...]
         per model: the element type of what each DequantizeLinear reads (read off the graph
         here, not by the checker), the checker's violations, and top-1 on ONNX Runtime's CPU
@@ -28,7 +30,7 @@ def prepare(work, network, size):
     import torch
     from onnxruntime.quantization.calibrate import save_tensors_data
 
-    from workflow_scripts.infer import calibrate, export, models
+    from workflow_scripts.infer import calibrate, export, models, quantize
 
     torch.set_num_threads(2)
     torch.manual_seed(0)
@@ -46,6 +48,9 @@ def prepare(work, network, size):
     batches = [(rng.standard_normal((4, 3, size, size), dtype=np.float32), None, None) for _ in range(2)]
     tensors, _ = calibrate.calibrate(work / "fp32.onnx", iter(batches), "input", "minmax", 256, 99.999, 2, 2)
     save_tensors_data(tensors, work / "ranges.json")
+    # The TensorRT-bound model as it was made before biases had a setting: INT8 activations,
+    # ONNX Runtime's default INT32 biases.
+    quantize.quantize(work / "fp32.onnx", work / "ranges.json", work / "int32_biases.onnx", "int8", True)
     return {"fp32": str(work / "fp32.onnx"), "ranges": str(work / "ranges.json")}
 
 
