@@ -4,7 +4,7 @@
               so a positive difference is accuracy INT8 lost, as the study reports it), with the
               image counts, engine, calibration method and weights behind them
   throughput  Fig. 9's data: FP32 and INT8 images/s per batch size (median, fastest, slowest run)
-              and the INT8/FP32 ratio
+              and the INT8/FP32 ratio, with how the runs were timed
 
 Reads the per-job JSON files under the stage's directory (results/int8/<network>/...); needs
 nothing beyond the standard library.
@@ -91,10 +91,9 @@ def throughput_rows(root, engine, models, batch_sizes):
 
 
 def _timing(runs):
-    """How the figures were taken; a run written before the field existed was timed on the host."""
-    ways = {t.get("timing", "host perf_counter") for t in runs.values()}
-    return ways.pop() if len(ways) == 1 else " / ".join(f"{p}: {t.get('timing', 'host perf_counter')}"
-                                                         for p, t in runs.items())
+    """How the runs were timed (throughput.py's record); one written before the record said so
+    was timed on the host clock."""
+    return " / ".join(sorted({t.get("timing", "host perf_counter") for t in runs.values()}))
 
 
 def throughput_markdown(rows):
