@@ -133,15 +133,21 @@ def violations(model):
                 bad(node, f"output {node.output[0]} is not read by DequantizeLinear only"
                           + (f" (also by {', '.join(others)})" if others else " (a graph output or unread)"))
         if scale is not None and scale.size > 1:
-            _check_per_channel(node, x, consts, consumers, scale, bad)
+            _check_per_channel(node, x, consts, producer, consumers, scale, bad)
     return found
 
 
-def _check_per_channel(node, x, consts, consumers, scale, bad):
-    if node.op_type == "QuantizeLinear" or x not in consts:
+def _check_per_channel(node, x, consts, producer, consumers, scale, bad):
+    # A weight is stored, or quantized from a stored tensor by a QuantizeLinear (as QAT exports write it).
+    src = producer.get(x)
+    weight = consts.get(x) if x in consts else (
+        consts.get(src.input[0]) if src is not None and src.op_type == "QuantizeLinear" else None)
+    if weight is None:
         bad(node, f"{scale.size} scales on activation {x}; TensorRT takes one scale per activation tensor")
         return
-    rank = consts[x].ndim
+    if node.op_type == "QuantizeLinear":
+        return  # the DequantizeLinear it feeds is checked against the op that reads the weight
+    rank = weight.ndim
     axis = _attr(node, "axis", 1)
     axis = axis + rank if axis < 0 else axis
     for reader, index in consumers.get(node.output[0], []):
