@@ -1,8 +1,9 @@
 """Q/DQ models for tests/test_tensorrt_qdq.py (runs in the torch environment; prints one JSON line).
 
     infer_qdq_tensorrt.py prepare WORKDIR NETWORK IMAGE_SIZE
-        seeded random weights for NETWORK (16 classes, batch-norm statistics set off identity), exported to WORKDIR/fp32.onnx and
-        calibrated (minmax) on seeded noise into WORKDIR/ranges.json, and quantized as the
+        seeded random weights for NETWORK (16 classes, batch-norm statistics set off identity),
+        exported to WORKDIR/fp32.onnx and calibrated (minmax) on seeded noise into
+        WORKDIR/ranges.json, and quantized as the
         TensorRT-bound model was before biases had a setting (INT8 activations, INT32 biases)
         into WORKDIR/int32_biases.onnx
     infer_qdq_tensorrt.py inspect FP32.onnx MODEL.onnx [MODEL.onnx ...]
@@ -135,7 +136,7 @@ def doctor(path, work):
     save("conv_axis", m, [conv_w.name])
 
     # A QuantizeLinear's INT8 output read by an op that is not its DequantizeLinear.
-    m, mn, _ = copy()
+    m, _, _ = copy()
     m.graph.node.append(helper.make_node("Identity", [act_q.output[0]], ["stray"], name="stray_reader"))
     save("stray_reader", m, [act_q.name])
     return made
