@@ -88,6 +88,8 @@ rule int8_quantize:
     params:
         py=PY["pytorch"],
         activations=ACTIVATIONS,
+        bias=BIAS,
+        engine=ENGINE,
         per_channel=int(INFER["quantization"]["per_channel"]),
         calibration_images=calibration_batches() * CALIB["batch_size"],
     log:
@@ -98,7 +100,8 @@ rule int8_quantize:
         "../envs/torch.yaml"
     shell:
         "{params.py:q} -m workflow_scripts.infer.quantize --onnx {input.onnx:q} --ranges {input.ranges:q} "
-        "--activations {params.activations:q} --per-channel {params.per_channel:q} "
+        "--activations {params.activations:q} --bias {params.bias:q} --engine {params.engine:q} "
+        "--per-channel {params.per_channel:q} "
         "--calibration-images {params.calibration_images:q} --out {output.onnx:q} --cache {output.cache:q} > {log:q} 2>&1"
 
 

@@ -76,6 +76,9 @@ def _check_inference():
 BATCH_SIZES = throughput_batch_sizes()
 _check_inference()
 ACTIVATIONS = activation_type()
+# TensorRT's parser dequantizes INT8 only, so its model keeps float biases; ONNX Runtime's integer
+# kernels take INT32 ones.
+BIAS = "float" if TENSORRT else "int32"
 INT8_MODELS = list(INFER["models"])
 
 

@@ -4,7 +4,7 @@
               so a positive difference is accuracy INT8 lost, as the study reports it), with the
               image counts, engine, calibration method and weights behind them
   throughput  Fig. 9's data: FP32 and INT8 images/s per batch size (median, fastest, slowest run)
-              and the INT8/FP32 ratio
+              and the INT8/FP32 ratio, with how the runs were timed
 
 Reads the per-job JSON files under the stage's directory (results/int8/<network>/...); needs
 nothing beyond the standard library.
@@ -25,7 +25,7 @@ ACCURACY = ("network", "model", "engine", "calibration_method", "calibration_ima
             "activations", "weights")
 THROUGHPUT = ("network", "model", "engine", "device", "image_size", "batch_size",
               "fp32_images_per_s", "fp32_best", "fp32_worst", "int8_images_per_s", "int8_best", "int8_worst",
-              "int8_over_fp32", "repeats", "warmup", "threads")
+              "int8_over_fp32", "repeats", "warmup", "threads", "timing")
 
 
 def _json(path):
@@ -85,8 +85,15 @@ def throughput_rows(root, engine, models, batch_sizes):
                             (("images_per_s", "images_per_s"), ("best", "images_per_s_best"),
                              ("worst", "images_per_s_worst"))},
                          "int8_over_fp32": round(t["int8"]["images_per_s"] / t["fp32"]["images_per_s"], 3),
-                         "repeats": t["fp32"]["runs"], "warmup": t["fp32"]["warmup"], "threads": t["fp32"]["threads"]})
+                         "repeats": t["fp32"]["runs"], "warmup": t["fp32"]["warmup"], "threads": t["fp32"]["threads"],
+                         "timing": _timing(t)})
     return rows
+
+
+def _timing(runs):
+    """How the runs were timed (throughput.py's record); one written before the record said so
+    was timed on the host clock."""
+    return " / ".join(sorted({t.get("timing", "host perf_counter") for t in runs.values()}))
 
 
 def throughput_markdown(rows):
@@ -96,7 +103,7 @@ def throughput_markdown(rows):
         r0 = mine[0]
         out += [f"{r0['network']}, {r0['engine']} on {r0['device']}, {r0['image_size']}x{r0['image_size']} input; "
                 f"images/s = batch / median of {r0['repeats']} timed runs after {r0['warmup']} warm-up runs "
-                f"(slowest..fastest run in brackets).", "",
+                f"(slowest..fastest run in brackets), timed with {r0['timing']}.", "",
                 "| Batch size | FP32 images/s | INT8 images/s | INT8/FP32 |", "|---|---|---|---|"]
         for r in mine:
             out.append(f"| {r['batch_size']} | {r['fp32_images_per_s']:.1f} ({r['fp32_worst']:.1f}..{r['fp32_best']:.1f}) | "

@@ -1,7 +1,9 @@
 """Inference images/s of one engine at one batch size (Fig. 9): the batch is made once and put
 where the engine reads it (bound in memory for ONNX Runtime, copied to the GPU for TensorRT),
 `warmup` runs are discarded, then `repeats` runs are timed one by one; images/s is the batch
-size over the median run time, with the fastest and slowest runs beside it.
+size over the median run time, with the fastest and slowest runs beside it. How the runs were
+timed is recorded ("timing"): ONNX Runtime with the host clock around each run, TensorRT with
+CUDA events between back-to-back enqueues (tensorrt_engine.Runner.time_runs).
 
 The input is seeded noise: throughput does not depend on what the pixels show, and no dataset
 read or decode is timed.
@@ -44,6 +46,7 @@ def main():
     result = summarize(times, a.batch_size)
     write_json(a.out, {"network": a.network, "precision": a.precision, "engine": a.engine, "batch_size": a.batch_size,
                        "image_size": a.image_size, "warmup": a.warmup, "threads": a.threads, "device": runner.device,
+                       "timing": runner.timing,
                        "times_s": times, **result})
     print(f"throughput: {a.network} {a.precision} on {a.engine}, batch {a.batch_size}: {result['images_per_s']:.1f} "
           f"images/s (median of {a.repeats}; {result['images_per_s_worst']:.1f}..{result['images_per_s_best']:.1f})")

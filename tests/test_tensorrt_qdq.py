@@ -1,0 +1,166 @@
+"""The TensorRT-bound INT8 model (issue 27, item 1), on the CPU: a small real network quantized as
+the int8_quantize rule does for each engine, its graph read against TensorRT's explicit-quantization
+rules (DequantizeLinear reads INT8 only: no INT32 bias), the checker naming hand-doctored nodes,
+and how each engine's throughput is timed. No TensorRT or GPU here: what TensorRT's parser would
+do with the model is judged from the graph."""
+import json
+import os
+import shlex
+import subprocess
+
+import pytest
+from conftest import REPO, interpreter, run_stage, snakemake, write_config
+
+from workflow_scripts.infer import tables, tensorrt_engine
+
+HELPER = REPO / "tests" / "infer_qdq_tensorrt.py"
+NETWORK, SIZE = "resnet50", 32
+# The study's network with its classifier bias; sources resolved from this worktree.
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def helper(*args):
+    proc = subprocess.run([interpreter("pytorch"), str(HELPER), *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=900, env=ENV)
+    assert proc.returncode == 0, f"{args[0]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def quantize(work, name, *words, check=True):
+    """quantize.py on the prepared model with the given settings; returns the process and the output paths."""
+    out, cache = work / f"{name}.onnx", work / f"{name}.cache.json"
+    proc = run_stage("pytorch", "workflow_scripts.infer.quantize", "--onnx", work / "fp32.onnx", "--ranges",
+                     work / "ranges.json", *words, "--calibration-images", 8, "--out", out, "--cache", cache,
+                     check=check)
+    return proc, out, cache
+
+
+PATHS = {"--onnx", "--ranges", "--out", "--cache", "--calibration-images"}
+
+
+@pytest.fixture(scope="module")
+def rule_words(tmp_path_factory):
+    """{engine: the settings words int8_quantize gives quantize.py} (a dry run's shell command
+    without its paths), for inference.engine tensorrt and onnxruntime."""
+    words = {}
+    for engine in ("tensorrt", "onnxruntime"):
+        d = tmp_path_factory.mktemp(f"rule-{engine}")
+        write_config(d, inference__engine=engine)
+        out = snakemake(d, "results/int8/resnet50/int8.onnx", "-n", "-p").stdout
+        (cmd,) = [ln for ln in out.splitlines() if "workflow_scripts.infer.quantize" in ln]
+        argv = shlex.split(cmd.split("workflow_scripts.infer.quantize", 1)[1].split(">", 1)[0])
+        pairs = list(zip(argv[::2], argv[1::2]))
+        words[engine] = [w for flag, value in pairs if flag not in PATHS for w in (flag, value)]
+    return words
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    work = tmp_path_factory.mktemp("trt-qdq")
+    helper("prepare", work, NETWORK, SIZE)
+    return work
+
+
+@pytest.fixture(scope="module")
+def models(work, rule_words):
+    """The model quantize.py writes with the rule's settings for TensorRT and for ONNX Runtime,
+    and the TensorRT-bound model of before (INT8 activations, INT32 biases), each inspected."""
+    paths = {engine: quantize(work, engine, *words)[1] for engine, words in rule_words.items()}
+    paths["int32_biases"] = work / "int32_biases.onnx"  # the helper's prepare step wrote it
+    found = helper("inspect", work / "fp32.onnx", *paths.values())
+    return {name: {**found[str(p)], "path": p} for name, p in paths.items()}
+
+
+def test_rule_gives_float_biases_to_tensorrt_and_int32_to_onnxruntime(rule_words):
+    words = {engine: " ".join(w) for engine, w in rule_words.items()}
+    assert "--activations int8 --bias float --engine tensorrt" in words["tensorrt"], words
+    assert "--activations uint8 --bias int32 --engine onnxruntime" in words["onnxruntime"], words
+
+
+def test_tensorrt_model_dequantizes_int8_only(models):
+    m = models["tensorrt"]
+    print(m["dq_inputs"], m["violations"][:5])
+    # What TensorRT's parser takes: every DequantizeLinear reads INT8, weights and activations alike.
+    assert set(m["dq_inputs"]) == {"stored int8", "computed int8"}, m["dq_inputs"]
+    assert m["violations"] == []
+    cache = json.loads((m["path"].parent / "tensorrt.cache.json").read_text())
+    assert (cache["bias"], cache["engine"], cache["activations"]) == ("float", "tensorrt", "int8")
+    assert set(cache["stored"]) == {"int8"}
+
+
+def test_float_biases_change_no_prediction_on_onnxruntime(models):
+    """The TensorRT model still runs on ONNX Runtime's CPU engine, and its top-1 is the one the
+    INT32-bias model gave (rounding a bias to input scale x weight scale moves a logit by far less
+    than a top-1 margin, save for near ties)."""
+    a, b = models["tensorrt"], models["int32_biases"]
+    same = sum(x == y for x, y in zip(a["top1"], b["top1"]))
+    print(f"same top-1 {same} of {a['images']}; vs FP32: {a['same_top1_as_fp32']} and {b['same_top1_as_fp32']}")
+    assert same >= 0.95 * a["images"]
+    assert abs(a["same_top1_as_fp32"] - b["same_top1_as_fp32"]) <= 0.05 * a["images"]
+
+
+def test_onnxruntime_model_keeps_int32_biases(models):
+    m = models["onnxruntime"]
+    assert m["dq_inputs"].get("stored int32", 0) > 0 and m["dq_inputs"]["computed uint8"] > 0, m["dq_inputs"]
+    # Not TensorRT's: the checker names its INT32 biases and UINT8 activations.
+    assert any("is INT32" in v for v in m["violations"]) and any("is UINT8" in v for v in m["violations"])
+    cache = json.loads((m["path"].parent / "onnxruntime.cache.json").read_text())
+    assert (cache["bias"], cache["engine"]) == ("int32", "onnxruntime") and cache["stored"]["int32"] > 0
+
+
+def test_quantize_refuses_a_tensorrt_model_that_breaks_the_rules(work, models):
+    proc, out, cache = quantize(work, "refused", "--activations", "int8", "--bias", "int32", "--engine", "tensorrt",
+                                "--per-channel", 1, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert str(out) in proc.stderr and "inference.engine = tensorrt" in proc.stderr
+    # The INT32 biases, by node: the ones the inspection counted in main's TensorRT-bound model.
+    bias_nodes = [v.split(" ")[1] for v in models["int32_biases"]["violations"]]
+    assert bias_nodes and all(n in proc.stderr or "more" in proc.stderr for n in bias_nodes[:10])
+    assert "INT32" in proc.stderr and not out.exists() and not cache.exists()
+
+
+def test_checker_names_the_doctored_nodes(work, models):
+    made = helper("doctor", models["tensorrt"]["path"], work)
+    for name, d in made.items():
+        named = {v.split(" ")[1] for v in d["violations"]}
+        print(name, d["violations"])
+        assert named == set(d["doctored"]), (name, d)
+    assert "is INT32" in made["int32_weight"]["violations"][0]
+    assert all("not 0" in v for v in made["zero_point"]["violations"])
+    assert "output-channel axis 0" in made["conv_axis"]["violations"][0]
+    # The checker's command line: exit 2 naming the file and nodes, 0 on the clean model.
+    proc = run_stage("pytorch", "workflow_scripts.infer.qdq_rules", made["zero_point"]["file"], check=False)
+    assert proc.returncode == 2 and made["zero_point"]["file"] in proc.stderr
+    assert all(n in proc.stderr for n in made["zero_point"]["doctored"])
+    assert run_stage("pytorch", "workflow_scripts.infer.qdq_rules", models["tensorrt"]["path"]).returncode == 0
+
+
+def test_cuda_event_times_become_per_run_seconds():
+    # An event before the first run and one after each: the runs tile the span between the first and last.
+    assert tensorrt_engine.run_seconds([0.0, 1.5, 3.0, 4.75]) == pytest.approx([0.0015, 0.0015, 0.00175])
+    assert sum(tensorrt_engine.run_seconds([0.0, 0.2, 0.5])) == pytest.approx(0.5e-3)
+    for bad in ([0.0], [], [0.0, 2.0, 1.0], [1.0, 2.0]):
+        with pytest.raises(ValueError):
+            tensorrt_engine.run_seconds(bad)
+
+
+def test_throughput_record_and_table_say_how_runs_were_timed(work, tmp_path):
+    engine = tmp_path / "fp32.engine"
+    run_stage("pytorch", "workflow_scripts.infer.engine", "--engine", "onnxruntime", "--onnx", work / "fp32.onnx",
+              "--precision", "fp32", "--out", engine, "--info", tmp_path / "fp32.engine.json")
+    out = tmp_path / NETWORK / "onnxruntime" / "throughput" / "fp32_bs1.json"
+    out.parent.mkdir(parents=True)
+    run_stage("pytorch", "workflow_scripts.infer.throughput", "--engine", "onnxruntime", "--engine-file", engine,
+              "--precision", "fp32", "--network", NETWORK, "--image-size", SIZE, "--batch-size", 1, "--warmup", 1,
+              "--repeats", 2, "--out", out)
+    record = json.loads(out.read_text())
+    assert record["timing"] == "host perf_counter" and len(record["times_s"]) == 2
+    (out.parent / "int8_bs1.json").write_text(out.read_text())
+    rows = tables.throughput_rows(tmp_path, "onnxruntime", [NETWORK], [1])
+    assert rows[0]["timing"] == "host perf_counter"
+    assert "timed with host perf_counter" in tables.throughput_markdown(rows)
+    # A TensorRT record carries what Runner.timing names: the table says so.
+    for p in ("fp32", "int8"):
+        (out.parent / f"{p}_bs1.json").write_text(json.dumps({**record, "timing": tensorrt_engine.Runner.timing}))
+    rows = tables.throughput_rows(tmp_path, "onnxruntime", [NETWORK], [1])
+    assert rows[0]["timing"] == "cuda-events" and "timed with cuda-events" in tables.throughput_markdown(rows)
