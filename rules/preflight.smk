@@ -30,14 +30,16 @@ PREFLIGHT_RESULTS = [preflight_result(s, f, g) for s in TRAIN["systems"] for f i
 PREFLIGHT_OKS = [preflight_ok(s, f) for s in TRAIN["systems"] for f in TRAIN["frameworks"]]
 
 
+# A job waits for its gate, but a preflight run again (and passed again) reruns no finished run:
+# the gate files are ancient() to their jobs.
 def preflight_passed(w):
     """The gate a training job of (system, framework) waits for (none with preflight.gate false)."""
-    return [preflight_ok(w.system, w.framework)] if PREFLIGHT["gate"] else []
+    return [ancient(preflight_ok(w.system, w.framework))] if PREFLIGHT["gate"] else []
 
 
 def preflight_passed_system(w):
     """An interconnect job serves every framework's runs of its system: all their gates."""
-    return [preflight_ok(w.system, f) for f in TRAIN["frameworks"]] if PREFLIGHT["gate"] else []
+    return [ancient(preflight_ok(w.system, f)) for f in TRAIN["frameworks"]] if PREFLIGHT["gate"] else []
 
 
 def preflight_data(w):
@@ -105,8 +107,9 @@ rule preflight_table:
 
 rule preflight_gate:
     input:
-        # after the table, so that it lists every pair even when this one stops the workflow
-        table=rules.preflight_table.output.csv,
+        # after the table, so that it lists every pair even when this one stops the workflow (a
+        # table rewritten for another pair does not rerun this gate)
+        table=ancient(rules.preflight_table.output.csv),
         results=lambda w: [preflight_result(w.system, w.framework, g) for g in preflight_gpus(w.system)],
     output:
         f"{RESULTS}/preflight/{{system}}/{{framework}}.ok",

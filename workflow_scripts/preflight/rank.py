@@ -38,7 +38,7 @@ def gpu_row(info, a, launch, where):
         return row("gpu", FAILED, f"{info['count']} GPU(s)",
                    f"{where} sees {info['count']} GPU(s) for {launch.local_size} task(s) on this node "
                    f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})",
-                   "check systems.<name>.gpu_request and gpu_type, and the node's driver")
+                   f"check systems.<name>.gpu_request and gpu_type and the node's driver; or {fix}")
     name = info["names"][launch.local_rank] if info["names"] else f"GPU {launch.local_rank}"
     wanted = a.gpu_type.lower().replace("-", "").split("_")[0]
     if wanted and info["names"] and wanted not in name.lower().replace("-", "").replace(" ", ""):

@@ -43,12 +43,14 @@ def merge(rows):
             continue
         nodes = ",".join(dict.fromkeys(r["node"] for r in ok))
         values = [r["value"] for r in ok]
-        if all(v is not None for v in values) and len(ok) > 1:
-            lo, hi = min(values), max(values)
-            figure = f"{lo:.3g}-{hi:.3g} {ok[0]['unit']} over {len(ok)} ({ok[0]['figure']} on {_where(ok[0])})"
+        figures = list(dict.fromkeys(r["figure"] for r in ok))
+        if len(figures) == 1:
+            figure = figures[0] + (f" (each of {len(ok)} ranks)" if len(ok) > 1 and ok[0]["rank"] is not None else "")
+        elif None not in values:
+            figure = (f"{min(values):.3g}-{max(values):.3g} {ok[0]['unit']} over {len(ok)} ranks; "
+                      f"{_where(ok[0])}: {ok[0]['figure']}")
         else:
-            figures = list(dict.fromkeys(r["figure"] for r in ok))
-            figure = figures[0] if len(figures) == 1 else "; ".join(f"{_where(r)}: {r['figure']}" for r in ok)
+            figure = "; ".join(f"{_where(r)}: {r['figure']}" for r in ok)
         merged.append(row(check, OK, figure, node=nodes, value=max(values) if None not in values else None,
                           unit=ok[0]["unit"]))
     return merged
