@@ -1,7 +1,8 @@
 """The per-node checks of one preflight job, once on every node of the check's allocation, in
 the workflow's interpreter (as the training job clears page caches from it):
 
-    python -m workflow_scripts.preflight.node --out DIR [--data FORMAT_DIR] [--cache-command CMD] --level sample
+    python -m workflow_scripts.preflight.node --out DIR [--data FORMAT_DIR] [--cache-command CMD] --level sample \
+        --python 'FRAMEWORK INTERPRETER WORDS'
 
 Page-cache clearing (the method that will run before every training job, never a claimed drop
 that did not happen), the dataset against its manifest, and the dataset readable from here.
@@ -9,7 +10,9 @@ Writes DIR/node.<host>.json (a list of rows).
 """
 import argparse
 import os
+import shlex
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -71,11 +74,12 @@ def main():
     ap.add_argument("--data", default="", help="the format's data stage output the runs read (empty: none)")
     ap.add_argument("--cache-command", default="", help="config training.cache_clear_command")
     ap.add_argument("--level", default="sample", choices=("quick", "sample", "full"))
+    ap.add_argument("--python", default=sys.executable, help="the framework's interpreter as words (reads the format)")
     a = ap.parse_args()
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     rows = [cache_row([a.data] if a.data else [], a.cache_command, node)]
     if a.data:
-        status, figure, cause, fix = dataset_check(a.data, a.level)
+        status, figure, cause, fix = dataset_check(a.data, a.level, shlex.split(a.python))
         rows += [row("dataset", status, figure, cause, fix, node), readable_row(Path(a.data), node)]
     else:
         why = "the sweep reads no dataset for this framework (synthetic input only)"

@@ -29,16 +29,19 @@ def thread_counts(framework, launch):
     return {"intra_op": per_rank, "decode": per_rank}
 
 
-def dataset_check(data_dir, level):
+def dataset_check(data_dir, level, python=(sys.executable,)):
     """(status, figure, cause, fix) of one format's files against its manifest, through the data
-    stage's verifier (python -m workflow_scripts.data.verify)."""
+    stage's verifier (python -m workflow_scripts.data.verify), run by `python` (the framework's
+    interpreter: the one with that format's reader, as the training job's own check)."""
     if importlib.util.find_spec("workflow_scripts.data.verify") is None:
         return NA, "", "verify module missing (workflow_scripts/data/verify.py)", ""
-    proc = subprocess.run([sys.executable, "-m", "workflow_scripts.data.verify", "--data", str(data_dir),
-                           "--level", level], capture_output=True, text=True)
+    proc = subprocess.run([*python, "-m", "workflow_scripts.data.verify", "--data", str(data_dir), "--level", level],
+                          capture_output=True, text=True)
     lines = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     if proc.returncode == 0:
         return OK, f"level {level}: {lines[-1] if lines else 'matches its manifest'}", "", ""
     fix = next((ln[ln.index("snakemake --forcerun"):] for ln in lines if "snakemake --forcerun" in ln),
                "snakemake --forcerun <the format's conversion rule>")
-    return FAILED, f"level {level}", "; ".join(lines[:3])[:600] or f"verify exited {proc.returncode}", fix
+    causes = [ln.split(". Fix: ")[0] for ln in lines]
+    more = f" (and {len(causes) - 1} more)" if len(causes) > 1 else ""
+    return FAILED, f"level {level}", (causes[0][:600] + more) if causes else f"verify exited {proc.returncode}", fix
