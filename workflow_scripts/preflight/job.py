@@ -86,7 +86,8 @@ def hang_row(work, expected, timeout_s):
 def rank_args(a):
     words = ["--precisions", *a.precisions, f"--gpu-type={a.gpu_type}", f"--env-key={a.env_key}",
              "--cpus-per-task", str(a.cpus_per_task)]
-    return words + (["--require-gpu"] if a.require_gpu else []) + (["--elements", str(a.elements)] if a.elements else [])
+    words += ["--require-gpu"] if a.require_gpu else []
+    return words + (["--elements", str(a.elements)] if a.elements else [])
 
 
 def main():
@@ -124,8 +125,8 @@ def main():
         node_cmd = [*base, "--per-node", "--", sys.executable, "-m", "workflow_scripts.preflight.node",
                     "--out", str(work), "--data", a.data, "--level", a.level, f"--cache-command={a.cache_command}",
                     f"--python={a.python}"]
-        rank_cmd = [*base, f"--python={a.python}", "--", *shlex.split(a.python), "-m", "workflow_scripts.preflight.rank",
-                    "--framework", a.framework, "--out", str(work), *rank_args(a)]
+        rank_cmd = [*base, f"--python={a.python}", "--", *shlex.split(a.python), "-m",
+                    "workflow_scripts.preflight.rank", "--framework", a.framework, "--out", str(work), *rank_args(a)]
         for phase, cmd, folder in (("node checks", node_cmd, None), ("task checks", rank_cmd, work)):
             print("preflight:", shlex.join(cmd), file=log, flush=True)
             rc, timings[phase] = supervise(cmd, log, a.timeout_s, folder)
