@@ -123,7 +123,7 @@ def main():
     rows, timings = [], {}
     with open(a.log, "w") as log:
         node_cmd = [*base, "--per-node", "--", sys.executable, "-m", "workflow_scripts.preflight.node",
-                    "--out", str(work), "--data", a.data, "--level", a.level, f"--cache-command={a.cache_command}",
+                    "--out", str(work), f"--data={a.data}", "--level", a.level, f"--cache-command={a.cache_command}",
                     f"--python={a.python}"]
         rank_cmd = [*base, f"--python={a.python}", "--", *shlex.split(a.python), "-m",
                     "workflow_scripts.preflight.rank", "--framework", a.framework, "--out", str(work), *rank_args(a)]
