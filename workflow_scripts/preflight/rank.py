@@ -129,10 +129,14 @@ def checks(a, launch, marks, out):
         return rows
     if launch.world_size == 1:
         return rows + [row("allreduce", NA, cause="one task: nothing to all-reduce")]
-    marks.enter("init")
-    fw.init()
-    marks.enter("allreduce")
-    return rows + [allreduce_row(fw, launch, a.elements)]
+    try:
+        marks.enter("init")
+        fw.init()
+        marks.enter("allreduce")
+        return rows + [allreduce_row(fw, launch, a.elements)]
+    except Exception as exc:  # a refused connection, a collective's error: named, not a traceback
+        cause, fix = classify(exc)
+        return rows + [row("allreduce", FAILED, cause=f"{fw.backend}: {cause}", fix=fix)]
 
 
 def main():
