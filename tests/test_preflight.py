@@ -144,3 +144,14 @@ def test_a_truncated_lmdb_is_named_with_its_fix(passed, tmp_path):
     [line] = failure_lines(proc)
     assert "framework pytorch" in line and "check dataset:" in line and "snakemake --forcerun" in line
     assert mdb.name in line
+
+
+def test_a_missing_kernel_is_classified_as_the_builds_architecture():
+    """The text PyTorch raises for a build without the GPU's architecture (MXNet cu117 on sm_90 says
+    the same through CUDA) becomes the named cause and its fix, not a bare traceback."""
+    from workflow_scripts.preflight.seams import classify
+
+    cause, fix = classify(RuntimeError("CUDA error: no kernel image is available for execution on the device"))
+    assert "no kernels for this GPU's architecture" in cause and "compute capability" in fix
+    cause, fix = classify(ValueError("something else"))
+    assert cause == "ValueError: something else" and fix == "see the check job's log"
