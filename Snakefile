@@ -9,6 +9,7 @@ report: "report/workflow.rst"
 
 include: "rules/common.smk"
 include: "rules/data.smk"
+include: "rules/preflight.smk"
 include: "rules/train.smk"
 include: "rules/int8.smk"
 include: "rules/interconnect.smk"
@@ -18,6 +19,7 @@ include: "rules/report.smk"
 rule all:
     input:
         rules.data.input,
+        rules.preflight.input,
         rules.training.input,
         rules.int8.input,
         rules.report_tables.input,

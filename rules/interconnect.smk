@@ -7,6 +7,8 @@ include: "interconnect_common.smk"
 
 
 rule interconnect_collectives:
+    input:
+        preflight=preflight_passed_system,
     output:
         f"{RESULTS}/interconnect/{{system}}/{{gpus}}gpu/torch.json",
     wildcard_constraints:
@@ -37,6 +39,8 @@ rule interconnect_collectives:
 
 
 rule interconnect_nccl_tests:
+    input:
+        preflight=preflight_passed_system,
     output:
         f"{RESULTS}/interconnect/{{system}}/{{gpus}}gpu/nccl_tests.json",
     wildcard_constraints:

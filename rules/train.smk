@@ -7,6 +7,8 @@
 rule train:
     input:
         data=training_data,
+        # the pair's preflight passed (rules/preflight.smk)
+        preflight=preflight_passed,
     output:
         f"{RESULTS}/runs/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}/summary.json",
     wildcard_constraints:
@@ -65,6 +67,7 @@ rule training:
 use rule train as train_accuracy with:
     input:
         data=dataset_of,
+        preflight=preflight_passed,
     output:
         f"{RESULTS}/runs/{{system}}/accuracy/{{framework}}_{{precision}}_{{gpus}}gpu/summary.json",
     params:

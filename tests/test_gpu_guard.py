@@ -32,6 +32,8 @@ def test_gpu_system_with_cpu_frameworks_fails_before_training_with_the_named_cau
     cpu_envs = {fw: interpreter(fw) for fw in CAUSE}
     write_config(tmp_path, systems=GPU_SYSTEM, training__systems=["gpu"], training__gpus=[2],
                  training__inputs=["synthetic"], training__retries=0, envs_gpu=cpu_envs,
+                 # the trainers' own guard, behind preflight's (tests/test_preflight.py)
+                 preflight__gate=False,
                  # the interconnect stage of a GPU system stops too without a GPU; scaling then has no
                  # all-reduce to read, and the tables do not wait for it
                  interconnect__collectives=["broadcast"])

@@ -1,0 +1,39 @@
+"""The file a (system, framework)'s training and interconnect jobs wait for: written only when
+every preflight check of the pair passed; otherwise one line naming the system, framework,
+node, check and fix, and exit status 1.
+
+    python -m workflow_scripts.preflight.gate --results R1.json [R2.json] --ok OK_FILE
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .rows import FAILED
+
+
+def first_failure(results):
+    for path in results:
+        res = json.loads(Path(path).read_text())
+        for r in res["rows"]:
+            if r["status"] == FAILED:
+                return (f"preflight failed: system {res['system']}, framework {res['framework']} "
+                        f"({res['nodes']} node(s), {res['tasks']} task(s)), node {r['node'] or '?'}, check "
+                        f"{r['check']}: {r['cause']}. Fix: {r['fix'] or 'see ' + res['log']}")
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", nargs="+", required=True)
+    ap.add_argument("--ok", required=True)
+    a = ap.parse_args()
+    message = first_failure(a.results)
+    if message:
+        print(message, file=sys.stderr)
+        sys.exit(1)
+    Path(a.ok).write_text("passed\n")
+
+
+if __name__ == "__main__":
+    main()

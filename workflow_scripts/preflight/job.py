@@ -1,0 +1,152 @@
+"""One preflight check job of a (system, framework) at one geometry, as rules/preflight.smk runs it
+inside its job (a SLURM job of the training run's resources on a cluster, a child of snakemake
+locally):
+
+    python -m workflow_scripts.preflight.job --out RESULT.json --system S --framework F \
+        --python 'WORDS' [--data DIR] [--cache-command CMD] [--timeout-s 300] [rank options] \
+        -- LAUNCHER OPTIONS (as the training job's: --nproc-per-node, --nodes, --srun-args, --horovod ...)
+
+First the node checks once on every node (node.py, this interpreter), then the task checks on
+every rank (rank.py, the framework's interpreter), each through the training launcher. A phase
+that makes no progress for --timeout-s is stopped and named from the ranks' markers. The result
+(status and rows) is always written; the gate (gate.py) turns a failure into the stopped workflow.
+"""
+import argparse
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..common.atomic import write_json
+from ..common.errors import run_main
+from ..train import launch
+from . import markers
+from .rows import FAILED, OK, merge, read_all, row
+
+HANG_FIX = ("check that every node reaches the others (firewall, the interface the launcher picks: "
+            "NCCL_SOCKET_IFNAME / HOROVOD_GLOO_IFACE) and that no rank is stopped; rerun with NCCL_DEBUG=INFO")
+
+
+def _stop(proc):
+    """The launcher and everything it started (ranks, srun, the rendezvous server): TERM, then KILL
+    (a stopped process only dies of KILL)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=10)
+            if sig == signal.SIGTERM:
+                os.killpg(proc.pid, signal.SIGKILL)  # children the launcher left behind
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            return
+
+
+def supervise(cmd, log, timeout_s, work=None):
+    """Run `cmd` in its own process group; stop it once nothing progressed for timeout_s (a new
+    marker under `work`, else its start). Returns (exit status or None if stopped, seconds)."""
+    start = time.time()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    while proc.poll() is None:
+        progress = max(start, (markers.last_change(work) or 0) if work else 0)
+        if time.time() - progress > timeout_s:
+            _stop(proc)
+            return None, time.time() - start
+        time.sleep(0.2)
+    return proc.returncode, time.time() - start
+
+
+def hang_row(work, expected, timeout_s):
+    """What a stopped rank phase was doing, rank by rank, from the markers."""
+    seen = markers.read(work)
+    by_phase = {}
+    for r in range(expected):
+        m = seen.get(r)
+        by_phase.setdefault(m["phase"] if m else "not started", []).append(f"{r} ({m['node'] if m else '?'})")
+    # The earliest phase any rank is stuck in is the one the others wait on.
+    order = [*markers.PHASES, "not started"]
+    stuck = min(by_phase, key=lambda p: order.index(p) if p != "not started" else -1)
+    check = markers.CHECK_OF_PHASE.get(stuck, "launch")
+    where = "; ".join(f"phase {p!r}: rank(s) {', '.join(r)}" for p, r in by_phase.items())
+    what = {"allreduce": "the all-reduce hung", "init": "the collective's rendezvous hung",
+            "not started": "ranks did not start"}.get(stuck, f"phase {stuck!r} hung")
+    node = next((seen[r]["node"] for r in sorted(seen) if seen[r]["phase"] == stuck), "")
+    return row(check if stuck != "kernel" else "kernel_fp32", FAILED, "",
+               f"{what}: no progress for {timeout_s:g} s (preflight.timeout_s), stopped; {where}", HANG_FIX, node)
+
+
+def rank_args(a):
+    words = ["--precisions", *a.precisions, f"--gpu-type={a.gpu_type}", f"--env-key={a.env_key}",
+             "--cpus-per-task", str(a.cpus_per_task)]
+    words += ["--require-gpu"] if a.require_gpu else []
+    return words + (["--elements", str(a.elements)] if a.elements else [])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--system", required=True)
+    ap.add_argument("--framework", required=True)
+    ap.add_argument("--python", required=True, help="the framework's interpreter as words")
+    ap.add_argument("--data", default="")
+    ap.add_argument("--level", default="sample")
+    ap.add_argument("--cache-command", default="")
+    ap.add_argument("--timeout-s", type=float, default=300)
+    ap.add_argument("--log", required=True)
+    r = ap.add_argument_group("rank.py's options, passed on")
+    r.add_argument("--precisions", nargs="+", default=["fp32"])
+    r.add_argument("--require-gpu", action="store_true")
+    r.add_argument("--gpu-type", default="")
+    r.add_argument("--env-key", default="envs")
+    r.add_argument("--cpus-per-task", type=int, default=0)
+    r.add_argument("--elements", type=int, default=0, help="0: ResNet-50's gradient size")
+    ap.add_argument("launcher", nargs=argparse.REMAINDER)
+    a = ap.parse_args()
+    words = a.launcher[1:] if a.launcher[:1] == ["--"] else a.launcher
+    geometry = argparse.ArgumentParser()
+    launch.add_arguments(geometry)
+    g = geometry.parse_args(words)
+    expected = g.nodes * g.nproc_per_node
+    out = Path(a.out)
+    work = out.with_suffix(".d")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    base = [sys.executable, "-m", "workflow_scripts.train.launch", *words]
+    rows, timings = [], {}
+    with open(a.log, "w") as log:
+        node_cmd = [*base, "--per-node", "--", sys.executable, "-m", "workflow_scripts.preflight.node",
+                    "--out", str(work), f"--data={a.data}", "--level", a.level, f"--cache-command={a.cache_command}",
+                    f"--python={a.python}"]
+        rank_cmd = [*base, f"--python={a.python}", "--", *shlex.split(a.python), "-m",
+                    "workflow_scripts.preflight.rank", "--framework", a.framework, "--out", str(work), *rank_args(a)]
+        for phase, cmd, folder in (("node checks", node_cmd, None), ("task checks", rank_cmd, work)):
+            print("preflight:", shlex.join(cmd), file=log, flush=True)
+            rc, timings[phase] = supervise(cmd, log, a.timeout_s, folder)
+            found = read_all(work, "node.*.json" if folder is None else "rank*.json")
+            rows += found
+            if rc is None and folder is None:
+                rows.append(row("node_checks", FAILED, "", f"the node checks made no progress for {a.timeout_s:g} s "
+                                "(preflight.timeout_s), stopped", "see the check job's log", ""))
+            elif rc is None:
+                rows.append(hang_row(work, expected, a.timeout_s))
+            elif rc != 0 and not any(r["status"] == FAILED for r in found):
+                rows.append(row("launch", FAILED, "", f"the {phase} exited with status {rc} and wrote no cause",
+                                f"see {a.log}", ""))
+            if any(r["status"] == FAILED for r in rows):
+                break
+    merged = merge(rows)
+    failed = [r for r in merged if r["status"] == FAILED]
+    write_json(out, {"system": a.system, "framework": a.framework, "nodes": g.nodes, "tasks": expected,
+                     "status": FAILED if failed else OK, "seconds": timings, "rows": merged, "log": a.log})
+
+
+if __name__ == "__main__":
+    run_main(main)

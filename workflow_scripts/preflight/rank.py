@@ -1,0 +1,164 @@
+"""One task of a preflight check, started by the launcher exactly as a training rank is, in the
+framework's interpreter (or container):
+
+    python -m workflow_scripts.preflight.rank --framework pytorch --precisions fp32 --out DIR \
+        [--require-gpu --gpu-type v100 --env-key envs_gpu.pytorch] [--cpus-per-task 10] [--elements N]
+
+The framework sees a GPU per task (of the system's type) and runs a tiny conv net forward and
+backward on it per precision; an all-reduce over all ranks through the framework's own path gives
+the right sum, and one of --elements float32 values is timed; the CPUs this task may run on and
+the threads the trainer will start; on a node's first task, the telemetry sources. Each phase is
+marked (markers.py) before it starts. Writes DIR/rank<r>.json (rows); exits 1 if a check failed,
+so that the launcher stops the other ranks rather than leaving them in a collective.
+"""
+import argparse
+import glob
+import importlib
+import math
+import os
+import sys
+from pathlib import Path
+
+from ..common.atomic import write_json
+from ..common.launch import detect
+from .markers import Markers
+from .rows import FAILED, NA, OK, row
+from .seams import classify, thread_counts
+
+RESNET50_GRADIENTS = 25_557_032  # ResNet-50's trainable parameters: one step's fp32 gradients
+
+
+def gpu_row(info, a, launch, where):
+    if not a.require_gpu:
+        return row("gpu", NA, cause="the system requests no GPUs (the tiny net runs on the CPU)")
+    fix = f"'bash envs/setup.sh --gpu' makes the GPU environments; point config {a.env_key} at one"
+    if not info["cuda_build"]:
+        return row("gpu", FAILED, cause=f"{where} is a CPU build, but the system requests GPUs", fix=fix)
+    if info["count"] < launch.local_size:
+        return row("gpu", FAILED, f"{info['count']} GPU(s)",
+                   f"{where} sees {info['count']} GPU(s) for {launch.local_size} task(s) on this node "
+                   f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})",
+                   f"check systems.<name>.gpu_request and gpu_type and the node's driver; or {fix}")
+    name = info["names"][launch.local_rank] if info["names"] else f"GPU {launch.local_rank}"
+    wanted = a.gpu_type.lower().replace("-", "").split("_")[0]
+    if wanted and info["names"] and wanted not in name.lower().replace("-", "").replace(" ", ""):
+        return row("gpu", FAILED, name, f"the task's GPU is {name}, not the system's gpu_type {a.gpu_type!r}",
+                   "check systems.<name>.gpu_type / constraint: the job landed on other GPUs")
+    if launch.world_size > 1 and not info["nccl"][0]:
+        return row("gpu", FAILED, name, f"{where}: {info['nccl'][1]}", fix)
+    return row("gpu", OK, f"{name}; {info['count']} visible for {launch.local_size} task(s)")
+
+
+def cpu_row(a, launch, threads):
+    bound = len(os.sched_getaffinity(0))
+    figure = f"{bound} CPU(s) bound; threads " + ", ".join(f"{k} {v}" for k, v in threads.items())
+    if a.cpus_per_task and bound < a.cpus_per_task:
+        return row("cpus", FAILED, figure, f"the task may run on {bound} CPU(s), the system asks "
+                   f"{a.cpus_per_task} per task", "check systems.<name>.cpus_per_task against the partition's nodes",
+                   value=bound, unit="CPUs")
+    return row("cpus", OK, figure, value=bound, unit="CPUs")
+
+
+def telemetry_rows(gpu_system):
+    rows = []
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        rows.append(row("telemetry_nvml", OK, f"NVML: {pynvml.nvmlDeviceGetCount()} GPU(s)"))
+    except Exception as exc:  # no module, no driver, no library: all mean no GPU columns
+        cause = f"NVML unavailable ({type(exc).__name__}: {exc})"
+        rows.append(row("telemetry_nvml", FAILED, "", cause + ": the GPU telemetry columns would be empty",
+                        "install nvidia-ml-py in the framework's environment; check the node's driver")
+                    if gpu_system else row("telemetry_nvml", NA, cause=cause + " (the system requests no GPUs)"))
+    ib = glob.glob("/sys/class/infiniband/*/ports/*/counters")
+    rows.append(row("telemetry_ib", OK, f"{len(ib)} InfiniBand port(s) with counters") if ib else
+                row("telemetry_ib", NA, cause="no /sys/class/infiniband/*/ports/*/counters: Fig. 8 has no InfiniBand "
+                    "bytes from this node"))
+    return rows
+
+
+def allreduce_row(fw, launch, elements):
+    """The sum of rank + 1 over the ranks, checked in every element; the second call is timed."""
+    want = launch.world_size * (launch.world_size + 1) / 2
+    lo, hi, _ = fw.allreduce(elements, launch.rank + 1)
+    if not lo == hi == want:
+        return row("allreduce", FAILED, f"{lo:g}..{hi:g}", f"{fw.backend} all-reduce of {elements} values gave "
+                   f"{lo:g}..{hi:g}, not {want:g} everywhere", "check the framework's collective build and the network")
+    _, _, seconds = fw.allreduce(elements, launch.rank + 1)
+    return row("allreduce", OK, f"{fw.backend}: sum right; {elements} fp32 in {seconds:.3g} s across "
+               f"{launch.world_size} ranks, {launch.num_nodes} node(s)", value=seconds, unit="s")
+
+
+def stamp(rows, launch):
+    return [{**r, "node": launch.hostname, "rank": launch.rank} for r in rows]
+
+
+def checks(a, launch, marks, out):
+    """The task's rows, in order; stops at the first failure of this task's own checks."""
+    rows, where = [], f"{a.framework} in {sys.executable} (config {a.env_key})"
+    try:
+        fw = importlib.import_module(f".fw_{a.framework}", __package__).Framework(
+            launch, thread_counts(a.framework, launch))
+        info = fw.devices()
+    except Exception as exc:
+        cause, fix = classify(exc)
+        return [row("import", FAILED, cause=f"{where} cannot start: {cause}", fix=fix)]
+    marks.enter("devices")
+    rows.append(gpu_row(info, a, launch, where))
+    if rows[-1]["status"] == FAILED:
+        return rows
+    if a.require_gpu:
+        fw.use_gpu()
+    marks.enter("kernel")
+    for p in dict.fromkeys(["fp32", *a.precisions]):
+        try:
+            seconds, loss = fw.kernel(p)
+            ok = math.isfinite(loss)
+            rows.append(row(f"kernel_{p}", OK if ok else FAILED, f"{'gpu' if fw.gpu else 'cpu'}: forward + backward "
+                            f"in {seconds:.3g} s (first call, JIT included)", "" if ok else f"loss {loss}",
+                            "" if ok else "see the check job's log", value=seconds, unit="s"))
+        except Exception as exc:
+            cause, fix = classify(exc)
+            rows.append(row(f"kernel_{p}", FAILED, cause=cause, fix=fix))
+    rows.append(cpu_row(a, launch, thread_counts(a.framework, launch)))
+    if launch.local_rank == 0:
+        rows += telemetry_rows(a.require_gpu)
+    write_json(out, stamp(rows, launch))  # what is known so far, should the collective hang
+    if any(r["status"] == FAILED for r in rows):
+        return rows
+    if launch.world_size == 1:
+        return rows + [row("allreduce", NA, cause="one task: nothing to all-reduce")]
+    try:
+        marks.enter("init")
+        fw.init()
+        marks.enter("allreduce")
+        return rows + [allreduce_row(fw, launch, a.elements)]
+    except Exception as exc:  # a refused connection, a collective's error: named, not a traceback
+        cause, fix = classify(exc)
+        return rows + [row("allreduce", FAILED, cause=f"{fw.backend}: {cause}", fix=fix)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--framework", required=True, choices=("tensorflow", "mxnet", "pytorch"))
+    ap.add_argument("--precisions", nargs="*", default=["fp32"], choices=("fp32", "fp16"))
+    ap.add_argument("--out", required=True, help="the check's working folder")
+    ap.add_argument("--require-gpu", action="store_true")
+    ap.add_argument("--gpu-type", default="", help="config systems.<name>.gpu_type")
+    ap.add_argument("--env-key", default="envs", help="the config key that chose this interpreter")
+    ap.add_argument("--cpus-per-task", type=int, default=0)
+    ap.add_argument("--elements", type=int, default=RESNET50_GRADIENTS, help="float32 values in the timed all-reduce")
+    a = ap.parse_args()
+    launch = detect()
+    marks = Markers(a.out, launch.rank, launch.hostname)
+    marks.enter("start")
+    out = Path(a.out) / f"rank{launch.rank}.json"
+    rows = stamp(checks(a, launch, marks, out), launch)
+    write_json(out, rows)
+    marks.enter("done")
+    sys.exit(1 if any(r["status"] == FAILED for r in rows) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""results/preflight.csv and .md: one row per check per system x framework and geometry.
+
+    python -m workflow_scripts.preflight.table --results R1.json ... --out results/preflight.csv
+"""
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ..report.output import write_table
+
+COLUMNS = ["system", "framework", "nodes", "tasks", "check", "status", "figure", "node", "cause", "fix"]
+HOW = ("Each system x framework of the sweep, launched as its training runs are (launcher, interpreter or "
+       "container, srun geometry, SLURM resources) on one node with all its tasks, and on two nodes where the sweep "
+       "crosses nodes. Per task: the GPUs the framework sees, a tiny conv net's forward and backward per precision "
+       "(seconds of the first call, JIT included), an all-reduce's sum and the time of one of ResNet-50's gradient "
+       "size, CPUs and threads, telemetry sources; per node: page-cache clearing, the dataset against its manifest, "
+       "its files readable. Where several ranks measured a figure, its range over them.")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", nargs="*", default=[])
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    records = []
+    for path in a.results:
+        res = json.loads(Path(path).read_text())
+        for r in res["rows"]:
+            records.append({**{k: res[k] for k in ("system", "framework", "nodes", "tasks")}, **r})
+    df = pd.DataFrame(records, columns=COLUMNS)
+    failed = int((df["status"] == "failed").sum())
+    notes = [f"{failed} check(s) failed: the training and interconnect jobs of those system x framework pairs will "
+             f"not start."] if failed else []
+    write_table(df, a.out, "Preflight", HOW, notes)
+
+
+if __name__ == "__main__":
+    main()
