@@ -152,6 +152,6 @@ def test_a_missing_kernel_is_classified_as_the_builds_architecture():
     from workflow_scripts.preflight.seams import classify
 
     cause, fix = classify(RuntimeError("CUDA error: no kernel image is available for execution on the device"))
-    assert "no kernels for this GPU's architecture" in cause and "compute capability" in fix
+    assert "no kernel image for this GPU" in cause and "sm" not in fix and "container" in fix
     cause, fix = classify(ValueError("something else"))
     assert cause == "ValueError: something else" and fix == "see the check job's log"

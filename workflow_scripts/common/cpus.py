@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from .affinity import CPU_ROOT, core_groups
 
 SPARE_PER_GPU = 4  # the study's threads per GPU kept from decoding
+MXNET_DECODE_PER_GPU = 16  # the study's MXNet decode threads per GPU
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ class CPUs:
 
     def tf_decode_threads(self, gpu):
         return max(1, self.cores_per_rank - SPARE_PER_GPU) if gpu else self.cores_per_rank
+
+    def mxnet_decode_threads(self, gpu):
+        return min(MXNET_DECODE_PER_GPU, self.per_rank) if gpu else self.per_rank
 
     def describe(self, **threads):
         """For a summary: the set, how it was read, and the counts used on it."""

@@ -13,7 +13,7 @@ class Framework:
     def __init__(self, launch, threads):
         self.launch, self.gpu = launch, False
         self.device = torch.device("cpu")
-        torch.set_num_threads(threads["intra_op"])
+        torch.set_num_threads(threads.get("torch", 1))
 
     def devices(self):
         cuda = torch.cuda.is_available()

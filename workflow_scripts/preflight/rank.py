@@ -99,10 +99,10 @@ def checks(a, launch, marks, out):
     rows, where = [], f"{a.framework} in {sys.executable} (config {a.env_key})"
     try:
         fw = importlib.import_module(f".fw_{a.framework}", __package__).Framework(
-            launch, thread_counts(a.framework, launch))
+            launch, thread_counts(a.framework, launch, a.require_gpu))
         info = fw.devices()
     except Exception as exc:
-        cause, fix = classify(exc)
+        cause, fix = classify(exc, a.framework, a.env_key)
         return [row("import", FAILED, cause=f"{where} cannot start: {cause}", fix=fix)]
     marks.enter("devices")
     rows.append(gpu_row(info, a, launch, where))
@@ -119,9 +119,9 @@ def checks(a, launch, marks, out):
                             f"in {seconds:.3g} s (first call, JIT included)", "" if ok else f"loss {loss}",
                             "" if ok else "see the check job's log", value=seconds, unit="s"))
         except Exception as exc:
-            cause, fix = classify(exc)
+            cause, fix = classify(exc, a.framework, a.env_key)
             rows.append(row(f"kernel_{p}", FAILED, cause=cause, fix=fix))
-    rows.append(cpu_row(a, launch, thread_counts(a.framework, launch)))
+    rows.append(cpu_row(a, launch, thread_counts(a.framework, launch, a.require_gpu)))
     if launch.local_rank == 0:
         rows += telemetry_rows(a.require_gpu)
     write_json(out, stamp(rows, launch))  # what is known so far, should the collective hang
@@ -135,7 +135,7 @@ def checks(a, launch, marks, out):
         marks.enter("allreduce")
         return rows + [allreduce_row(fw, launch, a.elements)]
     except Exception as exc:  # a refused connection, a collective's error: named, not a traceback
-        cause, fix = classify(exc)
+        cause, fix = classify(exc, a.framework, a.env_key)
         return rows + [row("allreduce", FAILED, cause=f"{fw.backend}: {cause}", fix=fix)]
 
 

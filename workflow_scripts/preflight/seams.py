@@ -2,31 +2,41 @@
 asks (why a kernel failed, the trainers' thread counts, whether a dataset matches its manifest)
 is answered in one place by the module that owns the answer."""
 import importlib.util
-import os
 import subprocess
 import sys
+from types import SimpleNamespace
+
+from ..common import cpus, kernel_check
 
 from .rows import FAILED, NA, OK
 
-_NO_KERNEL = ("no kernel image", "invalid device function", "unsupported gpu architecture",
-              "not compatible with the current pytorch installation", "cudaerrornokernelimagefordevice")
-
-
-def classify(exc):
-    """(cause, fix) of an exception raised while running the tiny net on a device."""
+def classify(exc, framework="", env_key=""):
+    """(cause, fix) of an exception raised while running the tiny net on a device: the causes the
+    trainers' first-kernel check names (common/kernel_check.py), else the exception itself."""
     text = f"{type(exc).__name__}: {exc}".strip()
-    if any(k in text.lower() for k in _NO_KERNEL):
-        return (f"the framework has no kernels for this GPU's architecture ({text.splitlines()[0][:300]})",
-                "use a build of the framework compiled for this GPU's compute capability (config envs_gpu.<framework> "
-                "or systems.<name>.envs)")
+    cause = kernel_check.classify(text)
+    if cause:
+        name, pattern, meaning, fix = cause
+        first = next((ln.strip() for ln in str(exc).splitlines() if pattern.search(ln)), text.splitlines()[0])
+        return (f"{name}: {meaning} ({first[:300]})",
+                fix.format(key=env_key or "envs_gpu", image=kernel_check.CONTAINERS.get(framework, "<image>")))
     return text.splitlines()[0][:400] if text else type(exc).__name__, "see the check job's log"
 
 
-def thread_counts(framework, launch):
-    """{name: count} of the threads a trainer of `framework` starts per task on a CPU host, as the
-    trainers compute them today (ranks share the host's cores)."""
-    per_rank = max(1, (os.cpu_count() or 1) // launch.local_size)
-    return {"intra_op": per_rank, "decode": per_rank}
+def thread_counts(framework, launch, gpu=False):
+    """{name: count} of the threads a trainer of `framework` starts per task, by the trainers' own
+    rules on this task's CPUs (common/cpus.py)."""
+    mine = cpus.of(launch)
+    if framework == "tensorflow":
+        return {"intra_op": mine.per_rank, "decode": mine.tf_decode_threads(gpu)}
+    if framework == "mxnet":
+        return {"decode": mine.mxnet_decode_threads(gpu)}
+    from ..train.pytorch_ddp import loader_workers  # the torch environment: this task's own
+
+    path = "dali" if gpu else "cpu"
+    counts = {"loader_workers": loader_workers(SimpleNamespace(loader_workers=0, decode_threads=0),
+                                               SimpleNamespace(input=path), mine.per_rank), "input": path}
+    return counts if gpu else {"torch": mine.per_rank, **counts}
 
 
 def dataset_check(data_dir, level, python=(sys.executable,)):

@@ -21,7 +21,6 @@ import tempfile
 # oneDNN tensors break Horovod's CPU allreduce in MXNet 1.9 ('Check failed: !IsMKLDNNData()').
 os.environ.setdefault("MXNET_MKLDNN_ENABLED", "0")
 os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
-STUDY_DECODE_THREADS = 16  # per GPU
 
 try:
     import mxnet as mx  # noqa: E402
@@ -154,7 +153,7 @@ def main():
         run.check_kernel(lambda: (mx.nd.ones((64, 64), ctx=mx.gpu(hvd.local_rank())) * 0.5).relu().sum().asnumpy(),
                          kernel_check.nvml_gpu(hvd.local_rank()), build())
     ctx = mx.gpu(hvd.local_rank()) if gpu else mx.cpu()
-    threads = args.decode_threads or (min(STUDY_DECODE_THREADS, run.cpus.per_rank) if gpu else run.cpus.per_rank)
+    threads = args.decode_threads or run.cpus.mxnet_decode_threads(gpu)
     if args.data_source == "real":
         run.record_threads(decode=threads)
     mx.random.seed(args.seed)
