@@ -3,6 +3,7 @@ slurm all` on the embedded default, every training run and the interconnect meas
 both nodes with one task each, checked from their own outputs; placement errors at parse time;
 SLURM's reason for a job that waits; a cancelled (pre-empted) run retried with its log kept."""
 import json
+from pathlib import Path
 import subprocess
 import threading
 import time
@@ -163,6 +164,26 @@ def test_interconnect_measured_across_both_nodes(slurm_run):
     assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in log
     table = (results / "interconnect.csv").read_text().splitlines()
     assert len(table) > 1 and all(",inter-node," in line for line in table[1:])
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_preflight_passed_on_one_node_and_across_both(slurm_run, framework):
+    """Preflight ran before the sweep, launched as training is: each framework's checks on one node
+    and, since the sweep crosses nodes, on both, the all-reduce through its own path spanning n1 and
+    n2, every check ok or not applicable, and the pair's gate written."""
+    work, _, _ = slurm_run
+    results = work / DIRS["results_dir"]
+    assert (results / "preflight" / "cluster" / f"{framework}.ok").exists()
+    one, both = (json.loads((results / "preflight" / "cluster" / framework / f"{n}gpu.json").read_text())
+                 for n in (1, 2))
+    assert (one["nodes"], one["tasks"], both["nodes"], both["tasks"]) == (1, 1, 2, 2)
+    for res in (one, both):
+        assert res["status"] == "ok" and {r["status"] for r in res["rows"]} <= {"ok", "not applicable"}, res
+    checks = {r["check"]: r for r in both["rows"]}
+    assert checks["allreduce"]["status"] == "ok" and set(checks["allreduce"]["node"].split(",")) == {"n1", "n2"}
+    assert {"cpus", "kernel_fp32", "dataset", "page_cache"} <= set(checks), sorted(checks)
+    log = Path(both["log"]) if Path(both["log"]).is_absolute() else work / both["log"]
+    assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in log.read_text()
 
 
 def test_every_job_went_through_slurm(slurm_run):
