@@ -416,6 +416,19 @@ def system_value(key, unset=None):
     return lambda w: config["systems"][w.system][key] or unset
 
 
+def point_threads(w):
+    """Cores a job at a sweep point (training, interconnect, preflight) asks the local scheduler for.
+    Run locally, a job of a system that requests GPUs takes every core, so it runs alone: two runs on
+    one GPU, or beside each other's input threads, would each measure the other. A CPU system's job
+    takes one core per process. Through SLURM each job is sized by its resources below instead."""
+    if workflow.local_exec and config["systems"][w.system]["gpu_request"] != "none":
+        try:
+            return max(workflow.cores, int(w.gpus))
+        except WorkflowError:  # no --cores (a dry run): the processes
+            pass
+    return int(w.gpus)
+
+
 # What a job of several processes at a sweep point asks SLURM for: a training run, and the
 # interconnect measurement at the same system and GPU count (same nodes, tasks, GPUs, partition),
 # so that the measurement sees the links the run used.

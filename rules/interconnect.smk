@@ -21,7 +21,7 @@ rule interconnect_collectives:
         launch=geometry_args,
         args=ic_args,
         device=ic_device,
-    threads: lambda w: int(w.gpus)
+    threads: point_threads
     resources:
         **POINT_RESOURCES,
     log:
@@ -54,7 +54,7 @@ rule interconnect_nccl_tests:
         args=ic_args,
         exec=ic_exec,
         srun_mpi=ic_srun_mpi,
-    threads: lambda w: int(w.gpus)
+    threads: point_threads
     resources:
         **POINT_RESOURCES,
     log:

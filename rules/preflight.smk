@@ -74,7 +74,7 @@ rule preflight_check:
         launch=launcher_args,
         args=preflight_args,
         cache_command=TRAIN["cache_clear_command"],
-    threads: lambda w: int(w.gpus)
+    threads: point_threads
     # A failed check is the answer, not a fluke: the job writes it and never runs again by itself.
     retries: 0
     resources:

@@ -31,7 +31,7 @@ rule train:
         launch=launcher_args,
         cache_command=TRAIN["cache_clear_command"],
         retries=TRAIN["retries"],
-    threads: lambda w: int(w.gpus)
+    threads: point_threads
     retries: TRAIN["retries"]
     resources:
         **POINT_RESOURCES,

@@ -3,6 +3,7 @@ machine its training jobs stop before training, naming the interpreter, the conf
 fix; a missing GPU environment stops the workflow when it is parsed; the tables never put a CPU
 run in a GPU system's row."""
 import json
+import re
 import os
 import shlex
 import subprocess
@@ -190,3 +191,23 @@ def test_other_failures_are_still_retried(tmp_path):
     assert proc.returncode != 0 and summary is None
     proc, summary, _ = run_job(tmp_path, OTHER_FAILURES[0], attempt=3, retries=2)  # the last attempt
     assert proc.returncode == 0 and summary["permanent"] is False and "out of memory" in summary["reason"]
+
+
+def test_a_local_gpu_systems_measuring_jobs_run_one_at_a_time(tmp_path):
+    """Run locally (a GPU workstation), every job that measures a GPU system, training, interconnect
+    and preflight, takes all of snakemake's cores, so no two share the GPU or its host; a CPU system's
+    jobs keep one core per process."""
+    cpu_envs = {fw: interpreter(fw) for fw in CAUSE}
+    write_config(tmp_path, systems={**GPU_SYSTEM, "local": {"gpus_per_node": 2, "max_nodes": 1}},
+                 training__systems=["gpu", "local"], training__gpus=[1, 2], envs_gpu=cpu_envs)
+    out = snakemake(tmp_path, "--cores", "5", "-n", "training", "interconnect", "preflight").stdout
+    jobs = [j for j in out.split("\n\n") if re.search(r"^(local)?rule (train|interconnect_collectives|preflight_check)\b",
+                                                        j.strip(), re.M)]
+    threads = {}
+    for job in jobs:
+        system = re.search(r"system=(\w+)", job).group(1)
+        gpus = int(re.search(r"gpus=(\d+)", job).group(1))
+        found = re.search(r"^\s*threads: (\d+)", job, re.M)
+        threads.setdefault(system, set()).add((gpus, int(found.group(1)) if found else 1))
+    assert {t for _, t in threads["gpu"]} == {5}, threads
+    assert threads["local"] == {(g, g) for g, _ in threads["local"]}, threads
