@@ -14,7 +14,7 @@ import time
 import pytest
 from conftest import CONFIG, REPO, SNAKEMAKE, interpreter, snakemake, write_config
 
-GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node"}}
+GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "cpus_per_task": 1}}
 # Checks that need no dataset and no data stage: the sweep on synthetic input, no long test.
 NO_DATA = dict(training__inputs=["synthetic"], training__accuracy__gpus=[])
 
