@@ -11,10 +11,11 @@ import mxnet as mx  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
 
 from ..common.errors import StageError  # noqa: E402
-from ..common.launch import setup_horovod  # noqa: E402
+from .horovod_ranks import HorovodRanks  # noqa: E402
 
 
-class Framework:
+class Framework(HorovodRanks):
+    horovod_module = "horovod.mxnet"
     name = "MXNet"
 
     def __init__(self, launch, threads):
@@ -52,17 +53,6 @@ class Framework:
         loss.backward()
         mx.nd.waitall()
         return time.perf_counter() - start, float(loss.asscalar())
-
-    @property
-    def backend(self):
-        return "horovod nccl" if self.gpu else "horovod gloo"
-
-    def init(self):
-        import horovod.mxnet as hvd
-
-        setup_horovod(self.launch)
-        hvd.init()
-        self.hvd = hvd
 
     def allreduce(self, elements, value):
         t = mx.nd.full((elements,), value, ctx=self.ctx, dtype="float32")

@@ -4,10 +4,11 @@ import time
 
 import tensorflow as tf
 
-from ..common.launch import setup_horovod
+from .horovod_ranks import HorovodRanks
 
 
-class Framework:
+class Framework(HorovodRanks):
+    horovod_module = "horovod.tensorflow"
     name = "TensorFlow"
 
     def __init__(self, launch, threads):
@@ -48,17 +49,6 @@ class Framework:
         grads = tape.gradient(loss, net.trainable_variables)
         float(tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32)) for g in grads]))  # waits for the device
         return time.perf_counter() - start, float(loss)
-
-    @property
-    def backend(self):
-        return "horovod nccl" if self.gpu else "horovod gloo"
-
-    def init(self):
-        import horovod.tensorflow as hvd
-
-        setup_horovod(self.launch)
-        hvd.init()
-        self.hvd = hvd
 
     def allreduce(self, elements, value):
         t = tf.fill([elements], tf.constant(value, tf.float32))
