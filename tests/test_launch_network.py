@@ -144,7 +144,8 @@ def test_srun_gets_the_mpi_plugin_only_where_asked():
         launch.config_env(["LD_PRELOAD=/tmp/x.so"])
 
 
-GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "srun_mpi": "pmix"}}
+GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "srun_mpi": "pmix",
+                       "cpus_per_task": 1}}
 NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
 
