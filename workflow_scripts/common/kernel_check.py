@@ -20,8 +20,8 @@ from .errors import PermanentError
 # the CUDA runtime's and driver's own (cudaErrorNoKernelImageForDevice, CUDA_ERROR_NO_BINARY_FOR_GPU,
 # CUDA_ERROR_UNSUPPORTED_PTX_VERSION, ...) as MXNet, TensorFlow and PyTorch pass them on.
 _BUILD_FIX = ("use a build with code for this GPU: NVIDIA's framework container for it through config "
-              "{key}: {{container: <image .sif>, python: python3}} (README, Running on SLURM: which route "
-              "for which GPU), e.g. {image}")
+              "{key}: {{container: <image .sif>, python: python3}} (docs/slurm.md, 'Which route for "
+              "which GPU'), e.g. {image}")
 CAUSES = (
     ("no kernel image for this GPU",
      re.compile(r"no kernel image is available|CUDA_ERROR_NO_BINARY_FOR_GPU|cudaErrorNoKernelImageForDevice|"
