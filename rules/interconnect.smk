@@ -15,6 +15,7 @@ rule interconnect_collectives:
         system=r"[^/]+",
         gpus=r"\d+",
     params:
+        cuda_cache=TRAIN["cuda_cache_dir"],
         # The launcher runs on the host (it calls srun); the ranks in the system's PyTorch environment.
         launcher=PY["workflow"],
         py=ic_python,
@@ -31,9 +32,8 @@ rule interconnect_collectives:
     conda:
         "../envs/torch.yaml"
     shell:
-        # training.cuda_cache_dir from config, not a param, as in train.smk: it reruns nothing
         "{params.launcher:q} -m workflow_scripts.train.launch {params.launch:q} "
-        "--cuda-cache-dir={config[training][cuda_cache_dir]:q} -- {params.py:q} "
+        "--cuda-cache-dir={params.cuda_cache:q} -- {params.py:q} "
         "-m workflow_scripts.interconnect.collectives {params.args:q} --device {params.device:q} "
         "--out {output:q} > {log:q} 2>&1"
 
@@ -47,6 +47,7 @@ rule interconnect_nccl_tests:
         system=r"[^/]+",
         gpus=r"\d+",
     params:
+        cuda_cache=TRAIN["cuda_cache_dir"],
         # A driver on the host; the binaries run in the system's PyTorch environment (ic_exec).
         py=PY["workflow"],
         build=NCCL_TESTS,
@@ -66,7 +67,7 @@ rule interconnect_nccl_tests:
     shell:
         "{params.py:q} -m workflow_scripts.interconnect.nccl_tests --build={params.build:q} {params.args:q} "
         "{params.launch:q} --exec={params.exec:q} --srun-mpi={params.srun_mpi:q} "
-        "--cuda-cache-dir={config[training][cuda_cache_dir]:q} --out {output:q} > {log:q} 2>&1"
+        "--cuda-cache-dir={params.cuda_cache:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule interconnect_table:

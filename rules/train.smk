@@ -30,6 +30,7 @@ rule train:
         args=trainer_args,
         launch=launcher_args,
         cache_command=TRAIN["cache_clear_command"],
+        cuda_cache=TRAIN["cuda_cache_dir"],
         retries=TRAIN["retries"],
     threads: point_threads
     retries: TRAIN["retries"]
@@ -51,7 +52,7 @@ rule train:
         "{params.py:q} -m workflow_scripts.train.job --run-dir {params.run_dir:q} "
         "--results-dir {params.results_dir:q} --log {log:q} --attempt {resources.attempt} "
         "--retries {params.retries} --data {input.data:q} --cache-command={params.cache_command:q} "
-        "--python={params.python:q} --cuda-cache-dir={config[training][cuda_cache_dir]:q} {params.launch:q} "
+        "--python={params.python:q} --cuda-cache-dir={params.cuda_cache:q} {params.launch:q} "
         "-- {params.trainer} {params.args:q}"
 
 
