@@ -78,9 +78,9 @@ rule preflight_gate:
     conda:
         "../envs/workflow.yaml"
     shell:
-        # the failure's one line goes to the workflow's own output as well as to the log
-        "{params.py:q} -m workflow_scripts.preflight.gate --results {input.results:q} --ok {output:q} 2>&1 "
-        "| tee {log:q}"
+        # the failure's one line goes to the workflow's own output (gate.py writes the log itself)
+        "{params.py:q} -m workflow_scripts.preflight.gate --results {input.results:q} --ok {output:q} "
+        "--log {log:q}"
 
 
 rule preflight:

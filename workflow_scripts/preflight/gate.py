@@ -2,7 +2,10 @@
 every preflight check of the pair passed; otherwise one line naming the system, framework,
 node, check and fix, and exit status 1.
 
-    python -m workflow_scripts.preflight.gate --results R1.json [R2.json] --ok OK_FILE
+    python -m workflow_scripts.preflight.gate --results R1.json [R2.json] --ok OK_FILE --log LOG
+
+The line goes to the workflow's own output; the log keeps which results were read and the verdict
+(not the line again: snakemake prints a failed job's log too).
 """
 import argparse
 import json
@@ -27,8 +30,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", nargs="+", required=True)
     ap.add_argument("--ok", required=True)
+    ap.add_argument("--log", required=True)
     a = ap.parse_args()
     message = first_failure(a.results)
+    verdict = "failed: its one line is in the workflow's output" if message else "passed"
+    Path(a.log).write_text(f"gate: read {', '.join(a.results)}: {verdict}\n")
     if message:
         print(message, file=sys.stderr)
         sys.exit(1)
