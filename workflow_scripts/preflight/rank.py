@@ -15,14 +15,15 @@ import argparse
 import glob
 import importlib
 import math
-import os
 import sys
 from pathlib import Path
 
+from ..common import cpus
 from ..common.atomic import write_json
 from ..common.launch import detect
 from .markers import Markers
 from .rows import FAILED, NA, OK, row
+from ..train.harness import gpu_problem
 from .seams import classify, thread_counts
 
 RESNET50_GRADIENTS = 25_557_032  # ResNet-50's trainable parameters: one step's fp32 gradients
@@ -31,32 +32,27 @@ RESNET50_GRADIENTS = 25_557_032  # ResNet-50's trainable parameters: one step's 
 def gpu_row(info, a, launch, where):
     if not a.require_gpu:
         return row("gpu", NA, cause="the system requests no GPUs (the tiny net runs on the CPU)")
-    fix = f"'bash envs/setup.sh --gpu' makes the GPU environments; point config {a.env_key} at one"
-    if not info["cuda_build"]:
-        return row("gpu", FAILED, cause=f"{where} is a CPU build, but the system requests GPUs", fix=fix)
-    if info["count"] < launch.local_size:
-        return row("gpu", FAILED, f"{info['count']} GPU(s)",
-                   f"{where} sees {info['count']} GPU(s) for {launch.local_size} task(s) on this node "
-                   f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})",
-                   f"check systems.<name>.gpu_request and gpu_type and the node's driver; or {fix}")
+    problem = gpu_problem(launch, where, a.env_key, info["count"], info["cuda_build"],
+                          info["nccl"] if launch.world_size > 1 else None)
+    if problem:
+        return row("gpu", FAILED, f"{info['count']} GPU(s)", *problem)
     name = info["names"][launch.local_rank] if info["names"] else f"GPU {launch.local_rank}"
     wanted = a.gpu_type.lower().replace("-", "").split("_")[0]
     if wanted and info["names"] and wanted not in name.lower().replace("-", "").replace(" ", ""):
         return row("gpu", FAILED, name, f"the task's GPU is {name}, not the system's gpu_type {a.gpu_type!r}",
                    "check systems.<name>.gpu_type / constraint: the job landed on other GPUs")
-    if launch.world_size > 1 and not info["nccl"][0]:
-        return row("gpu", FAILED, name, f"{where}: {info['nccl'][1]}", fix)
     return row("gpu", OK, f"{name}; {info['count']} visible for {launch.local_size} task(s)")
 
 
 def cpu_row(a, launch, threads):
-    bound = len(os.sched_getaffinity(0))
-    figure = f"{bound} CPU(s) bound; threads " + ", ".join(f"{k} {v}" for k, v in threads.items())
-    if a.cpus_per_task and bound < a.cpus_per_task:
-        return row("cpus", FAILED, figure, f"the task may run on {bound} CPU(s), the system asks "
+    mine = cpus.of(launch)
+    how = "its own" if mine.bound else f"shared by {launch.local_size} task(s): {mine.per_rank} each"
+    figure = f"{mine.allowed} CPU(s), {how}; threads " + ", ".join(f"{k} {v}" for k, v in threads.items())
+    if a.cpus_per_task and mine.allowed < a.cpus_per_task:
+        return row("cpus", FAILED, figure, f"the task may run on {mine.allowed} CPU(s), the system asks "
                    f"{a.cpus_per_task} per task", "check systems.<name>.cpus_per_task against the partition's nodes",
-                   value=bound, unit="CPUs")
-    return row("cpus", OK, figure, value=bound, unit="CPUs")
+                   value=mine.allowed, unit="CPUs")
+    return row("cpus", OK, figure, value=mine.allowed, unit="CPUs")
 
 
 def telemetry_rows(gpu_system):

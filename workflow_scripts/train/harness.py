@@ -78,29 +78,36 @@ def arg_parser(description):
     return ap
 
 
+def gpu_problem(launch, where, key, seen, cuda_build, nccl):
+    """(cause, fix) when a framework cannot use a GPU per task of a system that requests GPUs, or
+    (with several tasks) cannot all-reduce on them; None when it can. Shared by the trainers'
+    check below and preflight's.
+
+    where: the framework and its interpreter, as the messages name them; key: the config key that
+    chose the interpreter; seen: GPUs the framework sees on this node; cuda_build: whether it was
+    built with CUDA; nccl: (ok, what is missing) for the GPU all-reduce, or None for one process."""
+    setup = f"'bash envs/setup.sh --gpu' makes the GPU environments; point config {key} at one"
+    if not cuda_build:
+        return f"{where} is a CPU build, but the system requests GPUs: it would train on the CPU", setup
+    if seen < launch.local_size:
+        return (f"{where} sees {seen} GPU(s) on {launch.hostname} for {launch.local_size} task(s), but the system "
+                f"requests GPUs (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})",
+                f"check systems.<name>.gpu_request and gpu_type, and the node's driver; or {setup}")
+    if nccl is not None and not nccl[0]:
+        return (f"{where}: {nccl[1]}, but the system requests GPUs: its gradients would not be all-reduced on "
+                f"the GPUs", setup)
+    return None
+
+
 def check_gpus(launch, args, framework, seen, cuda_build, nccl):
     """No silent CPU fallback: a run of a system that requests GPUs stops here, naming the
-    interpreter, the config key that chose it and the fix, when its framework cannot use a GPU
-    per task or (with several tasks) cannot all-reduce on the GPUs.
-
-    seen: GPUs the framework sees on this node; cuda_build: whether it was built with CUDA;
-    nccl: (ok, what is missing) for the GPU all-reduce the run would use, or None for one process."""
+    interpreter, the config key that chose it and the fix (gpu_problem)."""
     if not args.require_gpu:
         return
     key = args.env_key or "envs_gpu"
-    where = f"{framework} in {sys.executable} (config {key})"
-    setup = f"Fix: 'bash envs/setup.sh --gpu' makes the GPU environments; point config {key} at one"
-    if not cuda_build:
-        raise StageError(f"{where} is a CPU build, but the run's system requests GPUs: it would train on the "
-                         f"CPU. {setup}")
-    if seen < launch.local_size:
-        raise StageError(f"{where} sees {seen} GPU(s) on {launch.hostname} for {launch.local_size} task(s), but "
-                         f"the run's system requests GPUs (CUDA_VISIBLE_DEVICES="
-                         f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}). Fix: check systems.<name>.gpu_request "
-                         f"and gpu_type, and the node's driver")
-    if nccl is not None and not nccl[0]:
-        raise StageError(f"{where}: {nccl[1]}, but the run's system requests GPUs: its gradients would not be "
-                         f"all-reduced on the GPUs. {setup}")
+    problem = gpu_problem(launch, f"{framework} in {sys.executable} (config {key})", key, seen, cuda_build, nccl)
+    if problem:
+        raise StageError(f"{problem[0]}. Fix: {problem[1]}")
 
 
 def read_manifest(data_dir):
