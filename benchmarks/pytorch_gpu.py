@@ -964,7 +964,7 @@ def _device(torch):
 def _args(extra):
     from workflow_scripts.train import harness, pytorch_ddp
 
-    return pytorch_ddp.add_args(harness.arg_parser("bench")).parse_args(["--out", "/nonexistent", *extra])
+    return pytorch_ddp.add_experiment_args(pytorch_ddp.add_args(harness.arg_parser("bench"))).parse_args(["--out", "/nonexistent", *extra])
 
 
 def part_loaders(a, work):
@@ -1040,7 +1040,7 @@ def part_check(a, work):
     from torchvision.transforms.v2 import functional as TF
 
     from workflow_scripts.data.lmdb_dataset import LMDBImageNet
-    from workflow_scripts.train import gpu_input, harness, pytorch_ddp
+    from workflow_scripts.train import gpu_input, harness, pytorch_ddp, pytorch_options
 
     B, K, size = min(64, 4 * a.batch), 3, a.image_size
     # Tolerances fixed before any GPU run: per-step |loss - CPU fp32 loss| over the CPU's first
@@ -1090,13 +1090,13 @@ def part_check(a, work):
         return [tr.step(x, y).item() for _ in range(K)]
 
     torch.set_num_threads(os.cpu_count())
-    cpu = losses(pytorch_ddp.Settings(torch.device("cpu")), x_cpu, labels)
+    cpu = losses(pytorch_options.Settings(torch.device("cpu")), x_cpu, labels)
     out["cpu_fp32"] = cpu
     runs = {
-        "gpu_fp32_strict_cpu_inputs": (pytorch_ddp.Settings(dev), x_cpu.to(dev)),
-        "gpu_fp32_strict": (pytorch_ddp.Settings(dev), x_gpu),
-        "gpu_tf32_cl": (pytorch_ddp.Settings(dev, channels_last=True, tf32=True), x_gpu),
-        "gpu_bf16_cl": (pytorch_ddp.Settings(dev, amp_dtype=torch.bfloat16, channels_last=True, tf32=True), x_gpu),
+        "gpu_fp32_strict_cpu_inputs": (pytorch_options.Settings(dev), x_cpu.to(dev)),
+        "gpu_fp32_strict": (pytorch_options.Settings(dev), x_gpu),
+        "gpu_tf32_cl": (pytorch_options.Settings(dev, channels_last=True, tf32=True), x_gpu),
+        "gpu_bf16_cl": (pytorch_options.Settings(dev, amp_dtype=torch.bfloat16, channels_last=True, tf32=True), x_gpu),
     }
     ok = True
     for name, (settings, x) in runs.items():

@@ -13,7 +13,7 @@ import json, sys, torch
 from workflow_scripts.train import harness, pytorch_ddp as p
 out = {}
 for name, device, nodes, argv in json.loads(sys.argv[1]):
-    args = p.add_args(harness.arg_parser("x")).parse_args(argv + ["--out", "unused"])
+    args = p.add_experiment_args(p.add_args(harness.arg_parser("x"))).parse_args(argv + ["--out", "unused"])
     out[name] = p.resolve(args, torch.device(device), nodes=nodes).describe()
 print(json.dumps(out))
 """

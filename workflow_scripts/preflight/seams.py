@@ -31,7 +31,7 @@ def thread_counts(framework, launch, gpu=False):
         return {"intra_op": mine.per_rank, "decode": mine.tf_decode_threads(gpu)}
     if framework == "mxnet":
         return {"decode": mine.mxnet_decode_threads(gpu)}
-    from ..train.pytorch_ddp import loader_workers  # the torch environment: this task's own
+    from ..train.pytorch_options import loader_workers  # the torch environment: this task's own
 
     path = "dali" if gpu else "cpu"
     counts = {"loader_workers": loader_workers(SimpleNamespace(loader_workers=0, decode_threads=0),
