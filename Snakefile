@@ -13,7 +13,7 @@ include: "rules/preflight.smk"
 include: "rules/train.smk"
 include: "rules/int8.smk"
 include: "rules/interconnect.smk"
-include: "rules/report.smk"
+include: "rules/results.smk"
 
 
 rule all:
@@ -22,6 +22,6 @@ rule all:
         rules.preflight.input,
         rules.training.input,
         rules.int8.input,
-        rules.report_tables.input,
+        rules.results_tables.input,
         rules.interconnect.input,
     default_target: True

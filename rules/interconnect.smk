@@ -81,9 +81,9 @@ rule interconnect_table:
         py=PY["workflow"],
         points=json.dumps(IC_POINTS),
     log:
-        f"{LOGS}/report/interconnect_table.log",
+        f"{LOGS}/results/interconnect_table.log",
     benchmark:
-        f"{LOGS}/report/interconnect_table.bench.tsv"
+        f"{LOGS}/results/interconnect_table.bench.tsv"
     conda:
         "../envs/workflow.yaml"
     shell:
@@ -103,9 +103,9 @@ rule interconnect_figure:
         links=json.dumps({s: config["systems"][s]["link_gbps"] for s in TRAIN["systems"]
                           if "link_gbps" in config["systems"][s]}),
     log:
-        f"{LOGS}/report/interconnect_figure.log",
+        f"{LOGS}/results/interconnect_figure.log",
     benchmark:
-        f"{LOGS}/report/interconnect_figure.bench.tsv"
+        f"{LOGS}/results/interconnect_figure.bench.tsv"
     conda:
         "../envs/workflow.yaml"
     shell:

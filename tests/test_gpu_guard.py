@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import REPO, interpreter, snakemake, write_config
 
-from workflow_scripts.report import runs
+from workflow_scripts.results import runs
 
 GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "cpus_per_task": 1}}
 # What each framework's CPU environment is, seen from a run that needs a GPU per task.

@@ -130,7 +130,7 @@ def test_scaling_without_the_interconnect_says_so(pipeline_run, tmp_path):
     points = [{"system": "local", "framework": f, "precision": "fp32", "gpus": g, "nodes": 1,
                "run_dir": str(pipeline_run / "results" / "runs" / "local" / f"{f}_fp32_{g}gpu")}
               for f in CONFIG["training"]["frameworks"] for g in CONFIG["training"]["gpus"]]
-    proc = subprocess.run([interpreter("workflow"), "-m", "workflow_scripts.report.training_tables", "--points",
+    proc = subprocess.run([interpreter("workflow"), "-m", "workflow_scripts.results.training_tables", "--points",
                            json.dumps(points), "--out-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     scaling = pd.read_csv(tmp_path / "scaling.csv")

@@ -11,7 +11,7 @@ import json
 import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
-from ..report.plotting import empty_figure, plt, save_png
+from ..results.plotting import empty_figure, plt, save_png
 from .prediction import RESNET50_PARAMETERS
 
 TITLE = "Interconnect: bus bandwidth by message size"

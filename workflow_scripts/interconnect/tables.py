@@ -11,7 +11,7 @@ import json
 import pandas as pd
 
 from ..common.errors import StageError, run_main
-from ..report.output import write_table
+from ..results.output import write_table
 from .rows import COLUMNS, load, rows
 
 HOW = ("All-reduce (sum) and broadcast (root 0) of float32 messages from interconnect.min_bytes to "

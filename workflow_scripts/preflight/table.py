@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..report.output import write_table
+from ..results.output import write_table
 
 COLUMNS = ["system", "framework", "nodes", "tasks", "check", "status", "figure", "node", "cause", "fix"]
 HOW = ("Each system x framework of the sweep, launched as its training runs are (launcher, interpreter or "

@@ -1,6 +1,6 @@
 """Seed 002's long test as a table (its Fig. 35-40 as numbers): one row per long-test run.
 
-    python -m workflow_scripts.report.time_to_accuracy --points JSON --out results/time_to_accuracy.csv
+    python -m workflow_scripts.results.time_to_accuracy --points JSON --out results/time_to_accuracy.csv
 
 writes time_to_accuracy.csv and .md from the runs' summaries (mode accuracy, train/harness.py's
 LongTest). A run that failed, or has no output, is listed with why.

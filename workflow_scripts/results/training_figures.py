@@ -1,6 +1,6 @@
 """The training half of the study as figures (PNG), from the tables and the runs' telemetry:
 
-    python -m workflow_scripts.report.training_figures --tables results --out-dir results/figures
+    python -m workflow_scripts.results.training_figures --tables results --out-dir results/figures
 
 fig2_scaling, fig4_6_system_comparison, fig5_fp16_vs_fp32, fig_input_paths, fig7_storage,
 fig8_network. A figure

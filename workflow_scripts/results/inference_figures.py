@@ -1,6 +1,6 @@
 """The inference half of the study beside its published figures:
 
-    python -m workflow_scripts.report.inference_figures --accuracy results/int8_accuracy.csv \
+    python -m workflow_scripts.results.inference_figures --accuracy results/int8_accuracy.csv \
         --throughput results/int8_throughput.csv --out-dir results
 
 fig9_int8_throughput.png (images/s by batch size, FP32 vs INT8, and the ratio) and

@@ -1,6 +1,6 @@
 """The training half of the study as tables (seed 000 Fig. 2, 4-8; seed 002's scaling efficiency):
 
-    python -m workflow_scripts.report.training_tables --points JSON [--interconnect JSON] --out-dir results
+    python -m workflow_scripts.results.training_tables --points JSON [--interconnect JSON] --out-dir results
 
 writes training_throughput, scaling, fp16_vs_fp32, system_comparison, input_paths,
 storage_throughput and network_throughput (.csv and .md) from the sweep's run directories; with

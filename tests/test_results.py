@@ -118,7 +118,7 @@ def sweep(tmp_path_factory):
                  training__inputs=["synthetic"], training__image_size=32, training__warmup_steps=1,
                  training__steps=3, training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4},
                  training__accuracy__gpus=[])
-    snakemake(work, "report_tables")
+    snakemake(work, "results_tables")
     return work
 
 
@@ -140,7 +140,7 @@ def test_table_of_runs_with_different_settings_says_so(sweep, pipeline_run, tmp_
                "run_dir": str(sweep / "results" / "runs" / "a" / "pytorch_fp32_1gpu_synthetic")},
               {"system": "local", "framework": "pytorch", "precision": "fp32", "gpus": 1, "nodes": 1,
                "run_dir": str(pipeline_run / "results" / "runs" / "local" / "pytorch_fp32_1gpu")}]
-    proc = subprocess.run([interpreter("workflow"), "-m", "workflow_scripts.report.training_tables", "--points",
+    proc = subprocess.run([interpreter("workflow"), "-m", "workflow_scripts.results.training_tables", "--points",
                            json.dumps(points), "--out-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "runs were made with different settings" in (tmp_path / "training_throughput.md").read_text()

@@ -22,13 +22,13 @@ rule training_tables:
         interconnect=json.dumps(IC_ALLREDUCE),
         out_dir=lambda w, output: os.path.dirname(output.training_throughput),
     log:
-        f"{LOGS}/report/training_tables.log",
+        f"{LOGS}/results/training_tables.log",
     benchmark:
-        f"{LOGS}/report/training_tables.bench.tsv"
+        f"{LOGS}/results/training_tables.bench.tsv"
     conda:
         "../envs/workflow.yaml"
     shell:
-        "{params.py:q} -m workflow_scripts.report.training_tables --points {params.points:q} "
+        "{params.py:q} -m workflow_scripts.results.training_tables --points {params.points:q} "
         "--interconnect {params.interconnect:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
@@ -44,13 +44,13 @@ rule training_figures:
         tables=lambda w, input: os.path.dirname(input[0]),
         out_dir=lambda w, output: os.path.dirname(output[0]),
     log:
-        f"{LOGS}/report/training_figures.log",
+        f"{LOGS}/results/training_figures.log",
     benchmark:
-        f"{LOGS}/report/training_figures.bench.tsv"
+        f"{LOGS}/results/training_figures.bench.tsv"
     conda:
         "../envs/workflow.yaml"
     shell:
-        "{params.py:q} -m workflow_scripts.report.training_figures --tables {params.tables:q} "
+        "{params.py:q} -m workflow_scripts.results.training_figures --tables {params.tables:q} "
         "--out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
@@ -67,13 +67,13 @@ rule inference_figures:
         py=PY["workflow"],
         out_dir=lambda w, output: os.path.dirname(output.table),
     log:
-        f"{LOGS}/report/inference_figures.log",
+        f"{LOGS}/results/inference_figures.log",
     benchmark:
-        f"{LOGS}/report/inference_figures.bench.tsv"
+        f"{LOGS}/results/inference_figures.bench.tsv"
     conda:
         "../envs/workflow.yaml"
     shell:
-        "{params.py:q} -m workflow_scripts.report.inference_figures --accuracy {input.accuracy:q} "
+        "{params.py:q} -m workflow_scripts.results.inference_figures --accuracy {input.accuracy:q} "
         "--throughput {input.throughput:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
@@ -88,13 +88,13 @@ rule time_to_accuracy:
         py=PY["workflow"],
         points=json.dumps(LONG_TEST),
     log:
-        f"{LOGS}/report/time_to_accuracy.log",
+        f"{LOGS}/results/time_to_accuracy.log",
     benchmark:
-        f"{LOGS}/report/time_to_accuracy.bench.tsv"
+        f"{LOGS}/results/time_to_accuracy.bench.tsv"
     conda:
         "../envs/workflow.yaml"
     shell:
-        "{params.py:q} -m workflow_scripts.report.time_to_accuracy --points {params.points:q} "
+        "{params.py:q} -m workflow_scripts.results.time_to_accuracy --points {params.points:q} "
         "--out {output.csv:q} > {log:q} 2>&1"
 
 
@@ -107,13 +107,13 @@ rule time_to_accuracy_figure:
     params:
         py=PY["workflow"],
     log:
-        f"{LOGS}/report/time_to_accuracy_figure.log",
+        f"{LOGS}/results/time_to_accuracy_figure.log",
     benchmark:
-        f"{LOGS}/report/time_to_accuracy_figure.bench.tsv"
+        f"{LOGS}/results/time_to_accuracy_figure.bench.tsv"
     conda:
         "../envs/workflow.yaml"
     shell:
-        "{params.py:q} -m workflow_scripts.report.accuracy_figure --table {input:q} --out {output:q} > {log:q} 2>&1"
+        "{params.py:q} -m workflow_scripts.results.accuracy_figure --table {input:q} --out {output:q} > {log:q} 2>&1"
 
 
 # `snakemake long_test`: seed 002's long test alone (its runs, the table and the figure).
@@ -123,7 +123,7 @@ rule long_test:
         rules.time_to_accuracy_figure.output,
 
 
-rule report_tables:
+rule results_tables:
     input:
         rules.training_tables.output,
         rules.training_figures.output,
