@@ -27,6 +27,9 @@ HOW = ("All-reduce (sum) and broadcast (root 0) of float32 messages from interco
        "time is nccl-tests' mean per iteration, so they have no min/max. Every call's time on every rank is in "
        "results/interconnect/<system>/<N>gpu/*.json.")
 
+# The markdown copy's columns; the CSV has all of rows.COLUMNS.
+SHOWN = ["system", "gpus", "scope", "collective", "bytes", "source", "backend", "time_s", "algbw_GBps", "busbw_GBps"]
+
 
 def build(points):
     table, notes = [], []
@@ -58,7 +61,7 @@ def main():
         raise StageError(f"--points is not JSON: {exc}")
     df, notes = build(points)
     write_table(df, a.out, "Interconnect: all-reduce and broadcast bandwidth by message size (seed 004, Fig. 2)",
-                HOW, notes)
+                HOW, notes, columns=SHOWN)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,11 @@ def fig9(throughput, path):
     save_png(fig, path)
 
 
+# The markdown copy's columns (the differences first, the study's question); the CSV has them all.
+BESIDE_STUDY_SHOWN = ["model", "engine", "diff_top1", "diff_top1_study", "diff_top5", "diff_top5_study", "fp32_top1",
+                      "fp32_top1_study", "int8_top1", "int8_top1_study"]
+
+
 def beside_study(accuracy):
     study = pd.DataFrame(PUBLISHED["int8_accuracy"])
     study["diff_top1"] = study.fp32_top1 - study.int8_top1
@@ -65,7 +70,8 @@ def main():
                 "Top-1 / top-5 in percent over the scored validation images (those not used for calibration); "
                 "diff = FP32 - INT8 in percentage points. *_study: the study's published V100 TensorRT figures "
                 "(ImageNet, pre-trained models; the paper prints ResNet-50's top-1 difference as 0.07). Rows "
-                "with no figures of one side were not run here or not in the study.", floatfmt=".2f")
+                "with no figures of one side were not run here or not in the study.", floatfmt=".2f",
+                columns=BESIDE_STUDY_SHOWN)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,10 @@ RUN_COLUMNS = ["system", "framework", "precision", "input", "nodes", "gpus", "ba
                "settings_hash", "git_commit", "run_dir"]
 
 
+# What each table's markdown copy shows; the CSV has every column (output.write_table).
+THROUGHPUT_SHOWN = KEY + ["gpus", "images_per_s", "step_cv", "stable", "status"]
+
+
 def throughput(runs):
     return runs.reindex(columns=RUN_COLUMNS).sort_values(KEY + ["gpus"], kind="stable")
 
@@ -42,6 +46,8 @@ SCALING_COLUMNS = KEY + ["gpus", "nodes", "scope", "images_per_s", "baseline_gpu
                          "ideal_images_per_s", "speedup", "efficiency", "step_s", "baseline_step_s", "gradient_bytes",
                          "gradient_bytes_from", "allreduce_s", "efficiency_no_overlap", "efficiency_full_overlap",
                          "communication_bound"]
+SCALING_SHOWN = KEY + ["gpus", "scope", "images_per_s", "speedup", "efficiency", "efficiency_no_overlap",
+                       "efficiency_full_overlap"]
 
 
 def _prediction(r, base, allreduce):
@@ -134,6 +140,10 @@ def system_comparison(runs):
                                        "b_images_per_s", "a_over_b_percent"])
 
 
+INPUT_PATHS_SHOWN = ["system", "framework", "precision", "gpus", "input", "images_per_s", "step_cv", "stable",
+                     "of_synthetic_percent"]
+
+
 def input_paths(runs):
     """Each input path against synthetic data (compute without I/O), point by point: the study's
     finding that the data path decides throughput as much as the GPU."""
@@ -148,6 +158,10 @@ def input_paths(runs):
                      "of_synthetic_percent": r.images_per_s / ref * 100 if ref else None})
     return pd.DataFrame(rows, columns=point + ["input", "images_per_s", "step_cv", "stable", "synthetic_images_per_s",
                                                "of_synthetic_percent"])
+
+
+TELEMETRY_SHOWN = ["system", "framework", "precision", "gpus", "input", "node", "metric", "device", "peak_MBps",
+                   "mean_MBps", "total_MB"]
 
 
 def telemetry(runs, metrics):
@@ -185,13 +199,13 @@ def main():
     timing = ("images/s = images processed in the timed steps / their wall time, warm-up steps excluded; "
               "step_cv = coefficient of variation of the per-step images/s (stable: <= 2%, the study's criterion).")
     write_table(throughput(runs), out / "training_throughput.csv", "Training throughput, one row per run",
-                timing + " Failed or missing runs are listed with why.", notes)
+                timing + " Failed or missing runs are listed with why.", notes, columns=THROUGHPUT_SHOWN)
     write_table(scaled, out / "scaling.csv", "Scaling: speedup and efficiency (Fig. 2)",
                 "speedup = images/s at N GPUs / images/s at the baseline (the smallest GPU count run; the study's "
                 "is 1 GPU); efficiency = measured / ideal, ideal = baseline images/s x N / baseline GPUs (seed 002). "
                 "intra-node: the run fits one node; inter-node: it spans nodes. " + timing + " " + PREDICTION, notes,
                 after=["## What the interconnect predicts, run by run", "", *(f"- {x}" for x in sentences)]
-                if sentences else ())
+                if sentences else (), columns=SCALING_SHOWN)
     write_table(fp16_vs_fp32(runs), out / "fp16_vs_fp32.csv", "FP16 vs FP32 (Fig. 5)",
                 "fp16_gain_percent = (FP16 images/s / FP32 images/s - 1) x 100, same system, framework and GPUs. "
                 "FP16 = mixed precision (bfloat16 on a CPU). " + timing,
@@ -209,14 +223,16 @@ def main():
                 "thread; dali: PyTorch NVIDIA DALI (hardware JPEG engine). " + timing,
                 notes + ([] if runs.input.nunique() > 1 else
                          ["this sweep has one input path: list several in training.inputs, e.g. [auto, cpu, gpu, "
-                          "synthetic]"]))
+                          "synthetic]"]), columns=INPUT_PATHS_SHOWN)
     write_table(telemetry(runs, ["read_MBps"]), out / "storage_throughput.csv", "Storage read throughput (Fig. 7)",
                 "Per run and node: read MB/s of the dataset's block device or NFS mount, sampled every "
-                "training.telemetry_interval s over the whole run (warm-up included); total_MB integrates it.", notes)
+                "training.telemetry_interval s over the whole run (warm-up included); total_MB integrates it.", notes,
+                columns=TELEMETRY_SHOWN)
     write_table(telemetry(runs, ["send_MBps", "recv_MBps"]), out / "network_throughput.csv",
                 "Network send/receive throughput (Fig. 8)",
                 "Per run, node and interface (InfiniBand ports as ib:<hca>/<port>): MB/s sent and received, "
-                "sampled every training.telemetry_interval s over the whole run; total_MB integrates it.", notes)
+                "sampled every training.telemetry_interval s over the whole run; total_MB integrates it.", notes,
+                columns=TELEMETRY_SHOWN)
 
 
 if __name__ == "__main__":
