@@ -5,11 +5,15 @@ a footnote under the table: a value every row shares, or that the rows differ, p
 import math
 from pathlib import Path
 
+import pandas as pd
+
 from ..common.atomic import atomic_file
 
 
 def _empty(v):
-    return v is None or v == "" or (isinstance(v, float) and math.isnan(v))
+    if isinstance(v, str):
+        return not v.strip()
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
 
 
 def _value(v, floatfmt):
