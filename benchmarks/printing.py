@@ -111,7 +111,7 @@ def long_tests(results):
     return lines
 
 
-def report(results):
+def results_md(results):
     lines = [f"# {results['plan']} on {results.get('gpu', '?')}, {results['date']}", "", *parts(results), "",
              *runs(results), ""]
     lines += [f"- {k}: {v}" for k, v in results.get("derived", {}).items()]

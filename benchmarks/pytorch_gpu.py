@@ -285,7 +285,7 @@ def main(argv=None):
         results["elapsed_s"] = time.perf_counter() - start
         results["derived"] = figures.derive(results)
         (out / "results.json").write_text(json.dumps(results, indent=1))
-        (out / "results.md").write_text(printing.report(results))
+        (out / "results.md").write_text(printing.results_md(results))
 
     if any(i.get("data") == "real" or i["name"] in ("loaders", "check") for i in items):
         t = time.perf_counter()
@@ -319,7 +319,7 @@ def main(argv=None):
             results[name] = r
         save()
     save()
-    print(printing.report(results))
+    print(printing.results_md(results))
 
 
 if __name__ == "__main__":
