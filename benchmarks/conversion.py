@@ -25,14 +25,18 @@ from workflow_scripts.data import embedded  # noqa: E402
 FORMATS = {"tfrecord": "tensorflow", "recordio": "mxnet", "lmdb_caffe2": "pytorch"}
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=2000, help="train images (val adds 1/8 of that)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quality", type=int, default=93, help="JPEG quality of the sample")
     ap.add_argument("--workdir", default="", help="keep the sample here instead of a temp dir")
-    a = ap.parse_args()
+    ap.add_argument("--dry-run", action="store_true", help="check the arguments, print them and stop")
+    a = ap.parse_args(argv)
+    if a.dry_run:
+        print(vars(a))
+        return
     envs = yaml.safe_load((REPO / "config.yaml").read_text())["envs"]
     work = Path(a.workdir or tempfile.mkdtemp(prefix="dlscale-bench-"))
     root = work / "ILSVRC2012"

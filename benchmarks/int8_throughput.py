@@ -30,7 +30,7 @@ def noise_batches(n, batch, size):
         yield rng.standard_normal((batch, 3, size, size), dtype=np.float32), None, None
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--network", default="resnet50", choices=sorted(models.NETWORKS))
     ap.add_argument("--image-size", type=int, default=224)
@@ -43,7 +43,11 @@ def main():
     ap.add_argument("--method", choices=sorted(calibrate.METHODS), default="minmax",
                     help="calibration method (speed does not depend on it; minmax is the quickest)")
     ap.add_argument("--workdir", default="", help="keep the models here instead of a temp dir")
-    a = ap.parse_args()
+    ap.add_argument("--dry-run", action="store_true", help="check the arguments, print them and stop")
+    a = ap.parse_args(argv)
+    if a.dry_run:
+        print(vars(a))
+        return
     torch.set_num_threads(a.threads)
     work = Path(a.workdir or tempfile.mkdtemp(prefix="dlscale-int8-bench-"))
     work.mkdir(parents=True, exist_ok=True)

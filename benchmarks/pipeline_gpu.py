@@ -67,7 +67,7 @@ def figures(summary_path):
             "device": s.get("device"), "input": s.get("input"), "reason": s.get("reason")}
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--inputs", nargs="+", default=["synthetic", "gpu"])
@@ -75,7 +75,11 @@ def main():
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--budget-s", type=float, default=540, help="bare runs are skipped past this")
-    a = ap.parse_args()
+    ap.add_argument("--dry-run", action="store_true", help="check the arguments, print them and stop")
+    a = ap.parse_args(argv)
+    if a.dry_run:
+        print(vars(a))
+        return
     start = time.perf_counter()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

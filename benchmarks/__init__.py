@@ -1,0 +1,1 @@
+"""Scripts that measure (not tests): docs/benchmarks.md gives each table the command that reruns it."""
