@@ -123,8 +123,40 @@ rule long_test:
         rules.time_to_accuracy_figure.output,
 
 
+# The study's findings against this run's tables, one verdict each (workflow_scripts/results/
+# study_findings.yaml). Category "Conclusions" sorts first of the report's categories, which the
+# report lists alphabetically: the first thing a reader sees is whether the study holds here.
+rule conclusions:
+    input:
+        scaling=rules.training_tables.output.scaling,
+        training_throughput=rules.training_tables.output.training_throughput,
+        fp16_vs_fp32=rules.training_tables.output.fp16_vs_fp32,
+        system_comparison=rules.training_tables.output.system_comparison,
+        storage_throughput=rules.training_tables.output.storage_throughput,
+        network_throughput=rules.training_tables.output.network_throughput,
+        int8_accuracy=rules.int8_accuracy.output.csv,
+        int8_throughput=rules.int8_throughput.output.csv,
+        time_to_accuracy=rules.time_to_accuracy.output.csv,
+    output:
+        csv=report(f"{RESULTS}/conclusions.csv", caption="../report/conclusions.rst", category="Conclusions"),
+        markdown=f"{RESULTS}/conclusions.md",
+    params:
+        py=PY["workflow"],
+        tables=lambda w, input: os.path.dirname(input.scaling),
+    log:
+        f"{LOGS}/results/conclusions.log",
+    benchmark:
+        f"{LOGS}/results/conclusions.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
+    shell:
+        "{params.py:q} -m workflow_scripts.results.conclusions --tables {params.tables:q} --out {output.csv:q} "
+        "> {log:q} 2>&1"
+
+
 rule results_tables:
     input:
+        rules.conclusions.output,
         rules.training_tables.output,
         rules.training_figures.output,
         rules.time_to_accuracy.output,

@@ -1,0 +1,120 @@
+"""The study's findings against this run's tables: one row per finding, with its figure, our
+counterpart at the nearest sweep point that exists, and a verdict.
+
+    python -m workflow_scripts.results.conclusions --tables results --out results/conclusions.csv
+
+reads the tables named in TABLES from --tables and the findings from study_findings.yaml, and
+writes conclusions.csv and a markdown copy beside it (.md). A finding this sweep cannot measure
+stays, as "not measured by this sweep", naming the config keys that would measure it.
+"""
+import argparse
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from ..common.atomic import atomic_file
+from ..common.errors import StageError, run_main
+from .conclusions_measure import MEASURE, Unmeasured
+from .output import write_table
+
+FINDINGS = Path(__file__).with_name("study_findings.yaml")
+TABLES = ["scaling", "training_throughput", "fp16_vs_fp32", "system_comparison", "storage_throughput",
+          "network_throughput", "int8_accuracy", "int8_throughput", "time_to_accuracy"]
+HOLDS, FAILS, UNMEASURED = "holds", "does not hold", "not measured by this sweep"
+TITLE = "The study's conclusions on this cluster"
+HOW = ("One row per finding of the study (seed 000: the PMBS18 paper, sections IV-VI, and its slides; seed 002: the "
+       "scale-up vs scale-out whitepaper's short and long tests), with our counterpart from this run's tables at the "
+       "nearest sweep point that exists (point; same_point says whether it is the study's) and a verdict: holds, does "
+       "not hold, or not measured by this sweep (why names the config keys that would measure it). Caffe2's findings "
+       "are checked on PyTorch DDP. device says what the point ran on; a CPU point says so.")
+COLUMNS = ["id", "source", "figure", "finding", "study", "measured", "measured_value", "point", "same_point",
+           "device", "verdict", "why", "tolerance_kind", "tolerance", "table"]
+
+
+def load_tables(directory):
+    out = {}
+    for name in TABLES:
+        path = Path(directory) / f"{name}.csv"
+        try:
+            out[name] = pd.read_csv(path)
+        except (OSError, pd.errors.EmptyDataError) as exc:
+            raise StageError(f"{path}: the table the conclusions read cannot be read ({exc})")
+    return out
+
+
+def study_figure(f, tol):
+    if f["kind"] == "scaling":
+        eff = f.get("efficiency", f.get("speedup", 0) / f["gpus"])
+        return (f"{f['speedup']:.2f}x on {f['gpus']} (efficiency {eff:.1%})" if "speedup" in f
+                else f"efficiency {eff:.0%} at {f['gpus']} GPUs")
+    if f["kind"] == "range":
+        return f"{f['low']:.3g}x-{f['high']:.3g}x"
+    if f["kind"] == "approx":
+        return ("below " if f.get("below") else "~") + f"{f['value']:.3g}x"
+    if f["kind"] == "accuracy":
+        return f"|FP32 - INT8| <= {f['bound']:.2f} points"
+    if f["kind"] == "time":
+        return f"{f['hours']:g} h at {f['gpus']} GPUs"
+    if f["kind"] == "stability":
+        return f"unstable: step CV > {tol['threshold']:.0%}"
+    return f"{f['framework']} highest"
+
+
+def conclusions(tables, spec):
+    rows = []
+    for f in spec["findings"]:
+        tol = spec["tolerances"][f["kind"]]
+        row = {"id": f["id"], "source": f["source"], "figure": f["figure"], "finding": f["statement"],
+               "study": study_figure(f, tol), "tolerance_kind": f["kind"], "tolerance": " ".join(tol["text"].split()),
+               "table": MEASURE[f["quantity"]][1] + ".csv"}
+        try:
+            m = MEASURE[f["quantity"]][0](tables, f, tol)
+        except Unmeasured as why:
+            row.update(verdict=UNMEASURED, why=str(why), measured="", point="", same_point=False, device="")
+        else:
+            note = m.pop("note") or ("" if m["same_point"] else "at the nearest point this sweep has, not the study's")
+            row.update(m, verdict=HOLDS if m.pop("holds") else FAILS, why=note)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _cell(x):
+    return "" if pd.isna(x) else str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(df, spec):
+    kinds = list(dict.fromkeys(df.tolerance_kind))
+    lines = [f"# {TITLE}", "", HOW, ""]
+    for k in kinds:
+        lines += [f"> **Tolerance ({k}).** {' '.join(spec['tolerances'][k]['text'].split())}", ""]
+    lines += ["| finding | figure | study | ours | at | verdict |", "|---|---|---|---|---|---|"]
+    for r in df.itertuples():
+        at = r.point + (f" [{r.device}]" if r.device else "")
+        ours = r.measured if r.verdict != UNMEASURED else ""
+        verdict = f"**{r.verdict}**" + (f": {r.why}" if r.why else "")
+        lines.append("| " + " | ".join(_cell(x) for x in (r.finding, f"{r.figure} ({r.source})", r.study, ours, at,
+                                                          verdict)) + " |")
+    counts = df.verdict.value_counts()
+    lines += ["", ", ".join(f"{counts.get(v, 0)} {v}" for v in (HOLDS, FAILS, UNMEASURED)) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tables", required=True, help="the directory of the tables (results/)")
+    ap.add_argument("--findings", default=str(FINDINGS), help="the study's findings (YAML)")
+    ap.add_argument("--out", required=True, help="the CSV; the markdown copy goes beside it (.md)")
+    a = ap.parse_args()
+    spec = yaml.safe_load(Path(a.findings).read_text())
+    df = conclusions(load_tables(a.tables), spec)
+    out = Path(a.out)
+    write_table(df, out, TITLE, HOW)
+    # The reader's copy keeps fewer columns than the CSV (write_table would print every one).
+    with atomic_file(out.with_suffix(".md")) as tmp:
+        Path(tmp).write_text(markdown(df, spec))
+    print(out.with_suffix(".md").read_text())
+
+
+if __name__ == "__main__":
+    run_main(main)
