@@ -16,7 +16,6 @@ import yaml
 from ..common.atomic import atomic_file
 from ..common.errors import StageError, run_main
 from .conclusions_measure import MEASURE, Unmeasured
-from .output import write_table
 
 FINDINGS = Path(__file__).with_name("study_findings.yaml")
 TABLES = ["scaling", "training_throughput", "fp16_vs_fp32", "system_comparison", "storage_throughput",
@@ -109,8 +108,10 @@ def main():
     spec = yaml.safe_load(Path(a.findings).read_text())
     df = conclusions(load_tables(a.tables), spec)
     out = Path(a.out)
-    write_table(df, out, TITLE, HOW)
-    # The reader's copy keeps fewer columns than the CSV (write_table would print every one).
+    with atomic_file(out) as tmp:
+        df.to_csv(tmp, index=False)
+    # The reader's copy joins cells (a figure with its source, a verdict with its reason): its own
+    # layout rather than write_table's columns.
     with atomic_file(out.with_suffix(".md")) as tmp:
         Path(tmp).write_text(markdown(df, spec))
     print(out.with_suffix(".md").read_text())
