@@ -42,6 +42,8 @@ def values(spec):
             bounds = [f"{w} {a[k]}" for k, w in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="))
                       if k in a]
             out.append(" ".join([a["type"], ", ".join(bounds)]).strip())
+        elif a.get("type") == "array" and "items" in a:
+            out.append(f"list of {values(a['items'])}")
         elif "type" in a:
             out.append(a["type"])
     return " \\| ".join(out)
@@ -50,7 +52,7 @@ def values(spec):
 def table(section, page):
     """The Markdown table of a config section, its links to docs/decisions.md relative to `page`."""
     decisions = os.path.relpath(REPO / "docs" / "decisions.md", page.parent)
-    rows = ["| key | default | values | meaning |", "|---|---|---|---|"]
+    rows = ["| key | schema default | values | meaning |", "|---|---|---|---|"]
     for key, spec in schema.section(section).items():
         meaning = spec.get("description", "").replace("|", "\\|")
         meaning = DECISION.sub(lambda m: f"[decisions: {m.group(1)}]({decisions}#{m.group(1)})", meaning)
