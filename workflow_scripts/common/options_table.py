@@ -8,12 +8,11 @@ import argparse
 import os
 import re
 import sys
-from pathlib import Path
 
 from . import schema
 
 REPO = schema.SCHEMA.parents[1]
-BLOCK = re.compile(r"^<!-- options: (?P<section>[\w.]+) -->\n.*?^<!-- /options -->$", re.M | re.S)
+BLOCK = re.compile(r"^<!-- options: (?P<section>[\w.]+) -->\n.*?^<!-- /options -->$", re.MULTILINE | re.DOTALL)
 DECISION = re.compile(r"docs/decisions\.md#([\w-]+)")
 
 

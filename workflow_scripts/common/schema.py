@@ -14,7 +14,7 @@ import yaml
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def schema():
     return yaml.safe_load(SCHEMA.read_text())
 
