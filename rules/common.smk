@@ -186,7 +186,7 @@ def _check_partition(system, gpus, key="training.gpus"):
 # one real-data path each (tf.data, ImageRecordIter: decoding on the CPU); PyTorch has three
 # (cpu: Pillow in DataLoader workers; gpu: nvJPEG in a thread; dali: NVIDIA DALI, the hardware
 # JPEG engine). auto is a framework's best path on the system's device: for PyTorch dali on a
-# GPU (docs/benchmarks.md, runs 11-12) and cpu on a CPU. synthetic: random tensors, no I/O.
+# GPU (docs/decisions.md#input) and cpu on a CPU. synthetic: random tensors, no I/O.
 INPUT_PATHS = {"tensorflow": ("cpu", "synthetic"), "mxnet": ("cpu", "synthetic"),
                "pytorch": ("cpu", "gpu", "dali", "synthetic")}
 
