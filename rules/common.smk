@@ -13,6 +13,7 @@ from snakemake.utils import validate
 sys.path.insert(0, workflow.basedir)
 from workflow_scripts.common.errors import StageError  # noqa: E402
 from workflow_scripts.common import interpreter, slurm  # noqa: E402
+from workflow_scripts.common import schema as config_schema  # noqa: E402
 from workflow_scripts.data import layout as dataset_layout  # noqa: E402
 
 validate(config, workflow.source_path("../schemas/config.schema.yaml"))
@@ -185,7 +186,7 @@ def _check_partition(system, gpus, key="training.gpus"):
 # one real-data path each (tf.data, ImageRecordIter: decoding on the CPU); PyTorch has three
 # (cpu: Pillow in DataLoader workers; gpu: nvJPEG in a thread; dali: NVIDIA DALI, the hardware
 # JPEG engine). auto is a framework's best path on the system's device: for PyTorch dali on a
-# GPU (docs/benchmarks.md, runs 11-12) and cpu on a CPU. synthetic: random tensors, no I/O.
+# GPU (docs/decisions.md#input) and cpu on a CPU. synthetic: random tensors, no I/O.
 INPUT_PATHS = {"tensorflow": ("cpu", "synthetic"), "mxnet": ("cpu", "synthetic"),
                "pytorch": ("cpu", "gpu", "dali", "synthetic")}
 
@@ -310,19 +311,9 @@ def train_python(w):
 
 
 def pytorch_args():
-    """training.pytorch as pytorch_ddp's flags (YAML true/false -> on/off)."""
-    p = TRAIN["pytorch"]
-
-    def onoff(v):
-        return v if v == "auto" else ("on" if v else "off")
-
-    return ["--amp-dtype", p["amp_dtype"], "--channels-last", onoff(p["channels_last"]),
-            "--compile", p["compile"] if p["compile"] else "off", "--hw-decoder-load", p["hw_decoder_load"],
-            "--dali-decoder", p["dali_decoder"], "--prefetch", p["prefetch"],
-            "--dali-pinned-mb", p["dali_pinned_mb"], "--dali-device-mb", p["dali_device_mb"],
-            "--loader-workers", p["loader_workers"], "--tf32", onoff(p["tf32"]), "--bucket-cap-mb", p["bucket_cap_mb"],
-            "--input-lanes", p["input_lanes"], "--jpeg-decoder", p["jpeg_decoder"], "--ddp-graph", p["ddp_graph"],
-            "--broadcast-buffers", onoff(p["broadcast_buffers"]), "--grad-compression", p["grad_compression"]]
+    """training.pytorch as pytorch_ddp's flags: every key of the schema's section, --<key-with-dashes>
+    <value> (YAML true/false: on/off), in the schema's order."""
+    return config_schema.argv(TRAIN["pytorch"], "training.pytorch")
 
 
 def _gpus_of_node(system, per_node):

@@ -1,100 +1,35 @@
 """training.pytorch's options: the trainer's flags for them and what each 'auto' becomes on
 the device a rank runs on (Settings)."""
-import argparse
 from dataclasses import dataclass
 
 import torch
 
+from ..common import schema
 from ..common.errors import StageError
 from . import gpu_input
 
 MEAN, STD = gpu_input.MEAN, gpu_input.STD
-AUTO = ("auto", "on", "off")
 INPUTS = ("auto", "cpu", "gpu", "dali")
-COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
-GPU_DECODE_WORKERS = 4  # they only read bytes: a few keep up with any GPU (docs/benchmarks.md)
-# DALI decoding on the CPU leaves these cores of a rank's share to the training thread and CUDA's own
-# threads: 12 of 16 threads on an H100 gave 97-99% of synthetic, 15 94.8-98.6% (runs 20-23)
-DALI_SPARE_CORES = 4
-DALI_DECODERS = ("cpu", "mixed")
-# Batches queued ahead of the step. DALI pauses now and then (a pool growing, a slow thread) for
-# longer than two 47 ms steps: four kept CUDA graphs fed (docs/benchmarks.md, runs 38-39).
-DALI_PREFETCH, GPU_PREFETCH = 4, 2
-# DALI's pinned and device pools allocated before training, MiB at batch 256 and 224 px: room for
-# the queue above without growing (runs 35, 38-39).
+# The defaults behind the 'auto' and 0 rules of training.pytorch (schemas/config.schema.yaml
+# states them; why these: docs/decisions.md).
+GPU_DECODE_WORKERS = 4  # input gpu's workers only read bytes (docs/decisions.md#loader_workers)
+DALI_SPARE_CORES = 4  # of a rank's cores, left to the training thread and CUDA's (docs/decisions.md#loader_workers)
+DALI_PREFETCH, GPU_PREFETCH = 4, 2  # batches queued ahead of the step (docs/decisions.md#prefetch)
+# DALI's pinned and device pools allocated before training, MiB at POOL_REFERENCE = batch 256 at
+# 224 px, scaled with batch x pixels (docs/decisions.md#dali_pools).
 DALI_POOLS_MB = (1024, 2048)
 POOL_REFERENCE = 256 * 224 * 224
 
 
-def pool_mb(text):
-    if text == "auto":
-        return text
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text}: a size in MiB, 0 or more, or auto")
-    return value
-
-
-def fraction(text):
-    value = float(text)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a fraction between 0 and 1")
-    return value
-
-
 def add_args(ap):
+    """The trainer's flags of config training.pytorch, each made from its schema entry, and --input
+    (config training.inputs, one run per path)."""
     g = ap.add_argument_group("PyTorch (config training.pytorch)")
-    g.add_argument("--amp-dtype", choices=("auto", "bfloat16", "float16"), default="auto",
-                   help="fp16's 16-bit type; auto: bfloat16 on a CPU or a GPU of compute capability >= 8.0, "
-                        "else float16 with loss scaling")
-    g.add_argument("--channels-last", choices=AUTO, default="auto", help="auto: on a GPU")
-    g.add_argument("--compile", choices=COMPILE_MODES, default="auto",
-                   help="torch.compile mode of the model; auto: off on a CPU; on a GPU reduce-overhead (CUDA "
-                        "graphs) for synthetic data and input dali within one node, else default")
     g.add_argument("--input", choices=INPUTS, default="auto",
                    help="where images are decoded and augmented: cpu (Pillow in DataLoader workers), gpu "
                         "(gpu_input: nvJPEG in a thread of this process), dali (NVIDIA DALI's pipeline); "
                         "auto: dali on a GPU, cpu on a CPU")
-    g.add_argument("--loader-workers", type=int, default=0,
-                   help=f"DataLoader workers per rank (input dali: DALI's CPU threads); 0: --decode-threads, "
-                        f"else cores per rank - 1 (at most {GPU_DECODE_WORKERS} with input gpu; input dali: "
-                        f"cores per rank - {DALI_SPARE_CORES})")
-    g.add_argument("--tf32", choices=("on", "off"), default="on", help="fp32 on a GPU: TF32 tensor cores")
-    g.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size")
-    g.add_argument("--prefetch", type=int, default=0,
-                   help=f"input gpu or dali: batches prepared ahead of the step; 0: {DALI_PREFETCH} with dali, "
-                        f"{GPU_PREFETCH} with gpu")
-    # Most JPEGs to the hardware engine leaves the SMs to the step, beside which the gpu path's
-    # decoding slowed it (docs/benchmarks.md); DALI's own default is 0.65. Not yet measured here.
-    g.add_argument("--hw-decoder-load", type=fraction, default=0.9,
-                   help="input dali on a GPU: share of the JPEGs given to the hardware JPEG engine "
-                        "(A100, H100; the rest nvJPEG on the SMs)")
-    g.add_argument("--dali-decoder", choices=DALI_DECODERS, default="cpu",
-                   help="input dali on a GPU: where JPEGs are decoded: cpu (libjpeg-turbo in DALI's threads, the "
-                        "crops then copied to the GPU) or mixed (hardware JPEG engine + nvJPEG on the GPU); "
-                        "without a GPU always cpu")
-    # DALI grows its pools as batches need it, and each growth waits for the device: a pause of
-    # DALI's that outlasts the batches queued holds the step up (docs/benchmarks.md, runs 30-35).
-    g.add_argument("--dali-pinned-mb", type=pool_mb, default="auto",
-                   help=f"input dali on a GPU: MiB of DALI's pinned host memory pool allocated before training "
-                        f"(0: grown as needed; auto: {DALI_POOLS_MB[0]} at batch 256 and 224 px, in proportion "
-                        f"to batch x pixels)")
-    g.add_argument("--dali-device-mb", type=pool_mb, default="auto",
-                   help=f"input dali on a GPU: MiB of DALI's device memory pool allocated before training "
-                        f"(0: grown as needed; auto: {DALI_POOLS_MB[1]} at batch 256 and 224 px, likewise)")
-    g.add_argument("--input-lanes", type=int, default=1,
-                   help="input gpu: batches decoded and augmented at once, each by its own thread and stream")
-    g.add_argument("--jpeg-decoder", choices=gpu_input.DECODERS, default="torchvision",
-                   help="input gpu: torchvision's decode_jpeg or nvImageCodec's decoder")
-    g.add_argument("--ddp-graph", choices=("auto", "split", "whole"), default="auto",
-                   help="compiled DDP: split (graph cut at bucket boundaries, all-reduce overlaps backward) or "
-                        "whole (one graph, all-reduce after backward; CUDA graphs then cover the whole step); "
-                        "auto: whole within one node, split across nodes")
-    g.add_argument("--broadcast-buffers", choices=("on", "off"), default="off",
-                   help="DDP: rank 0's BatchNorm statistics sent to every rank before each forward pass "
-                        "(off: each rank keeps its own, as the weights saved are rank 0's)")
-    g.add_argument("--grad-compression", choices=("none", "bf16"), default="none",
-                   help="DDP: all-reduce gradients as bfloat16 (half the bytes)")
+    schema.add_arguments(g, "training.pytorch")
     return ap
 
 
@@ -160,17 +95,12 @@ def resolve(args, device, nodes=1):
 
 
 def compile_mode(choice, cuda, source, graph):
-    """torch.compile's mode ("" = eager). auto: eager on a CPU. On a GPU in mode default the
-    training thread launches the step kernel by kernel from Python, and the GPU idles whenever that
-    thread falls behind it (run 16: 1.4 ms a step with synthetic data, 5-7 ms beside DALI's decoding
-    threads, where launching the forward pass took 18-22 ms instead of 14). CUDA graphs
-    (reduce-overhead) launch each compiled graph at once: on one H100, DALI with them gave
-    98.7-99.5% of synthetic data's rate (with them too) at a step CV of 0.5-0.8% in 9 of 9 runs,
-    against 96.8-98.8% and CV 1.5-3.3% in mode default on the same machine (docs/benchmarks.md,
-    runs 38-39). Not for
-    the gpu input path, whose decoding then waited behind the graphs (runs 2-6), nor the cpu path
-    (input-bound either way), nor across nodes, where DDP's graph is split at its buckets
-    (ddp_graph split) and CUDA graphs of the pieces were not measured."""
+    """torch.compile's mode ("" = eager). auto: eager on a CPU; on a GPU CUDA graphs
+    (reduce-overhead), which launch each compiled graph at once where mode default launches the step
+    kernel by kernel from Python and the GPU idles whenever that thread falls behind, for synthetic
+    data and input dali within one node; mode default for the gpu path (its decoding waited behind
+    the graphs), the cpu path (bound by its input) and across nodes (DDP's graph split at its
+    buckets). The measurements: docs/decisions.md#compile."""
     if choice == "off" or (choice == "auto" and not cuda):
         return ""
     if choice != "auto":
@@ -179,9 +109,9 @@ def compile_mode(choice, cuda, source, graph):
 
 
 def ddp_graph(choice, nodes):
-    """Within a node (NVLink) the 102 MB of gradients all-reduce in 0.5 ms and one whole graph
-    scaled best (docs/benchmarks.md); across nodes a network all-reduce takes several times
-    longer, which only the split graph's overlap with the backward pass can hide."""
+    """auto: one whole graph within a node, where the all-reduce after the backward pass is short;
+    split across nodes, where only the overlap with the backward pass can hide a network all-reduce
+    (docs/decisions.md#ddp_graph)."""
     if choice != "auto":
         return choice
     return "whole" if nodes == 1 else "split"
