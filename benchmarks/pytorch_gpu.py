@@ -53,7 +53,6 @@ WARMUP, STEPS = 10, 100  # the study's short test
 PY = sys.executable
 from workflow_scripts.common.multicast import MULTICAST_OFF as SAFE_ENV  # noqa: E402
 
-import trace_streams  # noqa: E402  (benchmarks/, this file's folder)
 
 
 # ---------------------------------------------------------------- variants
@@ -116,22 +115,14 @@ def plan_decode():
     stream), and a shorter interpreter switch interval, against torchvision's decode_jpeg."""
     cudagraphs = ["--channels-last", "on", "--compile", "reduce-overhead"]
     nvimg = ["--jpeg-decoder", "nvimgcodec"]
-    switch = ["--switch-interval-ms", "0.5"]
-    high = ["--input-priority", "high"]
     return [
         ("variant", variant("real256_bf16_nvimgcodec_compile", "real256", "fp16", COMPILED + GPU_DECODE + nvimg,
                             target="real data", est=100)),
         ("variant", variant("syn_bf16_cl_compile", "synthetic", "fp16", COMPILED, target="synthetic bf16", est=60)),
         ("variant", variant("real256_bf16_gpudecode_compile", "real256", "fp16", COMPILED + GPU_DECODE,
                             target="real data", est=50)),
-        ("variant", variant("real256_bf16_gpudecode_compile_switch05", "real256", "fp16", COMPILED + GPU_DECODE + switch,
-                            target="real data", est=50)),
-        ("variant", variant("real256_bf16_nvimgcodec_compile_switch05", "real256", "fp16",
-                            COMPILED + GPU_DECODE + nvimg + switch, target="real data", est=50)),
         ("variant", variant("syn_bf16_cl_cudagraphs", "synthetic", "fp16", cudagraphs, target="synthetic bf16",
                             est=90)),
-        ("variant", variant("real256_bf16_nvimgcodec_cudagraphs_high", "real256", "fp16",
-                            cudagraphs + GPU_DECODE + nvimg + high, target="real data", est=50)),
         ("variant", variant("real_bf16_nvimgcodec_compile", "real", "fp16", COMPILED + GPU_DECODE + nvimg,
                             target="real data", est=50)),
         ("variant", variant("real256_bf16_nvimgcodec_compile_lanes2", "real256", "fp16",
@@ -145,18 +136,10 @@ def plan_decode2():
     nvimg = GPU_DECODE + ["--jpeg-decoder", "nvimgcodec"]
     return [
         ("variant", variant("syn_bf16_cl_compile", "synthetic", "fp16", COMPILED, target="synthetic bf16", est=90)),
-        ("variant", variant("real256_bf16_nvimgcodec_compile_t4", "real256", "fp16",
-                            COMPILED + nvimg + ["--decoder-threads", "4"], target="real data", est=40)),
         ("variant", variant("real256_bf16_gpudecode_compile", "real256", "fp16", COMPILED + GPU_DECODE,
                             target="real data", est=40)),
         ("variant", variant("real256_bf16_nvimgcodec_compile", "real256", "fp16", COMPILED + nvimg,
                             target="real data", est=40)),
-        ("variant", variant("real256_bf16_nvimgcodec_compile_t8", "real256", "fp16",
-                            COMPILED + nvimg + ["--decoder-threads", "8"], target="real data", est=40)),
-        ("variant", variant("real_bf16_nvimgcodec_compile_t4", "real", "fp16",
-                            COMPILED + nvimg + ["--decoder-threads", "4"], target="real data", est=40)),
-        ("variant", variant("real256_bf16_nvimgcodec_compile_t2", "real256", "fp16",
-                            COMPILED + nvimg + ["--decoder-threads", "2"], target="real data", est=40)),
     ]
 
 
@@ -273,8 +256,6 @@ def plan_scaling(n):
         ("variant", variant(f"syn_bf16_cudagraphs_{n}gpu", "synthetic", "fp16", cudagraphs, gpus=n,
                             target=f"{n}-GPU scaling", est=80)),
         ("variant", variant("real_bf16_gpudecode_cudagraphs_1gpu", "real", "fp16", cudagraphs + GPU_DECODE, est=45)),
-        ("variant", variant("real_bf16_gpudecode_cudagraphs_1gpu_highprio", "real", "fp16",
-                            cudagraphs + GPU_DECODE + ["--input-priority", "high"], est=40)),
         ("variant", variant(f"syn_bf16_compile_{n}gpu_bucket100", "synthetic", "fp16",
                             COMPILED + split + ["--bucket-cap-mb", "100"], gpus=n, est=70)),
     ]
@@ -318,18 +299,15 @@ def plan_timeline():
     defaults, each followed by 6 steps under torch.profiler (after the timed steps, so no timed
     step is profiled; benchmarks/trace_streams.py reads the traces), and two DALI levers not yet
     measured: its legacy executor, and 8 CPU threads, each twice."""
-    prof = ["--profile-steps", "6"]
-    legacy, t8 = ["--dali-executor", "legacy"], ["--loader-workers", "8"]
+    t8 = ["--loader-workers", "8"]
     return [
-        ("variant", variant("syn_bf16", "synthetic", "fp16", prof, target="synthetic bf16", est=95)),
-        ("variant", variant("real_bf16_dali", "real", "fp16", DALI + prof, target="real data", est=80)),
-        ("variant", variant("real_bf16_dali_legacy", "real", "fp16", DALI + legacy, est=40)),
+        ("variant", variant("syn_bf16", "synthetic", "fp16", [], target="synthetic bf16", est=95)),
+        ("variant", variant("real_bf16_dali", "real", "fp16", DALI, target="real data", est=80)),
         ("variant", variant("real_bf16_dali_8threads", "real", "fp16", DALI + t8, est=40)),
         ("variant", variant("syn_bf16_repeat", "synthetic", "fp16", [], target="synthetic bf16", est=35)),
-        ("variant", variant("real_bf16_dali_repeat", "real", "fp16", DALI + prof, target="real data", est=45)),
-        ("variant", variant("real_bf16_dali_legacy_repeat", "real", "fp16", DALI + legacy, est=40)),
+        ("variant", variant("real_bf16_dali_repeat", "real", "fp16", DALI, target="real data", est=45)),
         ("variant", variant("real_bf16_dali_8threads_repeat", "real", "fp16", DALI + t8, est=40)),
-        ("variant", variant("real_bf16_gpu", "real", "fp16", GPU_DECODE + prof, target="real data", est=45)),
+        ("variant", variant("real_bf16_gpu", "real", "fp16", GPU_DECODE, target="real data", est=45)),
     ]
 
 
@@ -339,10 +317,10 @@ def plan_lag():
     the loss and launched the next step. --loss-lag 1 reads each loss one step behind (what auto
     gave every input when run 18 ran; with DALI auto is now 0): 1 against 0, synthetic and DALI
     alternated, then 400 timed steps of each, and the gpu path (auto: 1)."""
-    prof, lag0, lag1 = ["--profile-steps", "6"], ["--loss-lag", "0"], ["--loss-lag", "1"]
+    lag0, lag1 = ["--loss-lag", "0"], ["--loss-lag", "1"]
     return [
-        ("variant", variant("syn_bf16", "synthetic", "fp16", prof, target="synthetic bf16", est=95)),
-        ("variant", variant("real_bf16_dali", "real", "fp16", DALI + lag1 + prof, target="real data", est=70)),
+        ("variant", variant("syn_bf16", "synthetic", "fp16", [], target="synthetic bf16", est=95)),
+        ("variant", variant("real_bf16_dali", "real", "fp16", DALI + lag1, target="real data", est=70)),
         ("variant", variant("syn_bf16_lag0", "synthetic", "fp16", lag0, est=35)),
         ("variant", variant("real_bf16_dali_lag0", "real", "fp16", DALI + lag0, est=35)),
         ("variant", variant("syn_bf16_repeat", "synthetic", "fp16", [], target="synthetic bf16", est=35)),
@@ -436,8 +414,6 @@ def plan_steady():
         ("variant", variant("real_bf16_dali_400", "real", "fp16", DALI, est=50, steps=400)),
         ("variant", variant("real_bf16_dali_prealloc_400", "real", "fp16", prealloc, est=50, steps=400)),
         ("variant", variant("real_bf16_dali_growth2_400", "real", "fp16", DALI, est=50, steps=400, env=growth)),
-        ("variant", variant("real_bf16_dali_affinity_400", "real", "fp16", DALI + ["--dali-affinity", "on"], est=50,
-                            steps=400)),
         ("variant", variant("syn_bf16_400", "synthetic", "fp16", [], est=45, steps=400)),
         ("variant", variant("real_bf16_dali_prealloc_growth2_400", "real", "fp16", prealloc, est=50, steps=400,
                             env=growth)),
@@ -515,17 +491,11 @@ def plan_isolate():
     (--main-core on: DALI's and every other thread of the process moved off it), against the
     defaults, alternated, for synthetic and DALI input; and two `dali` runs back to back at the
     start (runs 26 and 28: the first `dali` run of a fresh machine was the call's slowest)."""
-    core = ["--main-core", "on"]
     rows = [("syn_bf16", "synthetic", [], "synthetic bf16", 90, None),
             ("real_bf16_dali", "real", DALI, "real data", 35, None),
             ("real_bf16_dali_again", "real", DALI, "real data", 35, None),
-            ("real_bf16_dali_core", "real", DALI + core, "", 35, None),
-            ("syn_bf16_core", "synthetic", core, "", 30, None),
             ("syn_bf16_repeat", "synthetic", [], "synthetic bf16", 30, None),
             ("real_bf16_dali_repeat", "real", DALI, "real data", 35, None),
-            ("real_bf16_dali_core_repeat", "real", DALI + core, "", 35, None),
-            ("syn_bf16_core_repeat", "synthetic", core, "", 30, None),
-            ("real_bf16_dali_core_400", "real", DALI + core, "", 50, 400),
             ("real_bf16_dali_400", "real", DALI, "real data", 50, 400)]
     return [("variant", variant(name, data, "fp16", opts, target=target, est=e, steps=steps))
             for name, data, opts, target, e, steps in rows]
@@ -837,15 +807,10 @@ def run_variant(v, work, a, timeout):
                max_memory_gb=s.get("max_memory_allocated_gb"), losses=losses,
                step_wall_s=[x["wall_s"] for x in steps], step_input_wait_s=[x.get("input_wait_s") for x in steps],
                step_thread_cpu_s=[x.get("thread_cpu_s") for x in steps],
-               step_runqueue_wait_s=[x.get("runqueue_wait_s") for x in steps], main_core=s.get("main_core"),
+               step_runqueue_wait_s=[x.get("runqueue_wait_s") for x in steps],
                step_device_s=[x.get("device_s") for x in steps],
                loss_falls=statistics.fmean(losses[-5:]) < statistics.fmean(losses[:3]), versions=s.get("versions"),
                gpu_input=s.get("gpu_input"), gpu_clocks=gpu_clocks(run_dir, s["seconds_timed"]))
-    trace = run_dir / "trace.rank0.json.gz"
-    if "--profile-steps" in v["opts"] and trace.exists():  # its summary here, the trace beside the results
-        res["trace"] = {**trace_streams.summarize(trace), "steps": int(v["opts"][v["opts"].index("--profile-steps") + 1])}
-        (Path(a.out) / "traces").mkdir(parents=True, exist_ok=True)
-        shutil.copy(trace, Path(a.out) / "traces" / f"{v['name']}.json.gz")
     return res
 
 
@@ -1225,7 +1190,7 @@ def report(results):
     return "\n".join(lines) + "\n"
 
 
-INPUT_FLAGS = {"--input", "--jpeg-decoder", "--decoder-threads", "--input-lanes", "--input-priority",
+INPUT_FLAGS = {"--input", "--jpeg-decoder", "--input-lanes",
                "--hw-decoder-load", "--prefetch", "--fetch-ahead"}
 
 

@@ -7,8 +7,8 @@ import torch
 
 from ..common.errors import StageError
 from . import gpu_input
+from .augment import DALI_DECODERS
 
-MEAN, STD = gpu_input.MEAN, gpu_input.STD
 AUTO = ("auto", "on", "off")
 INPUTS = ("auto", "cpu", "gpu", "dali")
 COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
@@ -16,7 +16,6 @@ GPU_DECODE_WORKERS = 4  # they only read bytes: a few keep up with any GPU (docs
 # DALI decoding on the CPU leaves these cores of a rank's share to the training thread and CUDA's own
 # threads: 12 of 16 threads on an H100 gave 97-99% of synthetic, 15 94.8-98.6% (runs 20-23)
 DALI_SPARE_CORES = 4
-DALI_DECODERS = ("cpu", "mixed")
 # Batches queued ahead of the step. DALI pauses now and then (a pool growing, a slow thread) for
 # longer than two 47 ms steps: four kept CUDA graphs fed (docs/benchmarks.md, runs 38-39).
 DALI_PREFETCH, GPU_PREFETCH = 4, 2
