@@ -14,7 +14,7 @@ from torchvision.transforms import v2 as T
 from torchvision.transforms.v2 import functional as TF
 
 from workflow_scripts.data.lmdb_dataset import LMDBImageNet
-from workflow_scripts.train import augment, gpu_input, pytorch_input
+from workflow_scripts.train import augment, gpu_input
 
 size = int(sys.argv[2])
 torch.manual_seed(0)  # torchvision's crop sampler draws from torch's generator

@@ -29,7 +29,8 @@ Where the frameworks differ, as capabilities of their adapters:
                while the host reads, logs and launches. Each logged step still spans one loss
                read to the next, and the steps after which the clock restarts (and the last) are
                read at once (nothing queued past them). PyTorch on CUDA unless the input is DALI,
-               whose decoding then waited for the step in every other step (docs/decisions.md).
+               whose decoding then waited for the step in every other step
+               (docs/history/pytorch-gpu-input-paths.md, runs 17-19).
                Not TensorFlow or MXNet: their GPU builds here were not measured with it.
   device_s     the step's time on the device, from an event before its first kernel to one
                after its loss copy: PyTorch on CUDA only; the other two have no such event
@@ -40,10 +41,12 @@ The long test (mode accuracy, harness.LongTest) counts everything, warm-up inclu
 the steps from here (launched and read at once) and times epochs itself.
 """
 import gc
+import importlib
 import sys
 import time
 
 from ..common.errors import StageError
+from ..common.launch import setup_horovod
 from . import harness
 
 
@@ -110,6 +113,27 @@ class Adapter:
 
     def finish(self, run):
         """After the summary: distributed shut-down."""
+
+
+class HorovodAdapter(Adapter):
+    """What TensorFlow's and MXNet's adapters share: Horovod (its module, version, NCCL, start-up)."""
+    package = None  # the framework's module: tf, mx
+
+    def versions(self):
+        import horovod
+
+        self.hvd = importlib.import_module(f"horovod.{self.framework}")
+        return {self.framework: self.package.__version__, "horovod": horovod.__version__}
+
+    def nccl(self, run):
+        """harness.check_gpus's last fact."""
+        if run.launch.world_size == 1:
+            return None
+        return self.hvd.nccl_built(), "Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)"
+
+    def start(self, run):
+        setup_horovod(run.launch, mpi_built=self.hvd.mpi_built)
+        self.hvd.init()
 
 
 def check_gpus(launch, args, name, seen, cuda_build, nccl):

@@ -30,9 +30,8 @@ except OSError as exc:  # an mxnet-cu* build loads the NVIDIA driver's libcuda.s
 import numpy as np  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
 
-from ..common.errors import StageError, run_main  # noqa: E402
-from ..common.launch import setup_horovod  # noqa: E402
 from ..common import kernel_check  # noqa: E402
+from ..common.errors import StageError, run_main  # noqa: E402
 from . import harness, loop  # noqa: E402
 from .mxnet_loss_scale import step_pieces  # noqa: E402
 
@@ -103,29 +102,20 @@ def build():
             + ("; the registry's MXNet 1.9.1 CUDA wheels hold code for sm_50-86 only)" if cuda else ")"))
 
 
-class MXNet(loop.Adapter):
+class MXNet(loop.HorovodAdapter):
     framework, name, description = "mxnet", "MXNet", __doc__.splitlines()[0]
-
-    def versions(self):
-        import horovod
-        import horovod.mxnet as hvd
-
-        self.hvd = hvd
-        return {"mxnet": mx.__version__, "horovod": horovod.__version__}
+    package = mx
 
     def gpus(self, run):
         self.gpu = mx.context.num_gpus() > 0
-        return (mx.context.num_gpus(), mx.runtime.Features().is_enabled("CUDA"),
-                (self.hvd.nccl_built(), "Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)")
-                if run.launch.world_size > 1 else None)
+        return mx.context.num_gpus(), mx.runtime.Features().is_enabled("CUDA"), self.nccl(run)
 
     def start(self, run):
-        hvd = self.hvd
         if run.args.precision == "fp16" and not self.gpu:
             raise StageError("mxnet fp16 needs a GPU: MXNet 1.9 has no CPU mixed precision usable with Horovod "
                              "(set training.precisions to [fp32] for mxnet on a CPU)")
-        setup_horovod(run.launch, mpi_built=hvd.mpi_built)
-        hvd.init()
+        super().start(run)
+        hvd = self.hvd
         if self.gpu:
             run.check_kernel(lambda: (mx.nd.ones((64, 64), ctx=mx.gpu(hvd.local_rank())) * 0.5).relu().sum().asnumpy(),
                              kernel_check.nvml_gpu(hvd.local_rank()), build())

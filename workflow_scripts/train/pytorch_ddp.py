@@ -13,7 +13,7 @@ no BatchNorm buffer broadcast, and within one node one compiled graph with the a
 the backward pass. The adapter's capabilities in the timed loop (loop): on CUDA the next batch is
 taken while the GPU runs the step (--fetch-ahead) and, except with DALI, each loss is read one
 step behind (--loss-lag), and each step's device time is taken from CUDA events. What each
-default gained is in docs/decisions.md and docs/benchmarks.md.
+default gained is in docs/benchmarks.md and docs/history/pytorch-gpu-input-paths.md.
 """
 import os
 
@@ -38,7 +38,7 @@ def add_experiment_args(ap):
     g.add_argument("--loss-lag", choices=("auto", "0", "1"), default="auto",
                    help="read each step's loss after the next step is queued (1) or before (0): with 1 the GPU "
                         "does not idle while the CPU reads the loss and launches the next step; auto: 1 with CUDA "
-                        "unless the input is dali (docs/decisions.md)")
+                        "unless the input is dali (docs/history/pytorch-gpu-input-paths.md)")
     return ap
 
 

@@ -27,8 +27,9 @@ from .pytorch_options import loader_workers
 
 
 def cpu_transform(image_size):
-    return T.Compose([T.RandomResizedCrop(image_size, scale=SCALE, ratio=RATIO, antialias=True), T.RandomHorizontalFlip(),
-                      T.PILToTensor(), T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)])
+    return T.Compose([T.RandomResizedCrop(image_size, scale=SCALE, ratio=RATIO, antialias=True),
+                      T.RandomHorizontalFlip(), T.PILToTensor(), T.ToDtype(torch.float32, scale=True),
+                      T.Normalize(MEAN, STD)])
 
 
 def _forever(loader, sampler):

@@ -15,7 +15,6 @@ import os
 import tensorflow as tf
 
 from ..common.errors import StageError, run_main
-from ..common.launch import setup_horovod
 from . import harness, loop
 
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
@@ -122,28 +121,19 @@ def build():
             f"{' '.join(info.get('cuda_compute_capabilities', [])) or '?'}")
 
 
-class TensorFlow(loop.Adapter):
+class TensorFlow(loop.HorovodAdapter):
     framework, name, description = "tensorflow", "TensorFlow", __doc__.splitlines()[0]
-
-    def versions(self):
-        import horovod
-        import horovod.tensorflow as hvd
-
-        self.hvd = hvd
-        return {"tensorflow": tf.__version__, "horovod": horovod.__version__}
+    package = tf
 
     def gpus(self, run):
         # The rank's share of its CPUs (set before TensorFlow initialises its runtime).
         tf.config.threading.set_intra_op_parallelism_threads(run.cpus.per_rank)
         self.gpu_list = tf.config.list_physical_devices("GPU")
-        return (len(self.gpu_list), tf.test.is_built_with_cuda(),
-                (self.hvd.nccl_built(), "Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)")
-                if run.launch.world_size > 1 else None)
+        return len(self.gpu_list), tf.test.is_built_with_cuda(), self.nccl(run)
 
     def start(self, run):
+        super().start(run)
         hvd, gpus = self.hvd, self.gpu_list
-        setup_horovod(run.launch, mpi_built=hvd.mpi_built)
-        hvd.init()
         self.gpu = gpus[hvd.local_rank()] if gpus else None
         if self.gpu:
             tf.config.set_visible_devices(self.gpu, "GPU")
