@@ -149,15 +149,15 @@ class MXNet(loop.HorovodAdapter):
                     body[-1].gamma.set_data(mx.nd.zeros_like(body[-1].gamma.data(ctx)))
         params = net.collect_params()
         self.hvd.broadcast_parameters(params, root_rank=0)
-        self.trainer = self.hvd.DistributedTrainer(params, "sgd", {
+        trainer = self.hvd.DistributedTrainer(params, "sgd", {
             "learning_rate": run.lr, "momentum": args.momentum, "wd": args.weight_decay,
             "multi_precision": dtype == "float16"})
-        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-        self.net, self.params = net, params
-        self.trainable = [p for p in params.values() if p.grad_req != "null"]
+        trainable = [p for p in params.values() if p.grad_req != "null"]
         # fp16: a dynamic loss scale (mxnet_loss_scale), so small gradients do not underflow to zero
-        self.loss_scaler, self.scale_loss, self.apply_step = step_pieces(self.trainer, self.trainable, ctx,
-                                                                         args.batch_per_gpu, dtype)
+        pieces = step_pieces(trainer, trainable, ctx, args.batch_per_gpu, dtype)
+        self.loss_scaler, self.scale_loss, self.apply_step = pieces
+        self.net, self.params, self.trainer, self.trainable = net, params, trainer, trainable
+        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
     def next_batch(self):
         if self.it is None:
