@@ -51,9 +51,10 @@ from . import harness
 
 
 class Adapter:
-    """What a framework supplies. The loop calls, in this order: gpus, start, build_input,
-    build_model, then launch (per step), next_batch, digest; long_test_parts for mode accuracy;
-    close, save, summary, finish. Methods not overridden do nothing."""
+    """What a framework supplies. main calls, in this order: add_args, versions, gpus, start,
+    build_input, build_model; then per step next_batch and launch (digest after the first);
+    long_test_parts for mode accuracy; close, digest, save, summary, finish. Those that raise
+    NotImplementedError here must be supplied; the others do nothing unless overridden."""
     framework = ""  # the summary's name: tensorflow | mxnet | pytorch
     name = ""  # as messages name it: TensorFlow
     description = ""  # --help's first line
