@@ -119,7 +119,7 @@ def part_loaders(a, work):
 
     from workflow_scripts.common.launch import detect
     from workflow_scripts.data.lmdb_dataset import LMDBImageNet
-    from workflow_scripts.train import gpu_input, pytorch_ddp
+    from workflow_scripts.train import gpu_input, harness, pytorch_input, pytorch_options
 
     dev = _device(torch)
     out = {"batch": a.batch}
@@ -164,9 +164,9 @@ def part_loaders(a, work):
     for name, path, reps in (("gpu_loader", "gpu", 40), ("cpu_loader", "cpu", 20), ("dali_loader", "dali", 40)):
         args = _args(["--data", str(work / "lmdb"), "--batch-per-gpu", str(a.batch), "--image-size", str(a.image_size),
                       "--channels-last", "on", "--input", path])
-        s = pytorch_ddp.resolve(args, dev)
+        s = pytorch_options.resolve(args, dev)
         try:
-            data = pytorch_ddp.build_input(args, s, launch)
+            data = pytorch_input.build_input(args, s, launch, harness.classes_of(str(work / "lmdb")))
             out[f"{name}_workers"] = data.workers
             out[name] = rate(lambda: data.next_batch(), reps)
             data.close()
@@ -186,7 +186,7 @@ def part_check(a, work):
     from torchvision.transforms.v2 import functional as TF
 
     from workflow_scripts.data.lmdb_dataset import LMDBImageNet
-    from workflow_scripts.train import gpu_input, harness, pytorch_ddp, pytorch_options
+    from workflow_scripts.train import augment, gpu_input, harness, pytorch_ddp, pytorch_options
 
     B, K, size = min(64, 4 * a.batch), 3, a.image_size
     # Tolerances fixed before any GPU run: per-step |loss - CPU fp32 loss| over the CPU's first
@@ -203,7 +203,7 @@ def part_check(a, work):
     flips = [i % 2 == 1 for i in range(B)]
     x_gpu = gpu_input.augment(images, boxes, flips, size, channels_last=True)
     post = T.Compose([T.PILToTensor(), T.ToDtype(torch.float32, scale=True),
-                      T.Normalize(pytorch_ddp.MEAN, pytorch_ddp.STD)])
+                      T.Normalize(augment.MEAN, augment.STD)])
     ref = []
     for (jpeg, _), (t, l, h, w), f in zip(items, boxes, flips):
         im = TF.resized_crop(Image.open(io.BytesIO(jpeg)).convert("RGB"), t, l, h, w, [size, size], antialias=True)
@@ -214,10 +214,10 @@ def part_check(a, work):
     dec = torch.cat([(im.cpu().float() - TF.pil_to_tensor(Image.open(io.BytesIO(j)).convert("RGB")).float()).abs().flatten()
                      for im, (j, _) in zip(images, items)])
     one = torch.cat([gpu_input._resize_one(im, b, f, size) for im, b, f in zip(images, boxes, flips)])
-    mean_ = torch.tensor(pytorch_ddp.MEAN, device=dev).view(1, 3, 1, 1)
-    std_ = torch.tensor(pytorch_ddp.STD, device=dev).view(1, 3, 1, 1)
+    mean_ = torch.tensor(augment.MEAN, device=dev).view(1, 3, 1, 1)
+    std_ = torch.tensor(augment.STD, device=dev).view(1, 3, 1, 1)
     rsz = ((x_gpu.float() * std_ + mean_) * 255 - one).abs()
-    levels = ((x_gpu.cpu() - x_cpu) * torch.tensor(pytorch_ddp.STD).view(1, 3, 1, 1) * 255).abs()
+    levels = ((x_gpu.cpu() - x_cpu) * torch.tensor(augment.STD).view(1, 3, 1, 1) * 255).abs()
     out = {"batch": B, "steps": K, "tolerance": tol,
            "preprocessing_levels": {"mean": levels.mean().item(), "p99": levels.flatten().quantile(0.99).item(),
                                     "max": levels.max().item()},

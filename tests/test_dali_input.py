@@ -3,14 +3,11 @@ CI has no GPU): the LMDB's own labels, RandomResizedCrop's crop distribution, ha
 flipped, the CPU path's normalization and resize filter; and a training run that uses it."""
 import json
 import math
-import os
 import subprocess
 
 import numpy as np
 import pytest
 from conftest import REPO, interpreter, run_reader
-
-from workflow_scripts.common import affinity
 
 # Two-sample Kolmogorov-Smirnov critical value at a 0.1% significance level for 4,000 draws
 # each: c(0.001) * sqrt((n + m) / (n m)) with c = 1.949 (fixed before any run).
@@ -141,18 +138,6 @@ def test_training_with_dali_input(lmdb, tmp_path):
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
 
 
-def test_training_thread_isolated_after_warmup(lmdb, tmp_path):
-    if len(affinity.core_groups(os.sched_getaffinity(0))) < 2:
-        pytest.skip("this machine allows one physical core: nothing to keep for the training thread")
-    proc = _train(lmdb, tmp_path, "--main-core", "on", ranks=1)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    core = summary["main_core"]
-    assert core["cpu"] in core["kept_cpus"] and not set(core["kept_cpus"]) & set(core["other_cpus"])
-    assert core["threads_moved"] >= 1  # DALI's threads at least
-    assert summary["timed_steps"] == 2
-
-
 def test_bad_dali_options_are_named(lmdb, tmp_path):
     proc = _train(lmdb, tmp_path / "a", "--hw-decoder-load", "1.5", ranks=1)
     assert proc.returncode != 0 and "--hw-decoder-load" in proc.stderr and "1.5" in proc.stderr
@@ -188,12 +173,12 @@ def test_dali_threads_leave_cores_to_the_training_thread():
 import json, os, sys
 from types import SimpleNamespace as NS
 from workflow_scripts.common import cpus
-from workflow_scripts.train import pytorch_ddp
+from workflow_scripts.train import pytorch_options
 args = NS(loader_workers=0, decode_threads=0)
 out = {}
 for cores, ranks in ((16, 1), (32, 2), (16, 8), (2, 1)):
     share = cpus.CPUs(allowed=cores, cores=cores, bound=False, local_size=ranks).per_rank
-    out[f"{cores}/{ranks}"] = {i: pytorch_ddp.loader_workers(args, NS(input=i), share)
+    out[f"{cores}/{ranks}"] = {i: pytorch_options.loader_workers(args, NS(input=i), share)
                                for i in ("dali", "cpu", "gpu")}
 print(json.dumps(out))
 """

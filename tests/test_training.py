@@ -165,3 +165,49 @@ def test_launch_environment_from_slurm():
     assert (got.rank, got.world_size, got.local_rank, got.local_size, got.node_rank, got.num_nodes) == (3, 4, 1, 2, 1, 2)
     assert (got.master_addr, got.hostname, got.source) == ("gpu07", "gpu08", "slurm")
     assert launch.expand_nodelist("n[1-2],login,c[001-002,5]") == ["n1", "n2", "login", "c001", "c002", "c5"]
+
+
+TRAINERS = {"tensorflow": "tensorflow_horovod", "mxnet": "mxnet_horovod", "pytorch": "pytorch_ddp"}
+
+
+@pytest.fixture(scope="module")
+def synthetic_runs(tmp_path_factory):
+    """Each trainer once on the CPU with synthetic data: one warm-up and two timed steps."""
+    runs = {}
+    for framework, module in TRAINERS.items():
+        out = tmp_path_factory.mktemp(framework)
+        proc = subprocess.run([interpreter(framework), "-m", f"workflow_scripts.train.{module}",
+                               "--data-source", "synthetic", "--classes", "4", "--batch-per-gpu", "2",
+                               "--image-size", "32", "--warmup-steps", "1", "--steps", "2",
+                               "--telemetry-interval", "0", "--out", str(out)],
+                              cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, (framework, proc.stderr[-3000:])
+        runs[framework] = (steps_of(out), json.loads((out / "summary.json").read_text()))
+    return runs
+
+
+def test_the_three_trainers_time_and_log_their_steps_alike(synthetic_runs):
+    """One timed loop (workflow_scripts/train/loop.py): every framework's step records the same
+    fields, its input wait among them, and its summary the loop's own."""
+    fields = {framework: [set(s) for s in steps] for framework, (steps, _) in synthetic_runs.items()}
+    assert fields["tensorflow"] == fields["mxnet"] == fields["pytorch"], fields
+    assert "input_wait_s" in fields["tensorflow"][0]
+    for framework, (steps, summary) in synthetic_runs.items():
+        assert [s["phase"] for s in steps] == ["warmup", "timed", "timed"], framework
+        assert all(0 <= s["input_wait_s"] <= s["wall_s"] for s in steps), (framework, steps)
+        # Without a GPU no framework fetches ahead or reads a loss late: the same interval is timed.
+        assert (summary["fetch_ahead"], summary["loss_lag"]) == (False, 0), framework
+        assert summary["input_wait_s_timed"] == pytest.approx(sum(s["input_wait_s"] for s in steps[1:]))
+        assert summary["images_per_s"] == pytest.approx(4 / sum(s["wall_s"] for s in steps[1:]))
+
+
+def test_a_synthetic_run_records_no_input_path(synthetic_runs):
+    """Synthetic data is decoded by no one: no decode threads, loader workers or input pipeline
+    settings in the summary (common.cpus' rule would have given some)."""
+    for framework in ("tensorflow", "mxnet"):
+        summary = synthetic_runs[framework][1]
+        assert summary["decode_threads"] is None and "decode" not in summary["cpus"]["threads"], framework
+    summary = synthetic_runs["pytorch"][1]
+    assert summary["input"] == summary["pytorch"]["input"] == "synthetic"
+    assert (summary["loader_workers"], summary["gpu_input"]) == (0, {})
+    assert (summary["pytorch"]["prefetch"], summary["pytorch"]["dali_pools_mb"]) == (0, [0, 0])

@@ -32,7 +32,7 @@ from torchvision.transforms.v2 import functional as TF
 
 from workflow_scripts.data.lmdb_caffe2 import write_split
 from workflow_scripts.data.lmdb_dataset import LMDBImageNet
-from workflow_scripts.train import dali_input, gpu_input, pytorch_ddp
+from workflow_scripts.train import dali_input, gpu_input, pytorch_input
 
 lmdb_dir, work = Path(sys.argv[1]), Path(sys.argv[2])
 STD = torch.tensor(gpu_input.STD).view(1, 3, 1, 1)
@@ -88,7 +88,7 @@ def batch_labels(n, **kw):
 
 N = len(records)
 out["unshuffled"] = batch_labels(N // 5, batch=5, seed=3, shuffle=False)
-out["ranks"] = [batch_labels(2 * (N // 2 // 3), batch=3, seed=pytorch_ddp.input_seed(0, r), rank=r, world_size=2,
+out["ranks"] = [batch_labels(2 * (N // 2 // 3), batch=3, seed=pytorch_input.input_seed(0, r), rank=r, world_size=2,
                              channels_last=True) for r in range(2)]
 
 # ------------------------------------------------------------------ crops
@@ -155,7 +155,7 @@ for _ in range(60):
 b.close()
 dali_flat = torch.cat(flat)
 # The CPU path (cpu_transform: RandomResizedCrop, flip, normalize) on the same constant JPEG.
-cpu_flat = pytorch_ddp.cpu_transform(32)(Image.open(io.BytesIO(flat_jpeg)).convert("RGB"))
+cpu_flat = pytorch_input.cpu_transform(32)(Image.open(io.BytesIO(flat_jpeg)).convert("RGB"))
 out["augment"] = {"ramp_flipped": flips,
                   "flat_dali": {"min": dali_flat.amin(dim=(0, 2, 3)).tolist(), "max": dali_flat.amax(dim=(0, 2, 3)).tolist()},
                   "flat_cpu": {"min": cpu_flat.amin(dim=(1, 2)).tolist(), "max": cpu_flat.amax(dim=(1, 2)).tolist()},

@@ -14,7 +14,7 @@ from torchvision.transforms import v2 as T
 from torchvision.transforms.v2 import functional as TF
 
 from workflow_scripts.data.lmdb_dataset import LMDBImageNet
-from workflow_scripts.train import gpu_input, pytorch_ddp
+from workflow_scripts.train import augment, gpu_input
 
 size = int(sys.argv[2])
 torch.manual_seed(0)  # torchvision's crop sampler draws from torch's generator
@@ -31,13 +31,13 @@ fast = gpu_input.augment(images, boxes, flips, size, channels_last=True)
 
 # The CPU loader's transform with the same parameters (RandomResizedCrop = resized_crop with
 # its drawn box; RandomHorizontalFlip = hflip), on the Pillow image the CPU path decodes.
-post = T.Compose([T.PILToTensor(), T.ToDtype(torch.float32, scale=True), T.Normalize(pytorch_ddp.MEAN, pytorch_ddp.STD)])
+post = T.Compose([T.PILToTensor(), T.ToDtype(torch.float32, scale=True), T.Normalize(augment.MEAN, augment.STD)])
 ref = []
 for (jpeg, _), (t, l, h, w), f in zip(items, boxes, flips):
     im = TF.resized_crop(Image.open(io.BytesIO(jpeg)).convert("RGB"), t, l, h, w, [size, size], antialias=True)
     ref.append(post(TF.horizontal_flip(im) if f else im))
 ref = torch.stack(ref)
-std = torch.tensor(pytorch_ddp.STD).view(1, 3, 1, 1)
+std = torch.tensor(augment.STD).view(1, 3, 1, 1)
 levels = ((fast - ref) * std * 255).abs()  # differences in 8-bit pixel levels
 
 # The batched resize against F.interpolate(antialias=True) image by image, on random images of
@@ -49,7 +49,7 @@ rboxes = [gpu_input.crop_box(im.shape[1], im.shape[2], rng) for im in rand]
 rflips = [True, False, True, False, True]
 batched = gpu_input.augment(rand, rboxes, rflips, size)
 single = torch.cat([gpu_input._resize_one(im, b, f, size) for im, b, f in zip(rand, rboxes, rflips)])
-resize_levels = ((batched * std + torch.tensor(pytorch_ddp.MEAN).view(1, 3, 1, 1)) * 255 - single).abs()
+resize_levels = ((batched * std + torch.tensor(augment.MEAN).view(1, 3, 1, 1)) * 255 - single).abs()
 
 # Crop boxes: gpu_input's sampler against torchvision's on one ImageNet-sized image.
 pil = Image.new("RGB", (500, 375))

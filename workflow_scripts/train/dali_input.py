@@ -63,12 +63,12 @@ from nvidia.dali import backend, fn, pipeline_def, types
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-from .gpu_input import MEAN, RATIO, SCALE, STD
+from .augment import DALI_DECODERS as DECODERS
+from .augment import MEAN, RATIO, SCALE, STD
 
 READER = "lmdb"  # the reader's name: the iterator reads the epoch size from it
 SHUFFLE_BUFFER = 4096  # records held for shuffling: about 450 MB of ILSVRC JPEGs per rank
 CROP_ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 times
-DECODERS = ("cpu", "mixed")
 
 
 def read(path, shard=0, shards=1, shuffle=True):
@@ -111,7 +111,7 @@ def preallocate(pinned_mb, device_mb, device_id):
     """Grows DALI's pinned host and device memory pools now (0: left to grow as batches need it).
     Grown during training, each growth waits for the device (DALI's docs: 'Memory Pool
     Preallocation'), and a pause longer than the batches queued holds the step up. The trainer's
-    default (pytorch_ddp.DALI_POOLS_MB: 1 GiB pinned and 2 GiB on the device at batch 256) is
+    default (pytorch_options.DALI_POOLS_MB: 1 GiB pinned and 2 GiB on the device at batch 256) is
     part of the setting measured steady on an H100 (docs/benchmarks.md, runs 38-39)."""
     if pinned_mb:
         backend.PreallocatePinnedMemory(pinned_mb << 20)
@@ -127,8 +127,7 @@ class DALIBatches:
     stream."""
 
     def __init__(self, path, device, size, batch, seed, rank=0, world_size=1, channels_last=False, depth=2,
-                 threads=4, hw_decoder_load=None, shuffle=True, executor="dynamic", decoder="cpu", pinned_mb=0,
-                 device_mb=0, affinity=False):
+                 threads=4, hw_decoder_load=None, shuffle=True, decoder="cpu", pinned_mb=0, device_mb=0):
         self.device = torch.device(device)
         gpu = self.device.type == "cuda"
         self.channels_last = channels_last
@@ -136,15 +135,14 @@ class DALIBatches:
             raise ValueError(f"decoder {decoder!r}: one of {', '.join(DECODERS)}")
         mixed = gpu and decoder == "mixed"
         self.config = {"decoder": "mixed" if mixed else "cpu", "threads": threads, "prefetch": depth,
-                       "hw_decoder_load": hw_decoder_load if mixed else None, "executor": executor}
+                       "hw_decoder_load": hw_decoder_load if mixed else None}
         index = self.device.index if self.device.index is not None else (torch.cuda.current_device() if gpu else None)
         if gpu:
             preallocate(pinned_mb, device_mb, index)
-            self.config.update(pinned_mb=pinned_mb, device_mb=device_mb, affinity=affinity)
+            self.config.update(pinned_mb=pinned_mb, device_mb=device_mb)
         self.pipe = training_pipeline(str(path), rank, world_size, size, channels_last, hw_decoder_load, gpu, shuffle,
                                       decoder, batch_size=batch, num_threads=threads, device_id=index, seed=seed,
-                                      prefetch_queue_depth=depth, exec_dynamic=executor == "dynamic",
-                                      set_affinity=gpu and affinity)
+                                      prefetch_queue_depth=depth)
         self.pipe.build()
         self.it = DALIGenericIterator([self.pipe], ["x", "y"], reader_name=READER,
                                       last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)

@@ -37,11 +37,11 @@ import torch
 import torch.nn.functional as F
 from torchvision.io import ImageReadMode, decode_jpeg
 
+from .augment import JPEG_DECODERS as DECODERS
+from .augment import MEAN, RATIO, SCALE, STD
+
 # The strided nested tensor used for padding is a stable, tested path; its prototype notice is noise.
 warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors is in prototype stage")
-
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)  # RandomResizedCrop's defaults, as the CPU path uses
 
 
 class RawJPEGs(torch.utils.data.Dataset):
@@ -104,7 +104,7 @@ class NvImgCodec:
     thread's current stream; on a CPU device libjpeg-turbo (how the tests compare it). Planar RGB
     out, as torchvision's decode_jpeg, EXIF orientation ignored as it does."""
 
-    def __init__(self, device, keep=2, threads=0):
+    def __init__(self, device, keep=2):
         try:
             from nvidia import nvimgcodec
         except ImportError as exc:
@@ -117,9 +117,7 @@ class NvImgCodec:
             index = nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY
         else:
             index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-        # threads: its CPU threads (header parsing, the hardware engine's submissions); 0: one per core
-        self.decoder = nvimgcodec.Decoder(device_id=index, max_num_cpu_threads=threads,
-                                          backends=[nvimgcodec.Backend(k) for k in kinds])
+        self.decoder = nvimgcodec.Decoder(device_id=index, backends=[nvimgcodec.Backend(k) for k in kinds])
         self.params = nvimgcodec.DecodeParams(color_spec=nvimgcodec.ColorSpec.SRGB, apply_exif_orientation=False,
                                               sample_format=nvimgcodec.SampleFormat.P_RGB)
         # Decoded buffers belong to nvImageCodec; the last batches' stay referenced until the
@@ -142,13 +140,10 @@ class NvImgCodec:
         return [torch.from_numpy(np.asarray(im)) for im in images]
 
 
-DECODERS = ("torchvision", "nvimgcodec")
-
-
-def make_decoder(name, device, threads=0):
+def make_decoder(name, device):
     """A `decode(jpegs, device)` by name (training.pytorch.jpeg_decoder)."""
     if name == "nvimgcodec":
-        return NvImgCodec(device, threads=threads)
+        return NvImgCodec(device)
     if name != "torchvision":
         raise ValueError(f"unknown JPEG decoder {name!r} (one of {', '.join(DECODERS)})")
     return decode
@@ -246,17 +241,13 @@ class GPUBatches:
     stream waits on; the tensors are marked as used on the consumer's stream so the caching
     allocator does not hand their memory back to the lane while a step still reads them.
 
-    priority="high" gives the lanes' streams high priority, so their small kernels need not
-    queue behind a training step's large ones (nvJPEG's own work runs on torchvision's stream,
-    which it does not reach); no gain was shown on an H200 (docs/benchmarks.md), so "normal" is
-    the default. Per batch each lane records how long it waited for the workers' bytes, for the
+    Per batch each lane records how long it waited for the workers' bytes, for the
     nvJPEG call and for launching the augmentation (stats()). `decoder`: one of DECODERS, made
     per lane in the lane's thread."""
 
-    def __init__(self, batches, device, size, seed, channels_last=False, depth=2, priority="normal", lanes=1,
-                 decoder="torchvision", decoder_threads=0):
+    def __init__(self, batches, device, size, seed, channels_last=False, depth=2, lanes=1, decoder="torchvision"):
         self.device, self.size, self.channels_last = torch.device(device), size, channels_last
-        self.priority, self.decoder, self.decoder_threads = priority, decoder, decoder_threads
+        self.decoder = decoder
         self.batches = batches
         self.stop = threading.Event()
         n = max(1, lanes)
@@ -289,8 +280,8 @@ class GPUBatches:
         try:
             if cuda:  # the current device and stream are per thread
                 torch.cuda.set_device(self.device)
-                stream = torch.cuda.Stream(self.device, priority=-1 if self.priority == "high" else 0)
-            decode_batch = make_decoder(self.decoder, self.device, self.decoder_threads)
+                stream = torch.cuda.Stream(self.device)
+            decode_batch = make_decoder(self.decoder, self.device)
             while not self.stop.is_set():
                 item = self._get(self.inboxes[k])
                 if item is None:

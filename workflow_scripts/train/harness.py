@@ -81,7 +81,7 @@ def arg_parser(description):
 def gpu_problem(launch, where, key, seen, cuda_build, nccl):
     """(cause, fix) when a framework cannot use a GPU per task of a system that requests GPUs, or
     (with several tasks) cannot all-reduce on them; None when it can. Shared by the trainers'
-    check below and preflight's.
+    check (loop.check_gpus) and preflight's.
 
     where: the framework and its interpreter, as the messages name them; key: the config key that
     chose the interpreter; seen: GPUs the framework sees on this node; cuda_build: whether it was
@@ -97,17 +97,6 @@ def gpu_problem(launch, where, key, seen, cuda_build, nccl):
         return (f"{where}: {nccl[1]}, but the system requests GPUs: its gradients would not be all-reduced on "
                 f"the GPUs", setup)
     return None
-
-
-def check_gpus(launch, args, framework, seen, cuda_build, nccl):
-    """No silent CPU fallback: a run of a system that requests GPUs stops here, naming the
-    interpreter, the config key that chose it and the fix (gpu_problem)."""
-    if not args.require_gpu:
-        return
-    key = args.env_key or "envs_gpu"
-    problem = gpu_problem(launch, f"{framework} in {sys.executable} (config {key})", key, seen, cuda_build, nccl)
-    if problem:
-        raise StageError(f"{problem[0]}. Fix: {problem[1]}")
 
 
 def read_manifest(data_dir):
@@ -200,15 +189,6 @@ class Run:
             raise StageError(f"{self.args.epochs} epoch(s) of {train_images} images at global batch "
                              f"{self.global_batch} is {steps} steps, not more than the {self.args.warmup_steps} warm-up steps")
         return steps
-
-    def short_test(self, train_images, train_step, digest):
-        """The throughput test (mode steps or epochs): train_step(i) -> the step's loss, logged
-        and timed; digest() -> the weights' hash, recorded after the first step."""
-        self.log.start()
-        for i in range(self.total_steps(train_images)):
-            self.log.end(train_step(i))
-            if i == 0:
-                self.record_digest("after_step_1", digest())
 
     def record_threads(self, **counts):
         """The thread counts this rank uses (from self.cpus), for its rank<r>.json and the summary."""

@@ -30,10 +30,9 @@ except OSError as exc:  # an mxnet-cu* build loads the NVIDIA driver's libcuda.s
 import numpy as np  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
 
-from ..common.errors import StageError, run_main  # noqa: E402
-from ..common.launch import setup_horovod  # noqa: E402
 from ..common import kernel_check  # noqa: E402
-from . import harness  # noqa: E402
+from ..common.errors import StageError, run_main  # noqa: E402
+from . import harness, loop  # noqa: E402
 from .mxnet_loss_scale import step_pieces  # noqa: E402
 
 MEAN, STD = (123.68, 116.28, 103.53), (58.395, 57.12, 57.375)
@@ -93,9 +92,120 @@ def numbered_val_list(data, directory):
     return dst
 
 
-def long_test(run, net, trainer, params, ctx, dtype, train_step, hvd, threads, classes, digest):
-    """--mode accuracy: the epochs, evaluations and records are harness.LongTest's; here the
-    step, the learning rate and the evaluation in MXNet."""
+def build():
+    """MXNet's version and, from its wheel's name (mxnet-cu117), the CUDA it was built for."""
+    from importlib.metadata import packages_distributions
+
+    wheel = next(iter(packages_distributions().get("mxnet", [])), "mxnet")
+    cuda = wheel.rpartition("-cu")[2] if "-cu" in wheel else ""
+    return (f"MXNet {mx.__version__} ({wheel}" + (f", CUDA {cuda[:-1]}.{cuda[-1]}" if cuda.isdigit() else "")
+            + ("; the registry's MXNet 1.9.1 CUDA wheels hold code for sm_50-86 only)" if cuda else ")"))
+
+
+class MXNet(loop.HorovodAdapter):
+    framework, name, description = "mxnet", "MXNet", __doc__.splitlines()[0]
+    package = mx
+
+    def gpus(self, run):
+        self.gpu = mx.context.num_gpus() > 0
+        return mx.context.num_gpus(), mx.runtime.Features().is_enabled("CUDA"), self.nccl(run)
+
+    def start(self, run):
+        if run.args.precision == "fp16" and not self.gpu:
+            raise StageError("mxnet fp16 needs a GPU: MXNet 1.9 has no CPU mixed precision usable with Horovod "
+                             "(set training.precisions to [fp32] for mxnet on a CPU)")
+        super().start(run)
+        hvd = self.hvd
+        if self.gpu:
+            run.check_kernel(lambda: (mx.nd.ones((64, 64), ctx=mx.gpu(hvd.local_rank())) * 0.5).relu().sum().asnumpy(),
+                             kernel_check.nvml_gpu(hvd.local_rank()), build())
+        self.ctx = mx.gpu(hvd.local_rank()) if self.gpu else mx.cpu()
+        self.dtype = "float16" if run.args.precision == "fp16" else "float32"
+        mx.random.seed(run.args.seed)
+
+    def build_input(self, run, classes, manifest):
+        args, ctx = run.args, self.ctx
+        self.threads = args.decode_threads or run.cpus.mxnet_decode_threads(self.gpu)
+        if manifest:
+            run.record_threads(decode=self.threads)
+            self.it = records(run, self.gpu, self.threads)
+            return
+        self.it = None
+        self.x = mx.nd.random.normal(shape=(args.batch_per_gpu, 3, args.image_size, args.image_size), ctx=ctx)
+        self.y = mx.nd.random.randint(0, classes, shape=(args.batch_per_gpu,), ctx=ctx).astype("float32")
+
+    def build_model(self, run, classes):
+        args, ctx, dtype = run.args, self.ctx, self.dtype
+        net = gluon.model_zoo.vision.resnet50_v1(classes=classes)
+        net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2), ctx=ctx)
+        if dtype == "float16":
+            net.cast("float16")
+        net.hybridize(static_alloc=True, static_shape=True)
+        net(mx.nd.zeros((1, 3, args.image_size, args.image_size), ctx=ctx, dtype=dtype))  # finish deferred init
+        for stage in net.features:  # zero-init residual (loop.Adapter.build_model)
+            for block in getattr(stage, "_children", {}).values():
+                body = getattr(block, "body", None)
+                if body is not None and isinstance(body[-1], gluon.nn.BatchNorm):
+                    body[-1].gamma.set_data(mx.nd.zeros_like(body[-1].gamma.data(ctx)))
+        params = net.collect_params()
+        self.hvd.broadcast_parameters(params, root_rank=0)
+        trainer = self.hvd.DistributedTrainer(params, "sgd", {
+            "learning_rate": run.lr, "momentum": args.momentum, "wd": args.weight_decay,
+            "multi_precision": dtype == "float16"})
+        trainable = [p for p in params.values() if p.grad_req != "null"]
+        # fp16: a dynamic loss scale (mxnet_loss_scale), so small gradients do not underflow to zero
+        pieces = step_pieces(trainer, trainable, ctx, args.batch_per_gpu, dtype)
+        self.loss_scaler, self.scale_loss, self.apply_step = pieces
+        self.net, self.params, self.trainer, self.trainable = net, params, trainer, trainable
+        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    def next_batch(self):
+        if self.it is None:
+            return self.x, self.y
+        try:
+            b = self.it.next()
+        except StopIteration:
+            self.it.reset()
+            b = self.it.next()
+        return b.data[0].as_in_context(self.ctx).astype(self.dtype, copy=False), b.label[0].as_in_context(self.ctx)
+
+    def launch(self, batch, step):
+        data, label = batch
+        with autograd.record():
+            loss = self.loss_fn(self.net(data).astype("float32"), label)
+            scaled = self.scale_loss(loss)  # recorded: the backward pass starts from the scaled loss
+        scaled.backward()
+        self.apply_step()
+        mean = self.hvd.allreduce(loss.mean(), average=True, name="loss")
+        return lambda: (mean.asscalar(), None)  # asscalar waits for the step
+
+    def digest(self):
+        return harness.weights_digest(p.data(self.ctx).asnumpy() for p in self.trainable)
+
+    def long_test_parts(self, run, classes):
+        self.tmp = tempfile.TemporaryDirectory()
+        return long_test_parts(run, self.net, self.trainer, self.params, self.ctx, self.dtype, self.hvd,
+                               self.threads, classes, numbered_val_list(run.args.data, self.tmp.name))
+
+    def close(self):
+        if getattr(self, "tmp", None):
+            self.tmp.cleanup()
+
+    def save(self, out):
+        self.net.save_parameters(os.path.join(out, "weights.params"))
+
+    def summary(self, run):
+        # Horovod all-reduces each gradient in its parameter's dtype (float16 once the model is cast).
+        wire = np.dtype(self.trainable[0].dtype)
+        return {"device": str(self.ctx), "device_type": "gpu" if self.gpu else "cpu",
+                "decode_threads": self.threads if self.it is not None else None,
+                "gradients": harness.gradients(sum(int(np.prod(p.shape)) for p in self.trainable), wire.itemsize,
+                                               wire.name),
+                "dtype": self.dtype, "loss_scale": self.loss_scaler.settings() if self.loss_scaler else None}
+
+
+def long_test_parts(run, net, trainer, params, ctx, dtype, hvd, threads, classes, numbered):
+    """--mode accuracy: harness.LongTest's learning rate, evaluation and count all-reduce in MXNet."""
     k = min(5, classes)
     moving = [p for p in params.values() if p.grad_req == "null"]  # BatchNorm's running means and variances
 
@@ -117,115 +227,8 @@ def long_test(run, net, trainer, params, ctx, dtype, train_step, hvd, threads, c
     def allreduce_sum(counts):
         return hvd.allreduce(mx.nd.array(counts, dtype="float64"), average=False, name="long_test_counts").asnumpy()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        numbered = numbered_val_list(run.args.data, tmp)
-        return harness.LongTest(run).run_epochs(train_step, trainer.set_learning_rate, evaluate, allreduce_sum, digest)
-
-
-def build():
-    """MXNet's version and, from its wheel's name (mxnet-cu117), the CUDA it was built for."""
-    from importlib.metadata import packages_distributions
-
-    wheel = next(iter(packages_distributions().get("mxnet", [])), "mxnet")
-    cuda = wheel.rpartition("-cu")[2] if "-cu" in wheel else ""
-    return (f"MXNet {mx.__version__} ({wheel}" + (f", CUDA {cuda[:-1]}.{cuda[-1]}" if cuda.isdigit() else "")
-            + ("; the registry's MXNet 1.9.1 CUDA wheels hold code for sm_50-86 only)" if cuda else ")"))
-
-
-def main():
-    args = harness.arg_parser(__doc__.splitlines()[0]).parse_args()
-    import horovod
-    import horovod.mxnet as hvd
-
-    run = harness.Run(args, "mxnet", {"mxnet": mx.__version__, "horovod": horovod.__version__})
-    launch = run.launch
-    gpus = mx.context.num_gpus()
-    harness.check_gpus(launch, args, "MXNet", gpus, mx.runtime.Features().is_enabled("CUDA"),
-                       (hvd.nccl_built(), "Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)")
-                       if launch.world_size > 1 else None)
-    gpu = gpus > 0
-    if args.precision == "fp16" and not gpu:
-        raise StageError("mxnet fp16 needs a GPU: MXNet 1.9 has no CPU mixed precision usable with Horovod "
-                         "(set training.precisions to [fp32] for mxnet on a CPU)")
-    setup_horovod(launch, mpi_built=hvd.mpi_built)
-    hvd.init()
-    if gpu:
-        run.check_kernel(lambda: (mx.nd.ones((64, 64), ctx=mx.gpu(hvd.local_rank())) * 0.5).relu().sum().asnumpy(),
-                         kernel_check.nvml_gpu(hvd.local_rank()), build())
-    ctx = mx.gpu(hvd.local_rank()) if gpu else mx.cpu()
-    threads = args.decode_threads or run.cpus.mxnet_decode_threads(gpu)
-    if args.data_source == "real":
-        run.record_threads(decode=threads)
-    mx.random.seed(args.seed)
-    if args.data_source == "synthetic":
-        classes, train_images = args.classes or 1000, 0
-        x = mx.nd.random.normal(shape=(args.batch_per_gpu, 3, args.image_size, args.image_size), ctx=ctx)
-        y = mx.nd.random.randint(0, classes, shape=(args.batch_per_gpu,), ctx=ctx).astype("float32")
-        it = None
-    else:
-        classes = harness.classes_of(args.data)
-        train_images = harness.read_manifest(args.data)["splits"]["train"]["images"]
-        it = records(run, gpu, threads)
-    net = gluon.model_zoo.vision.resnet50_v1(classes=classes)
-    net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2), ctx=ctx)
-    dtype = "float16" if args.precision == "fp16" else "float32"
-    if dtype == "float16":
-        net.cast("float16")
-    net.hybridize(static_alloc=True, static_shape=True)
-    net(mx.nd.zeros((1, 3, args.image_size, args.image_size), ctx=ctx, dtype=dtype))  # finish deferred init
-    # Zero gamma in the last BN of each bottleneck (as torchvision's zero_init_residual): blocks
-    # start as identity, which keeps the first steps from scratch stable.
-    for stage in net.features:
-        for block in getattr(stage, "_children", {}).values():
-            body = getattr(block, "body", None)
-            if body is not None and isinstance(body[-1], gluon.nn.BatchNorm):
-                body[-1].gamma.set_data(mx.nd.zeros_like(body[-1].gamma.data(ctx)))
-    params = net.collect_params()
-    hvd.broadcast_parameters(params, root_rank=0)
-    trainer = hvd.DistributedTrainer(params, "sgd", {"learning_rate": run.lr, "momentum": args.momentum,
-                                                     "wd": args.weight_decay, "multi_precision": dtype == "float16"})
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    trainable = [p for p in params.values() if p.grad_req != "null"]
-    # fp16: a dynamic loss scale (mxnet_loss_scale), so small gradients do not underflow to zero
-    loss_scaler, scale_loss, apply_step = step_pieces(trainer, trainable, ctx, args.batch_per_gpu, dtype)
-
-    def next_batch():
-        if it is None:
-            return x, y
-        try:
-            b = it.next()
-        except StopIteration:
-            it.reset()
-            b = it.next()
-        return b.data[0].as_in_context(ctx).astype(dtype, copy=False), b.label[0].as_in_context(ctx)
-
-    def train_step(i):
-        data, label = next_batch()
-        with autograd.record():
-            loss = loss_fn(net(data).astype("float32"), label)
-            scaled = scale_loss(loss)  # recorded: the backward pass starts from the scaled loss
-        scaled.backward()
-        apply_step()
-        return hvd.allreduce(loss.mean(), average=True, name="loss").asscalar()  # waits for the step
-
-    def digest():
-        return harness.weights_digest(p.data(ctx).asnumpy() for p in trainable)
-
-    extra = {}
-    if args.mode == "accuracy":
-        extra = long_test(run, net, trainer, params, ctx, dtype, train_step, hvd, threads, classes, digest)
-    else:
-        run.short_test(train_images, train_step, digest)
-    run.record_digest("final", digest())
-    if launch.rank == 0:
-        net.save_parameters(os.path.join(args.out, "weights.params"))
-    # Horovod all-reduces each gradient in its parameter's dtype (float16 once the model is cast).
-    wire = np.dtype(trainable[0].dtype)
-    run.finish({"device": str(ctx), "device_type": "gpu" if gpu else "cpu", "classes": classes,
-                "train_images": train_images, "decode_threads": threads,
-                "gradients": harness.gradients(sum(int(np.prod(p.shape)) for p in trainable), wire.itemsize, wire.name),
-                "dtype": dtype, "loss_scale": loss_scaler.settings() if loss_scaler else None, **extra})
+    return trainer.set_learning_rate, evaluate, allreduce_sum
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: loop.main(MXNet()))

@@ -6,9 +6,7 @@ import torch
 
 from ..common import schema
 from ..common.errors import StageError
-from . import gpu_input
 
-MEAN, STD = gpu_input.MEAN, gpu_input.STD
 INPUTS = ("auto", "cpu", "gpu", "dali")
 # The defaults behind the 'auto' and 0 rules of training.pytorch (schemas/config.schema.yaml
 # states them; why these: docs/decisions.md).

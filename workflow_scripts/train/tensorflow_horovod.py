@@ -15,8 +15,7 @@ import os
 import tensorflow as tf
 
 from ..common.errors import StageError, run_main
-from ..common.launch import setup_horovod
-from . import harness
+from . import harness, loop
 
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
@@ -104,9 +103,123 @@ def val_dataset(run, label_offset, threads):
             .batch(a.batch_per_gpu).prefetch(tf.data.AUTOTUNE))
 
 
-def long_test(run, model, opt, step, hvd, label_offset, threads, classes):
-    """--mode accuracy: the epochs, evaluations and records are harness.LongTest's; here the
-    step, the learning rate and the evaluation in TensorFlow."""
+def first_kernel():
+    """TensorFlow's own element-wise and reduction kernels (not only cuBLAS's), read back on the host."""
+    with tf.device("/GPU:0"):
+        x = tf.fill([64, 64], 0.5)
+        return tf.reduce_sum(tf.nn.relu(tf.matmul(x, x) - 1.0)).numpy()
+
+
+def gpu_of(device):
+    details = tf.config.experimental.get_device_details(device)
+    return details.get("device_name", device.name), details.get("compute_capability")
+
+
+def build():
+    info = tf.sysconfig.get_build_info()
+    return (f"TensorFlow {tf.__version__} for CUDA {info.get('cuda_version', '?')}, code for "
+            f"{' '.join(info.get('cuda_compute_capabilities', [])) or '?'}")
+
+
+class TensorFlow(loop.HorovodAdapter):
+    framework, name, description = "tensorflow", "TensorFlow", __doc__.splitlines()[0]
+    package = tf
+
+    def gpus(self, run):
+        # The rank's share of its CPUs (set before TensorFlow initialises its runtime).
+        tf.config.threading.set_intra_op_parallelism_threads(run.cpus.per_rank)
+        self.gpu_list = tf.config.list_physical_devices("GPU")
+        return len(self.gpu_list), tf.test.is_built_with_cuda(), self.nccl(run)
+
+    def start(self, run):
+        super().start(run)
+        hvd, gpus = self.hvd, self.gpu_list
+        self.gpu = gpus[hvd.local_rank()] if gpus else None
+        if self.gpu:
+            tf.config.set_visible_devices(self.gpu, "GPU")
+            tf.config.experimental.set_memory_growth(self.gpu, True)
+            run.check_kernel(first_kernel, gpu_of(self.gpu), build())
+        if run.args.precision == "fp16":
+            tf.keras.mixed_precision.set_global_policy("mixed_float16" if gpus else "mixed_bfloat16")
+        tf.random.set_seed(run.args.seed)
+
+    def build_input(self, run, classes, manifest):
+        args = run.args
+        self.threads = decode_threads(run, bool(self.gpu))
+        run.record_threads(intra_op=run.cpus.per_rank, **({"decode": self.threads} if manifest else {}))
+        self.label_offset = (manifest or {}).get("label_offset", 0)
+        self.decoding = bool(manifest)
+        if manifest:
+            self.batches = iter(dataset(run, self.label_offset, self.threads))
+            return
+        x = tf.random.normal([args.batch_per_gpu, args.image_size, args.image_size, 3], seed=args.seed)
+        y = tf.random.uniform([args.batch_per_gpu], 0, classes, tf.int32, seed=args.seed + run.launch.rank)
+        self.batches = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
+
+    def build_model(self, run, classes):
+        args, hvd = run.args, self.hvd
+        model = tf.keras.applications.ResNet50(weights=None, classes=classes, classifier_activation=None,
+                                               input_shape=(args.image_size, args.image_size, 3))
+        for layer in model.layers:
+            if layer.name.endswith("_3_bn"):  # zero-init residual (loop.Adapter.build_model)
+                layer.gamma.assign(tf.zeros_like(layer.gamma))
+            # Keras' BatchNormalization keeps 0.99 of its moving statistics per step (Gluon and torch:
+            # 0.9): after the few hundred steps of a short long test they would still be mostly their
+            # initial values, and the evaluation would score a network other than the one trained.
+            if isinstance(layer, tf.keras.layers.BatchNormalization):
+                layer.momentum = 0.9
+        opt = tf.keras.optimizers.SGD(run.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+        if args.precision == "fp16" and self.gpu:
+            opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
+        ce = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        self.model, self.opt = model, opt
+
+        @tf.function
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = ce(y, tf.cast(model(x, training=True), tf.float32))
+                scaled = opt.get_scaled_loss(loss) if hasattr(opt, "get_scaled_loss") else loss
+            tape = hvd.DistributedGradientTape(tape)
+            grads = tape.gradient(scaled, model.trainable_variables)
+            if hasattr(opt, "get_unscaled_gradients"):
+                grads = opt.get_unscaled_gradients(grads)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            return hvd.allreduce(loss)
+
+        self.step = step
+
+    def next_batch(self):
+        return next(self.batches)
+
+    def launch(self, batch, step):
+        loss = self.step(*batch)
+        if step == 0:  # everyone continues from rank 0's weights and optimizer state (eagerly: one trace)
+            self.hvd.broadcast_variables(self.model.variables, root_rank=0)
+            self.hvd.broadcast_variables(self.opt.variables(), root_rank=0)
+        return lambda: (float(loss), None)
+
+    def digest(self):
+        return harness.weights_digest(v.numpy() for v in self.model.trainable_variables)
+
+    def long_test_parts(self, run, classes):
+        return long_test_parts(run, self.model, self.opt, self.hvd, self.label_offset, self.threads, classes)
+
+    def save(self, out):
+        self.model.save_weights(os.path.join(out, "weights.h5"))
+
+    def summary(self, run):
+        # Horovod all-reduces each gradient in its variable's dtype (mixed precision keeps float32 variables).
+        variables = self.model.trainable_variables
+        wire = variables[0].dtype
+        return {"device": self.gpu.name if self.gpu else "cpu", "device_type": "gpu" if self.gpu else "cpu",
+                "gradients": harness.gradients(sum(int(v.shape.num_elements()) for v in variables), wire.size,
+                                               wire.name),
+                "decode_threads": self.threads if self.decoding else None,
+                "policy": tf.keras.mixed_precision.global_policy().name}
+
+
+def long_test_parts(run, model, opt, hvd, label_offset, threads, classes):
+    """--mode accuracy: harness.LongTest's learning rate, evaluation and count all-reduce in TensorFlow."""
     size, k = run.args.image_size, min(5, classes)
     val = val_dataset(run, label_offset, threads)
     moving = model.non_trainable_variables  # BatchNorm's moving means and variances
@@ -136,119 +249,8 @@ def long_test(run, model, opt, step, hvd, label_offset, threads, classes):
     def allreduce_sum(counts):
         return hvd.allreduce(tf.constant(counts), op=hvd.Sum, name="long_test_counts").numpy()
 
-    return harness.LongTest(run).run_epochs(step, set_lr, evaluate, allreduce_sum, lambda: digest(model))
-
-
-def first_kernel():
-    """TensorFlow's own element-wise and reduction kernels (not only cuBLAS's), read back on the host."""
-    with tf.device("/GPU:0"):
-        x = tf.fill([64, 64], 0.5)
-        return tf.reduce_sum(tf.nn.relu(tf.matmul(x, x) - 1.0)).numpy()
-
-
-def gpu_of(device):
-    details = tf.config.experimental.get_device_details(device)
-    return details.get("device_name", device.name), details.get("compute_capability")
-
-
-def build():
-    info = tf.sysconfig.get_build_info()
-    return (f"TensorFlow {tf.__version__} for CUDA {info.get('cuda_version', '?')}, code for "
-            f"{' '.join(info.get('cuda_compute_capabilities', [])) or '?'}")
-
-
-def digest(model):
-    return harness.weights_digest(v.numpy() for v in model.trainable_variables)
-
-
-def main():
-    args = harness.arg_parser(__doc__.splitlines()[0]).parse_args()
-    import horovod
-    import horovod.tensorflow as hvd
-
-    run = harness.Run(args, "tensorflow", {"tensorflow": tf.__version__, "horovod": horovod.__version__})
-    launch = run.launch
-    # The rank's share of its CPUs (set before TensorFlow initialises its runtime).
-    tf.config.threading.set_intra_op_parallelism_threads(run.cpus.per_rank)
-    gpus = tf.config.list_physical_devices("GPU")
-    harness.check_gpus(launch, args, "TensorFlow", len(gpus), tf.test.is_built_with_cuda(),
-                       (hvd.nccl_built(), "Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)")
-                       if launch.world_size > 1 else None)
-    setup_horovod(launch, mpi_built=hvd.mpi_built)
-    hvd.init()
-    if gpus:
-        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
-        tf.config.experimental.set_memory_growth(gpus[hvd.local_rank()], True)
-        run.check_kernel(first_kernel, gpu_of(gpus[hvd.local_rank()]), build())
-    if args.precision == "fp16":
-        tf.keras.mixed_precision.set_global_policy("mixed_float16" if gpus else "mixed_bfloat16")
-    tf.random.set_seed(args.seed)
-    threads = decode_threads(run, bool(gpus))
-    run.record_threads(intra_op=run.cpus.per_rank, **({"decode": threads} if args.data_source == "real" else {}))
-    if args.data_source == "synthetic":
-        classes, train_images = args.classes or 1000, 0
-        x = tf.random.normal([args.batch_per_gpu, args.image_size, args.image_size, 3], seed=args.seed)
-        y = tf.random.uniform([args.batch_per_gpu], 0, classes, tf.int32, seed=args.seed + launch.rank)
-        batches = iter(tf.data.Dataset.from_tensors((x, y)).repeat())
-    else:
-        classes = harness.classes_of(args.data)
-        manifest = harness.read_manifest(args.data)
-        train_images = manifest["splits"]["train"]["images"]
-        batches = iter(dataset(run, manifest.get("label_offset", 0), threads))
-    model = tf.keras.applications.ResNet50(weights=None, classes=classes, classifier_activation=None,
-                                           input_shape=(args.image_size, args.image_size, 3))
-    # Zero gamma in the last BN of each residual block (as torchvision's zero_init_residual):
-    # blocks start as identity, which keeps the first steps from scratch stable.
-    for layer in model.layers:
-        if layer.name.endswith("_3_bn"):
-            layer.gamma.assign(tf.zeros_like(layer.gamma))
-        # Keras' BatchNormalization keeps 0.99 of its moving statistics per step (Gluon and torch:
-        # 0.9): after the few hundred steps of a short long test they would still be mostly their
-        # initial values, and the evaluation would score a network other than the one trained.
-        if isinstance(layer, tf.keras.layers.BatchNormalization):
-            layer.momentum = 0.9
-    opt = tf.keras.optimizers.SGD(run.lr, momentum=args.momentum, weight_decay=args.weight_decay)
-    if args.precision == "fp16" and gpus:
-        opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
-    ce = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    @tf.function
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = ce(y, tf.cast(model(x, training=True), tf.float32))
-            scaled = opt.get_scaled_loss(loss) if hasattr(opt, "get_scaled_loss") else loss
-        tape = hvd.DistributedGradientTape(tape)
-        grads = tape.gradient(scaled, model.trainable_variables)
-        if hasattr(opt, "get_unscaled_gradients"):
-            grads = opt.get_unscaled_gradients(grads)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        return hvd.allreduce(loss)
-
-    def train_step(i):
-        x, y = next(batches)
-        loss = step(x, y)
-        if i == 0:  # everyone continues from rank 0's weights and optimizer state (eagerly: one trace)
-            hvd.broadcast_variables(model.variables, root_rank=0)
-            hvd.broadcast_variables(opt.variables(), root_rank=0)
-        return float(loss)
-
-    extra = {}
-    if args.mode == "accuracy":
-        extra = long_test(run, model, opt, train_step, hvd, manifest.get("label_offset", 0), threads, classes)
-    else:
-        run.short_test(train_images, train_step, lambda: digest(model))
-    run.record_digest("final", digest(model))
-    if launch.rank == 0:
-        model.save_weights(os.path.join(args.out, "weights.h5"))
-    # Horovod all-reduces each gradient in its variable's dtype (mixed precision keeps float32 variables).
-    wire = model.trainable_variables[0].dtype
-    run.finish({"device": gpus[hvd.local_rank()].name if gpus else "cpu", "device_type": "gpu" if gpus else "cpu",
-                "classes": classes,
-                "gradients": harness.gradients(sum(int(v.shape.num_elements()) for v in model.trainable_variables),
-                                               wire.size, wire.name),
-                "train_images": train_images, "decode_threads": threads,
-                "policy": tf.keras.mixed_precision.global_policy().name, **extra})
+    return set_lr, evaluate, allreduce_sum
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: loop.main(TensorFlow()))
