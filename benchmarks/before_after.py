@@ -26,7 +26,9 @@ from pipeline_gpu import REPO, TRAINER, figures, overlay, snakemake, trainer_com
 
 
 def run_once(work, tree, run, words, out_dir, timeout):
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    # The tree first; the rest of PYTHONPATH (carried packages) kept, this repository's entry dropped.
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != REPO]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), *rest]))
     i = words.index("--out") if "--out" in words else None
     words = words[:i] + words[i + 2:] if i is not None else words
     start = time.perf_counter()
@@ -46,18 +48,20 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--inputs", nargs="+", default=["synthetic", "dali"])
     ap.add_argument("--rounds", type=int, default=2, help="before, after: this many times")
+    ap.add_argument("--first-round", type=int, default=1, help="the first round's number (a later call's)")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--budget-s", type=float, default=560, help="no run starts past this")
+    ap.add_argument("--work", default="/tmp/dlscale-before-after", help="data and runs (kept for a later call)")
     a = ap.parse_args()
     start = time.perf_counter()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    work = Path("/tmp/dlscale-before-after")
+    work = Path(a.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     (work / "gpu.yaml").write_text(yaml.safe_dump(overlay(a.inputs, a.batch, a.steps, a.warmup)))
-    proc, seconds = snakemake(work, "data/lmdb", timeout=300)
+    proc, seconds = snakemake(work, "data/lmdb", timeout=300)  # nothing to do when a call before made it
     print(f"snakemake data/lmdb: exit {proc.returncode} in {seconds:.0f} s", flush=True)
     if proc.returncode:
         sys.exit(proc.stdout[-2000:] + proc.stderr[-2000:])
@@ -65,7 +69,7 @@ def main():
     trees = {"before": Path(a.before).resolve(), "after": REPO}
     record = {"inputs": a.inputs, "batch": a.batch, "steps": a.steps, "warmup": a.warmup, "commands": commands,
               "runs": []}
-    for n in range(a.rounds):
+    for n in range(a.first_round - 1, a.first_round - 1 + a.rounds):
         for name, tree in trees.items():
             for run, words in commands.items():
                 if time.perf_counter() - start > a.budget_s:
