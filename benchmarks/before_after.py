@@ -53,6 +53,8 @@ def main():
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--budget-s", type=float, default=560, help="no run starts past this")
+    ap.add_argument("--classes", type=int, default=0, help="the embedded dataset's classes (0: config.yaml's)")
+    ap.add_argument("--train-per-class", type=int, default=0, help="its train images per class (0: config.yaml's)")
     ap.add_argument("--work", default="/tmp/dlscale-before-after", help="data and runs (kept for a later call)")
     a = ap.parse_args()
     start = time.perf_counter()
@@ -60,7 +62,13 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     work = Path(a.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    (work / "gpu.yaml").write_text(yaml.safe_dump(overlay(a.inputs, a.batch, a.steps, a.warmup)))
+    cfg = overlay(a.inputs, a.batch, a.steps, a.warmup)
+    # A larger embedded set than the default's 480 images: DALI then starts an epoch every few batches
+    # rather than every other one.
+    embedded = {k: v for k, v in (("classes", a.classes), ("train_per_class", a.train_per_class)) if v}
+    if embedded:
+        cfg["dataset"] = {"embedded": embedded}
+    (work / "gpu.yaml").write_text(yaml.safe_dump(cfg))
     proc, seconds = snakemake(work, "data/lmdb", timeout=300)  # nothing to do when a call before made it
     print(f"snakemake data/lmdb: exit {proc.returncode} in {seconds:.0f} s", flush=True)
     if proc.returncode:
