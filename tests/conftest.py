@@ -156,9 +156,12 @@ def copy_of_run(run, dest, leave_out=()):
     """A working copy of a finished pipeline directory (`run`, e.g. pipeline_run) at `dest`, for a
     test that reruns later stages without repeating the dataset and training jobs. The converted
     data and the training runs are hard links (Snakemake deletes a job's outputs before it runs, so
-    a rerun never writes through a link); logs, benchmarks, tables, Snakemake's metadata and config
-    are copied with their times, so the copy is as up to date as `run`. Paths matching `leave_out`
-    (glob patterns relative to `run`) are not copied: their jobs run again in the copy."""
+    a rerun never writes through a link, and a test that regenerates `run`'s data replaces, not
+    rewrites, the files); logs, benchmarks, tables, Snakemake's metadata and config are copied with
+    their times, so the copy is as up to date as `run`. A `--touch` of `run` also moves the shared
+    files' times: use a copy in the module that makes it (pytest runs modules one after another).
+    Paths matching `leave_out` (glob patterns relative to `run`) are not copied: their jobs run
+    again in the copy."""
     run, dest = Path(run), Path(dest)
     skip = {path for pattern in leave_out for path in run.glob(pattern)}
     shared = {run / p for p in SHARED_WITH_COPIES}
