@@ -66,6 +66,7 @@ SBATCH_EXTRA = f"--mail-type=NONE --mail-user='x $(touch {MARK}-sbatch)'"
 SMALL = {"training__image_size": 32, "training__batch_per_gpu": {"tensorflow": 4, "mxnet": 4, "pytorch": 4},
          "training__warmup_steps": 2, "training__steps": 6,
          "inference__image_size": 32, "inference__calibration__batches": 1,
+         "inference__calibration__histogram_bins": 256,
          "inference__throughput__batch_sizes": [1, 2], "inference__throughput__warmup": 1,
          "inference__throughput__repeats": 2}
 
