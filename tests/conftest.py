@@ -1,6 +1,8 @@
 import hashlib
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -144,6 +146,42 @@ def pipeline_run(tmp_path_factory):
     write_config(work)
     snakemake(work)
     return work
+
+
+# Written only by the data and training stages, which a copy's reruns never reach: shared with the copy.
+SHARED_WITH_COPIES = ("data", "results/runs")
+
+
+def copy_of_run(run, dest, leave_out=()):
+    """A working copy of a finished pipeline directory (`run`, e.g. pipeline_run) at `dest`, for a
+    test that reruns later stages without repeating the dataset and training jobs. The converted
+    data and the training runs are hard links (Snakemake deletes a job's outputs before it runs, so
+    a rerun never writes through a link, and a test that regenerates `run`'s data replaces, not
+    rewrites, the files); logs, benchmarks, tables, Snakemake's metadata and config are copied with
+    their times, so the copy is as up to date as `run`. A `--touch` of `run` also moves the shared
+    files' times: use a copy in the module that makes it (pytest runs modules one after another).
+    Paths matching `leave_out` (glob patterns relative to `run`) are not copied: their jobs run
+    again in the copy."""
+    run, dest = Path(run), Path(dest)
+    skip = {path for pattern in leave_out for path in run.glob(pattern)}
+    shared = {run / p for p in SHARED_WITH_COPIES}
+
+    def walk(src, dst):
+        dst.mkdir(parents=True, exist_ok=True)
+        for item in src.iterdir():
+            if item in skip:
+                continue
+            target = dst / item.name
+            if item in shared:
+                shutil.copytree(item, target, symlinks=True, copy_function=os.link)
+            elif item.is_dir() and not item.is_symlink():
+                walk(item, target)
+                shutil.copystat(item, target)
+            else:
+                shutil.copy2(item, target, follow_symlinks=False)
+
+    walk(run, dest)
+    return dest
 
 
 sys.path.insert(0, str(REPO))

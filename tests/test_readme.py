@@ -100,3 +100,8 @@ def test_relative_links_resolve():
             elif fragment and dest.suffix == ".md" and fragment not in anchors(dest):
                 broken.append(f"{where} (no heading '#{fragment}' in {dest.relative_to(REPO)})")
     assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_ci_prints_the_slowest_tests():
+    """CI's log names the slowest tests, so a test that grows shows where the suite's time went."""
+    assert "--durations=15" in ci_test_command().split(), ci_test_command()

@@ -50,8 +50,10 @@ def test_hostile_paths_and_system_strings_work_and_touch_nothing_else(tmp_path):
     (work / "victim").mkdir()
     (work / "victim" / "keep.txt").write_text("must survive")
     # MXNet's readers split file names at ';' (dmlc-core): its run reads through an alias.
+    # Small images and batches: what is tested is where the strings go, not what the runs measure.
     write_config(work, **HOSTILE, systems={"local": SYSTEM}, training__frameworks=["pytorch", "mxnet"],
-                 training__gpus=[1], training__warmup_steps=1, training__steps=3, training__accuracy__gpus=[])
+                 training__gpus=[1], training__warmup_steps=1, training__steps=3, training__accuracy__gpus=[],
+                 training__image_size=32, training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4})
     before = snapshot(work, {*HOSTILE.values(), ".snakemake"})
     snakemake(work, "data", "training")
     run = work / HOSTILE["results_dir"] / "runs" / "local" / "pytorch_fp32_1gpu"

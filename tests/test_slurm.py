@@ -1,7 +1,8 @@
 """The pipeline on a real two-node SLURM cluster (tests/slurm_cluster.py): `snakemake --profile
-slurm all` on the embedded default, every training run and the interconnect measurement spanning
-both nodes with one task each, checked from their own outputs; placement errors at parse time;
-SLURM's reason for a job that waits; a cancelled (pre-empted) run retried with its log kept."""
+slurm all` on the embedded dataset (small images and batches), every training run and the
+interconnect measurement spanning both nodes with one task each, checked from their own outputs;
+placement errors at parse time; SLURM's reason for a job that waits; a cancelled (pre-empted) run
+retried with its log kept."""
 import json
 from pathlib import Path
 import subprocess
@@ -58,16 +59,26 @@ DIRS = {key: f"{name} $(touch {MARK}-{name}) `touch {MARK}-{name}`; &" for key, 
 SBATCH_EXTRA = f"--mail-type=NONE --mail-user='x $(touch {MARK}-sbatch)'"
 
 
+# What this run proves is the launch (every job through sbatch, each run's ranks on both nodes,
+# the hostile strings through sbatch, the job step and srun), not what the sizes measure: the
+# embedded default's figures come from its local run (pipeline_run), so the images, batches and
+# INT8 timings here are the smallest the stages take.
+SMALL = {"training__image_size": 32, "training__batch_per_gpu": {"tensorflow": 4, "mxnet": 4, "pytorch": 4},
+         "training__warmup_steps": 2, "training__steps": 6,
+         "inference__image_size": 32, "inference__calibration__batches": 1,
+         "inference__calibration__histogram_bins": 256,
+         "inference__throughput__batch_sizes": [1, 2], "inference__throughput__warmup": 1,
+         "inference__throughput__repeats": 2}
+
+
 def cluster_config(work, **overrides):
-    """The embedded default on this cluster: one system of 1-task nodes, runs of 2 (both nodes);
+    """The embedded dataset on this cluster: one system of 1-task nodes, runs of 2 (both nodes);
     no job asks for more CPUs than a node has (a local run caps threads at --cores, SLURM does not).
     Without seed 002's long test (tests/test_accuracy.py runs it locally): it would add minutes of
     training to this run."""
     write_config(work, **{"systems": {"cluster": dict(SYSTEM, sbatch_extra=SBATCH_EXTRA)},
                           "training__systems": ["cluster"], "training__gpus": [2], "training__accuracy__gpus": [],
-                          "conversion__threads": 2,
-                          "inference__threads": 2, "training__warmup_steps": 2, "training__steps": 6,
-                          **DIRS, **overrides})
+                          "conversion__threads": 2, "inference__threads": 2, **SMALL, **DIRS, **overrides})
 
 
 def run_snakemake(work, *args, timeout=1800):
@@ -205,7 +216,7 @@ def test_cancelled_run_is_retried_and_its_log_kept(slurm_run):
     assert first.startswith(f"attempt 1 on n1, SLURM job {cancelled[0]}")
     assert log.read_text().startswith("attempt 2 on n1, SLURM job ")
     assert log.with_name(log.name + ".attempt2").read_text() == log.read_text()
-    assert json.loads((run_of(work, "pytorch") / "summary.json").read_text())["timed_steps"] == 6
+    assert json.loads((run_of(work, "pytorch") / "summary.json").read_text())["timed_steps"] == SMALL["training__steps"]
 
 
 def test_point_the_partition_cannot_hold_fails_at_parse_time(cluster, tmp_path):
