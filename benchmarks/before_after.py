@@ -21,8 +21,11 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pipeline_gpu import REPO, TRAINER, figures, overlay, snakemake, trainer_commands  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a file: pipeline_gpu beside it
+try:
+    from benchmarks.pipeline_gpu import REPO, TRAINER, figures, overlay, snakemake, trainer_commands
+except ImportError:
+    from pipeline_gpu import REPO, TRAINER, figures, overlay, snakemake, trainer_commands
 
 
 def run_once(work, tree, run, words, out_dir, timeout):
@@ -42,7 +45,7 @@ def run_once(work, tree, run, words, out_dir, timeout):
     return rec
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", required=True, help="a source tree holding workflow_scripts/")
     ap.add_argument("--out", required=True)
@@ -55,8 +58,12 @@ def main():
     ap.add_argument("--budget-s", type=float, default=560, help="no run starts past this")
     ap.add_argument("--classes", type=int, default=0, help="the embedded dataset's classes (0: config.yaml's)")
     ap.add_argument("--train-per-class", type=int, default=0, help="its train images per class (0: config.yaml's)")
+    ap.add_argument("--dry-run", action="store_true", help="check the arguments, print them and stop")
     ap.add_argument("--work", default="/tmp/dlscale-before-after", help="data and runs (kept for a later call)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    if a.dry_run:
+        print(vars(a))
+        return
     start = time.perf_counter()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
