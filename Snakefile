@@ -1,6 +1,7 @@
 # dlscale: re-run "Deep Learning at Scale on NVIDIA V100 Accelerators" (PMBS18) on any SLURM GPU
 # cluster, or end to end on a laptop with the embedded default dataset. See README.md.
 
+
 configfile: "config.yaml"
 
 
@@ -17,6 +18,7 @@ include: "rules/results.smk"
 
 
 rule all:
+    default_target: True
     input:
         rules.data.input,
         rules.preflight.input,
@@ -24,4 +26,3 @@ rule all:
         rules.int8.input,
         rules.results_tables.input,
         rules.interconnect.input,
-    default_target: True

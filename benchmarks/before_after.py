@@ -10,6 +10,7 @@ trainer's words come from this tree's workflow, as in pipeline_gpu.py. Writes OU
 and prints one row per run and a summary per input and tree: mean images/s, the spread of the
 runs (min-max), and each run's step CV.
 """
+
 import argparse
 import json
 import os
@@ -33,14 +34,19 @@ def run_once(work, tree, run, words, out_dir, timeout):
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != REPO]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), *rest]))
     i = words.index("--out") if "--out" in words else None
-    words = words[:i] + words[i + 2:] if i is not None else words
+    words = words[:i] + words[i + 2 :] if i is not None else words
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", TRAINER, *words, "--out", str(out_dir)], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", TRAINER, *words, "--out", str(out_dir)],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     (out_dir.parent / f"{out_dir.name}.log").write_text(proc.stdout + proc.stderr)
     summary = out_dir / "summary.json"
-    rec = figures(summary) if summary.exists() else {"status": f"exit {proc.returncode}",
-                                                     "reason": proc.stderr[-800:]}
+    rec = figures(summary) if summary.exists() else {"status": f"exit {proc.returncode}", "reason": proc.stderr[-800:]}
     rec["wall_s"] = round(time.perf_counter() - start, 1)
     return rec
 
@@ -82,8 +88,14 @@ def main(argv=None):
         sys.exit(proc.stdout[-2000:] + proc.stderr[-2000:])
     commands = trainer_commands(work, timeout=120)
     trees = {"before": Path(a.before).resolve(), "after": REPO}
-    record = {"inputs": a.inputs, "batch": a.batch, "steps": a.steps, "warmup": a.warmup, "commands": commands,
-              "runs": []}
+    record = {
+        "inputs": a.inputs,
+        "batch": a.batch,
+        "steps": a.steps,
+        "warmup": a.warmup,
+        "commands": commands,
+        "runs": [],
+    }
     for n in range(a.first_round - 1, a.first_round - 1 + a.rounds):
         for name, tree in trees.items():
             for run, words in commands.items():
@@ -93,16 +105,21 @@ def main(argv=None):
                 rec = run_once(work, tree, run, words, work / "runs" / f"{name}{n + 1}_{run}", timeout=300)
                 rec.update(tree=name, run=run, round=n + 1)
                 record["runs"].append(rec)
-                print(f"{name:6s} {n + 1} {run:30s} {rec.get('images_per_s') or 0:9,.1f} img/s  "
-                      f"CV {rec.get('cv') or 0:.1%}  {rec['status']}  {rec['wall_s']} s", flush=True)
+                print(
+                    f"{name:6s} {n + 1} {run:30s} {rec.get('images_per_s') or 0:9,.1f} img/s  "
+                    f"CV {rec.get('cv') or 0:.1%}  {rec['status']}  {rec['wall_s']} s",
+                    flush=True,
+                )
     print(f"\n{'run':30s} {'tree':6s} {'mean images/s':>14s} {'min-max':>20s}  step CVs")
     for run in commands:
         for name in trees:
             got = [r for r in record["runs"] if r["run"] == run and r["tree"] == name and r.get("images_per_s")]
             if got:
                 v = [r["images_per_s"] for r in got]
-                print(f"{run:30s} {name:6s} {statistics.mean(v):14,.1f} {min(v):9,.1f}-{max(v):<9,.1f}  "
-                      + ", ".join(f"{r['cv']:.1%}" for r in got))
+                print(
+                    f"{run:30s} {name:6s} {statistics.mean(v):14,.1f} {min(v):9,.1f}-{max(v):<9,.1f}  "
+                    + ", ".join(f"{r['cv']:.1%}" for r in got)
+                )
     (out / "before_after.json").write_text(json.dumps(record, indent=1))
     print(f"total {time.perf_counter() - start:.0f} s")
 

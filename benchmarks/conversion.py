@@ -7,6 +7,7 @@ whole command's wall time. The sample was just written, so it is read from a war
 
     .venv/bin/python benchmarks/conversion.py --images 2000 --threads 2 --repeats 3
 """
+
 import argparse
 import re
 import statistics
@@ -42,17 +43,26 @@ def main(argv=None):
     root = work / "ILSVRC2012"
     classes = 16
     if not root.exists():
-        embedded.make(root, classes=classes, train_per_class=a.images // classes,
-                      val_per_class=max(1, a.images // classes // 8), quirks=False, size=(500, 375),
-                      quality=a.quality)
+        embedded.make(
+            root,
+            classes=classes,
+            train_per_class=a.images // classes,
+            val_per_class=max(1, a.images // classes // 8),
+            quirks=False,
+            size=(500, 375),
+            quality=a.quality,
+        )
     jpegs = list(root.rglob("*.JPEG"))
     mean_kb = sum(p.stat().st_size for p in jpegs) / len(jpegs) / 1024
-    print(f"sample: {len(jpegs)} JPEGs, 500x375, mean {mean_kb:.0f} KB, quality {a.quality}; "
-          f"threads {a.threads}; {a.repeats} runs each; warm page cache")
+    print(
+        f"sample: {len(jpegs)} JPEGs, 500x375, mean {mean_kb:.0f} KB, quality {a.quality}; "
+        f"threads {a.threads}; {a.repeats} runs each; warm page cache"
+    )
 
     t = time.perf_counter()
-    run(envs["workflow"], "workflow_scripts.data.index", "--root", root, "--out", work / "index",
-        "--threads", a.threads)
+    run(
+        envs["workflow"], "workflow_scripts.data.index", "--root", root, "--out", work / "index", "--threads", a.threads
+    )
     wall = time.perf_counter() - t
     print(f"{'index (decode check)':22s} {len(jpegs) / wall:8.0f} images/s wall (one run)")
     print(f"{'format':22s} {'converter images/s':>22s} {'command images/s':>20s}")
@@ -60,8 +70,16 @@ def main(argv=None):
         inner, outer = [], []
         for r in range(a.repeats):
             t = time.perf_counter()
-            out = run(envs[env], f"workflow_scripts.data.{module}", "--index", work / "index",
-                      "--out", work / f"out-{module}", "--threads", a.threads)
+            out = run(
+                envs[env],
+                f"workflow_scripts.data.{module}",
+                "--index",
+                work / "index",
+                "--out",
+                work / f"out-{module}",
+                "--threads",
+                a.threads,
+            )
             wall = time.perf_counter() - t
             m = re.search(r"converted (\d+) images in ([\d.]+) s", out)
             n, secs = int(m.group(1)), float(m.group(2))
@@ -76,8 +94,12 @@ def fmt(xs):
 
 
 def run(python, module, *args):
-    proc = subprocess.run([str(REPO / python) if "/" in python else python, "-m", module, *map(str, args)],
-                          cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(REPO / python) if "/" in python else python, "-m", module, *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         sys.exit(f"{module} failed:\n{proc.stderr[-3000:]}")
     return proc.stdout + proc.stderr

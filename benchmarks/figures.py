@@ -1,12 +1,18 @@
 """What the benchmark derives from its runs: GPU clocks over the timed steps, each run against
 synthetic data of the same call, scaling efficiency and side-by-side runs."""
+
 import csv
 import statistics
 from pathlib import Path
 
 # NVML's clock limiters (nvmlClocksEventReasons) that lower the SM clock under load
-LIMITERS = {0x4: "power cap", 0x8: "hardware slowdown", 0x20: "thermal (software)", 0x40: "thermal (hardware)",
-            0x80: "power brake"}
+LIMITERS = {
+    0x4: "power cap",
+    0x8: "hardware slowdown",
+    0x20: "thermal (software)",
+    0x40: "thermal (hardware)",
+    0x80: "power brake",
+}
 
 
 def gpu_clocks(run_dir, seconds_timed):
@@ -27,22 +33,38 @@ def gpu_clocks(run_dir, seconds_timed):
         return None
     limits = [int(x) for x in by.get("gpu_clock_limiters", [])]
     mean = lambda m: statistics.fmean(by[m]) if m in by else None  # noqa: E731
-    return {"samples": len(by["gpu_sm_clock_MHz"]), "sm_clock_MHz": mean("gpu_sm_clock_MHz"),
-            "sm_clock_min_MHz": min(by["gpu_sm_clock_MHz"]), "power_W": mean("gpu_power_W"),
-            "util_percent": mean("gpu_util_percent"), "cpu_steal_percent": mean("cpu_steal_percent"),
-            **{f"{m}_max": max(by[m]) for m in ("gpu_temp_C", "gpu_mem_temp_C", "gpu_power_limited_percent",
-                                                 "gpu_thermal_limited_percent") if m in by},
-            "mem_clock_min_MHz": min(by.get("gpu_mem_clock_MHz", [float("nan")])),
-            "cpu_steal_max_percent": max(by.get("cpu_steal_percent", [float("nan")])),
-            "limited": {name: sum(1 for x in limits if x & bit) / len(limits) for bit, name in LIMITERS.items()
-                        if limits}}
-
+    return {
+        "samples": len(by["gpu_sm_clock_MHz"]),
+        "sm_clock_MHz": mean("gpu_sm_clock_MHz"),
+        "sm_clock_min_MHz": min(by["gpu_sm_clock_MHz"]),
+        "power_W": mean("gpu_power_W"),
+        "util_percent": mean("gpu_util_percent"),
+        "cpu_steal_percent": mean("cpu_steal_percent"),
+        **{
+            f"{m}_max": max(by[m])
+            for m in ("gpu_temp_C", "gpu_mem_temp_C", "gpu_power_limited_percent", "gpu_thermal_limited_percent")
+            if m in by
+        },
+        "mem_clock_min_MHz": min(by.get("gpu_mem_clock_MHz", [float("nan")])),
+        "cpu_steal_max_percent": max(by.get("cpu_steal_percent", [float("nan")])),
+        "limited": {name: sum(1 for x in limits if x & bit) / len(limits) for bit, name in LIMITERS.items() if limits},
+    }
 
 
 # a run's flags that choose its input path, or how DDP exchanges: the rest must match for two
 # runs to be compared
-INPUT_FLAGS = {"--input", "--jpeg-decoder", "--input-lanes", "--hw-decoder-load", "--prefetch", "--fetch-ahead",
-               "--dali-decoder", "--dali-pinned-mb", "--dali-device-mb", "--loader-workers"}
+INPUT_FLAGS = {
+    "--input",
+    "--jpeg-decoder",
+    "--input-lanes",
+    "--hw-decoder-load",
+    "--prefetch",
+    "--fetch-ahead",
+    "--dali-decoder",
+    "--dali-pinned-mb",
+    "--dali-device-mb",
+    "--loader-workers",
+}
 DDP_FLAGS = {"--ddp-graph", "--broadcast-buffers", "--bucket-cap-mb", "--grad-compression"}
 
 
@@ -57,14 +79,26 @@ def ok_runs(results):
 
 def synthetic_of(v, runs):
     """images/s of the synthetic runs of the call that match v but for its input path."""
-    return [w["images_per_s"] for w in runs if w["data"] == "synthetic" and w["gpus"] == v["gpus"]
-            and not w.get("side_by_side") and without(w["words"], INPUT_FLAGS) == without(v["words"], INPUT_FLAGS)]
+    return [
+        w["images_per_s"]
+        for w in runs
+        if w["data"] == "synthetic"
+        and w["gpus"] == v["gpus"]
+        and not w.get("side_by_side")
+        and without(w["words"], INPUT_FLAGS) == without(v["words"], INPUT_FLAGS)
+    ]
 
 
 def one_gpu_of(v, runs):
     """images/s of the call's one-GPU runs of v's data and flags, DDP's aside."""
-    return [w["images_per_s"] for w in runs if w["gpus"] == 1 and w["data"] == v["data"]
-            and not w.get("side_by_side") and without(w["words"], DDP_FLAGS) == without(v["words"], DDP_FLAGS)]
+    return [
+        w["images_per_s"]
+        for w in runs
+        if w["gpus"] == 1
+        and w["data"] == v["data"]
+        and not w.get("side_by_side")
+        and without(w["words"], DDP_FLAGS) == without(v["words"], DDP_FLAGS)
+    ]
 
 
 def derive(results):
@@ -77,17 +111,21 @@ def derive(results):
             if alone:
                 d[f"{name}: each GPU side by side vs one GPU alone"] = (
                     f"{v['per_gpu'] / statistics.fmean(alone):.1%} ({', '.join(f'{x:.0f}' for x in v['each'])}; "
-                    f"timed windows overlapping {v['timed_overlap']:.0%})")
+                    f"timed windows overlapping {v['timed_overlap']:.0%})"
+                )
             continue
         if v["data"] == "real":
             d[f"{name}: loss falls"] = v["loss_falls"]
             syn = synthetic_of(v, runs)
             if syn:
-                d[f"{name}: of synthetic"] = (f"{v['images_per_s'] / statistics.fmean(syn):.1%} "
-                                              f"(of {', '.join(f'{x:.0f}' for x in syn)})")
+                d[f"{name}: of synthetic"] = (
+                    f"{v['images_per_s'] / statistics.fmean(syn):.1%} (of {', '.join(f'{x:.0f}' for x in syn)})"
+                )
         if v["gpus"] > 1:
             one = one_gpu_of(v, runs)
             if one:
-                d[f"{name}: scaling efficiency"] = (f"{v['images_per_s'] / (v['gpus'] * statistics.fmean(one)):.1%} "
-                                                    f"(1 GPU: {', '.join(f'{x:.0f}' for x in one)})")
+                d[f"{name}: scaling efficiency"] = (
+                    f"{v['images_per_s'] / (v['gpus'] * statistics.fmean(one)):.1%} "
+                    f"(1 GPU: {', '.join(f'{x:.0f}' for x in one)})"
+                )
     return d

@@ -11,6 +11,7 @@
             path (fp32, Pillow preprocessing) against the GPU paths (GPU preprocessing; fp32,
             TF32, bf16), per-step loss within a tolerance fixed beforehand
 """
+
 import json
 import multiprocessing
 import os
@@ -35,8 +36,11 @@ def _render_one(arg):
     root, c, i = arg
     wnid = embedded.class_spec(c)[0]
     kind = {(4, 1): "gray"}.get((c, i), "rgb")  # embedded.make's quirk beyond each class's first image
-    embedded._save(embedded.render(c, np.random.default_rng([SEED, 0, c, i])),
-                   Path(root) / "train" / wnid / f"{wnid}_{i + 1}.JPEG", kind)
+    embedded._save(
+        embedded.render(c, np.random.default_rng([SEED, 0, c, i])),
+        Path(root) / "train" / wnid / f"{wnid}_{i + 1}.JPEG",
+        kind,
+    )
 
 
 def part_data(a, work):
@@ -51,16 +55,26 @@ def part_data(a, work):
     with multiprocessing.Pool(a.threads) as pool:
         pool.map(_render_one, jobs, chunksize=8)
     rendered = time.perf_counter() - t
-    for module, args in (("index", ["--root", root, "--out", work / "index"]),
-                         ("lmdb_caffe2", ["--index", work / "index", "--out", work / "lmdb"])):
-        proc = subprocess.run([PY, "-m", f"workflow_scripts.data.{module}", *map(str, args), "--threads", str(a.threads)],
-                              cwd=REPO, capture_output=True, text=True)
+    for module, args in (
+        ("index", ["--root", root, "--out", work / "index"]),
+        ("lmdb_caffe2", ["--index", work / "index", "--out", work / "lmdb"]),
+    ):
+        proc = subprocess.run(
+            [PY, "-m", f"workflow_scripts.data.{module}", *map(str, args), "--threads", str(a.threads)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode:
             raise RuntimeError(f"{module} failed:\n{proc.stderr[-3000:]}")
     manifest = json.loads((work / "lmdb" / "manifest.json").read_text())
     jpegs = list((root / "train").rglob("*.JPEG"))
-    return {"render_s": rendered, "total_s": time.perf_counter() - t, **manifest["splits"]["train"],
-            "mean_jpeg_kb": sum(p.stat().st_size for p in jpegs) / len(jpegs) / 1024}
+    return {
+        "render_s": rendered,
+        "total_s": time.perf_counter() - t,
+        **manifest["splits"]["train"],
+        "mean_jpeg_kb": sum(p.stat().st_size for p in jpegs) / len(jpegs) / 1024,
+    }
 
 
 # ---------------------------------------------------------------- in-process parts (own process)
@@ -72,7 +86,10 @@ def part_ceilings(a, work):
     if not torch.cuda.is_available():
         return {"note": "no GPU"}
     dev = torch.device("cuda")
-    out = {"device": torch.cuda.get_device_name(dev), "sm_count": torch.cuda.get_device_properties(dev).multi_processor_count}
+    out = {
+        "device": torch.cuda.get_device_name(dev),
+        "sm_count": torch.cuda.get_device_properties(dev).multi_processor_count,
+    }
 
     from workflow_scripts.common.timing import cuda_times
 
@@ -89,7 +106,7 @@ def part_ceilings(a, work):
     for name, dtype, tf32 in (("bf16", torch.bfloat16, False), ("tf32", torch.float32, True)):
         torch.backends.cuda.matmul.allow_tf32 = tf32
         x, y = torch.randn(n, n, device=dev, dtype=dtype), torch.randn(n, n, device=dev, dtype=dtype)
-        out[f"{name}_matmul_TFLOPs"] = 2 * n ** 3 / timed(lambda: x @ y) / 1e12
+        out[f"{name}_matmul_TFLOPs"] = 2 * n**3 / timed(lambda: x @ y) / 1e12
     return out
 
 
@@ -151,19 +168,38 @@ def part_loaders(a, work):
     else:
         out["nvimgcodec_decode"] = rate(lambda: nvimg(jpegs), 20)
         diff = [(p.int() - q.int()).abs() for p, q in zip(nvimg(jpegs), gpu_input.decode(jpegs, dev))]
-        out["nvimgcodec_vs_torchvision_levels"] = {"mean": torch.cat([d.flatten().float() for d in diff]).mean().item(),
-                                                   "max": max(d.max().item() for d in diff)}
+        out["nvimgcodec_vs_torchvision_levels"] = {
+            "mean": torch.cat([d.flatten().float() for d in diff]).mean().item(),
+            "max": max(d.max().item() for d in diff),
+        }
 
     def decode_augment():
         ims = gpu_input.decode(jpegs, dev)
-        gpu_input.augment(ims, [gpu_input.crop_box(i.shape[1], i.shape[2], rng) for i in ims],
-                          [rng.random() < 0.5 for _ in ims], a.image_size, channels_last=True)
+        gpu_input.augment(
+            ims,
+            [gpu_input.crop_box(i.shape[1], i.shape[2], rng) for i in ims],
+            [rng.random() < 0.5 for _ in ims],
+            a.image_size,
+            channels_last=True,
+        )
 
     out["decode_augment"] = rate(decode_augment, 20)
     launch = detect()
     for name, path, reps in (("gpu_loader", "gpu", 40), ("cpu_loader", "cpu", 20), ("dali_loader", "dali", 40)):
-        args = _args(["--data", str(work / "lmdb"), "--batch-per-gpu", str(a.batch), "--image-size", str(a.image_size),
-                      "--channels-last", "on", "--input", path])
+        args = _args(
+            [
+                "--data",
+                str(work / "lmdb"),
+                "--batch-per-gpu",
+                str(a.batch),
+                "--image-size",
+                str(a.image_size),
+                "--channels-last",
+                "on",
+                "--input",
+                path,
+            ]
+        )
         s = pytorch_options.resolve(args, dev)
         try:
             data = pytorch_input.build_input(args, s, launch, harness.classes_of(str(work / "lmdb")))
@@ -202,8 +238,7 @@ def part_check(a, work):
     boxes = [gpu_input.crop_box(im.shape[1], im.shape[2], rng) for im in images]
     flips = [i % 2 == 1 for i in range(B)]
     x_gpu = gpu_input.augment(images, boxes, flips, size, channels_last=True)
-    post = T.Compose([T.PILToTensor(), T.ToDtype(torch.float32, scale=True),
-                      T.Normalize(augment.MEAN, augment.STD)])
+    post = T.Compose([T.PILToTensor(), T.ToDtype(torch.float32, scale=True), T.Normalize(augment.MEAN, augment.STD)])
     ref = []
     for (jpeg, _), (t, l, h, w), f in zip(items, boxes, flips):
         im = TF.resized_crop(Image.open(io.BytesIO(jpeg)).convert("RGB"), t, l, h, w, [size, size], antialias=True)
@@ -211,18 +246,29 @@ def part_check(a, work):
     x_cpu = torch.stack(ref)
     # Where GPU and CPU preprocessing differ: the decoders (nvJPEG vs libjpeg-turbo), and the
     # batched resize (float16 matrix products) against F.interpolate in float32 per image.
-    dec = torch.cat([(im.cpu().float() - TF.pil_to_tensor(Image.open(io.BytesIO(j)).convert("RGB")).float()).abs().flatten()
-                     for im, (j, _) in zip(images, items)])
+    dec = torch.cat(
+        [
+            (im.cpu().float() - TF.pil_to_tensor(Image.open(io.BytesIO(j)).convert("RGB")).float()).abs().flatten()
+            for im, (j, _) in zip(images, items)
+        ]
+    )
     one = torch.cat([gpu_input._resize_one(im, b, f, size) for im, b, f in zip(images, boxes, flips)])
     mean_ = torch.tensor(augment.MEAN, device=dev).view(1, 3, 1, 1)
     std_ = torch.tensor(augment.STD, device=dev).view(1, 3, 1, 1)
     rsz = ((x_gpu.float() * std_ + mean_) * 255 - one).abs()
     levels = ((x_gpu.cpu() - x_cpu) * torch.tensor(augment.STD).view(1, 3, 1, 1) * 255).abs()
-    out = {"batch": B, "steps": K, "tolerance": tol,
-           "preprocessing_levels": {"mean": levels.mean().item(), "p99": levels.flatten().quantile(0.99).item(),
-                                    "max": levels.max().item()},
-           "decode_levels": {"mean": dec.mean().item(), "p99": dec[::7].quantile(0.99).item(), "max": dec.max().item()},
-           "batched_resize_levels": {"mean": rsz.mean().item(), "max": rsz.max().item()}}
+    out = {
+        "batch": B,
+        "steps": K,
+        "tolerance": tol,
+        "preprocessing_levels": {
+            "mean": levels.mean().item(),
+            "p99": levels.flatten().quantile(0.99).item(),
+            "max": levels.max().item(),
+        },
+        "decode_levels": {"mean": dec.mean().item(), "p99": dec[::7].quantile(0.99).item(), "max": dec.max().item()},
+        "batched_resize_levels": {"mean": rsz.mean().item(), "max": rsz.max().item()},
+    }
     classes = harness.classes_of(work / "lmdb")
     torch.manual_seed(0)
     state = torchvision.models.resnet50(num_classes=classes, zero_init_residual=True).state_dict()

@@ -9,6 +9,7 @@ Run with the torch environment:
 
     .envs/torch/bin/python benchmarks/int8_throughput.py --batch-sizes 1 2 4 8 16 32 64 --threads 2
 """
+
 import argparse
 import sys
 import tempfile
@@ -40,8 +41,12 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--activations", choices=sorted(quantize.ACTIVATIONS), default="uint8")
     ap.add_argument("--per-channel", type=int, choices=(0, 1), default=1)
-    ap.add_argument("--method", choices=sorted(calibrate.METHODS), default="minmax",
-                    help="calibration method (speed does not depend on it; minmax is the quickest)")
+    ap.add_argument(
+        "--method",
+        choices=sorted(calibrate.METHODS),
+        default="minmax",
+        help="calibration method (speed does not depend on it; minmax is the quickest)",
+    )
     ap.add_argument("--workdir", default="", help="keep the models here instead of a temp dir")
     ap.add_argument("--dry-run", action="store_true", help="check the arguments, print them and stop")
     a = ap.parse_args(argv)
@@ -55,8 +60,9 @@ def main(argv=None):
     model, _ = models.load(a.network, "random", seed=0)
     with torch.no_grad():
         export.export(model, a.image_size, fp32)
-    tensors, _ = calibrate.calibrate(fp32, noise_batches(4, 8, a.image_size), export.INPUT, a.method, 512, 99.999, 2,
-                                     a.threads)
+    tensors, _ = calibrate.calibrate(
+        fp32, noise_batches(4, 8, a.image_size), export.INPUT, a.method, 512, 99.999, 2, a.threads
+    )
     save_tensors_data(tensors, ranges)
     quantize.quantize(fp32, ranges, int8, a.activations, bool(a.per_channel))
     runners = {}
@@ -64,19 +70,25 @@ def main(argv=None):
         built = work / f"{p}.engine"
         engines.build("onnxruntime", src, built, a.threads)
         runners[p] = engines.open_engine("onnxruntime", built, a.threads)
-    print(f"{a.network} {a.image_size}x{a.image_size}, random weights; ONNX Runtime {ort.__version__} on "
-          f"{engines.cpu_name()}, {a.threads} threads; INT8: {a.activations} activations, "
-          f"{'per-channel' if a.per_channel else 'per-tensor'} int8 weights, QDQ; {a.warmup} warm-up + "
-          f"{a.repeats} timed runs per point, images/s = batch / median (slowest..fastest run)")
+    print(
+        f"{a.network} {a.image_size}x{a.image_size}, random weights; ONNX Runtime {ort.__version__} on "
+        f"{engines.cpu_name()}, {a.threads} threads; INT8: {a.activations} activations, "
+        f"{'per-channel' if a.per_channel else 'per-tensor'} int8 weights, QDQ; {a.warmup} warm-up + "
+        f"{a.repeats} timed runs per point, images/s = batch / median (slowest..fastest run)"
+    )
     print(f"{'batch':>5}  {'FP32 images/s':>24}  {'INT8 images/s':>24}  {'INT8/FP32':>9}")
     rng = np.random.default_rng(0)
     for bs in a.batch_sizes:
         x = rng.standard_normal((bs, 3, a.image_size, a.image_size), dtype=np.float32)
         r = {p: throughput.summarize(runner.time_runs(x, a.warmup, a.repeats), bs) for p, runner in runners.items()}
-        cells = [f"{r[p]['images_per_s']:8.1f} ({r[p]['images_per_s_worst']:6.1f}..{r[p]['images_per_s_best']:6.1f})"
-                 for p in ("fp32", "int8")]
-        print(f"{bs:5d}  {cells[0]:>24}  {cells[1]:>24}  {r['int8']['images_per_s'] / r['fp32']['images_per_s']:8.2f}x",
-              flush=True)
+        cells = [
+            f"{r[p]['images_per_s']:8.1f} ({r[p]['images_per_s_worst']:6.1f}..{r[p]['images_per_s_best']:6.1f})"
+            for p in ("fp32", "int8")
+        ]
+        print(
+            f"{bs:5d}  {cells[0]:>24}  {cells[1]:>24}  {r['int8']['images_per_s'] / r['fp32']['images_per_s']:8.2f}x",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

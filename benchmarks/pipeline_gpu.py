@@ -9,6 +9,7 @@ Every interpreter is this one (python3 with torch); snakemake and lmdb come from
 beside it (docs/benchmarks.md says how). Writes OUT/pipeline_gpu.json (the table's figures) and
 OUT/pipeline_gpu.tgz (the workflow's tables, summaries, preflight results and logs).
 """
+
 import argparse
 import json
 import os
@@ -30,18 +31,47 @@ def overlay(inputs, batch, steps, warmup):
     return {
         "envs": {k: py for k in ("workflow", "tensorflow", "mxnet", "pytorch")},
         "envs_gpu": {k: py for k in ("tensorflow", "mxnet", "pytorch")},
-        "systems": {"gpu1": {"gpus_per_node": 1, "max_nodes": 1, "gpu_request": "gpus-per-node",
-                             "cpus_per_task": os.cpu_count()}},
-        "training": {"systems": ["gpu1"], "frameworks": ["pytorch"], "gpus": [1], "inputs": inputs,
-                     "precisions": ["fp16"], "image_size": 224, "batch_per_gpu": {"pytorch": batch},
-                     "warmup_steps": warmup, "steps": steps, "accuracy": {"gpus": []}},
+        "systems": {
+            "gpu1": {
+                "gpus_per_node": 1,
+                "max_nodes": 1,
+                "gpu_request": "gpus-per-node",
+                "cpus_per_task": os.cpu_count(),
+            }
+        },
+        "training": {
+            "systems": ["gpu1"],
+            "frameworks": ["pytorch"],
+            "gpus": [1],
+            "inputs": inputs,
+            "precisions": ["fp16"],
+            "image_size": 224,
+            "batch_per_gpu": {"pytorch": batch},
+            "warmup_steps": warmup,
+            "steps": steps,
+            "accuracy": {"gpus": []},
+        },
     }
 
 
 def snakemake(work, *args, timeout):
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
-           "--configfile", str(REPO / "config.yaml"), str(work / "gpu.yaml"), "--cores", "all",
-           "--scheduler", "greedy", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(work),
+        "--configfile",
+        str(REPO / "config.yaml"),
+        str(work / "gpu.yaml"),
+        "--cores",
+        "all",
+        "--scheduler",
+        "greedy",
+        *args,
+    ]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     (work / "snakemake.log").open("a").write(f"$ {shlex.join(cmd)}\n{proc.stdout}\n{proc.stderr}\n")
@@ -57,14 +87,20 @@ def trainer_commands(work, timeout):
             continue
         words = shlex.split(line)
         run = Path(words[words.index("--run-dir") + 1]).name
-        out[run] = words[words.index(TRAINER) + 1:]
+        out[run] = words[words.index(TRAINER) + 1 :]
     return out
 
 
 def figures(summary_path):
     s = json.loads(Path(summary_path).read_text())
-    return {"status": s.get("status"), "images_per_s": s.get("images_per_s"), "cv": s.get("step_images_per_s_cv"),
-            "device": s.get("device"), "input": s.get("input"), "reason": s.get("reason")}
+    return {
+        "status": s.get("status"),
+        "images_per_s": s.get("images_per_s"),
+        "cv": s.get("step_images_per_s_cv"),
+        "device": s.get("device"),
+        "input": s.get("input"),
+        "reason": s.get("reason"),
+    }
 
 
 def main(argv=None):
@@ -103,17 +139,27 @@ def main(argv=None):
             continue
         bare = work / "bare" / run
         i = args.index("--out") if "--out" in args else None
-        args = args[:i] + args[i + 2:] if i is not None else args
-        proc = subprocess.run([sys.executable, "-m", TRAINER, *args, "--out", str(bare)], cwd=work,
-                              capture_output=True, text=True, timeout=300)
-        record["bare"][run] = figures(bare / "summary.json") if (bare / "summary.json").exists() else {
-            "status": f"exit {proc.returncode}", "reason": proc.stderr[-500:]}
+        args = args[:i] + args[i + 2 :] if i is not None else args
+        proc = subprocess.run(
+            [sys.executable, "-m", TRAINER, *args, "--out", str(bare)],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        record["bare"][run] = (
+            figures(bare / "summary.json")
+            if (bare / "summary.json").exists()
+            else {"status": f"exit {proc.returncode}", "reason": proc.stderr[-500:]}
+        )
     print(f"{'run':32s} {'pipeline images/s':>18s} {'CV':>6s} {'bare images/s':>14s} {'CV':>6s}  device")
     for run, p in record["pipeline"].items():
         b = record["bare"].get(run, {})
         fmt = lambda v, f: format(v, f) if isinstance(v, (int, float)) else "-"  # noqa: E731
-        print(f"{run:32s} {fmt(p['images_per_s'], '18,.1f')} {fmt(p['cv'], '6.1%')} "
-              f"{fmt(b.get('images_per_s'), '14,.1f')} {fmt(b.get('cv'), '6.1%')}  {p['device']}")
+        print(
+            f"{run:32s} {fmt(p['images_per_s'], '18,.1f')} {fmt(p['cv'], '6.1%')} "
+            f"{fmt(b.get('images_per_s'), '14,.1f')} {fmt(b.get('cv'), '6.1%')}  {p['device']}"
+        )
     (out / "pipeline_gpu.json").write_text(json.dumps(record, indent=1))
     with tarfile.open(out / "pipeline_gpu.tgz", "w:gz") as tar:
         for rel in ("results", "logs", "snakemake.log", "gpu.yaml", "bare"):

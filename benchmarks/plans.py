@@ -25,8 +25,17 @@ GRAPHS = "--compile reduce-overhead"
 
 
 def run(name, data="synthetic", words="", est=45, gpus=1, steps=None, epochs=None, side_by_side=None):
-    return {"kind": "long_test" if epochs else "variant", "name": name, "data": data, "words": words.split(),
-            "gpus": gpus, "steps": steps, "epochs": epochs, "est_s": est, "side_by_side": side_by_side}
+    return {
+        "kind": "long_test" if epochs else "variant",
+        "name": name,
+        "data": data,
+        "words": words.split(),
+        "gpus": gpus,
+        "steps": steps,
+        "epochs": epochs,
+        "est_s": est,
+        "side_by_side": side_by_side,
+    }
 
 
 def part(name, est):
@@ -38,63 +47,77 @@ def alternated(repeats, first_est=60):
     out = []
     for k in range(1, repeats + 1):
         suffix = f"_{k}" if k > 1 else ""
-        out += [run(f"synthetic{suffix}", est=first_est if k == 1 else 35),
-                run(f"dali{suffix}", "real", DALI, est=40)]
+        out += [run(f"synthetic{suffix}", est=first_est if k == 1 else 35), run(f"dali{suffix}", "real", DALI, est=40)]
     return out
 
 
 PLANS = {
     "inputs": {
         "measures": "every input path with the trainer's defaults against synthetic data (the step without "
-                    "input), one GPU: synthetic and dali alternated and repeated, gpu and cpu once, then 400 "
-                    "timed steps of synthetic and dali",
-        "items": alternated(1) + [run("gpu", "real", "--input gpu"), run("cpu", "real", "--input cpu", est=50)]
-                 + alternated(2)[2:] + [run("synthetic_400", est=45, steps=400),
-                                        run("dali_400", "real", DALI, est=50, steps=400)]
-                 + alternated(4)[4:],
+        "input), one GPU: synthetic and dali alternated and repeated, gpu and cpu once, then 400 "
+        "timed steps of synthetic and dali",
+        "items": alternated(1)
+        + [run("gpu", "real", "--input gpu"), run("cpu", "real", "--input cpu", est=50)]
+        + alternated(2)[2:]
+        + [run("synthetic_400", est=45, steps=400), run("dali_400", "real", DALI, est=50, steps=400)]
+        + alternated(4)[4:],
     },
     "former-defaults": {
         "measures": "the defaults before run 40 (torch.compile mode default, DALI two batches ahead, its "
-                    "memory pools grown as needed) against today's, synthetic and dali, one GPU, alternated",
-        "items": alternated(1) + [run("synthetic_former", words=FORMER, est=60),
-                                  run("dali_former", "real", f"{DALI} {FORMER}", est=40)],
+        "memory pools grown as needed) against today's, synthetic and dali, one GPU, alternated",
+        "items": alternated(1)
+        + [run("synthetic_former", words=FORMER, est=60), run("dali_former", "real", f"{DALI} {FORMER}", est=40)],
     },
     "long-test": {
         "measures": "the long test (--mode accuracy: epochs, the learning-rate schedule, top-1/top-5 after each) "
-                    "through dali on one GPU, with the defaults (CUDA graphs) and with torch.compile mode "
-                    "default: same seed, same data, each epoch side by side",
-        "items": [run("defaults", "real", DALI, est=90, epochs=6),
-                  run("compile_default", "real", f"{DALI} {COMPILE}", est=90, epochs=6)],
+        "through dali on one GPU, with the defaults (CUDA graphs) and with torch.compile mode "
+        "default: same seed, same data, each epoch side by side",
+        "items": [
+            run("defaults", "real", DALI, est=90, epochs=6),
+            run("compile_default", "real", f"{DALI} {COMPILE}", est=90, epochs=6),
+        ],
     },
     "scaling": {
         "measures": "1 GPU and --gpus GPUs of one host with the defaults, synthetic and dali, alternated and "
-                    "repeated: scaling efficiency and each path's share of synthetic",
-        "items": [run("synthetic_1gpu", est=100), run("synthetic_{n}gpu", gpus="n", est=80),
-                  run("dali_1gpu", "real", DALI, est=60), run("dali_{n}gpu", "real", DALI, gpus="n", est=60),
-                  run("synthetic_{n}gpu_2", gpus="n", est=40), run("dali_{n}gpu_2", "real", DALI, gpus="n"),
-                  run("synthetic_1gpu_2", est=35), run("dali_1gpu_2", "real", DALI, est=40)],
+        "repeated: scaling efficiency and each path's share of synthetic",
+        "items": [
+            run("synthetic_1gpu", est=100),
+            run("synthetic_{n}gpu", gpus="n", est=80),
+            run("dali_1gpu", "real", DALI, est=60),
+            run("dali_{n}gpu", "real", DALI, gpus="n", est=60),
+            run("synthetic_{n}gpu_2", gpus="n", est=40),
+            run("dali_{n}gpu_2", "real", DALI, gpus="n"),
+            run("synthetic_1gpu_2", est=35),
+            run("dali_1gpu_2", "real", DALI, est=40),
+        ],
     },
     "scaling-modes": {
         "measures": "DDP's modes on synthetic data, 1 GPU against --gpus GPUs: torch.compile mode default and "
-                    "CUDA graphs with one graph per step and no buffer broadcast, the one-GPU run side by side "
-                    "on every GPU, and DDP's own defaults (graph cut at the buckets, buffers broadcast)",
-        "items": [run("compile_1gpu", words=COMPILE, est=70),
-                  run("compile_{n}gpu", words=f"{COMPILE} {WHOLE}", gpus="n", est=60),
-                  run("graphs_1gpu", words=GRAPHS, est=60),
-                  run("graphs_{n}gpu", words=f"{GRAPHS} {WHOLE}", gpus="n", est=60),
-                  run("graphs_1gpu_x{n}", words=GRAPHS, side_by_side="n", steps=400, est=60),
-                  run("compile_{n}gpu_ddp_defaults", words=f"{COMPILE} {DDP_OWN}", gpus="n", est=90)],
+        "CUDA graphs with one graph per step and no buffer broadcast, the one-GPU run side by side "
+        "on every GPU, and DDP's own defaults (graph cut at the buckets, buffers broadcast)",
+        "items": [
+            run("compile_1gpu", words=COMPILE, est=70),
+            run("compile_{n}gpu", words=f"{COMPILE} {WHOLE}", gpus="n", est=60),
+            run("graphs_1gpu", words=GRAPHS, est=60),
+            run("graphs_{n}gpu", words=f"{GRAPHS} {WHOLE}", gpus="n", est=60),
+            run("graphs_1gpu_x{n}", words=GRAPHS, side_by_side="n", steps=400, est=60),
+            run("compile_{n}gpu_ddp_defaults", words=f"{COMPILE} {DDP_OWN}", gpus="n", est=90),
+        ],
     },
     "ceilings": {
         "measures": "what the machine can do: a device-to-device copy and bf16/TF32 matrix products, each input "
-                    "path alone (no step), and the step alone (synthetic data, the defaults)",
-        "items": [part("ceilings", 20), part("loaders", 80), run("synthetic", est=60),
-                  run("synthetic_400", est=45, steps=400)],
+        "path alone (no step), and the step alone (synthetic data, the defaults)",
+        "items": [
+            part("ceilings", 20),
+            part("loaders", 80),
+            run("synthetic", est=60),
+            run("synthetic_400", est=45, steps=400),
+        ],
     },
     "check": {
         "measures": "the training step on one real batch from the same weights: the CPU path (fp32, Pillow) "
-                    "against the GPU paths (GPU preprocessing; fp32, TF32, bf16), each step's loss within a "
-                    "tolerance fixed beforehand",
+        "against the GPU paths (GPU preprocessing; fp32, TF32, bf16), each step's loss within a "
+        "tolerance fixed beforehand",
         "items": [part("check", 60)],
     },
 }

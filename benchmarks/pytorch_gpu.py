@@ -12,6 +12,7 @@ the timed steps after the warm-up steps (which hold compilation and cuDNN tuning
 OUT/results.json (everything, per-step times included), OUT/results.md (tables) and, per run,
 OUT/run_<name>/ (its summary, steps and telemetry).
 """
+
 import argparse
 import contextlib
 import io
@@ -39,11 +40,33 @@ TRAINER = "workflow_scripts.train.pytorch_ddp"
 
 def trainer_command(v, work, a):
     run_dir = work / "runs" / v["name"]
-    mode = (["--mode", "accuracy", "--epochs", str(v["epochs"]), "--eval-every", "1"] if v.get("epochs") else
-            ["--mode", "steps", "--warmup-steps", str(a.warmup), "--steps", str(v.get("steps") or a.steps)])
-    args = ["--data-source", v["data"], "--precision", a.precision, "--batch-per-gpu", str(a.batch),
-            "--image-size", str(a.image_size), *mode, "--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.0001",
-            "--seed", "0", "--telemetry-interval", "1.0", *v["words"]]
+    mode = (
+        ["--mode", "accuracy", "--epochs", str(v["epochs"]), "--eval-every", "1"]
+        if v.get("epochs")
+        else ["--mode", "steps", "--warmup-steps", str(a.warmup), "--steps", str(v.get("steps") or a.steps)]
+    )
+    args = [
+        "--data-source",
+        v["data"],
+        "--precision",
+        a.precision,
+        "--batch-per-gpu",
+        str(a.batch),
+        "--image-size",
+        str(a.image_size),
+        *mode,
+        "--lr",
+        "0.1",
+        "--momentum",
+        "0.9",
+        "--weight-decay",
+        "0.0001",
+        "--seed",
+        "0",
+        "--telemetry-interval",
+        "1.0",
+        *v["words"],
+    ]
     args += ["--data", str(work / "lmdb")] if v["data"] == "real" else ["--classes", "1000"]
     cmd = [PY, "-m", TRAINER, *args, "--out", str(run_dir)]
     if v["gpus"] > 1:
@@ -52,21 +75,38 @@ def trainer_command(v, work, a):
 
 
 def part_command(name, a, work):
-    return [PY, "-m", "benchmarks.pytorch_gpu", "--part", name, "--work", str(work), "--batch", str(a.batch),
-            "--image-size", str(a.image_size)]
+    return [
+        PY,
+        "-m",
+        "benchmarks.pytorch_gpu",
+        "--part",
+        name,
+        "--work",
+        str(work),
+        "--batch",
+        str(a.batch),
+        "--image-size",
+        str(a.image_size),
+    ]
 
 
 def shown(cmd, work):
     """cmd as a person would type it: python3, paths under the work directory relative."""
-    return shlex.join("python3" if c == PY else os.path.relpath(c, REPO) if c.startswith(str(work)) else c
-                      for c in cmd)
+    return shlex.join("python3" if c == PY else os.path.relpath(c, REPO) if c.startswith(str(work)) else c for c in cmd)
 
 
 def _run(cmd, timeout, env=None):
     """Run cmd in its own process group and, past the timeout, end the whole group: a launcher's
     ranks must not outlive it holding the GPU."""
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, env={**os.environ, **env} if env else None)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **env} if env else None,
+    )
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -87,8 +127,17 @@ def run_side_by_side(v, work, a, timeout):
     for k in range(v["side_by_side"]):
         cmd, run_dir = trainer_command({**v, "name": f"{v['name']}_gpu{k}"}, work, a)
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(k)}
-        procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        )
         dirs.append(run_dir)
     t = time.perf_counter()
     outputs = []
@@ -99,24 +148,44 @@ def run_side_by_side(v, work, a, timeout):
             for q in procs:
                 os.killpg(q.pid, signal.SIGKILL)
             raise
-    res = {**v, "batch": a.batch, "wall_s": time.perf_counter() - t,
-           "command": f"{v['side_by_side']} x (CUDA_VISIBLE_DEVICES=k {shown(cmd, work)})"}
+    res = {
+        **v,
+        "batch": a.batch,
+        "wall_s": time.perf_counter() - t,
+        "command": f"{v['side_by_side']} x (CUDA_VISIBLE_DEVICES=k {shown(cmd, work)})",
+    }
     if any(p.returncode for p in procs) or not all((d / "summary.json").exists() for d in dirs):
         return {**res, "status": "failed", "error": "\n".join(o[-1200:] for o in outputs)}
     sums = [json.loads((d / "summary.json").read_text()) for d in dirs]
     logs = [[json.loads(line) for line in (d / "steps.jsonl").read_text().splitlines()] for d in dirs]
     # The runs compile for different times: how much of their timed windows (monotonic clock,
     # one per host) actually ran at the same time.
-    windows = [(min(x["t_end"] - x["wall_s"] for x in lg if x["phase"] == "timed"),
-                max(x["t_end"] for x in lg if x["phase"] == "timed")) for lg in logs]
+    windows = [
+        (
+            min(x["t_end"] - x["wall_s"] for x in lg if x["phase"] == "timed"),
+            max(x["t_end"] for x in lg if x["phase"] == "timed"),
+        )
+        for lg in logs
+    ]
     common = max(0.0, min(w[1] for w in windows) - max(w[0] for w in windows))
     overlap = common / (max(w[1] for w in windows) - min(w[0] for w in windows))
-    return {**res, "status": "ok", "images_per_s": sum(s["images_per_s"] for s in sums),
-            "per_gpu": statistics.fmean(s["images_per_s"] for s in sums),
-            "each": [s["images_per_s"] for s in sums], "step_cv": max(s["step_images_per_s_cv"] for s in sums),
-            "stable": all(s["stable"] for s in sums), "settings": sums[0].get("pytorch"), "input_wait_fraction": 0.0,
-            "losses": [x["loss"] for x in logs[0]], "step_wall_s": [x["wall_s"] for x in logs[0]],
-            "gpus": v["side_by_side"], "loss_falls": True, "device": sums[0].get("device"), "timed_overlap": overlap}
+    return {
+        **res,
+        "status": "ok",
+        "images_per_s": sum(s["images_per_s"] for s in sums),
+        "per_gpu": statistics.fmean(s["images_per_s"] for s in sums),
+        "each": [s["images_per_s"] for s in sums],
+        "step_cv": max(s["step_images_per_s_cv"] for s in sums),
+        "stable": all(s["stable"] for s in sums),
+        "settings": sums[0].get("pytorch"),
+        "input_wait_fraction": 0.0,
+        "losses": [x["loss"] for x in logs[0]],
+        "step_wall_s": [x["wall_s"] for x in logs[0]],
+        "gpus": v["side_by_side"],
+        "loss_falls": True,
+        "device": sums[0].get("device"),
+        "timed_overlap": overlap,
+    }
 
 
 def run_logged(v, work, a, timeout):
@@ -129,8 +198,12 @@ def run_logged(v, work, a, timeout):
     wall = time.perf_counter() - t
     (work / "logs").mkdir(exist_ok=True)
     (work / "logs" / f"{v['name']}.log").write_text(output)
-    return run_dir, code, output, {**v, "batch": a.batch, "command": shown(cmd, work), "wall_s": wall,
-                                   "exit_code": code}
+    return (
+        run_dir,
+        code,
+        output,
+        {**v, "batch": a.batch, "command": shown(cmd, work), "wall_s": wall, "exit_code": code},
+    )
 
 
 def run_long_test(t, work, a, timeout):
@@ -140,8 +213,13 @@ def run_long_test(t, work, a, timeout):
     if code or not summary.exists() or not epochs.exists():
         return {**res, "status": "failed", "error": output[-2500:]}
     s = json.loads(summary.read_text())
-    return {**res, "status": "ok", "settings": s.get("pytorch"), "long_test": s.get("long_test"),
-            "epochs_run": [json.loads(line) for line in epochs.read_text().splitlines()]}
+    return {
+        **res,
+        "status": "ok",
+        "settings": s.get("pytorch"),
+        "long_test": s.get("long_test"),
+        "epochs_run": [json.loads(line) for line in epochs.read_text().splitlines()],
+    }
 
 
 def run_variant(v, work, a, timeout):
@@ -158,15 +236,29 @@ def run_variant(v, work, a, timeout):
     kept.mkdir(parents=True, exist_ok=True)
     for f in [summary, run_dir / "steps.jsonl", *run_dir.glob("telemetry.*.csv")]:
         shutil.copy(f, kept / f.name)
-    per_step = {f"step_{k}": [x.get(k) for x in steps] for k in ("wall_s", "input_wait_s", "thread_cpu_s",
-                                                                  "runqueue_wait_s", "device_s")}
-    return {**res, **per_step, "status": "ok", "images_per_s": s["images_per_s"],
-            "per_gpu": s["images_per_s"] / v["gpus"], "step_cv": s["step_images_per_s_cv"], "stable": s["stable"],
-            "device": s.get("device"), "settings": s.get("pytorch"), "workers": s.get("loader_workers"),
-            "input_wait_fraction": s.get("input_wait_s_timed", 0) / s["seconds_timed"],
-            "max_memory_gb": s.get("max_memory_allocated_gb"), "losses": losses,
-            "loss_falls": statistics.fmean(losses[-5:]) < statistics.fmean(losses[:3]), "versions": s.get("versions"),
-            "gpu_input": s.get("gpu_input"), "gpu_clocks": figures.gpu_clocks(run_dir, s["seconds_timed"])}
+    per_step = {
+        f"step_{k}": [x.get(k) for x in steps]
+        for k in ("wall_s", "input_wait_s", "thread_cpu_s", "runqueue_wait_s", "device_s")
+    }
+    return {
+        **res,
+        **per_step,
+        "status": "ok",
+        "images_per_s": s["images_per_s"],
+        "per_gpu": s["images_per_s"] / v["gpus"],
+        "step_cv": s["step_images_per_s_cv"],
+        "stable": s["stable"],
+        "device": s.get("device"),
+        "settings": s.get("pytorch"),
+        "workers": s.get("loader_workers"),
+        "input_wait_fraction": s.get("input_wait_s_timed", 0) / s["seconds_timed"],
+        "max_memory_gb": s.get("max_memory_allocated_gb"),
+        "losses": losses,
+        "loss_falls": statistics.fmean(losses[-5:]) < statistics.fmean(losses[:3]),
+        "versions": s.get("versions"),
+        "gpu_input": s.get("gpu_input"),
+        "gpu_clocks": figures.gpu_clocks(run_dir, s["seconds_timed"]),
+    }
 
 
 def run_part(name, a, work, timeout):
@@ -192,8 +284,11 @@ def arg_parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plan", choices=sorted(plans.PLANS), help="benchmarks/plans.py; --list says what each measures")
     ap.add_argument("--list", action="store_true", help="print the plans and what each measures")
-    ap.add_argument("--dry-run", action="store_true",
-                    help="print the plan's commands, each trainer command checked against the trainer's own flags")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan's commands, each trainer command checked against the trainer's own flags",
+    )
     ap.add_argument("--gpus", type=int, default=2, help="GPUs of the plan's multi-GPU runs")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "pytorch_gpu"))
     ap.add_argument("--work", default=str(REPO / "benchmarks" / "out" / "gpu-work"))
@@ -217,8 +312,9 @@ def selected(a):
     only = set(filter(None, a.only.split(",")))
     unknown = only - {i["name"] for i in items}
     if unknown:
-        raise SystemExit(f"--only: {', '.join(sorted(unknown))} not in plan {a.plan} "
-                         f"({', '.join(i['name'] for i in items)})")
+        raise SystemExit(
+            f"--only: {', '.join(sorted(unknown))} not in plan {a.plan} ({', '.join(i['name'] for i in items)})"
+        )
     return [i for i in items if not only or i["name"] in only]
 
 
@@ -232,14 +328,16 @@ def dry_run(a, items, work):
             print(f"# {item['name']} (about {item['est_s']} s)\n{shown(part_command(item['name'], a, work), work)}")
             continue
         cmd, _ = trainer_command(item, work, a)
-        words = cmd[cmd.index(TRAINER) + 1:]
+        words = cmd[cmd.index(TRAINER) + 1 :]
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err):
                 parser.parse_args(words)
         except SystemExit:
-            raise SystemExit(f"plan {a.plan}, {item['name']}: the trainer refuses its command: "
-                             f"{err.getvalue().strip().splitlines()[-1]}") from None
+            raise SystemExit(
+                f"plan {a.plan}, {item['name']}: the trainer refuses its command: "
+                f"{err.getvalue().strip().splitlines()[-1]}"
+            ) from None
         many = f"{item['side_by_side']} x side by side, " if item.get("side_by_side") else ""
         print(f"# {item['name']} ({many}about {item['est_s']} s)\n{shown(cmd, work)}")
 
@@ -267,12 +365,22 @@ def main(argv=None):
     start = time.perf_counter()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = {"plan": a.plan, "measures": plans.PLANS[a.plan]["measures"], "argv": sys.argv[1:] if argv is None else argv,
-               "date": time.strftime("%Y-%m-%d %H:%M %Z"), "budget_s": a.budget_s, "warmup_steps": a.warmup,
-               "timed_steps": a.steps, "batch_per_gpu": a.batch, "image_size": a.image_size, "cpus": os.cpu_count(),
-               "variants": []}
-    results["nvidia_smi"] = _smi("--query-gpu=name,memory.total,clocks.max.sm,power.limit,driver_version",
-                                 "--format=csv,noheader").splitlines()
+    results = {
+        "plan": a.plan,
+        "measures": plans.PLANS[a.plan]["measures"],
+        "argv": sys.argv[1:] if argv is None else argv,
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "budget_s": a.budget_s,
+        "warmup_steps": a.warmup,
+        "timed_steps": a.steps,
+        "batch_per_gpu": a.batch,
+        "image_size": a.image_size,
+        "cpus": os.cpu_count(),
+        "variants": [],
+    }
+    results["nvidia_smi"] = _smi(
+        "--query-gpu=name,memory.total,clocks.max.sm,power.limit,driver_version", "--format=csv,noheader"
+    ).splitlines()
     results["gpu"] = results["nvidia_smi"][0].split(",")[0] if results["nvidia_smi"] else "no GPU"
     results["topology"] = _smi("topo", "-m")
     # which of the cores DALI's threads and the training thread share are one physical core's
@@ -298,7 +406,9 @@ def main(argv=None):
                 raise TimeoutError(f"time budget: {left():.0f} s left, about {item['est_s']} s needed")
             if kind == "variant":
                 r = run_variant(item, work, a, timeout=max(30, left() + 30))
-                print(f"{name}: {r['status']} {r.get('images_per_s', 0):.0f} images/s ({r['wall_s']:.0f} s)", flush=True)
+                print(
+                    f"{name}: {r['status']} {r.get('images_per_s', 0):.0f} images/s ({r['wall_s']:.0f} s)", flush=True
+                )
             elif kind == "long_test":
                 r = run_long_test(item, work, a, timeout=max(30, left() + 30))
                 print(f"{name}: {r['status']} ({r['wall_s']:.0f} s)", flush=True)

@@ -8,6 +8,7 @@ runs it so after each GPU build). On a machine without the NVIDIA driver an mxne
 imports only with a libcuda.so.1 stub on LD_LIBRARY_PATH (setup.sh makes one); "libcuda" below
 says which libcuda.so.1 was loaded.
 """
+
 import argparse
 import importlib
 import json
@@ -18,8 +19,10 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 HOROVOD_FLAGS = ("nccl_built", "cuda_built", "gloo_built", "mpi_built", "rocm_built", "ddl_built", "ccl_built")
-LIBS = re.compile(r"/(libnccl\.so[.\d]*|libcudart\.so[.\d]*|libcuda\.so[.\d]*|libcudnn\.so[.\d]*|libmxnet\.so"
-                  r"|mpi_lib[^/]*\.so|libtensorflow_framework\.so[.\d]*)$")
+LIBS = re.compile(
+    r"/(libnccl\.so[.\d]*|libcudart\.so[.\d]*|libcuda\.so[.\d]*|libcudnn\.so[.\d]*|libmxnet\.so"
+    r"|mpi_lib[^/]*\.so|libtensorflow_framework\.so[.\d]*)$"
+)
 
 
 def loaded_libraries():
@@ -55,9 +58,12 @@ def mxnet_info():
     from mxnet import runtime
 
     features = runtime.Features()
-    info = {"version": mx.__version__,
-            "features": {f: features.is_enabled(f) for f in
-                         ("CUDA", "CUDNN", "NCCL", "CUDA_RTC", "TENSORRT", "MKLDNN", "OPENMP")}}
+    info = {
+        "version": mx.__version__,
+        "features": {
+            f: features.is_enabled(f) for f in ("CUDA", "CUDNN", "NCCL", "CUDA_RTC", "TENSORRT", "MKLDNN", "OPENMP")
+        },
+    }
     try:
         info["visible_gpus"] = mx.context.num_gpus()
     except Exception as e:  # noqa: BLE001
@@ -76,8 +82,11 @@ def horovod_info(framework):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--require", choices=("tensorflow", "mxnet"),
-                        help="exit 1 unless this framework and its Horovod module are built with CUDA and NCCL")
+    parser.add_argument(
+        "--require",
+        choices=("tensorflow", "mxnet"),
+        help="exit 1 unless this framework and its Horovod module are built with CUDA and NCCL",
+    )
     args = parser.parse_args()
 
     out = {"python": sys.executable, "LD_LIBRARY_PATH": os.environ.get("LD_LIBRARY_PATH", "")}
@@ -111,8 +120,11 @@ def main():
         if not isinstance(hvd, dict):
             problems.append(f"horovod.{args.require}: {hvd}")
         else:
-            problems += [f"horovod.{args.require}.{flag}() is False"
-                         for flag in ("nccl_built", "cuda_built", "gloo_built") if not hvd.get(flag)]
+            problems += [
+                f"horovod.{args.require}.{flag}() is False"
+                for flag in ("nccl_built", "cuda_built", "gloo_built")
+                if not hvd.get(flag)
+            ]
         out["required"] = args.require
         out["problems"] = problems
 

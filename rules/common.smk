@@ -8,7 +8,6 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-
 # The stage modules, importable even from a snakemake installed outside envs/setup.sh's .venv.
 sys.path.insert(0, workflow.basedir)
 from workflow_scripts.common.errors import StageError  # noqa: E402
@@ -57,16 +56,20 @@ if config["training"]["cuda_cache_dir"]:
     _check_writable("training.cuda_cache_dir", config["training"]["cuda_cache_dir"])
 for _system in config["training"]["systems"]:
     if _system not in config["systems"]:
-        raise WorkflowError(f"config training.systems names {_system!r}, which is not defined under config "
-                            f"systems (defined: {', '.join(config['systems'])})")
+        raise WorkflowError(
+            f"config training.systems names {_system!r}, which is not defined under config "
+            f"systems (defined: {', '.join(config['systems'])})"
+        )
 for _system, _sysc in config["systems"].items():
     # Without --cpus-per-task SLURM gives each task one CPU, and its bound ranks' decoding and
     # framework threads (common/cpus.py) all run on it: a GPU run then measures its input, not the GPU.
     if _sysc["gpu_request"] != "none" and _sysc["cpus_per_task"] == 0:
-        raise WorkflowError(f"config systems.{_system}.cpus_per_task = 0 with gpu_request {_sysc['gpu_request']}: "
-                            f"SLURM would give each GPU's task one CPU for its decoding and framework threads. "
-                            f"Fix: set systems.{_system}.cpus_per_task to the node's CPUs divided by its GPUs "
-                            f"(e.g. 10 on a node of 40 cores and 4 GPUs)")
+        raise WorkflowError(
+            f"config systems.{_system}.cpus_per_task = 0 with gpu_request {_sysc['gpu_request']}: "
+            f"SLURM would give each GPU's task one CPU for its decoding and framework threads. "
+            f"Fix: set systems.{_system}.cpus_per_task to the node's CPUs divided by its GPUs "
+            f"(e.g. 10 on a node of 40 cores and 4 GPUs)"
+        )
 
 
 def _sbatch_words(system):
@@ -88,13 +91,16 @@ REPO = Path(workflow.basedir)
 def _interpreter(key, value, setup="bash envs/setup.sh"):
     """An interpreter from config as command words (a container: its runtime's exec line),
     checked now rather than mid-run."""
-    for part in [value] if isinstance(value, str) else [value["container"], value.get("python", ""),
-                                                          *value.get("bind", [])]:
+    for part in (
+        [value] if isinstance(value, str) else [value["container"], value.get("python", ""), *value.get("bind", [])]
+    ):
         _check_path(key, part)
     problem = interpreter.problem(value)
     if problem:
-        raise WorkflowError(f"config {key}: {problem}: run '{setup}' or point {key} at an interpreter (or a "
-                            f"container) that has the packages of envs/")
+        raise WorkflowError(
+            f"config {key}: {problem}: run '{setup}' or point {key} at an interpreter (or a "
+            f"container) that has the packages of envs/"
+        )
     return interpreter.words(value, REPO)
 
 
@@ -146,6 +152,7 @@ def tfrecord_shards(split):
 def encoding_args():
     return ["--resize-shorter", str(CONV["resize_shorter"]), "--quality", str(CONV["jpeg_quality"])]
 
+
 RESULTS = config["results_dir"]
 TRAIN = config["training"]
 FORMAT_OF = {"tensorflow": "tfrecord", "mxnet": "recordio", "pytorch": "lmdb"}
@@ -161,7 +168,8 @@ def placement(system, gpus, key="training.gpus"):
     if nodes > sysc["max_nodes"] or gpus % nodes:
         raise WorkflowError(
             f"config {key} = {gpus} cannot be placed on system {system!r}: {per_node} GPUs per "
-            f"node, at most {sysc['max_nodes']} node(s), and the GPUs must split evenly over the nodes")
+            f"node, at most {sysc['max_nodes']} node(s), and the GPUs must split evenly over the nodes"
+        )
     return nodes, gpus // nodes
 
 
@@ -176,8 +184,9 @@ def _check_partition(system, gpus, key="training.gpus"):
         return
     nodes, per_node = placement(system, gpus, key)
     gpus_per_node = per_node if sysc["gpu_request"] != "none" else 0
-    problem = slurm.placement_problem(sysc["partition"], nodes, per_node, sysc["cpus_per_task"], gpus_per_node,
-                                      sysc["mem_mb"])
+    problem = slurm.placement_problem(
+        sysc["partition"], nodes, per_node, sysc["cpus_per_task"], gpus_per_node, sysc["mem_mb"]
+    )
     if problem:
         raise WorkflowError(f"config systems.{system} ({key} = {gpus}): {problem}")
 
@@ -187,8 +196,11 @@ def _check_partition(system, gpus, key="training.gpus"):
 # (cpu: Pillow in DataLoader workers; gpu: nvJPEG in a thread; dali: NVIDIA DALI, the hardware
 # JPEG engine). auto is a framework's best path on the system's device: for PyTorch dali on a
 # GPU (docs/decisions.md#input) and cpu on a CPU. synthetic: random tensors, no I/O.
-INPUT_PATHS = {"tensorflow": ("cpu", "synthetic"), "mxnet": ("cpu", "synthetic"),
-               "pytorch": ("cpu", "gpu", "dali", "synthetic")}
+INPUT_PATHS = {
+    "tensorflow": ("cpu", "synthetic"),
+    "mxnet": ("cpu", "synthetic"),
+    "pytorch": ("cpu", "gpu", "dali", "synthetic"),
+}
 
 
 def effective_input(system, framework, requested):
@@ -233,11 +245,15 @@ def _check_long_test():
     """A schedule that cannot run as written stops the workflow now, naming the key."""
     epochs, milestones = ACCURACY["epochs"], ACCURACY["milestones"]
     if any(b <= a for a, b in zip(milestones, milestones[1:])) or any(m >= epochs for m in milestones):
-        raise WorkflowError(f"config training.accuracy.milestones = {milestones}: epochs at which the learning rate "
-                            f"decays, rising, each before the last epoch (training.accuracy.epochs = {epochs})")
+        raise WorkflowError(
+            f"config training.accuracy.milestones = {milestones}: epochs at which the learning rate "
+            f"decays, rising, each before the last epoch (training.accuracy.epochs = {epochs})"
+        )
     if ACCURACY["warmup_epochs"] >= epochs:
-        raise WorkflowError(f"config training.accuracy.warmup_epochs = {ACCURACY['warmup_epochs']}: the warm-up "
-                            f"must end before the last epoch (training.accuracy.epochs = {epochs})")
+        raise WorkflowError(
+            f"config training.accuracy.warmup_epochs = {ACCURACY['warmup_epochs']}: the warm-up "
+            f"must end before the last epoch (training.accuracy.epochs = {epochs})"
+        )
 
 
 _check_long_test()
@@ -249,21 +265,40 @@ for _system in TRAIN["systems"]:
 
 
 def _points(gpu_counts, key, where, inputs):
-    return [{"system": s, "framework": f, "precision": p, "gpus": g, "input": i, "nodes": placement(s, g, key)[0],
-             "gpu_request": config["systems"][s]["gpu_request"], "run_dir": where(s, f, p, g, i)}
-            for s in TRAIN["systems"] for f in TRAIN["frameworks"] for p in TRAIN["precisions"] for g in gpu_counts
-            for i in inputs(s, f)]
+    return [
+        {
+            "system": s,
+            "framework": f,
+            "precision": p,
+            "gpus": g,
+            "input": i,
+            "nodes": placement(s, g, key)[0],
+            "gpu_request": config["systems"][s]["gpu_request"],
+            "run_dir": where(s, f, p, g, i),
+        }
+        for s in TRAIN["systems"]
+        for f in TRAIN["frameworks"]
+        for p in TRAIN["precisions"]
+        for g in gpu_counts
+        for i in inputs(s, f)
+    ]
 
 
 # The sweep (the short test): one training run per point and input path.
 SWEEP = _points(TRAIN["gpus"], "training.gpus", run_dir, run_inputs)
 if not SWEEP:
-    raise WorkflowError(f"config training.inputs = {TRAIN['inputs']}: no framework in training.frameworks has any of "
-                        f"these input paths ({', '.join(f'{f}: {list(INPUT_PATHS[f])}' for f in TRAIN['frameworks'])})")
+    raise WorkflowError(
+        f"config training.inputs = {TRAIN['inputs']}: no framework in training.frameworks has any of "
+        f"these input paths ({', '.join(f'{f}: {list(INPUT_PATHS[f])}' for f in TRAIN['frameworks'])})"
+    )
 # Seed 002's long test, beside it: the same systems, frameworks and precisions at its GPU counts,
 # on real data through each framework's default input path.
-LONG_TEST = _points(ACCURACY["gpus"], "training.accuracy.gpus", lambda s, f, p, g, i: accuracy_run_dir(s, f, p, g),
-                    lambda s, f: [effective_input(s, f, "auto")])
+LONG_TEST = _points(
+    ACCURACY["gpus"],
+    "training.accuracy.gpus",
+    lambda s, f, p, g, i: accuracy_run_dir(s, f, p, g),
+    lambda s, f: [effective_input(s, f, "auto")],
+)
 # Every training interpreter the sweep uses exists (or names its container), checked now.
 TRAIN_ENV = {(s, f): framework_env(s, f) for s in TRAIN["systems"] for f in TRAIN["frameworks"]}
 TRAINING_RUNS = [f"{point['run_dir']}/summary.json" for point in SWEEP]
@@ -274,11 +309,31 @@ def _trainer_args(w, path, mode_args):
     """One list item per argument: only what this run's framework and precision use, so editing
     another framework's setting does not rerun it."""
     batch = TRAIN["batch_per_gpu"][w.framework] * (TRAIN["fp16_batch_factor"] if w.precision == "fp16" else 1)
-    args = ["--data", f"{DATA}/{FORMAT_OF[w.framework]}", "--data-source", "synthetic" if path == "synthetic" else "real",
-            "--precision", w.precision, "--batch-per-gpu", batch, "--image-size", TRAIN["image_size"],
-            *mode_args, "--lr", TRAIN["lr"], "--momentum", TRAIN["momentum"],
-            "--weight-decay", TRAIN["weight_decay"], "--decode-threads", TRAIN["decode_threads"],
-            "--seed", TRAIN["seed"], "--telemetry-interval", TRAIN["telemetry_interval"]]
+    args = [
+        "--data",
+        f"{DATA}/{FORMAT_OF[w.framework]}",
+        "--data-source",
+        "synthetic" if path == "synthetic" else "real",
+        "--precision",
+        w.precision,
+        "--batch-per-gpu",
+        batch,
+        "--image-size",
+        TRAIN["image_size"],
+        *mode_args,
+        "--lr",
+        TRAIN["lr"],
+        "--momentum",
+        TRAIN["momentum"],
+        "--weight-decay",
+        TRAIN["weight_decay"],
+        "--decode-threads",
+        TRAIN["decode_threads"],
+        "--seed",
+        TRAIN["seed"],
+        "--telemetry-interval",
+        TRAIN["telemetry_interval"],
+    ]
     if config["systems"][w.system]["gpu_request"] != "none":
         # No silent CPU fallback: the trainer stops before training without a GPU per task.
         args += ["--require-gpu", "--env-key", TRAIN_ENV[w.system, w.framework][0]]
@@ -289,8 +344,20 @@ def _trainer_args(w, path, mode_args):
 
 def trainer_args(w):
     """The trainer's command line of a sweep (short test) run."""
-    return _trainer_args(w, run_input(w), ["--mode", TRAIN["mode"], "--warmup-steps", TRAIN["warmup_steps"],
-                                          "--steps", TRAIN["steps"], "--epochs", TRAIN["epochs"]])
+    return _trainer_args(
+        w,
+        run_input(w),
+        [
+            "--mode",
+            TRAIN["mode"],
+            "--warmup-steps",
+            TRAIN["warmup_steps"],
+            "--steps",
+            TRAIN["steps"],
+            "--epochs",
+            TRAIN["epochs"],
+        ],
+    )
 
 
 def accuracy_args(w):
@@ -298,11 +365,24 @@ def accuracy_args(w):
     mode, steps or inputs (the long test reads the dataset through the framework's default input
     path), so editing either test's keys reruns only that test's runs."""
     a = ACCURACY
-    return _trainer_args(w, effective_input(w.system, w.framework, "auto"), [
-        "--mode", "accuracy", "--epochs", a["epochs"], "--warmup-epochs", a["warmup_epochs"],
-        *(["--milestones", *a["milestones"]] if a["milestones"] else []), "--decay", a["decay"],
-        "--eval-every", a["eval_every"],
-        *(["--target-top1", a["target_top1"]] if a["target_top1"] is not None else [])])
+    return _trainer_args(
+        w,
+        effective_input(w.system, w.framework, "auto"),
+        [
+            "--mode",
+            "accuracy",
+            "--epochs",
+            a["epochs"],
+            "--warmup-epochs",
+            a["warmup_epochs"],
+            *(["--milestones", *a["milestones"]] if a["milestones"] else []),
+            "--decay",
+            a["decay"],
+            "--eval-every",
+            a["eval_every"],
+            *(["--target-top1", a["target_top1"]] if a["target_top1"] is not None else []),
+        ],
+    )
 
 
 def train_python(w):
@@ -349,8 +429,13 @@ def geometry_args(w):
     measurement at its point share it. One item per argument."""
     nodes, per_node = placement(w.system, int(w.gpus))
     sysc = config["systems"][w.system]
-    return [f"--nproc-per-node={per_node}", f"--nodes={nodes}", f"--cpus-per-task={sysc['cpus_per_task']}",
-            f"--srun-args={_gpu_flag(w.system, per_node)}", *comm_args()]
+    return [
+        f"--nproc-per-node={per_node}",
+        f"--nodes={nodes}",
+        f"--cpus-per-task={sysc['cpus_per_task']}",
+        f"--srun-args={_gpu_flag(w.system, per_node)}",
+        *comm_args(),
+    ]
 
 
 def horovod_args(w):
@@ -372,9 +457,11 @@ def _check_horovod_controller():
     if TRAIN["horovod_controller"] != "mpi" or not horovod or not several or IN_SLURM_JOB:
         return
     if shutil.which("srun") is None:
-        raise WorkflowError(f"config training.horovod_controller = mpi: Horovod's ranks ({', '.join(horovod)}, "
-                            f"{max(several)} GPUs) would start through srun's MPI plugin, and this machine has no "
-                            f"srun: use gloo for a run without SLURM")
+        raise WorkflowError(
+            f"config training.horovod_controller = mpi: Horovod's ranks ({', '.join(horovod)}, "
+            f"{max(several)} GPUs) would start through srun's MPI plugin, and this machine has no "
+            f"srun: use gloo for a run without SLURM"
+        )
 
 
 _check_horovod_controller()

@@ -1,18 +1,19 @@
 # The data stage: ILSVRC2012 raw layout -> index -> TFRecord (TensorFlow), RecordIO (MXNet),
 # LMDB (Caffe2's format, read by PyTorch). Paper section IV-E.
 
+
 rule embedded_dataset:
     output:
         directory(f"{DATA}/embedded/ILSVRC2012"),
-    params:
-        py=PY["workflow"],
-        emb=config["dataset"]["embedded"],
     log:
         f"{LOGS}/data/embedded_dataset.log",
     benchmark:
         f"{LOGS}/data/embedded_dataset.bench.tsv"
     conda:
         "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
+        emb=config["dataset"]["embedded"],
     shell:
         "{params.py:q} -m workflow_scripts.data.embedded --out {output:q} "
         "--classes {params.emb[classes]} --train-per-class {params.emb[train_per_class]} "
@@ -25,19 +26,19 @@ rule index_dataset:
         dataset=DATASET_ROOT if EMBEDDED else [],
     output:
         directory(f"{DATA}/index"),
-    params:
-        py=PY["workflow"],
-        root=lambda w, input: input.dataset or DATASET_ROOT,
-        val_labels=config["dataset"]["val_labels"],
-        seed=CONV["shuffle_seed"],
-        max_rejects=CONV["max_reject_fraction"],
-    threads: CONV["threads"]
     log:
         f"{LOGS}/data/index_dataset.log",
     benchmark:
         f"{LOGS}/data/index_dataset.bench.tsv"
     conda:
         "../envs/workflow.yaml"
+    threads: CONV["threads"]
+    params:
+        py=PY["workflow"],
+        root=lambda w, input: input.dataset or DATASET_ROOT,
+        val_labels=config["dataset"]["val_labels"],
+        seed=CONV["shuffle_seed"],
+        max_rejects=CONV["max_reject_fraction"],
     shell:
         "{params.py:q} -m workflow_scripts.data.index --root {params.root:q} --out {output:q} "
         "--val-labels={params.val_labels:q} --seed {params.seed} "
@@ -49,19 +50,19 @@ rule tfrecord:
         rules.index_dataset.output,
     output:
         directory(f"{DATA}/tfrecord"),
-    params:
-        py=PY["tensorflow"],
-        encoding=encoding_args(),
-        train_shards=tfrecord_shards("train"),
-        val_shards=tfrecord_shards("val"),
-        label_offset=CONV["tfrecord"]["label_offset"],
-    threads: CONV["threads"]
     log:
         f"{LOGS}/data/tfrecord.log",
     benchmark:
         f"{LOGS}/data/tfrecord.bench.tsv"
     conda:
         "../envs/tf-mxnet.yaml"
+    threads: CONV["threads"]
+    params:
+        py=PY["tensorflow"],
+        encoding=encoding_args(),
+        train_shards=tfrecord_shards("train"),
+        val_shards=tfrecord_shards("val"),
+        label_offset=CONV["tfrecord"]["label_offset"],
     shell:
         "{params.py:q} -m workflow_scripts.data.tfrecord --index {input:q} --out {output:q} "
         "--threads {threads} {params.encoding:q} --train-shards {params.train_shards} "
@@ -73,16 +74,16 @@ rule recordio:
         rules.index_dataset.output,
     output:
         directory(f"{DATA}/recordio"),
-    params:
-        py=PY["mxnet"],
-        encoding=encoding_args(),
-    threads: CONV["threads"]
     log:
         f"{LOGS}/data/recordio.log",
     benchmark:
         f"{LOGS}/data/recordio.bench.tsv"
     conda:
         "../envs/tf-mxnet.yaml"
+    threads: CONV["threads"]
+    params:
+        py=PY["mxnet"],
+        encoding=encoding_args(),
     shell:
         "{params.py:q} -m workflow_scripts.data.recordio --index {input:q} --out {output:q} "
         "--threads {threads} {params.encoding:q} > {log:q} 2>&1"
@@ -93,16 +94,16 @@ rule lmdb:
         rules.index_dataset.output,
     output:
         directory(f"{DATA}/lmdb"),
-    params:
-        py=PY["pytorch"],
-        encoding=encoding_args(),
-    threads: CONV["threads"]
     log:
         f"{LOGS}/data/lmdb.log",
     benchmark:
         f"{LOGS}/data/lmdb.bench.tsv"
     conda:
         "../envs/torch.yaml"
+    threads: CONV["threads"]
+    params:
+        py=PY["pytorch"],
+        encoding=encoding_args(),
     shell:
         "{params.py:q} -m workflow_scripts.data.lmdb_caffe2 --index {input:q} --out {output:q} "
         "--threads {threads} {params.encoding:q} > {log:q} 2>&1"

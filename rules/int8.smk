@@ -14,17 +14,17 @@ rule int8_split:
         calibration=f"{INT8}/split/calibration.tsv",
         scoring=f"{INT8}/split/scoring.tsv",
         summary=f"{INT8}/split/split.json",
-    params:
-        py=PY["workflow"],
-        batches=calibration_batches(),
-        batch_size=CALIB["batch_size"],
-        out_dir=lambda w, output: os.path.dirname(output.summary),
     log:
         f"{LOGS}/int8/split.log",
     benchmark:
         f"{LOGS}/int8/split.bench.tsv"
     conda:
         "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
+        batches=calibration_batches(),
+        batch_size=CALIB["batch_size"],
+        out_dir=lambda w, output: os.path.dirname(output.summary),
     shell:
         "{params.py:q} -m workflow_scripts.infer.split --index {input:q} --batches {params.batches:q} "
         "--batch-size {params.batch_size:q} --out {params.out_dir:q} > {log:q} 2>&1"
@@ -36,17 +36,17 @@ rule int8_export:
     output:
         onnx=f"{INT8}/{{model}}/fp32.onnx",
         info=f"{INT8}/{{model}}/model.json",
-    params:
-        py=PY["pytorch"],
-        args=export_args,
-        image_size=INFER["image_size"],
-    threads: INFER["threads"]
     log:
         f"{LOGS}/int8/{{model}}/export.log",
     benchmark:
         f"{LOGS}/int8/{{model}}/export.bench.tsv"
     conda:
         "../envs/torch.yaml"
+    threads: INFER["threads"]
+    params:
+        py=PY["pytorch"],
+        args=export_args,
+        image_size=INFER["image_size"],
     shell:
         "{params.py:q} -m workflow_scripts.infer.export --network {wildcards.model} {params.args:q} "
         "--key inference.models.{wildcards.model} --image-size {params.image_size:q} --threads {threads} "
@@ -60,18 +60,18 @@ rule int8_calibrate:
         lmdb=rules.lmdb.output,
     output:
         f"{INT8}/{{model}}/calibration_ranges.json",
-    params:
-        py=PY["pytorch"],
-        args=calibration_args(),
-        image_size=INFER["image_size"],
-        batch_size=CALIB["batch_size"],
-    threads: INFER["threads"]
     log:
         f"{LOGS}/int8/{{model}}/calibrate.log",
     benchmark:
         f"{LOGS}/int8/{{model}}/calibrate.bench.tsv"
     conda:
         "../envs/torch.yaml"
+    threads: INFER["threads"]
+    params:
+        py=PY["pytorch"],
+        args=calibration_args(),
+        image_size=INFER["image_size"],
+        batch_size=CALIB["batch_size"],
     shell:
         "{params.py:q} -m workflow_scripts.infer.calibrate --onnx {input.onnx:q} --images {input.images:q} "
         "--lmdb {input.lmdb:q} --image-size {params.image_size:q} --batch-size {params.batch_size:q} {params.args:q} "
@@ -85,6 +85,12 @@ rule int8_quantize:
     output:
         onnx=f"{INT8}/{{model}}/int8.onnx",
         cache=f"{INT8}/{{model}}/calibration_cache.json",
+    log:
+        f"{LOGS}/int8/{{model}}/quantize.log",
+    benchmark:
+        f"{LOGS}/int8/{{model}}/quantize.bench.tsv"
+    conda:
+        "../envs/torch.yaml"
     params:
         py=PY["pytorch"],
         activations=ACTIVATIONS,
@@ -92,12 +98,6 @@ rule int8_quantize:
         engine=ENGINE,
         per_channel=int(INFER["quantization"]["per_channel"]),
         calibration_images=calibration_batches() * CALIB["batch_size"],
-    log:
-        f"{LOGS}/int8/{{model}}/quantize.log",
-    benchmark:
-        f"{LOGS}/int8/{{model}}/quantize.bench.tsv"
-    conda:
-        "../envs/torch.yaml"
     shell:
         "{params.py:q} -m workflow_scripts.infer.quantize --onnx {input.onnx:q} --ranges {input.ranges:q} "
         "--activations {params.activations:q} --bias {params.bias:q} --engine {params.engine:q} "
@@ -111,18 +111,18 @@ rule int8_engine:
     output:
         engine=f"{INT8}/{{model}}/{{engine}}/{{precision}}.engine",
         info=f"{INT8}/{{model}}/{{engine}}/{{precision}}.engine.json",
-    params:
-        py=PY["pytorch"],
-        args=engine_args(),
-    threads: INFER["threads"]
-    resources:
-        gpu=lambda w: 1 if w.engine == "tensorrt" else None,
     log:
         f"{LOGS}/int8/{{model}}/{{engine}}/{{precision}}.engine.log",
     benchmark:
         f"{LOGS}/int8/{{model}}/{{engine}}/{{precision}}.engine.bench.tsv"
     conda:
         "../envs/torch.yaml"
+    threads: INFER["threads"]
+    resources:
+        gpu=lambda w: 1 if w.engine == "tensorrt" else None,
+    params:
+        py=PY["pytorch"],
+        args=engine_args(),
     shell:
         "{params.py:q} -m workflow_scripts.infer.engine --engine {wildcards.engine} --onnx {input:q} "
         "--precision {wildcards.precision} --threads {threads} {params.args:q} --out {output.engine:q} "
@@ -137,19 +137,19 @@ rule int8_evaluate:
     output:
         counts=f"{INT8}/{{model}}/{{engine}}/{{precision}}.eval.json",
         predictions=f"{INT8}/{{model}}/{{engine}}/{{precision}}.predictions.tsv",
-    params:
-        py=PY["pytorch"],
-        image_size=INFER["image_size"],
-        batch_size=INFER["batch_size"],
-    threads: INFER["threads"]
-    resources:
-        gpu=lambda w: 1 if w.engine == "tensorrt" else None,
     log:
         f"{LOGS}/int8/{{model}}/{{engine}}/{{precision}}.evaluate.log",
     benchmark:
         f"{LOGS}/int8/{{model}}/{{engine}}/{{precision}}.evaluate.bench.tsv"
     conda:
         "../envs/torch.yaml"
+    threads: INFER["threads"]
+    resources:
+        gpu=lambda w: 1 if w.engine == "tensorrt" else None,
+    params:
+        py=PY["pytorch"],
+        image_size=INFER["image_size"],
+        batch_size=INFER["batch_size"],
     shell:
         "{params.py:q} -m workflow_scripts.infer.evaluate --engine {wildcards.engine} --engine-file {input.engine:q} "
         "--precision {wildcards.precision} --network {wildcards.model} --images {input.images:q} --lmdb {input.lmdb:q} "
@@ -159,24 +159,25 @@ rule int8_evaluate:
 
 rule int8_accuracy:
     input:
-        evals=expand(f"{INT8}/{{model}}/{ENGINE}/{{precision}}.eval.json", model=INT8_MODELS,
-                     precision=["fp32", "int8"]),
+        evals=expand(
+            f"{INT8}/{{model}}/{ENGINE}/{{precision}}.eval.json", model=INT8_MODELS, precision=["fp32", "int8"]
+        ),
         caches=expand(rules.int8_quantize.output.cache, model=INT8_MODELS),
         infos=expand(rules.int8_export.output.info, model=INT8_MODELS),
     output:
         csv=f"{RESULTS}/int8_accuracy.csv",
         md=f"{RESULTS}/int8_accuracy.md",
-    params:
-        py=PY["workflow"],
-        root=lambda w, input: Path(input.evals[0]).parents[2],
-        engine=ENGINE,
-        models=INT8_MODELS,
     log:
         f"{LOGS}/int8/accuracy.log",
     benchmark:
         f"{LOGS}/int8/accuracy.bench.tsv"
     conda:
         "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
+        root=lambda w, input: Path(input.evals[0]).parents[2],
+        engine=ENGINE,
+        models=INT8_MODELS,
     shell:
         "{params.py:q} -m workflow_scripts.infer.tables accuracy --root {params.root:q} --engine {params.engine:q} "
         "--models {params.models:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"
@@ -189,20 +190,20 @@ rule int8_throughput_run:
         rules.int8_engine.output.engine,
     output:
         f"{INT8}/{{model}}/{{engine}}/throughput/{{precision}}_bs{{bs}}.json",
-    params:
-        py=PY["pytorch"],
-        image_size=INFER["image_size"],
-        warmup=THROUGHPUT["warmup"],
-        repeats=THROUGHPUT["repeats"],
-    threads: INFER["threads"]
-    resources:
-        gpu=lambda w: 1 if w.engine == "tensorrt" else None,
     log:
         f"{LOGS}/int8/{{model}}/{{engine}}/throughput_{{precision}}_bs{{bs}}.log",
     benchmark:
         f"{LOGS}/int8/{{model}}/{{engine}}/throughput_{{precision}}_bs{{bs}}.bench.tsv"
     conda:
         "../envs/torch.yaml"
+    threads: INFER["threads"]
+    resources:
+        gpu=lambda w: 1 if w.engine == "tensorrt" else None,
+    params:
+        py=PY["pytorch"],
+        image_size=INFER["image_size"],
+        warmup=THROUGHPUT["warmup"],
+        repeats=THROUGHPUT["repeats"],
     shell:
         "{params.py:q} -m workflow_scripts.infer.throughput --engine {wildcards.engine} --engine-file {input:q} "
         "--precision {wildcards.precision} --network {wildcards.model} --image-size {params.image_size:q} "
@@ -212,23 +213,27 @@ rule int8_throughput_run:
 
 rule int8_throughput:
     input:
-        expand(f"{INT8}/{{model}}/{ENGINE}/throughput/{{precision}}_bs{{bs}}.json", model=THROUGHPUT["models"],
-               precision=["fp32", "int8"], bs=BATCH_SIZES),
+        expand(
+            f"{INT8}/{{model}}/{ENGINE}/throughput/{{precision}}_bs{{bs}}.json",
+            model=THROUGHPUT["models"],
+            precision=["fp32", "int8"],
+            bs=BATCH_SIZES,
+        ),
     output:
         csv=f"{RESULTS}/int8_throughput.csv",
         md=f"{RESULTS}/int8_throughput.md",
-    params:
-        py=PY["workflow"],
-        root=lambda w, input: Path(input[0]).parents[3],
-        engine=ENGINE,
-        models=THROUGHPUT["models"],
-        batch_sizes=BATCH_SIZES,
     log:
         f"{LOGS}/int8/throughput.log",
     benchmark:
         f"{LOGS}/int8/throughput.bench.tsv"
     conda:
         "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
+        root=lambda w, input: Path(input[0]).parents[3],
+        engine=ENGINE,
+        models=THROUGHPUT["models"],
+        batch_sizes=BATCH_SIZES,
     shell:
         "{params.py:q} -m workflow_scripts.infer.tables throughput --root {params.root:q} --engine {params.engine:q} "
         "--models {params.models:q} --batch-sizes {params.batch_sizes:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"

@@ -32,8 +32,10 @@ def activation_type():
     if value == "auto":
         return "int8" if TENSORRT else "uint8"
     if TENSORRT and value != "int8":
-        raise WorkflowError(f"config inference.quantization.activations = {value}: TensorRT runs only symmetric "
-                            f"int8 Q/DQ models (explicit quantization); use auto or int8")
+        raise WorkflowError(
+            f"config inference.quantization.activations = {value}: TensorRT runs only symmetric "
+            f"int8 Q/DQ models (explicit quantization); use auto or int8"
+        )
     return value
 
 
@@ -42,8 +44,10 @@ def pipeline_run():
     the most GPUs (in steps mode the one that saw the most images), on its first real-data input
     path, FP32 if it is trained (its weights are FP32 either way)."""
     if "pytorch" not in TRAIN["frameworks"]:
-        raise WorkflowError("config inference.models.resnet50 = pipeline needs the PyTorch training run, but "
-                            "config training.frameworks has no pytorch")
+        raise WorkflowError(
+            "config inference.models.resnet50 = pipeline needs the PyTorch training run, but "
+            "config training.frameworks has no pytorch"
+        )
     precision = "fp32" if "fp32" in TRAIN["precisions"] else TRAIN["precisions"][0]
     system = TRAIN["systems"][0]
     # A sweep of synthetic data only still has weights to quantize (their accuracy means nothing).
@@ -57,20 +61,26 @@ def _check_inference():
         key = f"inference.models.{name}"
         if source == "pipeline":
             if name != "resnet50":
-                raise WorkflowError(f"config {key} = pipeline: the training stage trains ResNet-50 only; give {name} "
-                                    f"'torchvision' or a weights file")
+                raise WorkflowError(
+                    f"config {key} = pipeline: the training stage trains ResNet-50 only; give {name} "
+                    f"'torchvision' or a weights file"
+                )
             pipeline_run()
         elif source != "torchvision" and (_check_path(key, source, file_pattern=True) or not Path(source).is_file()):
-            raise WorkflowError(f"config {key} = {source!r}: no such weights file (or use 'torchvision', or 'pipeline' "
-                                f"for resnet50)")
+            raise WorkflowError(
+                f"config {key} = {source!r}: no such weights file (or use 'torchvision', or 'pipeline' "
+                f"for resnet50)"
+            )
     for name in THROUGHPUT["models"]:
         if name not in INFER["models"]:
             raise WorkflowError(f"config inference.throughput.models names {name}, which is not in inference.models")
     if TENSORRT:
         largest = max(BATCH_SIZES + [INFER["batch_size"]])
         if largest > INFER["tensorrt"]["max_batch"]:
-            raise WorkflowError(f"config inference.tensorrt.max_batch = {INFER['tensorrt']['max_batch']} is below batch "
-                                f"{largest} (inference.throughput.batch_sizes / inference.batch_size)")
+            raise WorkflowError(
+                f"config inference.tensorrt.max_batch = {INFER['tensorrt']['max_batch']} is below batch "
+                f"{largest} (inference.throughput.batch_sizes / inference.batch_size)"
+            )
 
 
 BATCH_SIZES = throughput_batch_sizes()

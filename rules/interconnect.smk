@@ -3,6 +3,7 @@
 # launched exactly as the training run of that point (same launcher, geometry, SLURM resources);
 # its all-reduce of the gradients' size then explains the runs' scaling (scaling.csv).
 
+
 include: "interconnect_common.smk"
 
 
@@ -11,9 +12,18 @@ rule interconnect_collectives:
         preflight=preflight_passed_system,
     output:
         f"{RESULTS}/interconnect/{{system}}/{{gpus}}gpu/torch.json",
+    log:
+        f"{LOGS}/interconnect/{{system}}/{{gpus}}gpu.torch.log",
+    benchmark:
+        f"{LOGS}/interconnect/{{system}}/{{gpus}}gpu.torch.bench.tsv"
     wildcard_constraints:
         system=r"[^/]+",
         gpus=r"\d+",
+    conda:
+        "../envs/torch.yaml"
+    threads: point_threads
+    resources:
+        **POINT_RESOURCES,
     params:
         cuda_cache=TRAIN["cuda_cache_dir"],
         # The launcher runs on the host (it calls srun); the ranks in the system's PyTorch environment.
@@ -22,15 +32,6 @@ rule interconnect_collectives:
         launch=geometry_args,
         args=ic_args,
         device=ic_device,
-    threads: point_threads
-    resources:
-        **POINT_RESOURCES,
-    log:
-        f"{LOGS}/interconnect/{{system}}/{{gpus}}gpu.torch.log",
-    benchmark:
-        f"{LOGS}/interconnect/{{system}}/{{gpus}}gpu.torch.bench.tsv"
-    conda:
-        "../envs/torch.yaml"
     shell:
         "{params.launcher:q} -m workflow_scripts.train.launch {params.launch:q} "
         "--cuda-cache-dir={params.cuda_cache:q} -- {params.py:q} "
@@ -43,9 +44,18 @@ rule interconnect_nccl_tests:
         preflight=preflight_passed_system,
     output:
         f"{RESULTS}/interconnect/{{system}}/{{gpus}}gpu/nccl_tests.json",
+    log:
+        f"{LOGS}/interconnect/{{system}}/{{gpus}}gpu.nccl_tests.log",
+    benchmark:
+        f"{LOGS}/interconnect/{{system}}/{{gpus}}gpu.nccl_tests.bench.tsv"
     wildcard_constraints:
         system=r"[^/]+",
         gpus=r"\d+",
+    conda:
+        "../envs/torch.yaml"
+    threads: point_threads
+    resources:
+        **POINT_RESOURCES,
     params:
         cuda_cache=TRAIN["cuda_cache_dir"],
         # A driver on the host; the binaries run in the system's PyTorch environment (ic_exec).
@@ -55,15 +65,6 @@ rule interconnect_nccl_tests:
         args=ic_args,
         exec=ic_exec,
         srun_mpi=ic_srun_mpi,
-    threads: point_threads
-    resources:
-        **POINT_RESOURCES,
-    log:
-        f"{LOGS}/interconnect/{{system}}/{{gpus}}gpu.nccl_tests.log",
-    benchmark:
-        f"{LOGS}/interconnect/{{system}}/{{gpus}}gpu.nccl_tests.bench.tsv"
-    conda:
-        "../envs/torch.yaml"
     shell:
         "{params.py:q} -m workflow_scripts.interconnect.nccl_tests --build={params.build:q} {params.args:q} "
         "{params.launch:q} --exec={params.exec:q} --srun-mpi={params.srun_mpi:q} "
@@ -77,15 +78,15 @@ rule interconnect_table:
     output:
         csv=report(f"{RESULTS}/interconnect.csv", caption="../report/interconnect.rst", category="Interconnect"),
         markdown=f"{RESULTS}/interconnect.md",
-    params:
-        py=PY["workflow"],
-        points=json.dumps(IC_POINTS),
     log:
         f"{LOGS}/results/interconnect_table.log",
     benchmark:
         f"{LOGS}/results/interconnect_table.bench.tsv"
     conda:
         "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
+        points=json.dumps(IC_POINTS),
     shell:
         "{params.py:q} -m workflow_scripts.interconnect.tables --points {params.points:q} "
         "--out {output.csv:q} > {log:q} 2>&1"
@@ -95,19 +96,23 @@ rule interconnect_figure:
     input:
         rules.interconnect_table.output.csv,
     output:
-        report(f"{RESULTS}/figures/interconnect_busbw.png", caption="../report/interconnect_busbw.rst",
-               category="Interconnect"),
-    params:
-        py=PY["workflow"],
-        # Only the swept systems' links: editing another system's link_gbps redraws nothing.
-        links=json.dumps({s: config["systems"][s]["link_gbps"] for s in TRAIN["systems"]
-                          if "link_gbps" in config["systems"][s]}),
+        report(
+            f"{RESULTS}/figures/interconnect_busbw.png",
+            caption="../report/interconnect_busbw.rst",
+            category="Interconnect",
+        ),
     log:
         f"{LOGS}/results/interconnect_figure.log",
     benchmark:
         f"{LOGS}/results/interconnect_figure.bench.tsv"
     conda:
         "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
+        # Only the swept systems' links: editing another system's link_gbps redraws nothing.
+        links=json.dumps(
+            {s: config["systems"][s]["link_gbps"] for s in TRAIN["systems"] if "link_gbps" in config["systems"][s]}
+        ),
     shell:
         "{params.py:q} -m workflow_scripts.interconnect.figure --table {input:q} --links {params.links:q} "
         "--out {output:q} > {log:q} 2>&1"

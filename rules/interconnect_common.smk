@@ -14,8 +14,10 @@ def ic_max_bytes(system):
 
 for _system in TRAIN["systems"]:
     if ic_max_bytes(_system) < IC["min_bytes"]:
-        raise WorkflowError(f"config interconnect.max_bytes = {ic_max_bytes(_system)} is below interconnect.min_bytes "
-                            f"= {IC['min_bytes']} (system {_system!r})")
+        raise WorkflowError(
+            f"config interconnect.max_bytes = {ic_max_bytes(_system)} is below interconnect.min_bytes "
+            f"= {IC['min_bytes']} (system {_system!r})"
+        )
 
 NCCL_TESTS = IC["nccl_tests"]
 if NCCL_TESTS:
@@ -33,9 +35,18 @@ def ic_dir(system, gpus):
     return f"{RESULTS}/interconnect/{system}/{gpus}gpu"
 
 
-IC_POINTS = [{"system": s, "gpus": g, "nodes": placement(s, g)[0], "torch": f"{ic_dir(s, g)}/torch.json",
-              "nccl_tests": f"{ic_dir(s, g)}/nccl_tests.json" if NCCL_TESTS else ""}
-             for s in TRAIN["systems"] for g in TRAIN["gpus"] if g > 1]
+IC_POINTS = [
+    {
+        "system": s,
+        "gpus": g,
+        "nodes": placement(s, g)[0],
+        "torch": f"{ic_dir(s, g)}/torch.json",
+        "nccl_tests": f"{ic_dir(s, g)}/nccl_tests.json" if NCCL_TESTS else "",
+    }
+    for s in TRAIN["systems"]
+    for g in TRAIN["gpus"]
+    if g > 1
+]
 
 
 def ic_python(w):
@@ -58,9 +69,18 @@ def ic_srun_mpi(w):
 def ic_args(w):
     """The measurement's settings, one list item per argument: only interconnect keys and the
     system's GPU request, so no other config edit reruns it."""
-    return ["--collectives", *IC["collectives"], "--min-bytes", str(IC["min_bytes"]),
-            "--max-bytes", str(ic_max_bytes(w.system)), "--warmup", str(IC["warmup"]),
-            "--iterations", str(IC["iterations"])]
+    return [
+        "--collectives",
+        *IC["collectives"],
+        "--min-bytes",
+        str(IC["min_bytes"]),
+        "--max-bytes",
+        str(ic_max_bytes(w.system)),
+        "--warmup",
+        str(IC["warmup"]),
+        "--iterations",
+        str(IC["iterations"]),
+    ]
 
 
 def ic_device(w):
@@ -69,5 +89,8 @@ def ic_device(w):
 
 
 # The measurements scaling.csv's predictions read: the all-reduces at each system and GPU count > 1.
-IC_ALLREDUCE = [{"system": p["system"], "gpus": p["gpus"], "raw": p["torch"]} for p in IC_POINTS
-                if "all_reduce" in IC["collectives"]]
+IC_ALLREDUCE = [
+    {"system": p["system"], "gpus": p["gpus"], "raw": p["torch"]}
+    for p in IC_POINTS
+    if "all_reduce" in IC["collectives"]
+]

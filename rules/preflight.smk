@@ -4,6 +4,7 @@
 # A pair's training and interconnect jobs wait for its gate file, written only when every check
 # passed, so a broken pair stops the workflow once, with its cause, before any run queues.
 
+
 include: "preflight_common.smk"
 
 
@@ -12,27 +13,27 @@ rule preflight_check:
         data=preflight_data,
     output:
         f"{RESULTS}/preflight/{{system}}/{{framework}}/{{gpus}}gpu.json",
+    log:
+        f"{LOGS}/preflight/{{system}}/{{framework}}_{{gpus}}gpu.log",
+    benchmark:
+        f"{LOGS}/preflight/{{system}}/{{framework}}_{{gpus}}gpu.bench.tsv"
     wildcard_constraints:
         system=r"[^/]+",
         framework="tensorflow|mxnet|pytorch",
         gpus=r"\d+",
+    # A failed check is the answer, not a fluke: the job writes it and never runs again by itself.
+    retries: 0
+    conda:
+        lambda w: "../envs/torch.yaml" if w.framework == "pytorch" else "../envs/tf-mxnet.yaml"
+    threads: point_threads
+    resources:
+        **POINT_RESOURCES,
     params:
         py=PY["workflow"],
         python=train_python,
         launch=launcher_args,
         args=preflight_args,
         cache_command=TRAIN["cache_clear_command"],
-    threads: point_threads
-    # A failed check is the answer, not a fluke: the job writes it and never runs again by itself.
-    retries: 0
-    resources:
-        **POINT_RESOURCES,
-    log:
-        f"{LOGS}/preflight/{{system}}/{{framework}}_{{gpus}}gpu.log",
-    benchmark:
-        f"{LOGS}/preflight/{{system}}/{{framework}}_{{gpus}}gpu.bench.tsv"
-    conda:
-        lambda w: "../envs/torch.yaml" if w.framework == "pytorch" else "../envs/tf-mxnet.yaml"
     shell:
         "{params.py:q} -m workflow_scripts.preflight.job --out {output:q} --system {wildcards.system:q} "
         "--framework {wildcards.framework:q} --python={params.python:q} --data={input.data:q} "
@@ -45,14 +46,14 @@ rule preflight_table:
     output:
         csv=report(f"{RESULTS}/preflight.csv", caption="../report/preflight.rst", category="Preflight"),
         markdown=report(f"{RESULTS}/preflight.md", caption="../report/preflight.rst", category="Preflight"),
-    params:
-        py=PY["workflow"],
     log:
         f"{LOGS}/preflight/table.log",
     benchmark:
         f"{LOGS}/preflight/table.bench.tsv"
     conda:
         "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
     shell:
         "{params.py:q} -m workflow_scripts.preflight.table --results {input:q} --out {output.csv:q} > {log:q} 2>&1"
 
@@ -65,22 +66,21 @@ rule preflight_gate:
         results=lambda w: [preflight_result(w.system, w.framework, g) for g in preflight_gpus(w.system)],
     output:
         f"{RESULTS}/preflight/{{system}}/{{framework}}.ok",
-    wildcard_constraints:
-        system=r"[^/]+",
-        framework="tensorflow|mxnet|pytorch",
-    params:
-        py=PY["workflow"],
-    retries: 0
     log:
         f"{LOGS}/preflight/{{system}}/{{framework}}.gate.log",
     benchmark:
         f"{LOGS}/preflight/{{system}}/{{framework}}.gate.bench.tsv"
+    wildcard_constraints:
+        system=r"[^/]+",
+        framework="tensorflow|mxnet|pytorch",
+    retries: 0
     conda:
         "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
     shell:
         # the failure's one line goes to the workflow's own output (gate.py writes the log itself)
-        "{params.py:q} -m workflow_scripts.preflight.gate --results {input.results:q} --ok {output:q} "
-        "--log {log:q}"
+        "{params.py:q} -m workflow_scripts.preflight.gate --results {input.results:q} --ok {output:q} " "--log {log:q}"
 
 
 rule preflight:

@@ -22,8 +22,9 @@ def preflight_ok(system, framework):
     return f"{RESULTS}/preflight/{system}/{framework}.ok"
 
 
-PREFLIGHT_RESULTS = [preflight_result(s, f, g) for s in TRAIN["systems"] for f in TRAIN["frameworks"]
-                     for g in preflight_gpus(s)]
+PREFLIGHT_RESULTS = [
+    preflight_result(s, f, g) for s in TRAIN["systems"] for f in TRAIN["frameworks"] for g in preflight_gpus(s)
+]
 PREFLIGHT_OKS = [preflight_ok(s, f) for s in TRAIN["systems"] for f in TRAIN["frameworks"]]
 
 
@@ -48,9 +49,19 @@ def preflight_data(w):
 def preflight_args(w):
     """The checks' settings as argument words: preflight keys, the sweep's precisions, the system."""
     sysc = config["systems"][w.system]
-    args = ["--timeout-s", PREFLIGHT["timeout_s"], "--level", "full" if PREFLIGHT["full_data_check"] else "sample",
-            "--precisions", *TRAIN["precisions"], f"--env-key={TRAIN_ENV[w.system, w.framework][0]}",
-            "--cpus-per-task", sysc["cpus_per_task"], "--elements", PREFLIGHT["allreduce_elements"]]
+    args = [
+        "--timeout-s",
+        PREFLIGHT["timeout_s"],
+        "--level",
+        "full" if PREFLIGHT["full_data_check"] else "sample",
+        "--precisions",
+        *TRAIN["precisions"],
+        f"--env-key={TRAIN_ENV[w.system, w.framework][0]}",
+        "--cpus-per-task",
+        sysc["cpus_per_task"],
+        "--elements",
+        PREFLIGHT["allreduce_elements"],
+    ]
     if sysc["gpu_request"] != "none":
         args += ["--require-gpu", f"--gpu-type={sysc['gpu_type']}"]
     return [str(a) for a in args]

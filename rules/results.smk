@@ -2,10 +2,23 @@
 # long test, Fig. 35), and the captions `snakemake --report report.html` shows them with.
 
 
-TRAINING_TABLES = ["training_throughput", "scaling", "fp16_vs_fp32", "system_comparison", "input_paths",
-                   "storage_throughput", "network_throughput"]
-TRAINING_FIGURES = ["fig2_scaling", "fig4_6_system_comparison", "fig5_fp16_vs_fp32", "fig_input_paths", "fig7_storage",
-                    "fig8_network"]
+TRAINING_TABLES = [
+    "training_throughput",
+    "scaling",
+    "fp16_vs_fp32",
+    "system_comparison",
+    "input_paths",
+    "storage_throughput",
+    "network_throughput",
+]
+TRAINING_FIGURES = [
+    "fig2_scaling",
+    "fig4_6_system_comparison",
+    "fig5_fp16_vs_fp32",
+    "fig_input_paths",
+    "fig7_storage",
+    "fig8_network",
+]
 
 
 rule training_tables:
@@ -13,20 +26,22 @@ rule training_tables:
         runs=TRAINING_RUNS,
         interconnect=[p["raw"] for p in IC_ALLREDUCE],
     output:
-        **{t: report(f"{RESULTS}/{t}.csv", caption=f"../report/{t}.rst", category="Training", subcategory="Tables")
-           for t in TRAINING_TABLES},
+        **{
+            t: report(f"{RESULTS}/{t}.csv", caption=f"../report/{t}.rst", category="Training", subcategory="Tables")
+            for t in TRAINING_TABLES
+        },
         markdown=[f"{RESULTS}/{t}.md" for t in TRAINING_TABLES],
-    params:
-        py=PY["workflow"],
-        points=json.dumps(SWEEP),
-        interconnect=json.dumps(IC_ALLREDUCE),
-        out_dir=lambda w, output: os.path.dirname(output.training_throughput),
     log:
         f"{LOGS}/results/training_tables.log",
     benchmark:
         f"{LOGS}/results/training_tables.bench.tsv"
     conda:
         "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
+        points=json.dumps(SWEEP),
+        interconnect=json.dumps(IC_ALLREDUCE),
+        out_dir=lambda w, output: os.path.dirname(output.training_throughput),
     shell:
         "{params.py:q} -m workflow_scripts.results.training_tables --points {params.points:q} "
         "--interconnect {params.interconnect:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
@@ -36,19 +51,22 @@ rule training_figures:
     input:
         rules.training_tables.output,
     output:
-        **{f: report(f"{RESULTS}/figures/{f}.png", caption=f"../report/{f}.rst", category="Training",
-                     subcategory="Figures")
-           for f in TRAINING_FIGURES},
-    params:
-        py=PY["workflow"],
-        tables=lambda w, input: os.path.dirname(input[0]),
-        out_dir=lambda w, output: os.path.dirname(output[0]),
+        **{
+            f: report(
+                f"{RESULTS}/figures/{f}.png", caption=f"../report/{f}.rst", category="Training", subcategory="Figures"
+            )
+            for f in TRAINING_FIGURES
+        },
     log:
         f"{LOGS}/results/training_figures.log",
     benchmark:
         f"{LOGS}/results/training_figures.bench.tsv"
     conda:
         "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
+        tables=lambda w, input: os.path.dirname(input[0]),
+        out_dir=lambda w, output: os.path.dirname(output[0]),
     shell:
         "{params.py:q} -m workflow_scripts.results.training_figures --tables {params.tables:q} "
         "--out-dir {params.out_dir:q} > {log:q} 2>&1"
@@ -59,19 +77,22 @@ rule inference_figures:
         accuracy=rules.int8_accuracy.output.csv,
         throughput=rules.int8_throughput.output.csv,
     output:
-        fig9=report(f"{RESULTS}/figures/fig9_int8_throughput.png", caption="../report/fig9_int8_throughput.rst",
-                    category="Inference"),
+        fig9=report(
+            f"{RESULTS}/figures/fig9_int8_throughput.png",
+            caption="../report/fig9_int8_throughput.rst",
+            category="Inference",
+        ),
         table=report(f"{RESULTS}/int8_vs_study.csv", caption="../report/int8_vs_study.rst", category="Inference"),
         markdown=f"{RESULTS}/int8_vs_study.md",
-    params:
-        py=PY["workflow"],
-        out_dir=lambda w, output: os.path.dirname(output.table),
     log:
         f"{LOGS}/results/inference_figures.log",
     benchmark:
         f"{LOGS}/results/inference_figures.bench.tsv"
     conda:
         "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
+        out_dir=lambda w, output: os.path.dirname(output.table),
     shell:
         "{params.py:q} -m workflow_scripts.results.inference_figures --accuracy {input.accuracy:q} "
         "--throughput {input.throughput:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
@@ -81,18 +102,22 @@ rule time_to_accuracy:
     input:
         LONG_TEST_RUNS,
     output:
-        csv=report(f"{RESULTS}/time_to_accuracy.csv", caption="../report/time_to_accuracy.rst", category="Training",
-                   subcategory="Long test"),
+        csv=report(
+            f"{RESULTS}/time_to_accuracy.csv",
+            caption="../report/time_to_accuracy.rst",
+            category="Training",
+            subcategory="Long test",
+        ),
         markdown=f"{RESULTS}/time_to_accuracy.md",
-    params:
-        py=PY["workflow"],
-        points=json.dumps(LONG_TEST),
     log:
         f"{LOGS}/results/time_to_accuracy.log",
     benchmark:
         f"{LOGS}/results/time_to_accuracy.bench.tsv"
     conda:
         "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
+        points=json.dumps(LONG_TEST),
     shell:
         "{params.py:q} -m workflow_scripts.results.time_to_accuracy --points {params.points:q} "
         "--out {output.csv:q} > {log:q} 2>&1"
@@ -102,16 +127,20 @@ rule time_to_accuracy_figure:
     input:
         rules.time_to_accuracy.output.csv,
     output:
-        report(f"{RESULTS}/figures/fig35_time_to_accuracy.png", caption="../report/fig35_time_to_accuracy.rst",
-               category="Training", subcategory="Long test"),
-    params:
-        py=PY["workflow"],
+        report(
+            f"{RESULTS}/figures/fig35_time_to_accuracy.png",
+            caption="../report/fig35_time_to_accuracy.rst",
+            category="Training",
+            subcategory="Long test",
+        ),
     log:
         f"{LOGS}/results/time_to_accuracy_figure.log",
     benchmark:
         f"{LOGS}/results/time_to_accuracy_figure.bench.tsv"
     conda:
         "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
     shell:
         "{params.py:q} -m workflow_scripts.results.accuracy_figure --table {input:q} --out {output:q} > {log:q} 2>&1"
 
@@ -140,15 +169,15 @@ rule conclusions:
     output:
         csv=report(f"{RESULTS}/conclusions.csv", caption="../report/conclusions.rst", category="Conclusions"),
         markdown=f"{RESULTS}/conclusions.md",
-    params:
-        py=PY["workflow"],
-        tables=lambda w, input: os.path.dirname(input.scaling),
     log:
         f"{LOGS}/results/conclusions.log",
     benchmark:
         f"{LOGS}/results/conclusions.bench.tsv"
     conda:
         "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
+        tables=lambda w, input: os.path.dirname(input.scaling),
     shell:
         "{params.py:q} -m workflow_scripts.results.conclusions --tables {params.tables:q} --out {output.csv:q} "
         "> {log:q} 2>&1"

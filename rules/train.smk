@@ -11,6 +11,10 @@ rule train:
         preflight=preflight_passed,
     output:
         f"{RESULTS}/runs/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}/summary.json",
+    log:
+        f"{LOGS}/train/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}.log",
+    benchmark:
+        f"{LOGS}/train/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}.bench.tsv"
     wildcard_constraints:
         system="[^/]+",  # runs/<system>/accuracy/... is the long test's
         framework="tensorflow|mxnet|pytorch",
@@ -18,6 +22,13 @@ rule train:
         gpus=r"\d+",
         # the input path, when it is not the framework's default (common.smk, input_suffix)
         variant=r"(_(cpu|gpu|dali|synthetic))?",
+    retries: TRAIN["retries"]
+    conda:
+        lambda w: "../envs/torch.yaml" if w.framework == "pytorch" else "../envs/tf-mxnet.yaml"
+    threads: point_threads
+    resources:
+        **POINT_RESOURCES,
+        attempt=lambda w, attempt: attempt,
     params:
         # train/job.py runs in the workflow's environment; the framework's interpreter (or
         # container) starts the rendezvous and the ranks.
@@ -32,17 +43,6 @@ rule train:
         cache_command=TRAIN["cache_clear_command"],
         cuda_cache=TRAIN["cuda_cache_dir"],
         retries=TRAIN["retries"],
-    threads: point_threads
-    retries: TRAIN["retries"]
-    resources:
-        **POINT_RESOURCES,
-        attempt=lambda w, attempt: attempt,
-    log:
-        f"{LOGS}/train/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}.log",
-    benchmark:
-        f"{LOGS}/train/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}.bench.tsv"
-    conda:
-        lambda w: "../envs/torch.yaml" if w.framework == "pytorch" else "../envs/tf-mxnet.yaml"
     shell:
         # train/job.py: empties the run dir (inside results_dir only), clears the page cache on
         # every node, starts the ranks; each attempt keeps its own {log}.attempt<N>; the last
@@ -71,11 +71,11 @@ use rule train as train_accuracy with:
         preflight=preflight_passed,
     output:
         f"{RESULTS}/runs/{{system}}/accuracy/{{framework}}_{{precision}}_{{gpus}}gpu/summary.json",
-    params:
-        # results_dir (output = <results_dir>/runs/<system>/accuracy/<run>/summary.json)
-        results_dir=lambda w, output: Path(output[0]).parents[4],
-        args=accuracy_args,
     log:
         f"{LOGS}/train/{{system}}/accuracy/{{framework}}_{{precision}}_{{gpus}}gpu.log",
     benchmark:
         f"{LOGS}/train/{{system}}/accuracy/{{framework}}_{{precision}}_{{gpus}}gpu.bench.tsv"
+    params:
+        # results_dir (output = <results_dir>/runs/<system>/accuracy/<run>/summary.json)
+        results_dir=lambda w, output: Path(output[0]).parents[4],
+        args=accuracy_args,

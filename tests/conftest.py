@@ -23,8 +23,9 @@ def interpreter(env):
 
 def run_stage(env, module, *args, check=True, timeout=600):
     """Run a stage module with its environment's interpreter, as the rules do."""
-    proc = subprocess.run([interpreter(env), "-m", module, *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [interpreter(env), "-m", module, *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -32,16 +33,24 @@ def run_stage(env, module, *args, check=True, timeout=600):
 
 def run_reader(env, script, *args):
     """Run one of tests/readers/ in a framework's environment; it prints JSON."""
-    proc = subprocess.run([interpreter(env), str(REPO / "tests" / "readers" / script), *map(str, args)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [interpreter(env), str(REPO / "tests" / "readers" / script), *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"{script} failed:\n{proc.stdout}\n{proc.stderr}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def tree_hashes(path):
     path = Path(path)
-    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(path.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="session")
@@ -63,10 +72,26 @@ def small_lmdb(tmp_path_factory):
 
     work = tmp_path_factory.mktemp("small_lmdb")
     embedded.make(work / "ILSVRC2012", classes=5, train_per_class=6, val_per_class=2, seed=11)
-    run_stage("workflow", "workflow_scripts.data.index", "--root", work / "ILSVRC2012", "--out", work / "index",
-              "--threads", "2")
-    run_stage("pytorch", "workflow_scripts.data.lmdb_caffe2", "--index", work / "index", "--out", work / "lmdb",
-              "--threads", "2")
+    run_stage(
+        "workflow",
+        "workflow_scripts.data.index",
+        "--root",
+        work / "ILSVRC2012",
+        "--out",
+        work / "index",
+        "--threads",
+        "2",
+    )
+    run_stage(
+        "pytorch",
+        "workflow_scripts.data.lmdb_caffe2",
+        "--index",
+        work / "index",
+        "--out",
+        work / "lmdb",
+        "--threads",
+        "2",
+    )
     return work / "lmdb"
 
 
@@ -74,10 +99,32 @@ def small_lmdb(tmp_path_factory):
 def quirky_converted(quirky_tree, tmp_path_factory):
     """The quirky tree through the index stage and all three converters."""
     out = tmp_path_factory.mktemp("converted")
-    run_stage("workflow", "workflow_scripts.data.index", "--root", quirky_tree, "--out", out / "index",
-              "--max-reject-fraction", "0.2", "--threads", "2")
-    run_stage("tensorflow", "workflow_scripts.data.tfrecord", "--index", out / "index", "--out",
-              out / "tfrecord", "--train-shards", "3", "--val-shards", "2", "--threads", "2")
+    run_stage(
+        "workflow",
+        "workflow_scripts.data.index",
+        "--root",
+        quirky_tree,
+        "--out",
+        out / "index",
+        "--max-reject-fraction",
+        "0.2",
+        "--threads",
+        "2",
+    )
+    run_stage(
+        "tensorflow",
+        "workflow_scripts.data.tfrecord",
+        "--index",
+        out / "index",
+        "--out",
+        out / "tfrecord",
+        "--train-shards",
+        "3",
+        "--val-shards",
+        "2",
+        "--threads",
+        "2",
+    )
     run_stage("mxnet", "workflow_scripts.data.recordio", "--index", out / "index", "--out", out / "recordio")
     run_stage("pytorch", "workflow_scripts.data.lmdb_caffe2", "--index", out / "index", "--out", out / "lmdb")
     return out
@@ -96,16 +143,25 @@ def source_catalog(root):
     label = {w: i for i, w in enumerate(synsets)}
     val_labels = (root / "imagenet_2012_validation_synset_labels.txt").read_text().split()
     n_val = QUIRKY["classes"] * QUIRKY["val_per_class"]  # broken val files are numbered after these
-    files = {"train": [(p, label[p.parent.name]) for p in (root / "train").rglob("*.JPEG") if "broken" not in p.name],
-             "val": [(p, label[val_labels[n - 1]]) for p in (root / "val").glob("*.JPEG")
-                     if (n := int(p.stem.rsplit("_", 1)[1])) <= n_val]}
+    files = {
+        "train": [(p, label[p.parent.name]) for p in (root / "train").rglob("*.JPEG") if "broken" not in p.name],
+        "val": [
+            (p, label[val_labels[n - 1]])
+            for p in (root / "val").glob("*.JPEG")
+            if (n := int(p.stem.rsplit("_", 1)[1])) <= n_val
+        ],
+    }
     out = {}
     for split, items in files.items():
         out[split] = {}
         for p, lab in items:
             im = Image.open(p)
-            out[split][p.name] = {"label": lab, "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
-                                  "rgb_jpeg": im.format == "JPEG" and im.mode == "RGB", "size": list(im.size)}
+            out[split][p.name] = {
+                "label": lab,
+                "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
+                "rgb_jpeg": im.format == "JPEG" and im.mode == "RGB",
+                "size": list(im.size),
+            }
     return out
 
 
@@ -125,8 +181,21 @@ def write_config(workdir, **overrides):
 
 
 def snakemake(workdir, *args, check=True):
-    proc = subprocess.run([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-                           "--cores", "2", *map(str, args)], capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run(
+        [
+            SNAKEMAKE,
+            "--snakefile",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(workdir),
+            "--cores",
+            "2",
+            *map(str, args),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc

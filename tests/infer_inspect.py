@@ -6,6 +6,7 @@ Per model: op counts; the element type of every QuantizeLinear/DequantizeLinear 
 every stored tensor a DequantizeLinear reads; and, per Conv/Gemm, whether its data input and its
 weight each come straight from a DequantizeLinear (i.e. the op really computes on INT8 values).
 """
+
 import collections
 import json
 import sys
@@ -25,12 +26,21 @@ def describe(path):
         if n.op_type == "DequantizeLinear" and n.input[0] in inits:
             stored_types[str(numpy_helper.to_array(inits[n.input[0]]).dtype)] += 1
         if n.op_type in ("Conv", "Gemm"):
+
             def from_dq(name):
                 p = producer.get(name)
                 return p is not None and p.op_type == "DequantizeLinear"
-            compute.append({"op": n.op_type, "data_from_dq": from_dq(n.input[0]), "weight_from_dq": from_dq(n.input[1])})
-    return {"ops": dict(collections.Counter(n.op_type for n in model.graph.node)), "zero_point_types": dict(zp_types),
-            "stored_types": dict(stored_types), "compute": compute, "opset": [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]}
+
+            compute.append(
+                {"op": n.op_type, "data_from_dq": from_dq(n.input[0]), "weight_from_dq": from_dq(n.input[1])}
+            )
+    return {
+        "ops": dict(collections.Counter(n.op_type for n in model.graph.node)),
+        "zero_point_types": dict(zp_types),
+        "stored_types": dict(stored_types),
+        "compute": compute,
+        "opset": [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")],
+    }
 
 
 print(json.dumps({p: describe(p) for p in sys.argv[1:]}))

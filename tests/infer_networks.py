@@ -9,6 +9,7 @@ listed val images, quantized to a Q/DQ model, and both models run by ONNX Runtim
 Also loads ResNet-50 through the "torchvision" source from a cache directory made here
 (TORCH_HOME), with nothing downloaded.
 """
+
 import json
 import os
 import sys
@@ -36,20 +37,31 @@ for name in models.NETWORKS:
     fp32, int8, ranges = work / f"{name}.fp32.onnx", work / f"{name}.int8.onnx", work / f"{name}.ranges.json"
     with torch.no_grad():
         err = export.export(model, size, fp32)
-    tensors, passes = calibrate.calibrate(fp32, images.batches(lmdb, items, size, 2, 2, "calibrate"), "input",
-                                          "entropy", 256, 99.999, 1, 2)
+    tensors, passes = calibrate.calibrate(
+        fp32, images.batches(lmdb, items, size, 2, 2, "calibrate"), "input", "entropy", 256, 99.999, 1, 2
+    )
     from onnxruntime.quantization.calibrate import save_tensors_data
+
     save_tensors_data(tensors, ranges)
     quantize.quantize(fp32, ranges, int8, "uint8", True)
     summary = quantize.qdq_summary(__import__("onnx").load(int8))
-    logits = {p: ort.InferenceSession(str(f), providers=["CPUExecutionProvider"]).run(None, {"input": batch})[0]
-              for p, f in (("fp32", fp32), ("int8", int8))}
-    out[name] = {"weights": info, "classes": models.classes_of(model, name), "export_error": err, "passes": passes,
-                 "calibrated_tensors": len(tensors.data), "quantized_activations": len(summary["tensors"]),
-                 "stored": summary["stored"], "ops": summary["ops"],
-                 "shapes": {p: list(v.shape) for p, v in logits.items()},
-                 "finite": all(bool(np.isfinite(v).all()) for v in logits.values()),
-                 "seconds": round(time.perf_counter() - start, 1)}
+    logits = {
+        p: ort.InferenceSession(str(f), providers=["CPUExecutionProvider"]).run(None, {"input": batch})[0]
+        for p, f in (("fp32", fp32), ("int8", int8))
+    }
+    out[name] = {
+        "weights": info,
+        "classes": models.classes_of(model, name),
+        "export_error": err,
+        "passes": passes,
+        "calibrated_tensors": len(tensors.data),
+        "quantized_activations": len(summary["tensors"]),
+        "stored": summary["stored"],
+        "ops": summary["ops"],
+        "shapes": {p: list(v.shape) for p, v in logits.items()},
+        "finite": all(bool(np.isfinite(v).all()) for v in logits.values()),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
     for f in (weights, fp32, int8):
         f.unlink()
 
@@ -61,5 +73,9 @@ cached.parent.mkdir(parents=True)
 torch.manual_seed(1)
 torch.save(models.build("resnet50", 1000).state_dict(), cached)
 model, info = models.load("resnet50", "torchvision")
-out["torchvision_cache"] = {"weights": info, "classes": models.classes_of(model, "resnet50"), "expected_file": str(cached)}
+out["torchvision_cache"] = {
+    "weights": info,
+    "classes": models.classes_of(model, "resnet50"),
+    "expected_file": str(cached),
+}
 print(json.dumps(out))

@@ -1,20 +1,21 @@
 """Q/DQ models for tests/test_tensorrt_qdq.py (runs in the torch environment; prints one JSON line).
 
-    infer_qdq_tensorrt.py prepare WORKDIR NETWORK IMAGE_SIZE
-        seeded random weights for NETWORK (16 classes, batch-norm statistics set off identity),
-        exported to WORKDIR/fp32.onnx and calibrated (minmax) on seeded noise into
-        WORKDIR/ranges.json, and quantized as the
-        TensorRT-bound model was before biases had a setting (INT8 activations, INT32 biases)
-        into WORKDIR/int32_biases.onnx
-    infer_qdq_tensorrt.py inspect FP32.onnx MODEL.onnx [MODEL.onnx ...]
-        per model: the element type of what each DequantizeLinear reads (read off the graph
-        here, not by the checker), the checker's violations, and top-1 on ONNX Runtime's CPU
-        engine over a seeded noise batch beside the FP32 model's
-    infer_qdq_tensorrt.py doctor MODEL.onnx WORKDIR
-        copies of MODEL with one defect each (an INT32 weight behind a DequantizeLinear, a
-        non-zero zero point, a Conv weight scaled along the wrong axis, a QuantizeLinear read by
-        a non-DequantizeLinear op), and per copy the nodes doctored and the checker's violations
+infer_qdq_tensorrt.py prepare WORKDIR NETWORK IMAGE_SIZE
+    seeded random weights for NETWORK (16 classes, batch-norm statistics set off identity),
+    exported to WORKDIR/fp32.onnx and calibrated (minmax) on seeded noise into
+    WORKDIR/ranges.json, and quantized as the
+    TensorRT-bound model was before biases had a setting (INT8 activations, INT32 biases)
+    into WORKDIR/int32_biases.onnx
+infer_qdq_tensorrt.py inspect FP32.onnx MODEL.onnx [MODEL.onnx ...]
+    per model: the element type of what each DequantizeLinear reads (read off the graph
+    here, not by the checker), the checker's violations, and top-1 on ONNX Runtime's CPU
+    engine over a seeded noise batch beside the FP32 model's
+infer_qdq_tensorrt.py doctor MODEL.onnx WORKDIR
+    copies of MODEL with one defect each (an INT32 weight behind a DequantizeLinear, a
+    non-zero zero point, a Conv weight scaled along the wrong axis, a QuantizeLinear read by
+    a non-DequantizeLinear op), and per copy the nodes doctored and the checker's violations
 """
+
 import collections
 import json
 import sys
@@ -77,8 +78,9 @@ def inspect(fp32, paths):
     import onnxruntime as ort
 
     shape = onnx.load(fp32).graph.input[0].type.tensor_type.shape.dim
-    x = np.random.default_rng(1).standard_normal((64, 3, shape[2].dim_value or 32, shape[3].dim_value or 32),
-                                                 dtype=np.float32)
+    x = np.random.default_rng(1).standard_normal(
+        (64, 3, shape[2].dim_value or 32, shape[3].dim_value or 32), dtype=np.float32
+    )
 
     def top1(path):
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -89,8 +91,13 @@ def inspect(fp32, paths):
     for p in paths:
         model = onnx.load(p)
         t = top1(p)
-        out[p] = {"dq_inputs": dq_input_types(model), "violations": qdq_rules.violations(model),
-                  "top1": t.tolist(), "same_top1_as_fp32": int((t == ref).sum()), "images": len(ref)}
+        out[p] = {
+            "dq_inputs": dq_input_types(model),
+            "violations": qdq_rules.violations(model),
+            "top1": t.tolist(),
+            "same_top1_as_fp32": int((t == ref).sum()),
+            "images": len(ref),
+        }
     return out
 
 
@@ -110,8 +117,13 @@ def doctor(path, work):
         m.CopyFrom(model)
         return m, {n.name: n for n in m.graph.node}, {t.name: t for t in m.graph.initializer}
 
-    conv_w = next(n for n in nodes if n.op_type == "DequantizeLinear" and n.input[0] in inits
-                  and any(c.op_type == "Conv" and c.input[1] == n.output[0] for c in nodes))
+    conv_w = next(
+        n
+        for n in nodes
+        if n.op_type == "DequantizeLinear"
+        and n.input[0] in inits
+        and any(c.op_type == "Conv" and c.input[1] == n.output[0] for c in nodes)
+    )
     act_q = next(n for n in nodes if n.op_type == "QuantizeLinear" and n.input[0] not in inits)
     act_dq = [n.name for n in nodes if n.op_type == "DequantizeLinear" and n.input[0] == act_q.output[0]]
 

@@ -7,6 +7,7 @@ on n1 and n2 see two hosts that reach each other over a network, and the machine
 configuration and /etc/hosts are left alone. Nothing is started through systemd (there is none);
 everything is stopped by PID. Needs root, unshare/nsenter and `ip netns`.
 """
+
 import os
 import shutil
 import socket
@@ -104,24 +105,40 @@ class Cluster:
     def slurm_conf(self):
         b = self.base
         lines = [
-            MARK, "ClusterName=dlscale-test",
-            f"SlurmctldHost={self.ctl_host}({CTL_ADDR})", f"SlurmctldPort={CTL_PORT}", f"SlurmdPort={NODE_PORT}",
-            "SlurmUser=root", "SlurmdUser=root",
-            "AuthType=auth/munge", f"AuthInfo=socket={b}/munge/munge.socket", "CryptoType=crypto/munge",
+            MARK,
+            "ClusterName=dlscale-test",
+            f"SlurmctldHost={self.ctl_host}({CTL_ADDR})",
+            f"SlurmctldPort={CTL_PORT}",
+            f"SlurmdPort={NODE_PORT}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            f"AuthInfo=socket={b}/munge/munge.socket",
+            "CryptoType=crypto/munge",
             # No cgroups here: track processes by parentage; bind tasks to CPUs only where asked.
-            "ProctrackType=proctrack/linuxproc", f"TaskPlugin={self.task_plugin}", "MpiDefault=none",
-            "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core_Memory", "SchedulerType=sched/backfill",
+            "ProctrackType=proctrack/linuxproc",
+            f"TaskPlugin={self.task_plugin}",
+            "MpiDefault=none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory",
+            "SchedulerType=sched/backfill",
             "ReturnToService=2",
             # Finished jobs stay visible to squeue, which the executor plugin polls without slurmdbd.
             "MinJobAge=300",
-            "AccountingStorageType=accounting_storage/none", "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "JobAcctGatherType=jobacct_gather/none",
             "JobCompType=jobcomp/none",
-            f"StateSaveLocation={b}/state/ctld", f"SlurmdSpoolDir={b}/state/%n",
-            f"SlurmctldPidFile={b}/run/slurmctld.pid", f"SlurmdPidFile={b}/run/slurmd-%n.pid",
-            f"SlurmctldLogFile={b}/log/slurmctld.log", f"SlurmdLogFile={b}/log/slurmd-%n.log",
+            f"StateSaveLocation={b}/state/ctld",
+            f"SlurmdSpoolDir={b}/state/%n",
+            f"SlurmctldPidFile={b}/run/slurmctld.pid",
+            f"SlurmdPidFile={b}/run/slurmd-%n.pid",
+            f"SlurmctldLogFile={b}/log/slurmctld.log",
+            f"SlurmdLogFile={b}/log/slurmd-%n.log",
         ]
         for i, n in enumerate(self.nodes):
-            lines.append(f"NodeName={n} NodeAddr={self.addr(i)} CPUs={self.cpus} RealMemory={self.memory_mb} State=UNKNOWN")
+            lines.append(
+                f"NodeName={n} NodeAddr={self.addr(i)} CPUs={self.cpus} RealMemory={self.memory_mb} State=UNKNOWN"
+            )
         lines.append(f"PartitionName={PARTITION} Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP")
         return "\n".join(lines) + "\n"
 
@@ -137,12 +154,25 @@ class Cluster:
         _sh("/usr/sbin/slurmctld", "-i")
         self._remember("slurmctld", self.path("run", "slurmctld.pid"))
         hosts = self.path("hosts")
-        hosts.write_text("127.0.0.1 localhost\n" + "".join(f"{self.addr(i)} {n}\n" for i, n in enumerate(self.nodes))
-                         + f"{CTL_ADDR} {self.ctl_host}\n")
+        hosts.write_text(
+            "127.0.0.1 localhost\n"
+            + "".join(f"{self.addr(i)} {n}\n" for i, n in enumerate(self.nodes))
+            + f"{CTL_ADDR} {self.ctl_host}\n"
+        )
         for n in self.nodes:
             inner = f"mount --bind {hosts} /etc/hosts && hostname {n} && exec /usr/sbin/slurmd -N {n}"
-            _sh("nsenter", f"--net=/run/netns/dls-{n}", "unshare", "--mount", "--uts", "--propagation", "private",
-                "sh", "-c", inner)
+            _sh(
+                "nsenter",
+                f"--net=/run/netns/dls-{n}",
+                "unshare",
+                "--mount",
+                "--uts",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                inner,
+            )
             self._remember(f"slurmd-{n}", self.path("run", f"slurmd-{n}.pid"))
         self.wait_idle()
         return self
@@ -179,8 +209,18 @@ class Cluster:
         shutil.chown(key, "munge", "munge")
         d.chmod(0o755)  # munged insists that clients can reach its socket
         key.chmod(0o400)
-        _sh("runuser", "-u", "munge", "--", "/usr/sbin/munged", f"--socket={d}/munge.socket", f"--key-file={key}",
-            f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log", f"--seed-file={d}/munged.seed")
+        _sh(
+            "runuser",
+            "-u",
+            "munge",
+            "--",
+            "/usr/sbin/munged",
+            f"--socket={d}/munge.socket",
+            f"--key-file={key}",
+            f"--pid-file={d}/munged.pid",
+            f"--log-file={d}/munged.log",
+            f"--seed-file={d}/munged.seed",
+        )
         self._remember("munged", d / "munged.pid")
 
     def wait_idle(self, timeout=90):

@@ -2,6 +2,7 @@
 outputs: top-1/top-5 recounted from each rank's saved predictions, every val image scored exactly
 once, per-epoch times that add up to the summary's, the run stopping at its target, the table and
 figure, and reruns after an edit."""
+
 import csv
 import json
 import subprocess
@@ -114,11 +115,42 @@ def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(pipe
     network scores at least 1%, so the run stops after epoch 2, both ranks together."""
     py = interpreter("pytorch")
     proc = subprocess.run(
-        [interpreter("workflow"), "-m", "workflow_scripts.train.launch", "--nproc-per-node", "2", "--", py, "-m",
-         "workflow_scripts.train.pytorch_ddp", "--data", str(pipeline_run / "data" / "lmdb"), "--batch-per-gpu", "16",
-         "--image-size", "32", "--mode", "accuracy", "--epochs", "4", "--eval-every", "2", "--milestones", "1",
-         "--target-top1", "1", "--out", str(tmp_path), "--telemetry-interval", "0"],
-        cwd=REPO, capture_output=True, text=True, timeout=900)
+        [
+            interpreter("workflow"),
+            "-m",
+            "workflow_scripts.train.launch",
+            "--nproc-per-node",
+            "2",
+            "--",
+            py,
+            "-m",
+            "workflow_scripts.train.pytorch_ddp",
+            "--data",
+            str(pipeline_run / "data" / "lmdb"),
+            "--batch-per-gpu",
+            "16",
+            "--image-size",
+            "32",
+            "--mode",
+            "accuracy",
+            "--epochs",
+            "4",
+            "--eval-every",
+            "2",
+            "--milestones",
+            "1",
+            "--target-top1",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--telemetry-interval",
+            "0",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs, lt = epochs_of(tmp_path), summary_of(tmp_path)["long_test"]
     assert [(r["epoch"], r["top1"] is not None) for r in recs] == [(1, False), (2, True)]
@@ -127,8 +159,10 @@ def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(pipe
     assert lt["result"].startswith("reached top-1 >= 1% at epoch 2")
     assert recs[0]["val_images"] == 0 and recs[0]["lr"] == pytest.approx(0.1 * 32 / 256)
     assert recs[1]["lr"] == pytest.approx(0.1 * 32 / 256 * 0.1)
-    assert sorted(p.name for p in (tmp_path / "predictions").iterdir()) == ["epoch002.rank0.tsv.gz",
-                                                                             "epoch002.rank1.tsv.gz"]
+    assert sorted(p.name for p in (tmp_path / "predictions").iterdir()) == [
+        "epoch002.rank0.tsv.gz",
+        "epoch002.rank1.tsv.gz",
+    ]
     digests = [json.loads((tmp_path / f"rank{r}.json").read_text())["weights_sha256"]["final"] for r in (0, 1)]
     assert digests[0] == digests[1]
 
@@ -137,7 +171,8 @@ def test_schedule_is_seed_002s_step_schedule():
     steps_per_epoch = 1281167 // 1024  # ILSVRC2012 at 8 x 128 images
     lr = harness.Schedule(0.4, steps_per_epoch, 0, [10, 60], 0.1)
     assert [lr(e * steps_per_epoch) for e in (0, 9, 10, 59, 60, 89)] == pytest.approx(
-        [0.4, 0.4, 0.04, 0.04, 0.004, 0.004])
+        [0.4, 0.4, 0.04, 0.04, 0.004, 0.004]
+    )
     assert lr(10 * steps_per_epoch - 1) == 0.4
     warm = harness.Schedule(0.4, 10, 2, [10], 0.1)  # linear warm-up over 2 epochs = 20 steps
     assert [warm(s) for s in (0, 9, 19, 20, 99, 100)] == pytest.approx([0.02, 0.2, 0.4, 0.4, 0.4, 0.04])
@@ -163,7 +198,9 @@ def test_table_has_one_row_per_long_test_run_with_the_runs_numbers(pipeline_run)
         for key in ("time_to_target_s", "final_top1", "final_top5", "train_s", "eval_s", "elapsed_s"):
             assert getattr(row, key) == pytest.approx(lt[key]), key
         assert row.train_images_per_s == pytest.approx(s["images_timed"] / lt["train_s"])
-        assert str(row.milestones) == " ".join(f"{m:g}" for m in ACCURACY["milestones"]) and row.lr == pytest.approx(0.0125)
+        assert str(row.milestones) == " ".join(f"{m:g}" for m in ACCURACY["milestones"]) and row.lr == pytest.approx(
+            0.0125
+        )
         assert row.git_commit and s["provenance"]["code"]["commit"].startswith(row.git_commit)
         assert row.device.startswith("CPU: ")
     md = (pipeline_run / "results" / "time_to_accuracy.md").read_text()
@@ -194,12 +231,15 @@ def test_editing_a_long_test_key_reruns_only_the_long_test(pipeline_run):
     assert planned_jobs(pipeline_run) == {}
 
 
-@pytest.mark.parametrize("key, value, why", [
-    ("training__accuracy__milestones", [3, 2], "config training.accuracy.milestones = [3, 2]"),
-    ("training__accuracy__milestones", [ACCURACY["epochs"]], "before the last epoch"),
-    ("training__accuracy__gpus", [3], "config training.accuracy.gpus = 3 cannot be placed on system 'local'"),
-    ("training__accuracy__target_top1", 120, "target_top1"),
-])
+@pytest.mark.parametrize(
+    "key, value, why",
+    [
+        ("training__accuracy__milestones", [3, 2], "config training.accuracy.milestones = [3, 2]"),
+        ("training__accuracy__milestones", [ACCURACY["epochs"]], "before the last epoch"),
+        ("training__accuracy__gpus", [3], "config training.accuracy.gpus = 3 cannot be placed on system 'local'"),
+        ("training__accuracy__target_top1", 120, "target_top1"),
+    ],
+)
 def test_a_long_test_that_cannot_run_stops_at_parse_time_naming_the_key(tmp_path, key, value, why):
     write_config(tmp_path, **{key: value})
     proc = snakemake(tmp_path, "-n", check=False)

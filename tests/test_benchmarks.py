@@ -3,6 +3,7 @@ existing script, plan, trainer flag or Snakemake rule, and parses. The benchmark
 checked with their own --dry-run (no GPU needed); a trainer command, and every plan's trainer
 command, with pytorch_ddp's own argument parser, so a plan that uses a flag the trainer no longer
 has fails here."""
+
 import json
 import re
 import shlex
@@ -78,7 +79,7 @@ def jobs_of(cmds):
     for words in cmds:
         shown = " ".join(words)
         if "-m" in words:
-            module, argv = words[words.index("-m") + 1], words[words.index("-m") + 2:]
+            module, argv = words[words.index("-m") + 1], words[words.index("-m") + 2 :]
             if module == TRAINER:
                 jobs.append(("trainer", argv))
             elif module.startswith("benchmarks."):
@@ -89,7 +90,7 @@ def jobs_of(cmds):
             i = next(i for i, w in enumerate(words) if w.startswith("benchmarks/"))
             if not (REPO / words[i]).exists():
                 problems.append(f"{shown}: no {words[i]}")
-            jobs.append((words[i][:-3].replace("/", "."), [w.replace("$OUT", "/tmp/out") for w in words[i + 1:]]))
+            jobs.append((words[i][:-3].replace("/", "."), [w.replace("$OUT", "/tmp/out") for w in words[i + 1 :]]))
         elif words[0].endswith("snakemake"):
             targets = [w for w in words[1:] if not w.startswith("-")]
             problems += [f"{shown}: no rule {t}" for t in targets if "/" not in t and t not in known]
@@ -99,21 +100,32 @@ def jobs_of(cmds):
 def test_every_command_of_docs_benchmarks_names_something_that_exists_and_parses():
     jobs, problems = jobs_of(commands(DOC.read_text()))
     assert any(m == "benchmarks.pytorch_gpu" for m, _ in jobs), "no pytorch_gpu command found in the document"
-    assert {m for m, _ in jobs} >= {"benchmarks.pipeline_gpu", "benchmarks.conversion", "benchmarks.int8_throughput",
-                                    "trainer"}
-    proc = subprocess.run([interpreter("pytorch"), "-c", DRIVER, json.dumps(jobs)], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
+    assert {m for m, _ in jobs} >= {
+        "benchmarks.pipeline_gpu",
+        "benchmarks.conversion",
+        "benchmarks.int8_throughput",
+        "trainer",
+    }
+    proc = subprocess.run(
+        [interpreter("pytorch"), "-c", DRIVER, json.dumps(jobs)], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     failures = json.loads(proc.stdout.strip().splitlines()[-1])
     refused = [f for f in failures if f.startswith("refused")]
-    assert refused and "--no-such-flag" in refused[0], f"a plan with an unknown trainer flag was not refused: {failures}"
+    assert refused and "--no-such-flag" in refused[0], (
+        f"a plan with an unknown trainer flag was not refused: {failures}"
+    )
     assert not problems + [f for f in failures if not f.startswith("refused")]
 
 
 def test_the_command_parser_finds_commands_in_chains_and_continuations():
-    text = ("## x\n```bash\nexport A=1\nmkdir -p /tmp/c && A=2 python3 benchmarks/pipeline_gpu.py --out $OUT \\\n"
-            "  --budget-s 5   # note\npython3 -m benchmarks.pytorch_gpu --plan nope\n.venv/bin/snakemake no_such_rule\n```\n")
+    text = (
+        "## x\n```bash\nexport A=1\nmkdir -p /tmp/c && A=2 python3 benchmarks/pipeline_gpu.py --out $OUT \\\n"
+        "  --budget-s 5   # note\npython3 -m benchmarks.pytorch_gpu --plan nope\n.venv/bin/snakemake no_such_rule\n```\n"  # noqa: E501
+    )
     jobs, problems = jobs_of(commands(text))
-    assert jobs == [("benchmarks.pipeline_gpu", ["--out", "/tmp/out", "--budget-s", "5"]),
-                    ("benchmarks.pytorch_gpu", ["--plan", "nope"])]
+    assert jobs == [
+        ("benchmarks.pipeline_gpu", ["--out", "/tmp/out", "--budget-s", "5"]),
+        ("benchmarks.pytorch_gpu", ["--plan", "nope"]),
+    ]
     assert problems == [".venv/bin/snakemake no_such_rule: no rule no_such_rule"]

@@ -2,6 +2,7 @@
 tells a bound rank (its own --cpus-per-task CPUs) from ranks that share the node, and the study's
 per-rank counts on each. The same rules on the local SLURM cluster with task binding:
 tests/test_slurm_threads.py."""
+
 import os
 import subprocess
 import sys
@@ -13,17 +14,20 @@ from workflow_scripts.common import cpus
 from workflow_scripts.common.launch import Launch
 
 
-@pytest.mark.parametrize("allowed, node, local_size, source, per_task, bound", [
-    (40, 40, 4, "env", 0, False),       # local launcher on the whole node
-    (40, 40, 4, "slurm", 10, False),    # SLURM with task/none: every task sees the node
-    (10, 40, 4, "slurm", 10, True),     # task/affinity: 10 CPUs of its own
-    (1, 2, 2, "slurm", 1, True),        # the test cluster's node, cpus_per_task 1
-    (1, 40, 4, "slurm", 0, True),       # cpus_per_task 0: SLURM's one CPU per task
-    (40, 40, 1, "single", 0, False),
-    (4, 64, 1, "single", 0, True),      # one process under taskset
-    (8, 64, 2, "env", 0, False),        # local launcher in a container's cpuset: its ranks share it
-    (20, 40, 2, "slurm", 10, False),    # step-wide cpuset (task/cgroup, no per-task binding)
-])
+@pytest.mark.parametrize(
+    "allowed, node, local_size, source, per_task, bound",
+    [
+        (40, 40, 4, "env", 0, False),  # local launcher on the whole node
+        (40, 40, 4, "slurm", 10, False),  # SLURM with task/none: every task sees the node
+        (10, 40, 4, "slurm", 10, True),  # task/affinity: 10 CPUs of its own
+        (1, 2, 2, "slurm", 1, True),  # the test cluster's node, cpus_per_task 1
+        (1, 40, 4, "slurm", 0, True),  # cpus_per_task 0: SLURM's one CPU per task
+        (40, 40, 1, "single", 0, False),
+        (4, 64, 1, "single", 0, True),  # one process under taskset
+        (8, 64, 2, "env", 0, False),  # local launcher in a container's cpuset: its ranks share it
+        (20, 40, 2, "slurm", 10, False),  # step-wide cpuset (task/cgroup, no per-task binding)
+    ],
+)
 def test_bound_or_shared(allowed, node, local_size, source, per_task, bound):
     assert cpus.is_bound(allowed, node, local_size, source, per_task) is bound
 
@@ -31,10 +35,16 @@ def test_bound_or_shared(allowed, node, local_size, source, per_task, bound):
 def test_the_studys_rules_per_rank():
     # The README's node: 40 cores, 4 GPUs. Bound to 10 cores each, or all four ranks on the node
     # unbound: each rank decodes with 10 - 4 threads (the node: 40 - 4 per GPU), 10 intra-op.
-    for c in (cpus.CPUs(allowed=10, cores=10, bound=True, local_size=4),
-              cpus.CPUs(allowed=40, cores=40, bound=False, local_size=4)):
-        assert (c.per_rank, c.cores_per_rank, c.tf_decode_threads(gpu=True), c.tf_decode_threads(gpu=False)) == \
-            (10, 10, 6, 10)
+    for c in (
+        cpus.CPUs(allowed=10, cores=10, bound=True, local_size=4),
+        cpus.CPUs(allowed=40, cores=40, bound=False, local_size=4),
+    ):
+        assert (c.per_rank, c.cores_per_rank, c.tf_decode_threads(gpu=True), c.tf_decode_threads(gpu=False)) == (
+            10,
+            10,
+            6,
+            10,
+        )
     # Hyperthreads: 20 CPUs on 10 cores per rank.
     ht = cpus.CPUs(allowed=20, cores=10, bound=True, local_size=4)
     assert (ht.per_rank, ht.tf_decode_threads(gpu=True)) == (20, 6)
@@ -44,8 +54,14 @@ def test_the_studys_rules_per_rank():
     shared_small = cpus.CPUs(allowed=2, cores=2, bound=False, local_size=4)
     assert shared_small.per_rank == shared_small.cores_per_rank == 1
     d = one.describe(intra_op=1, decode=1)
-    assert d == {"allowed": 1, "cores": 1, "bound": True, "local_size": 2, "per_rank": 1,
-                 "threads": {"intra_op": 1, "decode": 1}}
+    assert d == {
+        "allowed": 1,
+        "cores": 1,
+        "bound": True,
+        "local_size": 2,
+        "per_rank": 1,
+        "threads": {"intra_op": 1, "decode": 1},
+    }
 
 
 def test_read_from_the_affinity_set_and_the_cores_in_it(tmp_path):
@@ -55,16 +71,19 @@ def test_read_from_the_affinity_set_and_the_cores_in_it(tmp_path):
         d = tmp_path / f"cpu{cpu}" / "topology"
         d.mkdir(parents=True)
         (d / "thread_siblings_list").write_text("0-1\n")
-    code = ("import os, pathlib, sys; from workflow_scripts.common import cpus; from workflow_scripts.common.launch import Launch;"
-            "os.sched_setaffinity(0, {0});"
-            "one = cpus.of(Launch(source='single'), env={}, root=pathlib.Path(sys.argv[1]));"
-            "os.sched_setaffinity(0, {0, 1});"
-            "two = cpus.of(Launch(source='env', local_size=2), env={}, root=pathlib.Path(sys.argv[1]));"
-            "print(one.allowed, one.cores, one.bound, two.allowed, two.cores, two.bound, two.per_rank)")
+    code = (
+        "import os, pathlib, sys; from workflow_scripts.common import cpus; from workflow_scripts.common.launch import Launch;"  # noqa: E501
+        "os.sched_setaffinity(0, {0});"
+        "one = cpus.of(Launch(source='single'), env={}, root=pathlib.Path(sys.argv[1]));"
+        "os.sched_setaffinity(0, {0, 1});"
+        "two = cpus.of(Launch(source='env', local_size=2), env={}, root=pathlib.Path(sys.argv[1]));"
+        "print(one.allowed, one.cores, one.bound, two.allowed, two.cores, two.bound, two.per_rank)"
+    )
     if len(os.sched_getaffinity(0)) < 2 or os.cpu_count() < 2:
         pytest.skip("needs 2 CPUs")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=REPO, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["1", "1", "True", "2", "1", "False", "1"]
     assert cpus.of(Launch()).allowed == len(os.sched_getaffinity(0))
@@ -73,9 +92,14 @@ def test_read_from_the_affinity_set_and_the_cores_in_it(tmp_path):
 def test_no_trainer_counts_threads_from_the_node():
     """Every thread count of the trainers and the interconnect stage comes from common.cpus."""
     files = sorted((REPO / "workflow_scripts" / "train").glob("*.py")) + [
-        REPO / "workflow_scripts" / "interconnect" / "collectives.py"]
-    found = [f"{f.relative_to(REPO)}:{n}" for f in files for n, line in enumerate(f.read_text().splitlines(), 1)
-             if "cpu_count(" in line]
+        REPO / "workflow_scripts" / "interconnect" / "collectives.py"
+    ]
+    found = [
+        f"{f.relative_to(REPO)}:{n}"
+        for f in files
+        for n, line in enumerate(f.read_text().splitlines(), 1)
+        if "cpu_count(" in line
+    ]
     assert found == []
 
 
@@ -83,13 +107,19 @@ def test_no_trainer_counts_threads_from_the_node():
 def test_a_gpu_system_without_cpus_per_task_is_refused_at_parse_time(tmp_path, request_kind):
     """sbatch's default of one CPU per task would leave each GPU's rank one CPU for all its
     threads: refused when the workflow is parsed, naming the key and the fix."""
-    write_config(tmp_path, systems={"big": {"gpus_per_node": 4, "max_nodes": 2, "gpu_request": request_kind}},
-                 training__systems=["big"])
+    write_config(
+        tmp_path,
+        systems={"big": {"gpus_per_node": 4, "max_nodes": 2, "gpu_request": request_kind}},
+        training__systems=["big"],
+    )
     proc = snakemake(tmp_path, "-n", check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "systems.big.cpus_per_task = 0" in out and "Fix: set" in out, out[-2000:]
     # A CPU system keeps SLURM's default, and so does the embedded default (system local).
-    write_config(tmp_path, systems={"big": {"gpus_per_node": 4, "max_nodes": 2}, "local": {"gpus_per_node": 2}},
-                 training__systems=["big", "local"])
+    write_config(
+        tmp_path,
+        systems={"big": {"gpus_per_node": 4, "max_nodes": 2}, "local": {"gpus_per_node": 2}},
+        training__systems=["big", "local"],
+    )
     proc = snakemake(tmp_path, "-n", "--quiet", "rules", check=False)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]

@@ -1,6 +1,7 @@
 """The CUDA JIT cache of the ranks (issue 27, item 4): the launcher gives every rank of a training
 run and of the interconnect stage CUDA_CACHE_PATH (per GPU architecture and build, under
 training.cuda_cache_dir) and CUDA_CACHE_MAXSIZE = 4 GiB; a user's own values win."""
+
 import json
 import os
 import shutil
@@ -10,16 +11,33 @@ import sys
 import pytest
 from conftest import REPO, snakemake, write_config
 
-WRITE_ENV = ("import json, os; open('env.' + os.environ['RANK'] + '.json', 'w').write(json.dumps("
-             "{k: os.environ.get(k) for k in ('RANK', 'CUDA_CACHE_PATH', 'CUDA_CACHE_MAXSIZE')}))")
+WRITE_ENV = (
+    "import json, os; open('env.' + os.environ['RANK'] + '.json', 'w').write(json.dumps("
+    "{k: os.environ.get(k) for k in ('RANK', 'CUDA_CACHE_PATH', 'CUDA_CACHE_MAXSIZE')}))"
+)
 
 
 def launch_ranks(tmp_path, *flags, **env):
     """The real launcher, two local ranks of a tiny program that writes down what it was given."""
-    proc = subprocess.run([sys.executable, "-m", "workflow_scripts.train.launch", "--nproc-per-node=2",
-                           "--launcher=local", *flags, "--", sys.executable, "-c", WRITE_ENV],
-                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), **env},
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workflow_scripts.train.launch",
+            "--nproc-per-node=2",
+            "--launcher=local",
+            *flags,
+            "--",
+            sys.executable,
+            "-c",
+            WRITE_ENV,
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     ranks = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("env.*.json"))]
     assert [r["RANK"] for r in ranks] == ["0", "1"]
@@ -30,8 +48,9 @@ def arch_dir():
     """What the launcher names this node's architecture: nvidia-smi's compute capabilities."""
     if not shutil.which("nvidia-smi"):
         return "any-arch"
-    caps = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                          capture_output=True, text=True).stdout.split()
+    caps = subprocess.run(
+        ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True
+    ).stdout.split()
     return "+".join(sorted({"sm_" + c.replace(".", "") for c in caps}))
 
 
@@ -56,8 +75,9 @@ def test_without_a_directory_the_users_cache_dir_is_used_not_nv(tmp_path):
 
 def test_a_users_own_cache_settings_win(tmp_path):
     mine = str(tmp_path / "my-cache")
-    ranks = launch_ranks(tmp_path, f"--cuda-cache-dir={tmp_path / 'jit'}", CUDA_CACHE_PATH=mine,
-                         CUDA_CACHE_MAXSIZE="1073741824")
+    ranks = launch_ranks(
+        tmp_path, f"--cuda-cache-dir={tmp_path / 'jit'}", CUDA_CACHE_PATH=mine, CUDA_CACHE_MAXSIZE="1073741824"
+    )
     assert {(r["CUDA_CACHE_PATH"], r["CUDA_CACHE_MAXSIZE"]) for r in ranks} == {(mine, "1073741824")}
     assert not (tmp_path / "jit").exists()
 
@@ -90,12 +110,19 @@ def test_container_definition_sets_the_cache_without_overriding_the_launchers():
     assert 'CUDA_CACHE_MAXSIZE="${CUDA_CACHE_MAXSIZE:-4294967296}"' in env
     assert 'CUDA_CACHE_PATH="${CUDA_CACHE_PATH:-' in env
     # the %environment section as the container's shell reads it
-    proc = subprocess.run(["sh", "-c", env + '\necho "$CUDA_CACHE_PATH|$CUDA_CACHE_MAXSIZE"'],
-                          env={"HOME": "/home/u", "CUDA_CACHE_PATH": "/from/launcher", "PATH": os.environ["PATH"]},
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["sh", "-c", env + '\necho "$CUDA_CACHE_PATH|$CUDA_CACHE_MAXSIZE"'],
+        env={"HOME": "/home/u", "CUDA_CACHE_PATH": "/from/launcher", "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+    )
     assert proc.stdout.strip() == "/from/launcher|4294967296", proc
-    proc = subprocess.run(["sh", "-c", env + '\necho "$CUDA_CACHE_PATH"'], env={"HOME": "/home/u", "PATH": os.environ["PATH"]},
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["sh", "-c", env + '\necho "$CUDA_CACHE_PATH"'],
+        env={"HOME": "/home/u", "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+    )
     assert proc.stdout.strip().startswith("/home/u/.cache/dlscale/cuda-jit/"), proc
 
 
@@ -107,9 +134,22 @@ def test_summary_says_whether_the_first_steps_start_up_is_timed(tmp_path, warmup
 
     for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID"):
         monkeypatch.delenv(k, raising=False)
-    args = harness.arg_parser("t").parse_args(["--data-source", "synthetic", "--batch-per-gpu", "1",
-                                               "--warmup-steps", str(warmup), "--steps", "2",
-                                               "--telemetry-interval", "0", "--out", str(tmp_path)])
+    args = harness.arg_parser("t").parse_args(
+        [
+            "--data-source",
+            "synthetic",
+            "--batch-per-gpu",
+            "1",
+            "--warmup-steps",
+            str(warmup),
+            "--steps",
+            "2",
+            "--telemetry-interval",
+            "0",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     run = harness.Run(args, "pytorch", {})
 
     class Steps(loop.Adapter):  # the loop's own timing, with steps that do nothing

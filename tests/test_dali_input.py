@@ -1,6 +1,7 @@
 """The DALI input path (workflow_scripts/train/dali_input.py) on the CPU (DALI's CPU pipeline;
 CI has no GPU): the LMDB's own labels, RandomResizedCrop's crop distribution, half the images
 flipped, the CPU path's normalization and resize filter; and a training run that uses it."""
+
 import json
 import math
 import subprocess
@@ -55,7 +56,11 @@ def test_batches_carry_the_lmdb_labels(got):
     assert _labels(rank0[:per_epoch]) != _labels(rank0[per_epoch:])
     for r in got["ranks"]:
         assert (r["x_shape"], r["x_dtype"], r["y_dtype"], r["channels_last"]) == (
-            [3, 3, 32, 32], "torch.float32", "torch.int64", True)
+            [3, 3, 32, 32],
+            "torch.float32",
+            "torch.int64",
+            True,
+        )
 
 
 def _ks(x, y):
@@ -70,8 +75,12 @@ def test_crops_follow_random_resized_crop(got):
 
     def measures(boxes):
         b = np.array(boxes, dtype=float)  # top, left, h, w
-        return {"area": b[:, 2] * b[:, 3] / (height * width), "log_aspect": np.log(b[:, 3] / b[:, 2]),
-                "centre_x": (b[:, 1] + b[:, 3] / 2) / width, "centre_y": (b[:, 0] + b[:, 2] / 2) / height}
+        return {
+            "area": b[:, 2] * b[:, 3] / (height * width),
+            "log_aspect": np.log(b[:, 3] / b[:, 2]),
+            "centre_x": (b[:, 1] + b[:, 3] / 2) / width,
+            "centre_y": (b[:, 0] + b[:, 2] / 2) / height,
+        }
 
     ours, theirs = measures(c["dali"]), measures(c["torchvision"])
     for name in ours:
@@ -95,8 +104,9 @@ def test_normalization_matches_the_cpu_path(got):
     a = got["augment"]
     # A constant JPEG: every crop, resized and normalized, is the colour the CPU path gives, to
     # float rounding (both decoders are libjpeg-turbo here).
-    for lo, hi, cpu_lo, cpu_hi, level in zip(a["flat_dali"]["min"], a["flat_dali"]["max"], a["flat_cpu"]["min"],
-                                            a["flat_cpu"]["max"], a["level"]):
+    for lo, hi, cpu_lo, cpu_hi, level in zip(
+        a["flat_dali"]["min"], a["flat_dali"]["max"], a["flat_cpu"]["min"], a["flat_cpu"]["max"], a["level"]
+    ):
         assert cpu_lo == pytest.approx(cpu_hi)
         assert abs(lo - cpu_lo) < 0.01 * level and abs(hi - cpu_lo) < 0.01 * level
     # ... and that is the JPEG's colour normalized with the ImageNet mean and std (the JPEG moves
@@ -117,11 +127,38 @@ def test_resize_is_the_antialiased_bilinear_of_the_other_paths(got):
 
 
 def _train(lmdb, out, *extra, ranks=2):
-    cmd = [interpreter("pytorch"), "-m", "workflow_scripts.train.pytorch_ddp", "--data", str(lmdb), "--input", "dali",
-           "--batch-per-gpu", "3", "--image-size", "32", "--warmup-steps", "1", "--steps", "2",
-           "--telemetry-interval", "0", "--out", str(out), *extra]
+    cmd = [
+        interpreter("pytorch"),
+        "-m",
+        "workflow_scripts.train.pytorch_ddp",
+        "--data",
+        str(lmdb),
+        "--input",
+        "dali",
+        "--batch-per-gpu",
+        "3",
+        "--image-size",
+        "32",
+        "--warmup-steps",
+        "1",
+        "--steps",
+        "2",
+        "--telemetry-interval",
+        "0",
+        "--out",
+        str(out),
+        *extra,
+    ]
     if ranks > 1:
-        cmd = [interpreter("pytorch"), "-m", "workflow_scripts.train.launch", "--nproc-per-node", str(ranks), "--", *cmd]
+        cmd = [
+            interpreter("pytorch"),
+            "-m",
+            "workflow_scripts.train.launch",
+            "--nproc-per-node",
+            str(ranks),
+            "--",
+            *cmd,
+        ]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
 
 
@@ -146,8 +183,9 @@ def test_bad_dali_options_are_named(lmdb, tmp_path):
     proc = _train(lmdb, tmp_path / "b", "--prefetch", "-1", ranks=1)
     assert proc.returncode == 2 and "--prefetch -1" in proc.stderr
     proc = _train(lmdb, tmp_path / "d", "--dali-device-mb", "-1", ranks=1)
-    assert proc.returncode == 2 and "--dali-device-mb -1: an integer, at least 0, or auto" in proc.stderr, \
-        proc.stderr[-2000:]
+    assert proc.returncode == 2 and "--dali-device-mb -1: an integer, at least 0, or auto" in proc.stderr, proc.stderr[
+        -2000:
+    ]
 
 
 def test_gpu_pipeline_decodes_where_asked_and_augments_on_the_gpu():
@@ -185,8 +223,12 @@ print(json.dumps(out))
     proc = subprocess.run([interpreter("pytorch"), "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got == {"16/1": {"dali": 12, "cpu": 15, "gpu": 4}, "32/2": {"dali": 12, "cpu": 15, "gpu": 4},
-                   "16/8": {"dali": 1, "cpu": 1, "gpu": 1}, "2/1": {"dali": 1, "cpu": 1, "gpu": 1}}
+    assert got == {
+        "16/1": {"dali": 12, "cpu": 15, "gpu": 4},
+        "32/2": {"dali": 12, "cpu": 15, "gpu": 4},
+        "16/8": {"dali": 1, "cpu": 1, "gpu": 1},
+        "2/1": {"dali": 1, "cpu": 1, "gpu": 1},
+    }
 
 
 @pytest.mark.parametrize("source", ["dali", "cpu"])
@@ -197,8 +239,21 @@ def test_fetching_ahead_and_reading_losses_late_change_when_not_which(lmdb, tmp_
     batch at the start of its step and reading its loss at the end."""
     losses = {}
     for name, ahead, lag in (("plain", "off", "0"), ("ahead", "on", "0"), ("lag", "on", "1")):
-        proc = _train(lmdb, tmp_path / name, "--input", source, "--fetch-ahead", ahead, "--loss-lag", lag,
-                      "--steps", "4", "--loader-workers", "1", ranks=1)
+        proc = _train(
+            lmdb,
+            tmp_path / name,
+            "--input",
+            source,
+            "--fetch-ahead",
+            ahead,
+            "--loss-lag",
+            lag,
+            "--steps",
+            "4",
+            "--loader-workers",
+            "1",
+            ranks=1,
+        )
         assert proc.returncode == 0, proc.stderr[-4000:]
         summary = json.loads((tmp_path / name / "summary.json").read_text())
         assert summary["fetch_ahead"] == (ahead == "on") and summary["pytorch"]["loss_lag"] == int(lag)

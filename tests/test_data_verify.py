@@ -2,14 +2,15 @@
 passes, damage a copy suffers (a cut file, a missing record, a flipped byte) is named with the
 file and the rule that remakes it, and a training job stops on it with that one line instead of
 dying of SIGBUS in a DataLoader worker."""
+
 import json
 import os
 import shutil
 import subprocess
 
 import pytest
-
 from conftest import REPO, interpreter, run_reader, run_stage, tree_hashes
+
 from workflow_scripts.data import records, verify
 from workflow_scripts.train import failure
 
@@ -20,8 +21,9 @@ ENV = {"tfrecord": "tensorflow", "recordio": "mxnet", "lmdb": "pytorch"}
 
 def check(data, level="quick", env=None):
     """The CLI, run as preflight or a user would: (exit status, problem lines, stderr)."""
-    proc = run_stage(env or ENV[data.name], "workflow_scripts.data.verify", "--data", data, "--level", level,
-                     check=False)
+    proc = run_stage(
+        env or ENV[data.name], "workflow_scripts.data.verify", "--data", data, "--level", level, check=False
+    )
     problems = [ln for ln in proc.stdout.splitlines() if not ln.startswith("ok: ")]
     return proc.returncode, problems, proc.stderr
 
@@ -29,8 +31,10 @@ def check(data, level="quick", env=None):
 @pytest.fixture
 def copy_of(quirky_converted, tmp_path):
     """A scratch copy of one format's output, to damage."""
+
     def make(fmt):
         return shutil.copytree(quirky_converted / fmt, tmp_path / fmt)
+
     return make
 
 
@@ -48,8 +52,11 @@ def test_clean_dataset_passes(quirky_converted, fmt, level):
     rc, problems, err = check(quirky_converted / fmt, level)
     assert (rc, problems) == (0, []), err
     files = json.loads((quirky_converted / fmt / "manifest.json").read_text())["files"]
-    listed = {f for s in json.loads((quirky_converted / fmt / "manifest.json").read_text())["splits"].values()
-              for f in s["files"]}
+    listed = {
+        f
+        for s in json.loads((quirky_converted / fmt / "manifest.json").read_text())["splits"].values()
+        for f in s["files"]
+    }
     assert set(files) == listed
     assert all(f["bytes"] == (quirky_converted / fmt / name).stat().st_size for name, f in files.items())
 
@@ -61,8 +68,10 @@ def test_truncated_lmdb_is_named_with_its_fix(copy_of):
     os.truncate(mdb, size // 2)  # a full scratch disk or an interrupted copy
     rc, problems, err = check(data)
     assert rc == 1, err
-    assert problems == [f"{mdb}: size: expected {size} bytes, found {size // 2} bytes (its last page ends at byte "
-                        f"{size}: reading it would fault (SIGBUS)). Fix: snakemake --forcerun lmdb"]
+    assert problems == [
+        f"{mdb}: size: expected {size} bytes, found {size // 2} bytes (its last page ends at byte "
+        f"{size}: reading it would fault (SIGBUS)). Fix: snakemake --forcerun lmdb"
+    ]
 
 
 def test_tfrecord_shard_of_the_wrong_size_is_named_with_its_fix(copy_of):
@@ -91,8 +100,9 @@ def test_rec_missing_its_last_record_is_named_with_its_fix(copy_of):
     assert line.endswith("Fix: snakemake --forcerun recordio")
 
 
-@pytest.mark.parametrize("fmt,name", [("tfrecord", "validation-00000-of-00002"), ("recordio", "val.rec"),
-                                      ("lmdb", "val/data.mdb")])
+@pytest.mark.parametrize(
+    "fmt,name", [("tfrecord", "validation-00000-of-00002"), ("recordio", "val.rec"), ("lmdb", "val/data.mdb")]
+)
 def test_flipped_byte_in_a_sampled_record_is_found_by_sample_and_full(copy_of, fmt, name):
     data = copy_of(fmt)
     flip_byte_in_first_image(data / name)
@@ -121,7 +131,11 @@ def test_sample_reads_every_kth_record_and_full_every_byte(copy_of, monkeypatch)
     (data / "train.rec").write_bytes(bytes(rec))
     assert verify.check(data, "sample") == []
     (problem,) = verify.check(data, "full")
-    assert (problem.file, problem.rule, problem.fix) == (data / "train.rec", "recordio", "snakemake --forcerun recordio")
+    assert (problem.file, problem.rule, problem.fix) == (
+        data / "train.rec",
+        "recordio",
+        "snakemake --forcerun recordio",
+    )
 
 
 def test_index_stage_output_is_checked_against_its_summary(quirky_converted, tmp_path):
@@ -130,8 +144,10 @@ def test_index_stage_output_is_checked_against_its_summary(quirky_converted, tmp
     lines = (index / "val.tsv").read_text().splitlines(keepends=True)
     (index / "val.tsv").write_text("".join(lines[:-1]))
     (problem,) = verify.check(index)
-    assert str(problem) == (f"{index / 'val.tsv'}: rows (summary.json images): expected {len(lines) - 1}, found "
-                            f"{len(lines) - 2}. Fix: snakemake --forcerun index_dataset")
+    assert str(problem) == (
+        f"{index / 'val.tsv'}: rows (summary.json images): expected {len(lines) - 1}, found "
+        f"{len(lines) - 2}. Fix: snakemake --forcerun index_dataset"
+    )
 
 
 def test_lmdb_check_where_lmdb_does_not_import_says_so(quirky_converted):
@@ -153,15 +169,40 @@ def test_facts_are_deterministic(quirky_converted, tmp_path, fmt):
     module = {"recordio": "workflow_scripts.data.recordio", "lmdb": "workflow_scripts.data.lmdb_caffe2"}[fmt]
     run_stage(ENV[fmt], module, "--index", quirky_converted / "index", "--out", tmp_path / fmt, "--threads", "2")
     assert tree_hashes(tmp_path / fmt) == tree_hashes(quirky_converted / fmt)
-    assert "sample" in json.loads((tmp_path / fmt / "manifest.json").read_text())["files"][
-        "train.rec" if fmt == "recordio" else "train/data.mdb"]
+    assert (
+        "sample"
+        in json.loads((tmp_path / fmt / "manifest.json").read_text())["files"][
+            "train.rec" if fmt == "recordio" else "train/data.mdb"
+        ]
+    )
 
 
 def _train(data, out):
-    return subprocess.run([interpreter("pytorch"), "-m", "workflow_scripts.train.pytorch_ddp", "--data", str(data),
-                           "--batch-per-gpu", "2", "--image-size", "32", "--warmup-steps", "1", "--steps", "2",
-                           "--telemetry-interval", "0", "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            interpreter("pytorch"),
+            "-m",
+            "workflow_scripts.train.pytorch_ddp",
+            "--data",
+            str(data),
+            "--batch-per-gpu",
+            "2",
+            "--image-size",
+            "32",
+            "--warmup-steps",
+            "1",
+            "--steps",
+            "2",
+            "--telemetry-interval",
+            "0",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_pytorch_training_on_a_truncated_lmdb_fails_naming_the_file(small_lmdb, tmp_path):

@@ -1,9 +1,8 @@
 """Unlucky inputs end in a clear message naming the file or key, and lose nothing that was good:
 label files that disagree, unreadable images, an unwritable or full disk, partial outputs of
 killed runs, a system the config does not define, overrides from a second config file."""
+
 import csv
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -13,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SNAKEMAKE, interpreter, planned_jobs, run_stage, snakemake, tree_hashes, write_config
+from conftest import REPO, SNAKEMAKE, interpreter, planned_jobs, run_stage, snakemake, write_config
 
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.data import embedded, layout
@@ -38,7 +37,9 @@ def _kaggle_csv_from(synset_list, out, change=None):
 def test_two_label_files_that_disagree_stop_the_run_naming_both(tmp_path):
     root = _small_tree(tmp_path / "ds")
     tf_list = root / "imagenet_2012_validation_synset_labels.txt"
-    other = next(w for w in embedded.class_spec(0)[:1] + embedded.class_spec(1)[:1] if w != tf_list.read_text().split()[1])
+    other = next(
+        w for w in embedded.class_spec(0)[:1] + embedded.class_spec(1)[:1] if w != tf_list.read_text().split()[1]
+    )
     _kaggle_csv_from(tf_list, root / "LOC_val_solution.csv", change=other)
     with pytest.raises(StageError) as err:
         layout.discover(root)
@@ -70,8 +71,13 @@ def _shared_tmp():
 
 
 def _as_nobody(*cmd):
-    return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *map(str, cmd)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *map(str, cmd)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a stage as another user")
@@ -93,7 +99,8 @@ def test_unreadable_image_is_a_reject_with_its_reason():
         with open(d / "index" / "rejects.tsv", newline="") as f:
             rejects = list(csv.DictReader(f, delimiter="\t"))
         assert [(r["relpath"], r["reason"]) for r in rejects] == [
-            (locked.relative_to(root).as_posix(), "cannot read: Permission denied")]
+            (locked.relative_to(root).as_posix(), "cannot read: Permission denied")
+        ]
         # The reject threshold applies to it as to any bad file, naming it.
         proc = _as_nobody(*index, "--out", d / "index2", "--max-reject-fraction", "0")
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -111,8 +118,19 @@ def test_unwritable_output_fails_before_any_image_is_probed():
         root = _small_tree(d / "ds", classes=3, broken=True)
         out_parent = d / "readonly"
         out_parent.mkdir(mode=0o755)  # root's: the unprivileged user may not write in it
-        proc = _as_nobody(interpreter("workflow"), "-m", "workflow_scripts.data.index", "--root", root,
-                          "--out", out_parent / "index", "--max-reject-fraction", "0", "--threads", "1")
+        proc = _as_nobody(
+            interpreter("workflow"),
+            "-m",
+            "workflow_scripts.data.index",
+            "--root",
+            root,
+            "--out",
+            out_parent / "index",
+            "--max-reject-fraction",
+            "0",
+            "--threads",
+            "1",
+        )
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
         assert f"cannot write the output {out_parent / 'index'}: Permission denied" in proc.stderr
         assert "max_reject_fraction" not in proc.stderr
@@ -143,8 +161,16 @@ def test_partial_outputs_of_killed_runs_are_removed_and_logged(pipeline_run, tmp
     for d in (dead, legacy, live, elsewhere):
         d.mkdir()
         (d / "data.mdb").write_bytes(b"x" * 1000)
-    proc = run_stage("pytorch", "workflow_scripts.data.lmdb_caffe2", "--index", pipeline_run / "data" / "index",
-                     "--out", out, "--threads", "1")
+    proc = run_stage(
+        "pytorch",
+        "workflow_scripts.data.lmdb_caffe2",
+        "--index",
+        pipeline_run / "data" / "index",
+        "--out",
+        out,
+        "--threads",
+        "1",
+    )
     assert (out / "manifest.json").is_file()
     assert not dead.exists() and not legacy.exists()
     assert f"removed {dead}" in proc.stderr and f"removed {legacy}" in proc.stderr and "which is gone" in proc.stderr
@@ -152,13 +178,17 @@ def test_partial_outputs_of_killed_runs_are_removed_and_logged(pipeline_run, tmp
 
 
 needs_mounts = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("unshare")
+    os.geteuid() != 0
+    or not shutil.which("unshare")
     or subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0,
-    reason="needs root and unshare --mount to give a stage a small file system of its own")
+    reason="needs root and unshare --mount to give a stage a small file system of its own",
+)
 
-CONVERTERS = {"tfrecord": ("tensorflow", "workflow_scripts.data.tfrecord"),
-              "recordio": ("mxnet", "workflow_scripts.data.recordio"),
-              "lmdb": ("pytorch", "workflow_scripts.data.lmdb_caffe2")}
+CONVERTERS = {
+    "tfrecord": ("tensorflow", "workflow_scripts.data.tfrecord"),
+    "recordio": ("mxnet", "workflow_scripts.data.recordio"),
+    "lmdb": ("pytorch", "workflow_scripts.data.lmdb_caffe2"),
+}
 
 
 @needs_mounts
@@ -170,17 +200,34 @@ def test_full_disk_is_named_with_the_space_needed_and_keeps_the_good_output(quir
     env, module = CONVERTERS[fmt]
     mnt, out = tmp_path / "small-disk", tmp_path / "small-disk" / fmt
     mnt.mkdir()
-    conv = [interpreter(env), "-m", module, "--index", str(quirky_converted / "index"), "--out", str(out),
-            "--threads", "1"]
-    script = (f"mount -t tmpfs -o size=1536k tmpfs {mnt} || exit 99; cd {REPO}; "
-              f"{' '.join(conv)} --resize-shorter 32 >{tmp_path}/ok.out 2>&1 || exit 98; "
-              f"sha256sum {out}/* {out}/*/* 2>/dev/null >{tmp_path}/before; "
-              f"{' '.join(conv)} >{tmp_path}/asis.out 2>&1; echo $? >{tmp_path}/asis.rc; "
-              f"{' '.join(conv)} --resize-shorter 400 >{tmp_path}/big.out 2>&1; echo $? >{tmp_path}/big.rc; "
-              f"sha256sum {out}/* {out}/*/* 2>/dev/null >{tmp_path}/after; ls -A {mnt} >{tmp_path}/left")
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"{proc.returncode}: {(tmp_path / 'ok.out').read_text() if (tmp_path / 'ok.out').exists() else proc.stderr}"
+    conv = [
+        interpreter(env),
+        "-m",
+        module,
+        "--index",
+        str(quirky_converted / "index"),
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+    ]
+    script = (
+        f"mount -t tmpfs -o size=1536k tmpfs {mnt} || exit 99; cd {REPO}; "
+        f"{' '.join(conv)} --resize-shorter 32 >{tmp_path}/ok.out 2>&1 || exit 98; "
+        f"sha256sum {out}/* {out}/*/* 2>/dev/null >{tmp_path}/before; "
+        f"{' '.join(conv)} >{tmp_path}/asis.out 2>&1; echo $? >{tmp_path}/asis.rc; "
+        f"{' '.join(conv)} --resize-shorter 400 >{tmp_path}/big.out 2>&1; echo $? >{tmp_path}/big.rc; "
+        f"sha256sum {out}/* {out}/*/* 2>/dev/null >{tmp_path}/after; ls -A {mnt} >{tmp_path}/left"
+    )
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, (
+        f"{proc.returncode}: {(tmp_path / 'ok.out').read_text() if (tmp_path / 'ok.out').exists() else proc.stderr}"
+    )
     asis, big = (tmp_path / "asis.out").read_text(), (tmp_path / "big.out").read_text()
     assert (tmp_path / "asis.rc").read_text().strip() == "2" and "Traceback" not in asis, asis
     assert f"{fmt} output {out}: not enough free space to write it; it needs about" in asis
@@ -205,13 +252,14 @@ def test_a_second_config_file_overrides_nested_keys(tmp_path):
     run as written (the snakemake line only told where the workflow is and to plan, not run)."""
     write_config(tmp_path)
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Changing settings"):]
-    block = section[section.index("```bash\n") + 8:section.index("\n```", section.index("```bash"))]
+    section = readme[readme.index("## Changing settings") :]
+    block = section[section.index("```bash\n") + 8 : section.index("\n```", section.index("```bash"))]
     assert "\nsnakemake " in block
     script = block.replace("\nsnakemake ", f"\n{SNAKEMAKE} --snakefile {REPO / 'Snakefile'} --cores 2 ", 1)
     assert planned_jobs(tmp_path, "training")["train"] == 6
-    proc = subprocess.run(["bash", "-euc", script + " -n --quiet rules"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        ["bash", "-euc", script + " -n --quiet rules"], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", proc.stdout, re.M)}
     assert jobs["train"] == 1, proc.stdout

@@ -1,5 +1,6 @@
 """Every image and label of a tree with ImageNet's quirks arrives in each format, read back
 with the framework's own reader."""
+
 from conftest import CONFIG, QUIRKY, run_reader, source_catalog
 
 
@@ -95,8 +96,11 @@ def test_tfrecord_labels_follow_tf_builder_by_default_and_trainer_recovers_class
         assert set(stored.values()) == set(range(1, classes + 1)), split
         assert all(stored[name] == s["label"] + 1 for name, s in src[split].items()), split
     first = sorted(p.name for p in (quirky_tree / "train").iterdir())[0]
-    assert {got["train"][p.name]["stored_label"] for p in (quirky_tree / "train" / first).glob("*.JPEG")
-            if p.name in got["train"]} == {1}
+    assert {
+        got["train"][p.name]["stored_label"]
+        for p in (quirky_tree / "train" / first).glob("*.JPEG")
+        if p.name in got["train"]
+    } == {1}
 
     trainer = run_reader("tensorflow", "tf_trainer_labels.py", quirky_converted / "tfrecord")
     assert trainer["offset"] == 1

@@ -3,6 +3,7 @@ take about 20 minutes and 9 GB; run `bash envs/setup.sh --gpu && .venv/bin/pytes
 tests/test_gpu_envs.py`). Each is a CUDA build whose Horovod has NCCL, and on this GPU-less
 machine a GPU system's run with it stops before training because it sees no GPU (not because it
 is a CPU build: these are the real GPU builds)."""
+
 import json
 import subprocess
 
@@ -25,19 +26,42 @@ def test_gpu_environment_is_a_cuda_build_with_horovod_nccl(fw):
     record = json.loads((GPU_ENVS[fw].parent.parent / ".dlscale-gpu-check.json").read_text())
     assert record["required"] == fw and record["problems"] == []
     assert record[f"horovod.{fw}"]["nccl_built"] and record[f"horovod.{fw}"]["cuda_built"]
-    assert (record["tensorflow"]["is_built_with_cuda"] if fw == "tensorflow" else record["mxnet"]["features"]["CUDA"])
+    assert record["tensorflow"]["is_built_with_cuda"] if fw == "tensorflow" else record["mxnet"]["features"]["CUDA"]
     assert record["python"].endswith(python.split("/.envs/")[1])
 
 
-@pytest.mark.parametrize("fw, cause", [("tensorflow", "sees 0 GPU(s)"),
-                                       ("mxnet", "a CUDA build of MXNet needs the NVIDIA driver")])
+@pytest.mark.parametrize(
+    "fw, cause", [("tensorflow", "sees 0 GPU(s)"), ("mxnet", "a CUDA build of MXNet needs the NVIDIA driver")]
+)
 def test_gpu_environment_without_a_gpu_stops_before_training(fw, cause, tmp_path):
     python = _built(fw)
     module = {"tensorflow": "tensorflow_horovod", "mxnet": "mxnet_horovod"}[fw]
-    proc = subprocess.run([python, "-m", f"workflow_scripts.train.{module}", "--data-source", "synthetic",
-                           "--batch-per-gpu", "2", "--image-size", "32", "--warmup-steps", "0", "--steps", "1",
-                           "--require-gpu", "--env-key", f"envs_gpu.{fw}", "--out", str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            python,
+            "-m",
+            f"workflow_scripts.train.{module}",
+            "--data-source",
+            "synthetic",
+            "--batch-per-gpu",
+            "2",
+            "--image-size",
+            "32",
+            "--warmup-steps",
+            "0",
+            "--steps",
+            "1",
+            "--require-gpu",
+            "--env-key",
+            f"envs_gpu.{fw}",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode != 0 and cause in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "summary.json").exists()
 
@@ -47,7 +71,12 @@ def test_gpu_capable_environment_has_nvml_bindings_for_telemetry(fw):
     """Without nvidia-ml-py a GPU run's telemetry would hold no GPU rows, silently; here, without a
     GPU, NVML itself is what is missing, not its Python bindings."""
     python = interpreter("pytorch") if fw == "pytorch" else _built(fw)
-    proc = subprocess.run([python, "-c", "from workflow_scripts.common.telemetry import _Gpus; "
-                           "print(_Gpus().unavailable)"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [python, "-c", "from workflow_scripts.common.telemetry import _Gpus; print(_Gpus().unavailable)"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "ModuleNotFoundError" not in proc.stdout and "ImportError" not in proc.stdout, proc.stdout

@@ -2,9 +2,10 @@
 machine its training jobs stop before training, naming the interpreter, the config key and the
 fix; a missing GPU environment stops the workflow when it is parsed; the tables never put a CPU
 run in a GPU system's row."""
+
 import json
-import re
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -16,13 +17,16 @@ from workflow_scripts.results import runs
 
 GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "cpus_per_task": 1}}
 # What each framework's CPU environment is, seen from a run that needs a GPU per task.
-CAUSE = {"tensorflow": "is a CPU build", "mxnet": "is a CPU build",
-         "pytorch": "sees 0 GPU(s)"}
+CAUSE = {"tensorflow": "is a CPU build", "mxnet": "is a CPU build", "pytorch": "sees 0 GPU(s)"}
 
 
 def test_missing_gpu_environment_stops_the_workflow_naming_the_key_and_the_setup(tmp_path):
-    write_config(tmp_path, systems=GPU_SYSTEM, training__systems=["gpu"],
-                 envs_gpu={"tensorflow": str(tmp_path / "no-env" / "bin" / "python")})
+    write_config(
+        tmp_path,
+        systems=GPU_SYSTEM,
+        training__systems=["gpu"],
+        envs_gpu={"tensorflow": str(tmp_path / "no-env" / "bin" / "python")},
+    )
     proc = snakemake(tmp_path, "-n", check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "config envs_gpu.tensorflow" in out and "bash envs/setup.sh --gpu" in out
@@ -31,13 +35,20 @@ def test_missing_gpu_environment_stops_the_workflow_naming_the_key_and_the_setup
 def test_gpu_system_with_cpu_frameworks_fails_before_training_with_the_named_cause(tmp_path):
     # A user who points the GPU environments at the CPU builds, on a node without a GPU.
     cpu_envs = {fw: interpreter(fw) for fw in CAUSE}
-    write_config(tmp_path, systems=GPU_SYSTEM, training__systems=["gpu"], training__gpus=[2],
-                 training__inputs=["synthetic"], training__retries=0, envs_gpu=cpu_envs,
-                 # the trainers' own guard, behind preflight's (tests/test_preflight.py)
-                 preflight__gate=False,
-                 # the interconnect stage of a GPU system stops too without a GPU; scaling then has no
-                 # all-reduce to read, and the tables do not wait for it
-                 interconnect__collectives=["broadcast"])
+    write_config(
+        tmp_path,
+        systems=GPU_SYSTEM,
+        training__systems=["gpu"],
+        training__gpus=[2],
+        training__inputs=["synthetic"],
+        training__retries=0,
+        envs_gpu=cpu_envs,
+        # the trainers' own guard, behind preflight's (tests/test_preflight.py)
+        preflight__gate=False,
+        # the interconnect stage of a GPU system stops too without a GPU; scaling then has no
+        # all-reduce to read, and the tables do not wait for it
+        interconnect__collectives=["broadcast"],
+    )
     snakemake(tmp_path, "training_tables")
     for fw, cause in CAUSE.items():
         run = tmp_path / "results" / "runs" / "gpu" / f"{fw}_fp32_2gpu_synthetic"
@@ -55,8 +66,14 @@ def test_gpu_system_with_cpu_frameworks_fails_before_training_with_the_named_cau
 @pytest.mark.parametrize("framework", ["tensorflow", "pytorch"])
 def test_tables_refuse_a_cpu_run_in_a_gpu_systems_row(pipeline_run, framework):
     run_dir = pipeline_run / "results" / "runs" / "local" / f"{framework}_fp32_2gpu"
-    point = {"system": "local", "framework": framework, "precision": "fp32", "gpus": 2, "nodes": 1,
-             "run_dir": str(run_dir)}
+    point = {
+        "system": "local",
+        "framework": framework,
+        "precision": "fp32",
+        "gpus": 2,
+        "nodes": 1,
+        "run_dir": str(run_dir),
+    }
     assert runs.record({**point, "gpu_request": "none"})["status"] == "ok"
     row = runs.record({**point, "gpu_request": "gres"})
     assert row["status"] == "invalid" and "requests GPUs: not a GPU figure" in row["why"]
@@ -68,16 +85,24 @@ def test_a_container_interpreter_starts_every_task_of_a_gpu_run(tmp_path):
     so none is run). The page cache is still cleared on the host, by the workflow's interpreter."""
     image = tmp_path / "dlscale-gpu.sif"
     image.write_bytes(b"not a real image: the dry run only checks that it exists")
-    write_config(tmp_path, systems=GPU_SYSTEM, training__systems=["gpu"], training__frameworks=["mxnet"],
-                 training__gpus=[2], inference__models={"resnet50": "torchvision"},
-                 envs_gpu={"mxnet": {"container": str(image), "bind": ["/scratch/imagenet"]}})
+    write_config(
+        tmp_path,
+        systems=GPU_SYSTEM,
+        training__systems=["gpu"],
+        training__frameworks=["mxnet"],
+        training__gpus=[2],
+        inference__models={"resnet50": "torchvision"},
+        envs_gpu={"mxnet": {"container": str(image), "bind": ["/scratch/imagenet"]}},
+    )
     out = snakemake(tmp_path, "-n", "-p", "training").stdout
-    words = ("apptainer exec --nv --bind={repo} --bind=/scratch/imagenet --env=PYTHONPATH={repo} {image} python3"
-             .format(repo=REPO, image=image))
+    words = f"apptainer exec --nv --bind={REPO} --bind=/scratch/imagenet --env=PYTHONPATH={REPO} {image} python3"
     assert f"--python='{words}'" in out and "--horovod -- workflow_scripts.train.mxnet_horovod" in out
     (image).unlink()
     proc = snakemake(tmp_path, "-n", check=False)
-    assert proc.returncode != 0 and f"config envs_gpu.mxnet: container image {image} does not exist" in proc.stdout + proc.stderr
+    assert (
+        proc.returncode != 0
+        and f"config envs_gpu.mxnet: container image {image} does not exist" in proc.stdout + proc.stderr
+    )
 
 
 # Messages the frameworks print when their build holds no code this GPU can run, as reported in
@@ -85,24 +110,27 @@ def test_a_container_interpreter_starts_every_task_of_a_gpu_run(tmp_path):
 # pytorch/pytorch#90761-style runs; TensorFlow's kernel_gen wrappers on a too-old driver).
 ARCH_FAILURES = {
     "mxnet": "MXNetError: [11:41:41] src/operator/contrib/./.././../common/../operator/mxnet_op.h:794: Check "
-             "failed: err == cudaSuccess (48 vs. 0) : Name: mxnet_generic_kernel ErrStr:no kernel image is "
-             "available for execution on the device",
+    "failed: err == cudaSuccess (48 vs. 0) : Name: mxnet_generic_kernel ErrStr:no kernel image is "
+    "available for execution on the device",
     "mxnet_random": "Check failed: err == cudaSuccess (209 vs. 0) : rand_generator_seed_kernel ErrStr:no kernel "
-                    "image is available for execution on the device",
+    "image is available for execution on the device",
     "mxnet_old": "Check failed: err == cudaSuccess (8 vs. 0) Name: MapPlanKernel ErrStr:invalid device function",
     "tensorflow": "InternalError: Failed to load in-memory CUBIN: CUDA_ERROR_NO_BINARY_FOR_GPU: no kernel image is "
-                  "available for execution on the device [Op:Relu]",
+    "available for execution on the device [Op:Relu]",
     "tensorflow_ptx": "W tensorflow/compiler/mlir/tools/kernel_gen/tf_gpu_runtime_wrappers.cc:40] "
-                      "'cuModuleLoadData(&module, data)' failed with 'CUDA_ERROR_UNSUPPORTED_PTX_VERSION'",
+    "'cuModuleLoadData(&module, data)' failed with 'CUDA_ERROR_UNSUPPORTED_PTX_VERSION'",
     "pytorch": "RuntimeError: CUDA error: no kernel image is available for execution on the device\nCUDA kernel "
-               "errors might be asynchronously reported at some other API call",
+    "errors might be asynchronously reported at some other API call",
     "pytorch_ptx": "RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.",
 }
 # Failures another attempt may not meet: they must stay retried.
-OTHER_FAILURES = ["RuntimeError: CUDA error: out of memory", "CUDA_ERROR_OUT_OF_MEMORY: out of memory",
-                  "NCCL error in: ProcessGroupNCCL.cpp:1333, unhandled system error",
-                  "horovod.common.exceptions.HorovodInternalError: ncclAllReduce failed",
-                  "error: run directory x does not lie inside results_dir y: not deleting it"]
+OTHER_FAILURES = [
+    "RuntimeError: CUDA error: out of memory",
+    "CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+    "NCCL error in: ProcessGroupNCCL.cpp:1333, unhandled system error",
+    "horovod.common.exceptions.HorovodInternalError: ncclAllReduce failed",
+    "error: run directory x does not lie inside results_dir y: not deleting it",
+]
 
 
 @pytest.mark.parametrize("name", sorted(ARCH_FAILURES))
@@ -133,12 +161,24 @@ def test_first_kernel_failure_names_the_gpu_the_build_and_the_container():
         raise RuntimeError(ARCH_FAILURES["mxnet"])
 
     with pytest.raises(PermanentError) as err:
-        kernel_check.first_kernel(kernel, "MXNet", ("NVIDIA H100 80GB HBM3", (9, 0)),
-                                  "MXNet 1.9.1 (mxnet-cu117, CUDA 11.7)", "envs_gpu.mxnet", host="gpu07")
+        kernel_check.first_kernel(
+            kernel,
+            "MXNet",
+            ("NVIDIA H100 80GB HBM3", (9, 0)),
+            "MXNet 1.9.1 (mxnet-cu117, CUDA 11.7)",
+            "envs_gpu.mxnet",
+            host="gpu07",
+        )
     msg = str(err.value)
-    for part in (PERMANENT_TAG, "NVIDIA H100 80GB HBM3 (sm_90) on gpu07", "no kernel image for this GPU",
-                 "MXNet 1.9.1 (mxnet-cu117, CUDA 11.7)", "config envs_gpu.mxnet", "nvcr.io/nvidia/mxnet:24.04-py3",
-                 "mxnet_generic_kernel ErrStr:no kernel image"):
+    for part in (
+        PERMANENT_TAG,
+        "NVIDIA H100 80GB HBM3 (sm_90) on gpu07",
+        "no kernel image for this GPU",
+        "MXNet 1.9.1 (mxnet-cu117, CUDA 11.7)",
+        "config envs_gpu.mxnet",
+        "nvcr.io/nvidia/mxnet:24.04-py3",
+        "mxnet_generic_kernel ErrStr:no kernel image",
+    ):
         assert part in msg, (part, msg)
     # any other failure is the framework's own, raised as it is
     with pytest.raises(ValueError):
@@ -148,23 +188,43 @@ def test_first_kernel_failure_names_the_gpu_the_build_and_the_container():
 
 # A stand-in trainer for job.py's retry decision: the real first_kernel and run_main of the
 # trainers, given the kernel failure MXNet 1.9.1 meets on an H100.
-STAND_IN = ("import sys; from workflow_scripts.common import errors, kernel_check\n"
-            "def kernel(): raise RuntimeError(sys.argv[1])\n"
-            "errors.run_main(lambda: kernel_check.first_kernel(kernel, 'MXNet', ('NVIDIA H100 80GB HBM3', (9, 0)), "
-            "'MXNet 1.9.1 (mxnet-cu117, CUDA 11.7)', 'envs_gpu.mxnet'))")
+STAND_IN = (
+    "import sys; from workflow_scripts.common import errors, kernel_check\n"
+    "def kernel(): raise RuntimeError(sys.argv[1])\n"
+    "errors.run_main(lambda: kernel_check.first_kernel(kernel, 'MXNet', ('NVIDIA H100 80GB HBM3', (9, 0)), "
+    "'MXNet 1.9.1 (mxnet-cu117, CUDA 11.7)', 'envs_gpu.mxnet'))"
+)
 
 
 def run_job(tmp_path, message, attempt=1, retries=2, code=STAND_IN):
     run, log = tmp_path / "results" / "runs" / "gpu" / "mxnet_fp32_1gpu", tmp_path / "logs" / "mxnet.log"
     python = shlex.join([sys.executable, "-c", code, message])
-    proc = subprocess.run([sys.executable, "-m", "workflow_scripts.train.job", "--run-dir", str(run),
-                           "--results-dir", str(tmp_path / "results"), "--log", str(log), f"--attempt={attempt}",
-                           "--cache-command=true",  # not the host's page cache: not what is tested
-                           f"--cuda-cache-dir={tmp_path / 'cuda-jit'}",
-                           f"--retries={retries}", f"--python={python}", "--nproc-per-node=1", "--",
-                           "workflow_scripts.train.mxnet_horovod"],
-                          cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workflow_scripts.train.job",
+            "--run-dir",
+            str(run),
+            "--results-dir",
+            str(tmp_path / "results"),
+            "--log",
+            str(log),
+            f"--attempt={attempt}",
+            "--cache-command=true",  # not the host's page cache: not what is tested
+            f"--cuda-cache-dir={tmp_path / 'cuda-jit'}",
+            f"--retries={retries}",
+            f"--python={python}",
+            "--nproc-per-node=1",
+            "--",
+            "workflow_scripts.train.mxnet_horovod",
+        ],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     summary = run / "summary.json"
     return proc, (json.loads(summary.read_text()) if summary.exists() else None), log
 
@@ -198,11 +258,19 @@ def test_a_local_gpu_systems_measuring_jobs_run_one_at_a_time(tmp_path):
     and preflight, takes all of snakemake's cores, so no two share the GPU or its host; a CPU system's
     jobs keep one core per process."""
     cpu_envs = {fw: interpreter(fw) for fw in CAUSE}
-    write_config(tmp_path, systems={**GPU_SYSTEM, "local": {"gpus_per_node": 2, "max_nodes": 1}},
-                 training__systems=["gpu", "local"], training__gpus=[1, 2], envs_gpu=cpu_envs)
+    write_config(
+        tmp_path,
+        systems={**GPU_SYSTEM, "local": {"gpus_per_node": 2, "max_nodes": 1}},
+        training__systems=["gpu", "local"],
+        training__gpus=[1, 2],
+        envs_gpu=cpu_envs,
+    )
     out = snakemake(tmp_path, "--cores", "5", "-n", "training", "interconnect", "preflight").stdout
-    jobs = [j for j in out.split("\n\n") if re.search(r"^(local)?rule (train|interconnect_collectives|preflight_check)\b",
-                                                        j.strip(), re.M)]
+    jobs = [
+        j
+        for j in out.split("\n\n")
+        if re.search(r"^(local)?rule (train|interconnect_collectives|preflight_check)\b", j.strip(), re.M)
+    ]
     threads = {}
     for job in jobs:
         system = re.search(r"system=(\w+)", job).group(1)

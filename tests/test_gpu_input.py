@@ -1,6 +1,7 @@
 """The GPU input path (workflow_scripts/train/gpu_input.py) computes what the CPU loader does:
 run on CPU tensors here (CI has no GPU), against the CPU loader's Pillow transform with the
 same crop boxes and flips, over an LMDB with the ImageNet quirks (re-encoded CMYK, PNG, gray)."""
+
 import pytest
 from conftest import run_reader
 

@@ -1,5 +1,6 @@
 """The training thread on the host: the physical cores of its CPUs (common.affinity), and its CPU
 time and run-queue wait in each step (common.metrics.StepLog)."""
+
 import json
 import time
 
@@ -37,4 +38,6 @@ def test_steps_record_the_threads_cpu_time_apart_from_its_waits(tmp_path):
         assert 0 <= step["runqueue_wait_s"] and step["thread_cpu_s"] + step["runqueue_wait_s"] <= step["wall_s"] + 2e-3
     log.close()
     assert [json.loads(line)["thread_cpu_s"] for line in (tmp_path / "steps.jsonl").read_text().splitlines()] == [
-        asleep["thread_cpu_s"], busy["thread_cpu_s"]]
+        asleep["thread_cpu_s"],
+        busy["thread_cpu_s"],
+    ]

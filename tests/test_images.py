@@ -1,4 +1,5 @@
 """Probing and encoding images as ImageNet really has them."""
+
 import io
 
 import pytest
@@ -13,9 +14,16 @@ def _jpeg(mode="RGB", size=(64, 48), fmt="JPEG"):
     return buf.getvalue()
 
 
-@pytest.mark.parametrize("data, fmt, mode", [
-    (_jpeg(), "JPEG", "RGB"), (_jpeg("CMYK"), "JPEG", "CMYK"), (_jpeg("L"), "JPEG", "L"),
-    (_jpeg(fmt="PNG"), "PNG", "RGB")], ids=["rgb", "cmyk", "gray", "png-as-jpeg"])
+@pytest.mark.parametrize(
+    "data, fmt, mode",
+    [
+        (_jpeg(), "JPEG", "RGB"),
+        (_jpeg("CMYK"), "JPEG", "CMYK"),
+        (_jpeg("L"), "JPEG", "L"),
+        (_jpeg(fmt="PNG"), "PNG", "RGB"),
+    ],
+    ids=["rgb", "cmyk", "gray", "png-as-jpeg"],
+)
 def test_quirks_are_reencoded_to_rgb_jpeg(data, fmt, mode):
     p = images.probe(data)
     assert (p.ok, p.fmt, p.mode, p.width, p.height) == (True, fmt, mode, 64, 48)
@@ -25,9 +33,15 @@ def test_quirks_are_reencoded_to_rgb_jpeg(data, fmt, mode):
     assert (out == data) == (action == "passthrough") == ((fmt, mode) == ("JPEG", "RGB"))
 
 
-@pytest.mark.parametrize("data, reason", [
-    (b"", "empty file"), (b"<html>not found</html>", "not an image"),
-    (_jpeg(size=(640, 480))[:2000], "cannot decode")], ids=["empty", "html", "truncated"])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"", "empty file"),
+        (b"<html>not found</html>", "not an image"),
+        (_jpeg(size=(640, 480))[:2000], "cannot decode"),
+    ],
+    ids=["empty", "html", "truncated"],
+)
 def test_broken_files_are_rejected_with_a_reason(data, reason):
     assert images.probe(data).reason.startswith(reason)
 

@@ -1,4 +1,5 @@
 """The index stage: rejects listed with reasons, a reject threshold naming the files, a seeded order."""
+
 import csv
 
 from conftest import run_stage
@@ -18,8 +19,17 @@ def test_rejects_are_listed_and_the_stage_continues(quirky_converted):
 
 
 def test_too_many_rejects_fail_naming_the_files(quirky_tree, tmp_path):
-    proc = run_stage("workflow", "workflow_scripts.data.index", "--root", quirky_tree, "--out",
-                     tmp_path / "index", "--max-reject-fraction", "0.01", check=False)
+    proc = run_stage(
+        "workflow",
+        "workflow_scripts.data.index",
+        "--root",
+        quirky_tree,
+        "--out",
+        tmp_path / "index",
+        "--max-reject-fraction",
+        "0.01",
+        check=False,
+    )
     assert proc.returncode == 2
     assert "conversion.max_reject_fraction" in proc.stderr
     assert "n10000002_broken_text.JPEG: not an image" in proc.stderr
@@ -30,8 +40,18 @@ def test_too_many_rejects_fail_naming_the_files(quirky_tree, tmp_path):
 def test_train_order_is_seeded(quirky_tree, quirky_converted, tmp_path):
     def order(seed):
         out = tmp_path / f"index{seed}"
-        run_stage("workflow", "workflow_scripts.data.index", "--root", quirky_tree, "--out", out,
-                  "--max-reject-fraction", "0.2", "--seed", seed)
+        run_stage(
+            "workflow",
+            "workflow_scripts.data.index",
+            "--root",
+            quirky_tree,
+            "--out",
+            out,
+            "--max-reject-fraction",
+            "0.2",
+            "--seed",
+            seed,
+        )
         return [r["relpath"] for r in _rows(out / "train.tsv")]
 
     assert order(0) == [r["relpath"] for r in _rows(quirky_converted / "index" / "train.tsv")]

@@ -2,6 +2,7 @@
 calibration/scoring split, the Q/DQ model, Table III's accuracy and Fig. 9's throughput tables,
 what a config edit reruns, the seven networks' code path, and the clear failures (TensorRT
 without TensorRT, weights that are not there)."""
+
 import csv
 import hashlib
 import json
@@ -32,8 +33,14 @@ def int8_run(pipeline_run, tmp_path_factory):
     from its start on the same weights without training them again."""
     work = copy_of_run(pipeline_run, tmp_path_factory.mktemp("int8"), leave_out=INT8_OUTPUTS)
     assert planned_jobs(work, "results/int8_accuracy.csv").keys() == {
-        "int8_split", "int8_export", "int8_calibrate", "int8_quantize", "int8_engine", "int8_evaluate",
-        "int8_accuracy"}, "the copy would repeat work before the INT8 stage"
+        "int8_split",
+        "int8_export",
+        "int8_calibrate",
+        "int8_quantize",
+        "int8_engine",
+        "int8_evaluate",
+        "int8_accuracy",
+    }, "the copy would repeat work before the INT8 stage"
     snakemake(work, "results/int8_accuracy.csv")
     assert not (work / "results" / "int8_throughput.csv").exists()
     assert not list((work / "results" / "int8").rglob("throughput/*.json")), "Table III alone timed throughput"
@@ -56,8 +63,14 @@ def table(path):
 
 
 def run_py(env, *args, check=True, env_vars=None, timeout=600):
-    proc = subprocess.run([interpreter(env), *map(str, args)], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env_vars or {})})
+    proc = subprocess.run(
+        [interpreter(env), *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env_vars or {})},
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
@@ -95,15 +108,20 @@ def test_calibration_and_scored_images_are_disjoint_and_cover_val_in_order(int8_
 
 def test_int8_model_holds_qdq_nodes_with_8_bit_types_and_runs_integer_kernels(int8_run):
     d = stage(int8_run) / "resnet50"
-    models = last_json(run_py("pytorch", "tests/infer_inspect.py", d / "fp32.onnx", d / "int8.onnx",
-                              d / "onnxruntime" / "int8.engine"))
+    models = last_json(
+        run_py("pytorch", "tests/infer_inspect.py", d / "fp32.onnx", d / "int8.onnx", d / "onnxruntime" / "int8.engine")
+    )
     fp32, int8, engine = (models[str(d / f)] for f in ("fp32.onnx", "int8.onnx", "onnxruntime/int8.engine"))
     assert "QuantizeLinear" not in fp32["ops"] and "DequantizeLinear" not in fp32["ops"]
     assert int8["ops"]["QuantizeLinear"] > 50 and int8["ops"]["DequantizeLinear"] > 100
     # Activations uint8 (ONNX Runtime's encoding), weights int8, biases int32: nothing wider than 8 bits
     # is ever fed to a convolution's integer product.
-    assert set(int8["zero_point_types"]) == {"QuantizeLinear:uint8", "DequantizeLinear:uint8", "DequantizeLinear:int8",
-                                            "DequantizeLinear:int32"}
+    assert set(int8["zero_point_types"]) == {
+        "QuantizeLinear:uint8",
+        "DequantizeLinear:uint8",
+        "DequantizeLinear:int8",
+        "DequantizeLinear:int32",
+    }
     assert int8["stored_types"]["int8"] == fp32["ops"]["Conv"] + fp32["ops"]["Gemm"]
     # Every convolution and the classifier read quantized data and quantized weights.
     assert len(int8["compute"]) == 54 and all(c["data_from_dq"] and c["weight_from_dq"] for c in int8["compute"])
@@ -121,7 +139,11 @@ def test_int8_model_holds_qdq_nodes_with_8_bit_types_and_runs_integer_kernels(in
 def test_accuracy_table_on_the_embedded_default(int8_run):
     (row,) = table(int8_run / "results" / "int8_accuracy.csv")
     assert (row["network"], row["model"], row["engine"], row["calibration_method"]) == (
-        "ResNet-50", "resnet50", "onnxruntime", "entropy")
+        "ResNet-50",
+        "resnet50",
+        "onnxruntime",
+        "entropy",
+    )
     n = int(row["scored_images"])
     assert (int(row["calibration_images"]), n) == (100, 220)
     for p in ("fp32", "int8"):
@@ -142,12 +164,15 @@ def test_accuracy_table_on_the_embedded_default(int8_run):
     assert same >= 0.9 * n
     # The weights are the training stage's, not anything else.
     info = json.loads((stage(int8_run) / "resnet50" / "model.json").read_text())
-    weights = int8_run / "results" / "runs" / "local" / f"pytorch_fp32_{max(CONFIG['training']['gpus'])}gpu" / "weights.pt"
+    weights = (
+        int8_run / "results" / "runs" / "local" / f"pytorch_fp32_{max(CONFIG['training']['gpus'])}gpu" / "weights.pt"
+    )
     assert info["weights"]["source"] == "pipeline"
     assert info["weights"]["sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
     md = (int8_run / "results" / "int8_accuracy.md").read_text()
-    assert md.startswith("| Network | FP32 Top-1 | FP32 Top-5 | INT8 Top-1 | INT8 Top-5 | Difference Top-1 | "
-                         "Difference Top-5 |")
+    assert md.startswith(
+        "| Network | FP32 Top-1 | FP32 Top-5 | INT8 Top-1 | INT8 Top-5 | Difference Top-1 | Difference Top-5 |"
+    )
     assert f"| ResNet-50 | {float(row['fp32_top1']):.2f}% |" in md
 
 
@@ -158,23 +183,39 @@ def test_throughput_table(int8_run):
     repeats = CONFIG["inference"]["throughput"]["repeats"]
     for r in rows:
         for p in ("fp32", "int8"):
-            run = json.loads((stage(int8_run) / "resnet50" / "onnxruntime" / "throughput" /
-                              f"{p}_bs{r['batch_size']}.json").read_text())
+            run = json.loads(
+                (
+                    stage(int8_run) / "resnet50" / "onnxruntime" / "throughput" / f"{p}_bs{r['batch_size']}.json"
+                ).read_text()
+            )
             # Warm-up runs are not among the timed ones; images/s is the batch over the median.
-            assert len(run["times_s"]) == run["runs"] == repeats and run["warmup"] == CONFIG["inference"]["throughput"]["warmup"]
+            assert (
+                len(run["times_s"]) == run["runs"] == repeats
+                and run["warmup"] == CONFIG["inference"]["throughput"]["warmup"]
+            )
             assert run["images_per_s"] == pytest.approx(int(r["batch_size"]) / statistics.median(run["times_s"]))
             assert float(r[f"{p}_images_per_s"]) == pytest.approx(run["images_per_s"], abs=0.01)
             assert float(r[f"{p}_worst"]) <= float(r[f"{p}_images_per_s"]) <= float(r[f"{p}_best"])
-        assert float(r["int8_over_fp32"]) == pytest.approx(float(r["int8_images_per_s"]) / float(r["fp32_images_per_s"]),
-                                                           rel=1e-2)
+        assert float(r["int8_over_fp32"]) == pytest.approx(
+            float(r["int8_images_per_s"]) / float(r["fp32_images_per_s"]), rel=1e-2
+        )
         # Which precision is faster is what the table measures, not what the code guarantees (a busy
         # machine can reverse it); what it guarantees is that both were timed the same way.
-        fp32, int8 = (json.loads((stage(int8_run) / "resnet50" / "onnxruntime" / "throughput" /
-                                  f"{p}_bs{r['batch_size']}.json").read_text()) for p in ("fp32", "int8"))
+        fp32, int8 = (
+            json.loads(
+                (
+                    stage(int8_run) / "resnet50" / "onnxruntime" / "throughput" / f"{p}_bs{r['batch_size']}.json"
+                ).read_text()
+            )
+            for p in ("fp32", "int8")
+        )
         same = ("engine", "batch_size", "image_size", "warmup", "threads", "runs", "device")
         assert {k: fp32[k] for k in same} == {k: int8[k] for k in same}
         assert (fp32["precision"], int8["precision"]) == ("fp32", "int8")
-    assert "| Batch size | FP32 images/s | INT8 images/s | INT8/FP32 |" in (int8_run / "results" / "int8_throughput.md").read_text()
+    assert (
+        "| Batch size | FP32 images/s | INT8 images/s | INT8/FP32 |"
+        in (int8_run / "results" / "int8_throughput.md").read_text()
+    )
 
 
 def test_config_edits_rerun_only_what_they_affect(int8_run):
@@ -189,12 +230,26 @@ def test_config_edits_rerun_only_what_they_affect(int8_run):
         # The calibration count moves the split: calibration onward, and FP32 is scored again on the new
         # scoring set; the FP32 model, its engine and its timings stay.
         write_config(work, inference__calibration__batches=5)
-        assert planned(work) == {"int8_split": 1, "int8_calibrate": 1, "int8_quantize": 1, "int8_engine": 1,
-                                 "int8_evaluate": 2, "int8_accuracy": 1, "int8_throughput_run": len(sizes),
-                                 "int8_throughput": 1}
+        assert planned(work) == {
+            "int8_split": 1,
+            "int8_calibrate": 1,
+            "int8_quantize": 1,
+            "int8_engine": 1,
+            "int8_evaluate": 2,
+            "int8_accuracy": 1,
+            "int8_throughput_run": len(sizes),
+            "int8_throughput": 1,
+        }
         write_config(work, inference__calibration__method="minmax")
-        assert planned(work) == {"int8_calibrate": 1, "int8_quantize": 1, "int8_engine": 1, "int8_evaluate": 1,
-                                 "int8_accuracy": 1, "int8_throughput_run": len(sizes), "int8_throughput": 1}
+        assert planned(work) == {
+            "int8_calibrate": 1,
+            "int8_quantize": 1,
+            "int8_engine": 1,
+            "int8_evaluate": 1,
+            "int8_accuracy": 1,
+            "int8_throughput_run": len(sizes),
+            "int8_throughput": 1,
+        }
         # A setting the chosen method does not use reruns nothing.
         write_config(work, inference__calibration__percentile=99.9)
         assert planned(work) == {}
@@ -204,9 +259,22 @@ def test_config_edits_rerun_only_what_they_affect(int8_run):
 
 def test_tensorrt_without_tensorrt_fails_clearly(int8_run, tmp_path):
     d = stage(int8_run) / "resnet50"
-    proc = run_py("pytorch", "-m", "workflow_scripts.infer.engine", "--engine", "tensorrt", "--onnx", d / "int8.onnx",
-                  "--precision", "int8", "--out", tmp_path / "int8.engine", "--info", tmp_path / "int8.engine.json",
-                  check=False)
+    proc = run_py(
+        "pytorch",
+        "-m",
+        "workflow_scripts.infer.engine",
+        "--engine",
+        "tensorrt",
+        "--onnx",
+        d / "int8.onnx",
+        "--precision",
+        "int8",
+        "--out",
+        tmp_path / "int8.engine",
+        "--info",
+        tmp_path / "int8.engine.json",
+        check=False,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "config inference.engine = tensorrt" in proc.stderr and "onnxruntime" in proc.stderr
     assert not list(tmp_path.iterdir())  # nothing that looks like an engine
@@ -218,8 +286,12 @@ def test_tensorrt_without_tensorrt_fails_clearly(int8_run, tmp_path):
 
 def test_tensorrt_buffers_and_profile_follow_the_model():
     layout = tensorrt_engine.buffer_layout((-1, 3, 224, 224), (-1, 1000), 32)
-    assert layout == {"input": (32, 3, 224, 224), "output": (32, 1000), "input_bytes": 32 * 3 * 224 * 224 * 4,
-                      "output_bytes": 32 * 1000 * 4}
+    assert layout == {
+        "input": (32, 3, 224, 224),
+        "output": (32, 1000),
+        "input_bytes": 32 * 3 * 224 * 224 * 4,
+        "output_bytes": 32 * 1000 * 4,
+    }
     assert tensorrt_engine.profile_shapes((-1, 3, 64, 64), 256) == ((1, 3, 64, 64), (256, 3, 64, 64), (256, 3, 64, 64))
     with pytest.raises(tensorrt_engine.StageError, match="inference.engine = tensorrt"):
         tensorrt_engine.require()  # no TensorRT where the tests run
@@ -234,11 +306,29 @@ def test_weights_that_are_not_there_stop_the_run(int8_run, tmp_path):
     assert proc.returncode != 0 and "trains ResNet-50 only" in proc.stdout + proc.stderr
     # torchvision's weights with no cache and no network (a proxy on a closed local port): an error
     # naming the key and the cache, never random weights.
-    proc = run_py("pytorch", "-m", "workflow_scripts.infer.export", "--network", "resnet101", "--source", "torchvision",
-                  "--key", "inference.models.resnet101", "--image-size", "64", "--out", tmp_path / "m.onnx",
-                  "--info", tmp_path / "m.json", check=False,
-                  env_vars={"TORCH_HOME": str(tmp_path / "empty"), "https_proxy": "http://127.0.0.1:9",
-                            "HTTPS_PROXY": "http://127.0.0.1:9"})
+    proc = run_py(
+        "pytorch",
+        "-m",
+        "workflow_scripts.infer.export",
+        "--network",
+        "resnet101",
+        "--source",
+        "torchvision",
+        "--key",
+        "inference.models.resnet101",
+        "--image-size",
+        "64",
+        "--out",
+        tmp_path / "m.onnx",
+        "--info",
+        tmp_path / "m.json",
+        check=False,
+        env_vars={
+            "TORCH_HOME": str(tmp_path / "empty"),
+            "https_proxy": "http://127.0.0.1:9",
+            "HTTPS_PROXY": "http://127.0.0.1:9",
+        },
+    )
     assert proc.returncode == 2 and "config inference.models.resnet101 = torchvision" in proc.stderr, proc.stderr
     assert str(tmp_path / "empty") in proc.stderr and not (tmp_path / "m.onnx").exists()
 
@@ -248,8 +338,16 @@ def test_the_seven_networks_export_calibrate_and_quantize(int8_run, tmp_path):
     few = tmp_path / "few.tsv"
     few.write_text("".join(calib.read_text().splitlines(keepends=True)[:5]))  # header + 4 images
     out = last_json(run_py("pytorch", "tests/infer_networks.py", tmp_path, int8_run / "data" / "lmdb", few, 64))
-    assert set(out) == {"resnet50", "resnet101", "resnet152", "vgg16", "vgg19", "googlenet", "alexnet",
-                        "torchvision_cache"}
+    assert set(out) == {
+        "resnet50",
+        "resnet101",
+        "resnet152",
+        "vgg16",
+        "vgg19",
+        "googlenet",
+        "alexnet",
+        "torchvision_cache",
+    }
     for name, r in out.items():
         if name == "torchvision_cache":
             continue

@@ -2,6 +2,7 @@
 recomputed from every call's time in its raw output, a row for every sweep point, reruns limited
 to what an interconnect key feeds, the scaling prediction recomputed from the raw output and the
 runs' summaries, and the stand-alone tools a bare GPU host runs."""
+
 import json
 import math
 import statistics
@@ -52,15 +53,22 @@ def test_bandwidths_are_the_raw_timings(pipeline_run):
     for row in table.itertuples():
         r = by_key[(row.collective, row.bytes)]
         assert (row.time_s, row.median_s, row.min_s, row.max_s) == pytest.approx(
-            (r["median_s"], r["median_s"], r["min_s"], r["max_s"]))
+            (r["median_s"], r["median_s"], r["min_s"], r["max_s"])
+        )
         assert (row.algbw_GBps, row.busbw_GBps) == pytest.approx((r["algbw_GBps"], r["busbw_GBps"]))
 
 
 def test_every_sweep_point_has_a_row(pipeline_run):
     table = pd.read_csv(pipeline_run / "results" / "interconnect.csv")
     t = CONFIG["training"]
-    expected = {(s, g, c, b, "torch.distributed") for s in t["systems"] for g in t["gpus"] if g > 1
-                for c in IC["collectives"] for b in SIZES}
+    expected = {
+        (s, g, c, b, "torch.distributed")
+        for s in t["systems"]
+        for g in t["gpus"]
+        if g > 1
+        for c in IC["collectives"]
+        for b in SIZES
+    }
     got = list(zip(table.system, table.gpus, table.collective, table.bytes, table.source))
     assert len(got) == len(set(got)) and set(got) == expected
     assert set(table.scope) == {"intra-node"} and set(table.backend) == {"gloo"} and (table.nodes == 1).all()
@@ -72,8 +80,13 @@ def test_every_sweep_point_has_a_row(pipeline_run):
 
 def test_interconnect_keys_rerun_only_the_interconnect_and_what_reads_it(pipeline_run):
     work = pipeline_run
-    reads_allreduce = {"interconnect_collectives": 1, "interconnect_table": 1, "interconnect_figure": 1,
-                       "training_tables": 1, "training_figures": 1}
+    reads_allreduce = {
+        "interconnect_collectives": 1,
+        "interconnect_table": 1,
+        "interconnect_figure": 1,
+        "training_tables": 1,
+        "training_figures": 1,
+    }
     try:
         write_config(work, interconnect__iterations=IC["iterations"] + 1)
         assert planned_jobs(work) == reads_allreduce
@@ -96,8 +109,9 @@ def log_log(points, nbytes):
 
 def test_scaling_prediction_is_the_raw_allreduce_against_the_runs(pipeline_run):
     runs = pipeline_run / "results" / "runs" / "local"
-    points = sorted((r["bytes"], r["median_s"]) for r in raw_of(pipeline_run)["results"]
-                    if r["collective"] == "all_reduce")
+    points = sorted(
+        (r["bytes"], r["median_s"]) for r in raw_of(pipeline_run)["results"] if r["collective"] == "all_reduce"
+    )
     scaling = pd.read_csv(pipeline_run / "results" / "scaling.csv")
     md = (pipeline_run / "results" / "scaling.md").read_text()
     multi = scaling[scaling.gpus > 1]
@@ -118,8 +132,15 @@ def test_scaling_prediction_is_the_raw_allreduce_against_the_runs(pipeline_run):
         assert r.efficiency_no_overlap == pytest.approx(t1 / (t1 + t_ar))
         assert r.efficiency_full_overlap == pytest.approx(t1 / max(t1, t_ar))
         e, lo, hi = t1 / tn, t1 / (t1 + t_ar), t1 / max(t1, t_ar)
-        label = ("above full overlap" if e >= hi else "below no overlap" if e <= lo else
-                 "closer to no overlap" if e - lo < hi - e else "closer to full overlap")
+        label = (
+            "above full overlap"
+            if e >= hi
+            else "below no overlap"
+            if e <= lo
+            else "closer to no overlap"
+            if e - lo < hi - e
+            else "closer to full overlap"
+        )
         assert r.communication_bound == label
         sentence = next(x for x in md.splitlines() if x.startswith(f"- local/{r.framework}_{r.precision}_{r.gpus}gpu:"))
         assert f"{e:.1%}" in sentence and f"{lo:.1%}" in sentence and f"{hi:.1%}" in sentence
@@ -127,39 +148,97 @@ def test_scaling_prediction_is_the_raw_allreduce_against_the_runs(pipeline_run):
 
 
 def test_scaling_without_the_interconnect_says_so(pipeline_run, tmp_path):
-    points = [{"system": "local", "framework": f, "precision": "fp32", "gpus": g, "nodes": 1,
-               "run_dir": str(pipeline_run / "results" / "runs" / "local" / f"{f}_fp32_{g}gpu")}
-              for f in CONFIG["training"]["frameworks"] for g in CONFIG["training"]["gpus"]]
-    proc = subprocess.run([interpreter("workflow"), "-m", "workflow_scripts.results.training_tables", "--points",
-                           json.dumps(points), "--out-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
+    points = [
+        {
+            "system": "local",
+            "framework": f,
+            "precision": "fp32",
+            "gpus": g,
+            "nodes": 1,
+            "run_dir": str(pipeline_run / "results" / "runs" / "local" / f"{f}_fp32_{g}gpu"),
+        }
+        for f in CONFIG["training"]["frameworks"]
+        for g in CONFIG["training"]["gpus"]
+    ]
+    proc = subprocess.run(
+        [
+            interpreter("workflow"),
+            "-m",
+            "workflow_scripts.results.training_tables",
+            "--points",
+            json.dumps(points),
+            "--out-dir",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     scaling = pd.read_csv(tmp_path / "scaling.csv")
     assert scaling.allreduce_s.isna().all() and scaling.efficiency.notna().all()
-    assert "no prediction: the interconnect stage has no all-reduce at 2 GPUs on local" in (
-        tmp_path / "scaling.md").read_text()
+    assert (
+        "no prediction: the interconnect stage has no all-reduce at 2 GPUs on local"
+        in (tmp_path / "scaling.md").read_text()
+    )
 
 
 def test_three_ranks_use_the_all_reduce_bus_factor_of_three(tmp_path):
     """busbw/algbw = 2(n-1)/n depends on n: a real 3-process Gloo run, small messages."""
     py = interpreter("pytorch")
     out = tmp_path / "three.json"
-    proc = subprocess.run([py, "-m", "workflow_scripts.train.launch", "--nproc-per-node", "3", "--", py, "-m",
-                           "workflow_scripts.interconnect.collectives", "--max-bytes", "4096", "--warmup", "1",
-                           "--iterations", "3", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            py,
+            "-m",
+            "workflow_scripts.train.launch",
+            "--nproc-per-node",
+            "3",
+            "--",
+            py,
+            "-m",
+            "workflow_scripts.interconnect.collectives",
+            "--max-bytes",
+            "4096",
+            "--warmup",
+            "1",
+            "--iterations",
+            "3",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     raw = json.loads(out.read_text())
     assert raw["world_size"] == 3 and [r["bytes"] for r in raw["results"]][:3] == [8, 16, 32]
     check_bandwidths(raw)
     assert {round(r["busbw_GBps"] / r["algbw_GBps"], 9) for r in raw["results"] if r["collective"] == "all_reduce"} == {
-        round(4 / 3, 9)}
+        round(4 / 3, 9)
+    }
 
 
 def test_standalone_tools_give_the_pipelines_figures(pipeline_run, tmp_path):
     """What the lead runs on a bare GPU host: rows.py and prediction.py on the raw JSON alone."""
     raw = pipeline_run / "results" / "interconnect" / "local" / "2gpu" / "torch.json"
-    proc = subprocess.run([interpreter("pytorch"), "-m", "workflow_scripts.interconnect.rows", str(raw), "--system",
-                           "local", "--csv", str(tmp_path / "x.csv")], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            interpreter("pytorch"),
+            "-m",
+            "workflow_scripts.interconnect.rows",
+            str(raw),
+            "--system",
+            "local",
+            "--csv",
+            str(tmp_path / "x.csv"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     mine, pipeline = pd.read_csv(tmp_path / "x.csv"), pd.read_csv(pipeline_run / "results" / "interconnect.csv")
     key = ["collective", "bytes"]
@@ -169,22 +248,37 @@ def test_standalone_tools_give_the_pipelines_figures(pipeline_run, tmp_path):
     assert merged.time_s.tolist() == pytest.approx(merged.time_s_p.tolist())
     assert proc.stdout.count("\n| local |") == len(pipeline)
     runs = pipeline_run / "results" / "runs" / "local"
-    proc = subprocess.run([interpreter("pytorch"), "-m", "workflow_scripts.interconnect.prediction", "--raw", str(raw),
-                           "--baseline-summary", str(runs / "pytorch_fp32_1gpu" / "summary.json"),
-                           "--summary", str(runs / "pytorch_fp32_2gpu" / "summary.json")],
-                          cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            interpreter("pytorch"),
+            "-m",
+            "workflow_scripts.interconnect.prediction",
+            "--raw",
+            str(raw),
+            "--baseline-summary",
+            str(runs / "pytorch_fp32_1gpu" / "summary.json"),
+            "--summary",
+            str(runs / "pytorch_fp32_2gpu" / "summary.json"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     row = pd.read_csv(pipeline_run / "results" / "scaling.csv").query("framework == 'pytorch' and gpus == 2").iloc[0]
     assert f"no overlap {row.efficiency_no_overlap:.2%}, full overlap {row.efficiency_full_overlap:.2%}" in proc.stdout
     assert f"measured efficiency {row.efficiency:.2%}" in proc.stdout
 
 
-@pytest.mark.parametrize("overrides, named", [
-    ({"interconnect__max_bytes": 4, "interconnect__min_bytes": 8}, "interconnect.max_bytes"),
-    ({"interconnect__min_bytes": 6}, "min_bytes"),
-    ({"interconnect__nccl_tests": "/no/such/nccl-tests"}, "interconnect.nccl_tests"),
-    ({"interconnect__collectives": ["all_gather"]}, "collectives"),
-])
+@pytest.mark.parametrize(
+    "overrides, named",
+    [
+        ({"interconnect__max_bytes": 4, "interconnect__min_bytes": 8}, "interconnect.max_bytes"),
+        ({"interconnect__min_bytes": 6}, "min_bytes"),
+        ({"interconnect__nccl_tests": "/no/such/nccl-tests"}, "interconnect.nccl_tests"),
+        ({"interconnect__collectives": ["all_gather"]}, "collectives"),
+    ],
+)
 def test_bad_interconnect_config_stops_at_parse_time_naming_the_key(tmp_path, overrides, named):
     write_config(tmp_path, **overrides)
     proc = snakemake(tmp_path, "-n", check=False)
@@ -196,8 +290,14 @@ def test_hostile_paths_reach_the_stage_as_single_arguments(tmp_path):
     work.mkdir()
     # PyTorch alone: the stage waits for the preflight of every framework trained, and the others'
     # preflight under these paths is run by tests/test_shell_safety.py and tests/test_slurm.py.
-    write_config(work, **HOSTILE, interconnect__max_bytes=1024, interconnect__iterations=2, interconnect__warmup=1,
-                 training__frameworks=["pytorch"])
+    write_config(
+        work,
+        **HOSTILE,
+        interconnect__max_bytes=1024,
+        interconnect__iterations=2,
+        interconnect__warmup=1,
+        training__frameworks=["pytorch"],
+    )
     snakemake(work, f"{HOSTILE['results_dir']}/interconnect.csv")
     table = pd.read_csv(work / HOSTILE["results_dir"] / "interconnect.csv")
     assert len(table) == len(IC["collectives"]) * 8  # 8 B .. 1 KiB
@@ -208,19 +308,28 @@ def test_hostile_paths_reach_the_stage_as_single_arguments(tmp_path):
 # nccl-tests' printed table as its src/util.cu formats it (preamble "%12li  %12li  %8s  %6s  %6s",
 # then per place "  %7s  %6s  %6s  %6g"); the numbers are made up, the parser is what is tested.
 def nccl_tests_output(ranks, sizes, prefix=""):
-    lines = ["# nThread 1 nGpus 1 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20", "#",
-             "# Using devices"]
-    lines += [f"#  Rank {r:2d} Group  0 Pid {100 + r:6d} on {host:>10s} device {r:2d} [0x{r:02x}] NVIDIA H200"
-              for r, host in enumerate(ranks)]
-    lines += ["#", "#" + " " * 62 + "out-of-place" + " " * 23 + "in-place",
-              "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw"
-              "   busbw #wrong",
-              "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)"
-              "  (GB/s)"]
+    lines = [
+        "# nThread 1 nGpus 1 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20",
+        "#",
+        "# Using devices",
+    ]
+    lines += [
+        f"#  Rank {r:2d} Group  0 Pid {100 + r:6d} on {host:>10s} device {r:2d} [0x{r:02x}] NVIDIA H200"
+        for r, host in enumerate(ranks)
+    ]
+    lines += [
+        "#",
+        "#" + " " * 62 + "out-of-place" + " " * 23 + "in-place",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw"
+        "   busbw #wrong",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
+    ]
     for size in sizes:
-        lines.append("%12li  %12li  %8s  %6s  %6s" % (size, size // 4, "float", "sum", -1)
-                     + "  %7s  %6s  %6s  %6g" % ("20.00", "0.00", "0.00", 0)
-                     + "  %7s  %6s  %6s  %6g" % (f"{size * 10:.2f}", "1.00", "1.00", 0))
+        lines.append(
+            "%12li  %12li  %8s  %6s  %6s" % (size, size // 4, "float", "sum", -1)  # noqa: UP031  (nccl-tests' own printf format)
+            + "  %7s  %6s  %6s  %6g" % ("20.00", "0.00", "0.00", 0)  # noqa: UP031  (nccl-tests' own printf format)
+            + "  %7s  %6s  %6s  %6g" % (f"{size * 10:.2f}", "1.00", "1.00", 0)  # noqa: UP031  (nccl-tests' own printf format)
+        )
     lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0.5", ""]
     return "\n".join(prefix + line for line in lines)
 
@@ -229,7 +338,9 @@ def test_nccl_tests_table_is_parsed_in_place_with_its_ranks():
     ranks, rows = nccl_tests.parse(nccl_tests_output(["n1", "n2"], [8, 16]), "all_reduce")
     assert ranks == {0: {"host": "n1", "device": "NVIDIA H200"}, 1: {"host": "n2", "device": "NVIDIA H200"}}
     assert [(r["bytes"], r["count"], r["time_s"], r["algbw_GBps"]) for r in rows] == [
-        (8, 2, pytest.approx(80e-6), 1.0), (16, 4, pytest.approx(160e-6), 1.0)]
+        (8, 2, pytest.approx(80e-6), 1.0),
+        (16, 4, pytest.approx(160e-6), 1.0),
+    ]
     assert rows[0]["out_of_place"]["time_us"] == 20.0
     # srun --label prefixes every line with the task number
     labelled, _ = nccl_tests.parse(nccl_tests_output(["n1"], [8], prefix="0: "), "broadcast")

@@ -3,13 +3,13 @@ chosen once by the launcher, never the loopback across nodes even where a node's
 127.0.1.1 (Debian's /etc/hosts); Horovod's Gloo timeout; the MPI controller; config nccl_env given
 identically to training runs and the interconnect stage and recorded by both; the interconnect
 stage in the system's training environment."""
+
 import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
-import sys
 
 import pytest
 from conftest import REPO, SNAKEMAKE, interpreter, snakemake, write_config
@@ -54,7 +54,10 @@ def test_nccl_and_gloo_bootstraps_get_the_interface_across_nodes_unless_set(monk
     monkeypatch.setattr(netif, "route_source", route)
     a = launch.argparse.Namespace(network_interface="auto")
     assert launch.network_env(a, ["n0", "n1"], {}) == (
-        "ib0", "10.2.0.5", {"NCCL_SOCKET_IFNAME": "=ib0", "GLOO_SOCKET_IFNAME": "ib0"})
+        "ib0",
+        "10.2.0.5",
+        {"NCCL_SOCKET_IFNAME": "=ib0", "GLOO_SOCKET_IFNAME": "ib0"},
+    )
     assert launch.network_env(a, ["n0", "n1"], {"NCCL_SOCKET_IFNAME": "mlx"})[2] == {"GLOO_SOCKET_IFNAME": "ib0"}
     assert launch.network_env(a, ["n0"], {}) == ("lo", "127.0.0.1", {})  # NCCL's own choice on one node
 
@@ -62,8 +65,11 @@ def test_nccl_and_gloo_bootstraps_get_the_interface_across_nodes_unless_set(monk
 def _ipv4_interface():
     """A non-loopback interface with an IPv4 address here, read from iproute2."""
     out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True).stdout
-    found = [(m.group(1), m.group(2)) for m in re.finditer(r"^\d+:\s+(\S+)\s+inet\s+([\d.]+)/", out, re.M)
-             if not m.group(2).startswith("127.")]
+    found = [
+        (m.group(1), m.group(2))
+        for m in re.finditer(r"^\d+:\s+(\S+)\s+inet\s+([\d.]+)/", out, re.M)
+        if not m.group(2).startswith("127.")
+    ]
     if not found:
         pytest.skip("no non-loopback IPv4 interface on this machine")
     return found[0]
@@ -72,14 +78,33 @@ def _ipv4_interface():
 def _launch_dump(tmp_path, *options):
     """A local 2-rank Horovod launch of a tiny command that records each worker's environment
     after setup_horovod, as the trainers call it."""
-    worker = ("import json, os, sys; from workflow_scripts.common.launch import detect, setup_horovod; "
-              "setup_horovod(detect()); open(os.path.join(sys.argv[1], 'rank' + os.environ['RANK'] + '.json'), 'w')"
-              ".write(json.dumps(dict(os.environ)))")
-    proc = subprocess.run([interpreter("workflow"), "-m", "workflow_scripts.train.launch", "--nproc-per-node", "2",
-                           "--horovod", f"--python={interpreter('tensorflow')}", *options, "--",
-                           interpreter("workflow"), "-c", worker, str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    worker = (
+        "import json, os, sys; from workflow_scripts.common.launch import detect, setup_horovod; "
+        "setup_horovod(detect()); open(os.path.join(sys.argv[1], 'rank' + os.environ['RANK'] + '.json'), 'w')"
+        ".write(json.dumps(dict(os.environ)))"
+    )
+    proc = subprocess.run(
+        [
+            interpreter("workflow"),
+            "-m",
+            "workflow_scripts.train.launch",
+            "--nproc-per-node",
+            "2",
+            "--horovod",
+            f"--python={interpreter('tensorflow')}",
+            *options,
+            "--",
+            interpreter("workflow"),
+            "-c",
+            worker,
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
 
@@ -91,8 +116,7 @@ def test_local_launch_gives_every_worker_the_launchers_interface_and_timeout(tmp
         assert env["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "300"
         assert "NCCL_SOCKET_IFNAME" not in env or env["NCCL_SOCKET_IFNAME"] == os.environ.get("NCCL_SOCKET_IFNAME")
     iface, ip = _ipv4_interface()
-    _, envs = _launch_dump(tmp_path, f"--network-interface={iface}", "--gloo-timeout=600",
-                           "--env=NCCL_NVLS_ENABLE=0")
+    _, envs = _launch_dump(tmp_path, f"--network-interface={iface}", "--gloo-timeout=600", "--env=NCCL_NVLS_ENABLE=0")
     for env in envs:
         assert (env["HOROVOD_GLOO_IFACE"], env["HOROVOD_GLOO_RENDEZVOUS_ADDR"]) == (iface, ip)
         assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == (f"={iface}", iface)
@@ -103,25 +127,58 @@ def test_horovod_runs_over_the_chosen_interface(tmp_path):
     """Real Horovod (Gloo controller) of the TensorFlow environment, 2 ranks: the rendezvous is
     reached at the chosen interface's address and Gloo binds to that interface."""
     iface, ip = _ipv4_interface()
-    worker = ("import os; from workflow_scripts.common.launch import detect, setup_horovod; setup_horovod(detect()); "
-              "import horovod.tensorflow as hvd, tensorflow as tf; hvd.init(); "
-              "s = hvd.allreduce(tf.constant([float(hvd.rank() + 1)]), op=hvd.Sum); "
-              "print('rank', hvd.rank(), 'of', hvd.size(), 'sum', float(s[0]), os.environ['HOROVOD_GLOO_IFACE'], "
-              "os.environ['HOROVOD_GLOO_RENDEZVOUS_ADDR'], flush=True)")
+    worker = (
+        "import os; from workflow_scripts.common.launch import detect, setup_horovod; setup_horovod(detect()); "
+        "import horovod.tensorflow as hvd, tensorflow as tf; hvd.init(); "
+        "s = hvd.allreduce(tf.constant([float(hvd.rank() + 1)]), op=hvd.Sum); "
+        "print('rank', hvd.rank(), 'of', hvd.size(), 'sum', float(s[0]), os.environ['HOROVOD_GLOO_IFACE'], "
+        "os.environ['HOROVOD_GLOO_RENDEZVOUS_ADDR'], flush=True)"
+    )
     py = interpreter("tensorflow")
-    proc = subprocess.run([interpreter("workflow"), "-m", "workflow_scripts.train.launch", "--nproc-per-node", "2",
-                           "--horovod", f"--python={py}", f"--network-interface={iface}", "--", py, "-c", worker],
-                          cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2"))
+    proc = subprocess.run(
+        [
+            interpreter("workflow"),
+            "-m",
+            "workflow_scripts.train.launch",
+            "--nproc-per-node",
+            "2",
+            "--horovod",
+            f"--python={py}",
+            f"--network-interface={iface}",
+            "--",
+            py,
+            "-c",
+            worker,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     for rank in range(2):
         assert f"rank {rank} of 2 sum 3.0 {iface} {ip}" in proc.stdout, proc.stdout
 
 
 def test_mpi_controller_refuses_a_local_launch_naming_the_key(tmp_path):
-    proc = subprocess.run([interpreter("workflow"), "-m", "workflow_scripts.train.launch", "--nproc-per-node", "2",
-                           "--horovod", "--horovod-controller=mpi", "--", "true"],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            interpreter("workflow"),
+            "-m",
+            "workflow_scripts.train.launch",
+            "--nproc-per-node",
+            "2",
+            "--horovod",
+            "--horovod-controller=mpi",
+            "--",
+            "true",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0 and "config training.horovod_controller = mpi" in proc.stderr, proc.stderr
     # Parsed on a machine without srun (its PATH has the shell Snakemake needs and no srun), the
     # workflow stops at once.
@@ -130,9 +187,13 @@ def test_mpi_controller_refuses_a_local_launch_naming_the_key(tmp_path):
     bin_dir.mkdir()
     for tool in ("bash", "sh", "which"):
         (bin_dir / tool).symlink_to(shutil.which(tool))
-    proc = subprocess.run([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-                           "--cores", "1", "-n"], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, PATH=str(bin_dir)))
+    proc = subprocess.run(
+        [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "1", "-n"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PATH=str(bin_dir)),
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "config training.horovod_controller = mpi" in out and "no srun" in out, out[-2000:]
 
@@ -144,8 +205,9 @@ def test_srun_gets_the_mpi_plugin_only_where_asked():
         launch.config_env(["LD_PRELOAD=/tmp/x.so"])
 
 
-GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "srun_mpi": "pmix",
-                       "cpus_per_task": 1}}
+GPU_SYSTEM = {
+    "gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "srun_mpi": "pmix", "cpus_per_task": 1}
+}
 NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
 
@@ -159,10 +221,18 @@ def test_interconnect_of_a_gpu_system_runs_in_its_training_environment_with_the_
     for exe in ("all_reduce_perf", "broadcast_perf"):
         (build / exe).write_text("#!/bin/sh\n")
         (build / exe).chmod(0o755)
-    write_config(tmp_path, systems=GPU_SYSTEM, training__systems=["gpu"], training__frameworks=["pytorch", "mxnet"],
-                 training__gpus=[2], training__accuracy__gpus=[], inference__models={"resnet50": "torchvision"},
-                 envs_gpu={"pytorch": {"container": str(image)}, "mxnet": interpreter("mxnet")},
-                 interconnect__nccl_tests=str(build), nccl_env=NVLS_OFF)
+    write_config(
+        tmp_path,
+        systems=GPU_SYSTEM,
+        training__systems=["gpu"],
+        training__frameworks=["pytorch", "mxnet"],
+        training__gpus=[2],
+        training__accuracy__gpus=[],
+        inference__models={"resnet50": "torchvision"},
+        envs_gpu={"pytorch": {"container": str(image)}, "mxnet": interpreter("mxnet")},
+        interconnect__nccl_tests=str(build),
+        nccl_env=NVLS_OFF,
+    )
     out = snakemake(tmp_path, "-n", "-p", "interconnect", "training").stdout
 
     def command(marker):
@@ -173,9 +243,9 @@ def test_interconnect_of_a_gpu_system_runs_in_its_training_environment_with_the_
     container = ["apptainer", "exec", "--nv", f"--bind={REPO}", f"--env=PYTHONPATH={REPO}", str(image)]
     collectives = command("workflow_scripts.interconnect.collectives")
     assert collectives[:3] == [interpreter("workflow"), "-m", "workflow_scripts.train.launch"], collectives
-    ranks = collectives[collectives.index("--") + 1:]
-    assert ranks[:len(container) + 3] == [*container, "python3", "-m", "workflow_scripts.interconnect.collectives"]
-    assert all(w in collectives[:collectives.index("--")] for w in env_words)
+    ranks = collectives[collectives.index("--") + 1 :]
+    assert ranks[: len(container) + 3] == [*container, "python3", "-m", "workflow_scripts.interconnect.collectives"]
+    assert all(w in collectives[: collectives.index("--")] for w in env_words)
     nccl = command("workflow_scripts.interconnect.nccl_tests")
     assert nccl[0] == interpreter("workflow") and "--srun-mpi=pmix" in nccl and all(w in nccl for w in env_words)
     assert "--exec=" + " ".join(container[:4] + [f"--bind={build}"] + container[4:]) in nccl, nccl
@@ -191,21 +261,72 @@ def test_nccl_env_reaches_and_is_recorded_by_the_interconnect_and_training(tmp_p
     base = [interpreter("workflow"), "-m", "workflow_scripts.train.launch", "--nproc-per-node", "2"]
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_"))}
     env = dict(clean, PYTHONPATH=str(REPO))
-    ic = [py, "-m", "workflow_scripts.interconnect.collectives", "--max-bytes", "64", "--warmup", "1",
-          "--iterations", "2", "--out"]
-    proc = subprocess.run([*base, "--", *ic, str(tmp_path / "default.json")], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, env=env)
+    ic = [
+        py,
+        "-m",
+        "workflow_scripts.interconnect.collectives",
+        "--max-bytes",
+        "64",
+        "--warmup",
+        "1",
+        "--iterations",
+        "2",
+        "--out",
+    ]
+    proc = subprocess.run(
+        [*base, "--", *ic, str(tmp_path / "default.json")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((tmp_path / "default.json").read_text())["nccl_env"] == {}
     words = [f"--env={k}={v}" for k, v in NVLS_OFF.items()]
-    proc = subprocess.run([*base, *words, "--", *ic, str(tmp_path / "off.json")], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [*base, *words, "--", *ic, str(tmp_path / "off.json")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((tmp_path / "off.json").read_text())["nccl_env"] == NVLS_OFF
     run = tmp_path / "run"
-    proc = subprocess.run([*base, *words, "--", py, "-m", "workflow_scripts.train.pytorch_ddp", "--data", str(tmp_path),
-                           "--data-source", "synthetic", "--classes", "4", "--batch-per-gpu", "2", "--image-size", "32",
-                           "--warmup-steps", "1", "--steps", "1", "--telemetry-interval", "0", "--out", str(run)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [
+            *base,
+            *words,
+            "--",
+            py,
+            "-m",
+            "workflow_scripts.train.pytorch_ddp",
+            "--data",
+            str(tmp_path),
+            "--data-source",
+            "synthetic",
+            "--classes",
+            "4",
+            "--batch-per-gpu",
+            "2",
+            "--image-size",
+            "32",
+            "--warmup-steps",
+            "1",
+            "--steps",
+            "1",
+            "--telemetry-interval",
+            "0",
+            "--out",
+            str(run),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((run / "summary.json").read_text())["nccl_env"] == NVLS_OFF

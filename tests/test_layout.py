@@ -1,4 +1,5 @@
 """Reading the ILSVRC2012 raw layout: the three val layouts, class indices, clear errors."""
+
 import pytest
 
 from workflow_scripts.common.errors import StageError
@@ -8,8 +9,7 @@ from workflow_scripts.data import embedded, layout
 @pytest.fixture(scope="module", params=embedded.VAL_LAYOUTS)
 def tree(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(request.param) / "ILSVRC2012"
-    embedded.make(root, classes=3, train_per_class=2, val_per_class=2, seed=1, val_layout=request.param,
-                  quirks=False)
+    embedded.make(root, classes=3, train_per_class=2, val_per_class=2, seed=1, val_layout=request.param, quirks=False)
     return root
 
 

@@ -2,6 +2,7 @@
 fp16 training refuses to run, so the scale is shown on real MXNet NDArrays and Horovod's
 DistributedTrainer with one float16 weight (tests/readers/mxnet_loss_scale.py), and the trainer's
 fp32 path is run to show the step's pieces leave it as it was."""
+
 import json
 import subprocess
 
@@ -10,8 +11,13 @@ from conftest import REPO, interpreter, run_reader
 
 def test_overflow_skips_the_step_and_halves_the_scale_and_growth_doubles_it():
     got = run_reader("mxnet", "mxnet_loss_scale.py")
-    assert got["finite"] == {"float32 finite": True, "float32 with nan": False, "float16 finite": True,
-                             "float16 overflowed": False, "many arrays, one inf": False}
+    assert got["finite"] == {
+        "float32 finite": True,
+        "float32 with nan": False,
+        "float16 finite": True,
+        "float16 overflowed": False,
+        "many arrays, one inf": False,
+    }
     # growth_interval 3: two overflows halve twice; three good steps in a row double once
     assert got["schedule"] == {"scales": [2.0**16, 2.0**15, 2.0**14, 2.0**14, 2.0**14, 2.0**15, 2.0**15], "skipped": 2}
     first, second, third = got["steps"]["rows"]
@@ -32,10 +38,33 @@ def test_a_gradient_below_float16s_range_survives_only_with_the_scale():
 
 
 def test_the_trainer_steps_through_the_pieces_and_records_the_scale(tmp_path):
-    proc = subprocess.run([interpreter("mxnet"), "-m", "workflow_scripts.train.mxnet_horovod", "--data-source",
-                           "synthetic", "--classes", "4", "--image-size", "32", "--batch-per-gpu", "2",
-                           "--warmup-steps", "1", "--steps", "2", "--telemetry-interval", "0", "--out", str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            interpreter("mxnet"),
+            "-m",
+            "workflow_scripts.train.mxnet_horovod",
+            "--data-source",
+            "synthetic",
+            "--classes",
+            "4",
+            "--image-size",
+            "32",
+            "--batch-per-gpu",
+            "2",
+            "--warmup-steps",
+            "1",
+            "--steps",
+            "2",
+            "--telemetry-interval",
+            "0",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["timed_steps"] == 2

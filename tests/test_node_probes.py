@@ -1,5 +1,6 @@
 """What a run records about its node: whether the dataset really left the caches (common.page_cache,
 common.mounts) and the GPU telemetry when some of a node's GPUs or readings fail (common.telemetry)."""
+
 import os
 import subprocess
 import tempfile
@@ -38,8 +39,17 @@ def test_gpfs_and_other_client_caches_make_eviction_not_verifiable(tmp_path):
     never that the dataset left memory."""
     info = tmp_path / "mountinfo"
     info.write_text(MOUNTINFO)
-    why = page_cache.uncheckable(["/gpfs/fs1/imagenet", "/scratch/imagenet", "/mnt/bucket/imagenet",
-                                  "/nfs/data/imagenet", "/nfs/home/imagenet", "/gpfs/fs1/local copy/x"], info)
+    why = page_cache.uncheckable(
+        [
+            "/gpfs/fs1/imagenet",
+            "/scratch/imagenet",
+            "/mnt/bucket/imagenet",
+            "/nfs/data/imagenet",
+            "/nfs/home/imagenet",
+            "/gpfs/fs1/local copy/x",
+        ],
+        info,
+    )
     assert set(why) == {"/gpfs/fs1/imagenet", "/mnt/bucket/imagenet", "/nfs/data/imagenet"}
     assert "pagepool" in why["/gpfs/fs1/imagenet"] and "fsc" in why["/nfs/data/imagenet"]
 
@@ -49,8 +59,7 @@ def test_gpfs_and_other_client_caches_make_eviction_not_verifiable(tmp_path):
     f = d / "train-00000-of-00001"
     f.write_bytes(os.urandom(1 << 20))
     info.write_text(MOUNTINFO + f"70 27 0:60 / {d} rw,relatime shared:40 - gpfs fs2 rw\n")
-    report = page_cache.clear([d], command="false", drop_caches=str(tmp_path / "no" / "drop_caches"),
-                              mountinfo=info)
+    report = page_cache.clear([d], command="false", drop_caches=str(tmp_path / "no" / "drop_caches"), mountinfo=info)
     assert report["dataset_evicted"] is None
     assert "pagepool" in report["dataset_evicted_unverifiable"][str(d)]
     assert report["after"]["resident_bytes"] == 0  # mincore's answer is still recorded, for what it is
@@ -78,8 +87,9 @@ def test_resident_bytes_counts_the_pages_read(tmp_path):
     finally:
         os.close(fd)
     got = page_cache.resident_bytes(f)
-    fincore = subprocess.run(["fincore", "--noheadings", "--raw", "--output", "PAGES", str(f)],
-                             capture_output=True, text=True, check=True)
+    fincore = subprocess.run(
+        ["fincore", "--noheadings", "--raw", "--output", "PAGES", str(f)], capture_output=True, text=True, check=True
+    )
     assert got == len(wanted) * page == int(fincore.stdout) * page
 
 

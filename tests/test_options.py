@@ -2,6 +2,7 @@
 trainer's flags (same defaults, choices and help), the rules' argv words (every key, generically,
 in schema order), and docs/training.md's table (generated, fresh); the figures that chose the
 defaults live in docs/decisions.md, not in config comments, schema descriptions or --help."""
+
 import json
 import re
 import subprocess
@@ -27,8 +28,11 @@ consts = {k: getattr(o, k) for k in ("DALI_PREFETCH", "GPU_PREFETCH", "DALI_SPAR
 print(json.dumps({"flags": flags, "consts": consts}))
 """
 # Figures of a measurement: a share, a rate, a duration, a run count or citation, a CV, or the word.
-FIGURE = re.compile(r"(?<![\w.])\d[\d.,]*\s*(?:%|ms\b|µs\b|s\b|min\b|images?/s\b|img/s\b)|\bruns? \d|\b\d+ (?:of \d+ )?runs\b"
-                    r"|\bCV\b[^.;)]*\d|\bmeasured\b", re.IGNORECASE)
+FIGURE = re.compile(
+    r"(?<![\w.])\d[\d.,]*\s*(?:%|ms\b|µs\b|s\b|min\b|images?/s\b|img/s\b)|\bruns? \d|\b\d+ (?:of \d+ )?runs\b"
+    r"|\bCV\b[^.;)]*\d|\bmeasured\b",
+    re.IGNORECASE,
+)
 DECISION_LINK = re.compile(r"docs/decisions\.md#([\w-]+)")
 
 
@@ -36,8 +40,15 @@ DECISION_LINK = re.compile(r"docs/decisions\.md#([\w-]+)")
 def trainer():
     """The trainer's training.pytorch flags as its own environment builds them, run from outside
     the repository (the schema is found beside the package, not in the working directory)."""
-    proc = subprocess.run([interpreter("pytorch"), "-c", PARSER], cwd="/", capture_output=True, text=True, check=False,
-                          timeout=300, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [interpreter("pytorch"), "-c", PARSER],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -83,7 +94,7 @@ def pytorch_argv(workdir):
     out = snakemake(workdir, "all", "-n", "-p").stdout
     line = next(ln for ln in out.splitlines() if "workflow_scripts.train.pytorch_ddp" in ln)
     words = line.split()
-    return words[words.index("--amp-dtype"):]
+    return words[words.index("--amp-dtype") :]
 
 
 def test_rules_pass_every_key_generically(tmp_path):
@@ -104,12 +115,19 @@ def test_default_argv_unchanged(tmp_path):
     assert " ".join(pytorch_argv(tmp_path)).startswith(
         "--amp-dtype auto --channels-last auto --compile auto --hw-decoder-load 0.9 --dali-decoder cpu --prefetch 0 "
         "--dali-pinned-mb auto --dali-device-mb auto --loader-workers 0 --tf32 on --bucket-cap-mb 25 "
-        "--input-lanes 1 --jpeg-decoder torchvision --ddp-graph auto --broadcast-buffers off --grad-compression none")
+        "--input-lanes 1 --jpeg-decoder torchvision --ddp-graph auto --broadcast-buffers off --grad-compression none"
+    )
 
 
 def test_option_tables_are_fresh():
-    proc = subprocess.run([sys.executable, "-m", "workflow_scripts.common.options_table", "--check"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "workflow_scripts.common.options_table", "--check"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert any(p.name == "training.md" for p in options_table.pages())
 
@@ -143,23 +161,36 @@ def code_comments(path):
 
 
 def test_no_measurement_figures(trainer):
-    texts = {"config.yaml comment": config_comments(),
-             "schema description": list(descriptions(yaml.safe_load(schema.SCHEMA.read_text()))),
-             "trainer --help": [f["help"] for f in trainer["flags"].values()],
-             "pytorch_options.py": code_comments(REPO / "workflow_scripts" / "train" / "pytorch_options.py")}
-    found = [f"{where}: {FIGURE.search(t).group(0)!r} in {t.strip()[:120]!r}"
-             for where, items in texts.items() for t in items if FIGURE.search(t)]
+    texts = {
+        "config.yaml comment": config_comments(),
+        "schema description": list(descriptions(yaml.safe_load(schema.SCHEMA.read_text()))),
+        "trainer --help": [f["help"] for f in trainer["flags"].values()],
+        "pytorch_options.py": code_comments(REPO / "workflow_scripts" / "train" / "pytorch_options.py"),
+    }
+    found = [
+        f"{where}: {FIGURE.search(t).group(0)!r} in {t.strip()[:120]!r}"
+        for where, items in texts.items()
+        for t in items
+        if FIGURE.search(t)
+    ]
     assert not found, "figures belong in docs/decisions.md or docs/benchmarks.md:\n" + "\n".join(found)
 
 
 def test_decisions_links_resolve():
     decisions = REPO / "docs" / "decisions.md"
     have = anchors(decisions)
-    sources = [schema.SCHEMA, REPO / "config.yaml", REPO / "workflow_scripts" / "train" / "pytorch_options.py",
-               *sorted((REPO / "docs").glob("*.md"))]
+    sources = [
+        schema.SCHEMA,
+        REPO / "config.yaml",
+        REPO / "workflow_scripts" / "train" / "pytorch_options.py",
+        *sorted((REPO / "docs").glob("*.md")),
+    ]
     links = {(p.name, m) for p in sources for m in DECISION_LINK.findall(p.read_text())}
-    links |= {(p.name, m) for p in sorted((REPO / "docs").glob("*.md"))
-              for m in re.findall(r"\]\(decisions\.md#([\w-]+)\)", p.read_text())}
+    links |= {
+        (p.name, m)
+        for p in sorted((REPO / "docs").glob("*.md"))
+        for m in re.findall(r"\]\(decisions\.md#([\w-]+)\)", p.read_text())
+    }
     assert links and not [f"{name}: #{a}" for name, a in sorted(links) if a not in have]
     # Every entry: the question, the measurement that decided it and the answer.
     for entry in decisions.read_text().split("\n## ")[1:]:

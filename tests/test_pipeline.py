@@ -1,11 +1,13 @@
 """The data stage through snakemake, as a user runs it: the embedded default end to end, reruns
 only what a config edit affects, byte-identical outputs, atomic outputs, clear config errors."""
+
 import signal
 import subprocess
 import time
 
 import yaml
 from conftest import CONFIG, REPO, SNAKEMAKE, interpreter, planned_jobs, snakemake, tree_hashes, write_config
+
 
 def test_embedded_default_converts_to_all_three_formats(pipeline_run):
     default_run = pipeline_run
@@ -33,15 +35,27 @@ def test_config_edit_reruns_only_what_it_affects(pipeline_run):
         assert planned_jobs(work, "data") == {"tfrecord": 1}
         # and the TensorFlow runs on it (the sweep's and the long test's), and the tables and figures
         # built from the runs
-        assert {k: v for k, v in planned_jobs(work, "all").items() if k.startswith(("tfrecord", "train", "time_to"))} == {
-            "tfrecord": 1, "train": len(CONFIG["training"]["gpus"]), "training_tables": 1, "training_figures": 1,
-            "train_accuracy": len(CONFIG["training"]["accuracy"]["gpus"]), "time_to_accuracy": 1,
-            "time_to_accuracy_figure": 1}
+        assert {
+            k: v for k, v in planned_jobs(work, "all").items() if k.startswith(("tfrecord", "train", "time_to"))
+        } == {
+            "tfrecord": 1,
+            "train": len(CONFIG["training"]["gpus"]),
+            "training_tables": 1,
+            "training_figures": 1,
+            "train_accuracy": len(CONFIG["training"]["accuracy"]["gpus"]),
+            "time_to_accuracy": 1,
+            "time_to_accuracy_figure": 1,
+        }
         write_config(work, conversion__shuffle_seed=5)
         assert planned_jobs(work, "data") == {"index_dataset": 1, "tfrecord": 1, "recordio": 1, "lmdb": 1}
         write_config(work, dataset__embedded__classes=12)
-        assert planned_jobs(work, "data") == {"embedded_dataset": 1, "index_dataset": 1, "tfrecord": 1,
-                                              "recordio": 1, "lmdb": 1}
+        assert planned_jobs(work, "data") == {
+            "embedded_dataset": 1,
+            "index_dataset": 1,
+            "tfrecord": 1,
+            "recordio": 1,
+            "lmdb": 1,
+        }
     finally:
         write_config(work)
 
@@ -60,10 +74,27 @@ def test_same_input_and_config_give_byte_identical_outputs(pipeline_run):
 def test_killed_conversion_leaves_nothing_that_looks_complete(pipeline_run, tmp_path):
     default_run = pipeline_run
     out = tmp_path / "tfrecord"
-    proc = subprocess.Popen([interpreter("tensorflow"), "-m", "workflow_scripts.data.tfrecord", "--index",
-                             str(default_run / "data" / "index"), "--out", str(out), "--threads", "1",
-                             "--resize-shorter", "64", "--train-shards", "8", "--val-shards", "2"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            interpreter("tensorflow"),
+            "-m",
+            "workflow_scripts.data.tfrecord",
+            "--index",
+            str(default_run / "data" / "index"),
+            "--out",
+            str(out),
+            "--threads",
+            "1",
+            "--resize-shorter",
+            "64",
+            "--train-shards",
+            "8",
+            "--val-shards",
+            "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     shard = None
     while time.time() < deadline and shard is None:

@@ -2,6 +2,7 @@
 launched as its training runs are, before any of them; each failure class provoked for real and
 named in one line (system, framework, node, check, fix), and a failing preflight stops the
 workflow before any training job starts."""
+
 import csv
 import importlib.util
 import json
@@ -43,8 +44,17 @@ def test_preflight_passes_on_the_embedded_default(passed):
     assert {r["status"] for r in table} <= {"ok", "not applicable"}, [r for r in table if r["status"] == "failed"]
     for fw in CONFIG["training"]["frameworks"]:
         mine = {r["check"]: r for r in table if r["framework"] == fw}
-        assert {"page_cache", "dataset", "dataset_readable", "gpu", "kernel_fp32", "cpus", "allreduce",
-                "telemetry_nvml", "telemetry_ib"} <= set(mine)
+        assert {
+            "page_cache",
+            "dataset",
+            "dataset_readable",
+            "gpu",
+            "kernel_fp32",
+            "cpus",
+            "allreduce",
+            "telemetry_nvml",
+            "telemetry_ib",
+        } <= set(mine)
         assert mine["kernel_fp32"]["status"] == "ok" and " s " in mine["kernel_fp32"]["figure"]
         assert mine["allreduce"]["status"] == "ok" and "sum right; 25557032 fp32" in mine["allreduce"]["figure"]
         assert mine["gpu"]["status"] == "not applicable"
@@ -62,8 +72,9 @@ def test_training_waits_for_its_pairs_preflight(passed):
 
 def test_a_cpu_only_framework_on_a_gpu_system_is_named(tmp_path):
     cpu_envs = {fw: interpreter(fw) for fw in ("tensorflow", "mxnet", "pytorch")}
-    write_config(tmp_path, systems=GPU_SYSTEM, training__systems=["gpu"], training__gpus=[2], envs_gpu=cpu_envs,
-                 **NO_DATA)
+    write_config(
+        tmp_path, systems=GPU_SYSTEM, training__systems=["gpu"], training__gpus=[2], envs_gpu=cpu_envs, **NO_DATA
+    )
     proc = snakemake(tmp_path, "preflight", check=False)
     assert proc.returncode != 0
     # one line per failing pair that stopped (pairs whose gates ran side by side)
@@ -97,9 +108,13 @@ def test_a_hanging_allreduce_is_stopped_by_the_timeout_and_named(tmp_path):
     write_config(tmp_path, training__frameworks=["pytorch"], preflight__timeout_s=30, **NO_DATA)
     marker = tmp_path / "results" / "preflight" / "local" / "pytorch" / "2gpu.d" / "markers" / "rank1.json"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-                             "--cores", "2", "preflight"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env)
+    proc = subprocess.Popen(
+        [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "2", "preflight"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     stopped = None
     try:
         deadline = time.monotonic() + 600
@@ -129,8 +144,10 @@ def test_a_hanging_allreduce_is_stopped_by_the_timeout_and_named(tmp_path):
 
 def test_a_truncated_lmdb_is_named_with_its_fix(passed, tmp_path):
     if importlib.util.find_spec("workflow_scripts.data.verify") is None:
-        pytest.skip("workflow_scripts.data.verify (the data stage's manifest check) is not on this branch: the "
-                    "dataset check reports 'not applicable: verify module missing'")
+        pytest.skip(
+            "workflow_scripts.data.verify (the data stage's manifest check) is not on this branch: the "
+            "dataset check reports 'not applicable: verify module missing'"
+        )
     work = tmp_path / "work"
     shutil.copytree(passed, work, symlinks=True)
     mdb = max((work / "data" / "lmdb").rglob("*.mdb"), key=lambda p: p.stat().st_size)

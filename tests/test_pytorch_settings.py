@@ -2,6 +2,7 @@
 docs/benchmarks.md measured (runs 38-39: CUDA graphs with synthetic data and DALI within a node,
 DALI four batches ahead with its pools allocated), resolved here without a GPU (a CUDA device
 object needs none; nothing is run on it)."""
+
 import json
 import subprocess
 
@@ -28,15 +29,20 @@ CASES = [
     ("gpu_gpu_input", "cuda", 1, REAL + ["--input", "gpu"]),
     ("gpu_cpu_input", "cuda", 1, REAL + ["--input", "cpu"]),
     ("gpu_dali_small", "cuda", 1, ["--data", "LMDB", "--batch-per-gpu", "64", "--image-size", "112"]),
-    ("gpu_dali_asked", "cuda", 1, REAL + ["--compile", "default", "--prefetch", "2", "--dali-pinned-mb", "0",
-                                          "--dali-device-mb", "100"]),
+    (
+        "gpu_dali_asked",
+        "cuda",
+        1,
+        REAL + ["--compile", "default", "--prefetch", "2", "--dali-pinned-mb", "0", "--dali-device-mb", "100"],
+    ),
 ]
 
 
 @pytest.fixture(scope="module")
 def resolved():
-    proc = subprocess.run([interpreter("pytorch"), "-c", SCRIPT, json.dumps(CASES)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [interpreter("pytorch"), "-c", SCRIPT, json.dumps(CASES)], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 

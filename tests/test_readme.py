@@ -5,6 +5,7 @@ second command is what .ci/run runs, the "Changing settings" block is run by
 tests/test_faults.py::test_a_second_config_file_overrides_nested_keys. A new block fails here until
 a test runs it. Relative links of README.md and docs/ must name an existing file and, with a
 #fragment, an existing heading of it (GitHub's anchors)."""
+
 import re
 from pathlib import Path
 
@@ -26,15 +27,18 @@ def bash_blocks(text):
             while j < len(lines) and not lines[j].startswith(line[:3]):
                 j += 1
             if lang == "bash":
-                blocks.append((section, "\n".join(lines[i + 1:j])))
+                blocks.append((section, "\n".join(lines[i + 1 : j])))
             i = j
         i += 1
     return blocks
 
 
 def ci_test_command():
-    commands = [ln.strip() for ln in (REPO / ".ci/run").read_text().splitlines()
-                if ln.strip() and not ln.lstrip().startswith(("#", "set ", "cd "))]
+    commands = [
+        ln.strip()
+        for ln in (REPO / ".ci/run").read_text().splitlines()
+        if ln.strip() and not ln.lstrip().startswith(("#", "set ", "cd "))
+    ]
     return commands[-1]
 
 
@@ -42,15 +46,18 @@ def test_every_readme_command_is_run_by_a_test():
     blocks = bash_blocks((REPO / "README.md").read_text())
     tested = {"Quick start", "Changing settings"}
     untested = [f"## {sec}:\n{body}" for sec, body in blocks if sec not in tested]
-    assert not untested, ("README.md has ```bash blocks no test runs (run them in a test and name the "
-                          "section in tests/test_readme.py):\n" + "\n\n".join(untested))
+    assert not untested, (
+        "README.md has ```bash blocks no test runs (run them in a test and name the "
+        "section in tests/test_readme.py):\n" + "\n\n".join(untested)
+    )
     sections = [sec for sec, _ in blocks]
     assert sorted(sections) == sorted(tested), f"expected one block in each of {sorted(tested)}, found {sections}"
     quick = dict(blocks)["Quick start"]
     commands = [ln.split("#", 1)[0].strip() for ln in quick.splitlines() if ln.strip()]
     assert len(commands) == 2, quick
     assert commands[1] == ci_test_command(), (
-        f"README's test command {commands[1]!r} is not what .ci/run runs ({ci_test_command()!r})")
+        f"README's test command {commands[1]!r} is not what .ci/run runs ({ci_test_command()!r})"
+    )
 
 
 def slug(heading):

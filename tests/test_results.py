@@ -1,8 +1,8 @@
 """The study's tables and figures: their numbers checked against the per-run logs they came from,
 failed runs listed with why, mixed settings flagged, the HTML report, and reruns after an edit."""
+
 import json
 import re
-import statistics
 import subprocess
 from pathlib import Path
 
@@ -10,10 +10,23 @@ import pandas as pd
 import pytest
 from conftest import CONFIG, REPO, interpreter, planned_jobs, snakemake, write_config
 
-TABLES = ["training_throughput", "scaling", "fp16_vs_fp32", "system_comparison", "storage_throughput",
-          "network_throughput", "interconnect"]
-FIGURES = ["fig2_scaling", "fig4_6_system_comparison", "fig5_fp16_vs_fp32", "fig7_storage", "fig8_network",
-           "interconnect_busbw"]
+TABLES = [
+    "training_throughput",
+    "scaling",
+    "fp16_vs_fp32",
+    "system_comparison",
+    "storage_throughput",
+    "network_throughput",
+    "interconnect",
+]
+FIGURES = [
+    "fig2_scaling",
+    "fig4_6_system_comparison",
+    "fig5_fp16_vs_fp32",
+    "fig7_storage",
+    "fig8_network",
+    "interconnect_busbw",
+]
 
 
 def steps_rate(run_dir):
@@ -58,7 +71,9 @@ def test_throughput_rows_are_the_runs_own_figures(pipeline_run):
 def test_speedup_and_efficiency_are_ratios_of_measured_throughputs(pipeline_run):
     scaling = table(pipeline_run, "scaling")
     for r in scaling.itertuples():
-        base = steps_rate(pipeline_run / "results" / "runs" / r.system / f"{r.framework}_{r.precision}_{r.baseline_gpus}gpu")
+        base = steps_rate(
+            pipeline_run / "results" / "runs" / r.system / f"{r.framework}_{r.precision}_{r.baseline_gpus}gpu"
+        )
         mine = steps_rate(pipeline_run / "results" / "runs" / r.system / f"{r.framework}_{r.precision}_{r.gpus}gpu")
         assert r.speedup == pytest.approx(mine / base)
         assert r.efficiency == pytest.approx(mine / (base * r.gpus / r.baseline_gpus))
@@ -71,8 +86,14 @@ def test_storage_and_network_totals_integrate_the_telemetry(pipeline_run):
         t = table(pipeline_run, name)
         assert set(t.metric) == metrics
         for r in t.sample(n=min(4, len(t)), random_state=0).itertuples():
-            csv = pd.read_csv(pipeline_run / "results" / "runs" / r.system / f"{r.framework}_{r.precision}_{r.gpus}gpu"
-                              / f"telemetry.{r.node}.csv")
+            csv = pd.read_csv(
+                pipeline_run
+                / "results"
+                / "runs"
+                / r.system
+                / f"{r.framework}_{r.precision}_{r.gpus}gpu"
+                / f"telemetry.{r.node}.csv"
+            )
             s = csv[(csv.metric == r.metric) & (csv.device == r.device)].sort_values("time_s")
             dt = s.time_s.diff().fillna(s.time_s.iloc[0])
             assert r.total_MB == pytest.approx(float((s.value * dt).sum()))
@@ -99,9 +120,13 @@ def test_editing_one_frameworks_batch_reruns_its_runs_and_the_aggregation(pipeli
         jobs = planned_jobs(pipeline_run)
         # and its long-test run (same batch per GPU) and the table and figure built from it
         assert {k: v for k, v in jobs.items() if k.startswith(("train", "training", "time_to"))} == {
-            "train": len(CONFIG["training"]["gpus"]), "training_tables": 1, "training_figures": 1,
-            "train_accuracy": len(CONFIG["training"]["accuracy"]["gpus"]), "time_to_accuracy": 1,
-            "time_to_accuracy_figure": 1}
+            "train": len(CONFIG["training"]["gpus"]),
+            "training_tables": 1,
+            "training_figures": 1,
+            "train_accuracy": len(CONFIG["training"]["accuracy"]["gpus"]),
+            "time_to_accuracy": 1,
+            "time_to_accuracy_figure": 1,
+        }
         assert "framework=tensorflow" not in snakemake(pipeline_run, "-n").stdout
     finally:
         write_config(pipeline_run)
@@ -114,13 +139,27 @@ def sweep(tmp_path_factory):
     has rows, and the training figures are drawn from them. Only these are asked for: the later
     stages (INT8, the long test) run on the embedded default in pipeline_run."""
     work = tmp_path_factory.mktemp("sweep")
-    write_config(work, systems={"a": {"gpus_per_node": 1}, "b": {"gpus_per_node": 1}}, training__systems=["a", "b"],
-                 training__frameworks=["pytorch"], training__precisions=["fp32", "fp16"], training__gpus=[1],
-                 training__inputs=["synthetic"], training__image_size=32, training__warmup_steps=1,
-                 training__steps=3, training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4},
-                 training__accuracy__gpus=[])
-    snakemake(work, "results/fp16_vs_fp32.csv", "results/system_comparison.csv",
-              "results/figures/fig5_fp16_vs_fp32.png", "results/figures/fig4_6_system_comparison.png")
+    write_config(
+        work,
+        systems={"a": {"gpus_per_node": 1}, "b": {"gpus_per_node": 1}},
+        training__systems=["a", "b"],
+        training__frameworks=["pytorch"],
+        training__precisions=["fp32", "fp16"],
+        training__gpus=[1],
+        training__inputs=["synthetic"],
+        training__image_size=32,
+        training__warmup_steps=1,
+        training__steps=3,
+        training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4},
+        training__accuracy__gpus=[],
+    )
+    snakemake(
+        work,
+        "results/fp16_vs_fp32.csv",
+        "results/system_comparison.csv",
+        "results/figures/fig5_fp16_vs_fp32.png",
+        "results/figures/fig4_6_system_comparison.png",
+    )
     return work
 
 
@@ -138,21 +177,54 @@ def test_fp16_gain_and_system_comparison_are_ratios_of_the_runs(sweep):
 
 
 def test_table_of_runs_with_different_settings_says_so(sweep, pipeline_run, tmp_path):
-    points = [{"system": "a", "framework": "pytorch", "precision": "fp32", "gpus": 1, "nodes": 1,
-               "run_dir": str(sweep / "results" / "runs" / "a" / "pytorch_fp32_1gpu_synthetic")},
-              {"system": "local", "framework": "pytorch", "precision": "fp32", "gpus": 1, "nodes": 1,
-               "run_dir": str(pipeline_run / "results" / "runs" / "local" / "pytorch_fp32_1gpu")}]
-    proc = subprocess.run([interpreter("workflow"), "-m", "workflow_scripts.results.training_tables", "--points",
-                           json.dumps(points), "--out-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
+    points = [
+        {
+            "system": "a",
+            "framework": "pytorch",
+            "precision": "fp32",
+            "gpus": 1,
+            "nodes": 1,
+            "run_dir": str(sweep / "results" / "runs" / "a" / "pytorch_fp32_1gpu_synthetic"),
+        },
+        {
+            "system": "local",
+            "framework": "pytorch",
+            "precision": "fp32",
+            "gpus": 1,
+            "nodes": 1,
+            "run_dir": str(pipeline_run / "results" / "runs" / "local" / "pytorch_fp32_1gpu"),
+        },
+    ]
+    proc = subprocess.run(
+        [
+            interpreter("workflow"),
+            "-m",
+            "workflow_scripts.results.training_tables",
+            "--points",
+            json.dumps(points),
+            "--out-dir",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "runs were made with different settings" in (tmp_path / "training_throughput.md").read_text()
 
 
 def test_failed_run_is_listed_with_why(tmp_path):
     # preflight would stop it before training (its fp16 kernel fails on the CPU): this is the table's case
-    write_config(tmp_path, training__frameworks=["mxnet"], training__precisions=["fp16"], training__gpus=[1],
-                 training__inputs=["synthetic"], training__retries=0, inference__models={"resnet50": "torchvision"},
-                 preflight__gate=False)
+    write_config(
+        tmp_path,
+        training__frameworks=["mxnet"],
+        training__precisions=["fp16"],
+        training__gpus=[1],
+        training__inputs=["synthetic"],
+        training__retries=0,
+        inference__models={"resnet50": "torchvision"},
+        preflight__gate=False,
+    )
     snakemake(tmp_path, "results/training_throughput.csv")
     (row,) = table(tmp_path, "training_throughput").itertuples()
     assert (row.framework, row.precision, row.status) == ("mxnet", "fp16", "failed")
@@ -164,27 +236,48 @@ def test_input_axis_puts_each_path_beside_the_same_points_synthetic_run(tmp_path
     """training.inputs [auto, dali, synthetic] for PyTorch on the embedded default: auto (the CPU
     path on a CPU) keeps the plain run directory, the others get their own, and input_paths
     compares each real-data run with the synthetic run of its point."""
-    write_config(tmp_path, training__frameworks=["pytorch"], training__gpus=[1], training__image_size=32,
-                 training__inputs=["auto", "dali", "synthetic"], training__warmup_steps=1, training__steps=3,
-                 training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4},
-                 inference__models={"resnet50": "torchvision"})
+    write_config(
+        tmp_path,
+        training__frameworks=["pytorch"],
+        training__gpus=[1],
+        training__image_size=32,
+        training__inputs=["auto", "dali", "synthetic"],
+        training__warmup_steps=1,
+        training__steps=3,
+        training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4},
+        inference__models={"resnet50": "torchvision"},
+    )
     snakemake(tmp_path, "results/input_paths.csv", "results/figures/fig_input_paths.png")
     runs = tmp_path / "results" / "runs" / "local"
-    assert sorted(p.name for p in runs.iterdir()) == ["pytorch_fp32_1gpu", "pytorch_fp32_1gpu_dali",
-                                                      "pytorch_fp32_1gpu_synthetic"]
-    used = {d: json.loads((runs / d / "summary.json").read_text())["input"]
-            for d in ("pytorch_fp32_1gpu", "pytorch_fp32_1gpu_dali")}
+    assert sorted(p.name for p in runs.iterdir()) == [
+        "pytorch_fp32_1gpu",
+        "pytorch_fp32_1gpu_dali",
+        "pytorch_fp32_1gpu_synthetic",
+    ]
+    used = {
+        d: json.loads((runs / d / "summary.json").read_text())["input"]
+        for d in ("pytorch_fp32_1gpu", "pytorch_fp32_1gpu_dali")
+    }
     assert used == {"pytorch_fp32_1gpu": "cpu", "pytorch_fp32_1gpu_dali": "dali"}
     t = table(tmp_path, "input_paths").set_index("input")
     assert sorted(t.index) == ["cpu", "dali", "synthetic"]
     synthetic = steps_rate(runs / "pytorch_fp32_1gpu_synthetic")
-    for inp, d in (("cpu", "pytorch_fp32_1gpu"), ("dali", "pytorch_fp32_1gpu_dali"), ("synthetic", "pytorch_fp32_1gpu_synthetic")):
+    for inp, d in (
+        ("cpu", "pytorch_fp32_1gpu"),
+        ("dali", "pytorch_fp32_1gpu_dali"),
+        ("synthetic", "pytorch_fp32_1gpu_synthetic"),
+    ):
         assert t.loc[inp, "images_per_s"] == pytest.approx(steps_rate(runs / d))
         assert t.loc[inp, "of_synthetic_percent"] == pytest.approx(steps_rate(runs / d) / synthetic * 100)
     png = (tmp_path / "results" / "figures" / "fig_input_paths.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     # TensorFlow and MXNet have no dali path: the point is left out, not failed.
-    write_config(tmp_path, training__frameworks=["pytorch", "mxnet"], training__gpus=[1],
-                 training__inputs=["dali"], inference__models={"resnet50": "torchvision"})
+    write_config(
+        tmp_path,
+        training__frameworks=["pytorch", "mxnet"],
+        training__gpus=[1],
+        training__inputs=["dali"],
+        inference__models={"resnet50": "torchvision"},
+    )
     planned = snakemake(tmp_path, "results/input_paths.csv", "-n").stdout.split("\n\n")
     assert not [j for j in planned if re.search(r"^(local)?rule train\b", j, re.M) and "framework=mxnet" in j]

@@ -1,6 +1,7 @@
 """No config string is run by a shell unless it is meant to be a command: paths with spaces,
 quotes, $, ;, and backticks work end to end, a system's strings reach SLURM as words, and what
 cannot be carried is refused when the workflow is parsed, naming the key."""
+
 import json
 import subprocess
 from pathlib import Path
@@ -20,9 +21,14 @@ HOSTILE = {
     "log_dir": f"victim logs ; touch {MARK}-semi ;",
     "results_dir": f"victim res $HOME & touch {MARK}-amp | x",
 }
-SYSTEM = {"gpus_per_node": 1, "max_nodes": 1, "account": f"acct'$(touch {MARK}-acct)",
-          "constraint": f"a&b|$(touch {MARK}-constraint)", "qos": f"q`touch {MARK}-qos`",
-          "sbatch_extra": f"--mail-type=NONE --mail-user='x $(touch {MARK}-sbatch)'"}
+SYSTEM = {
+    "gpus_per_node": 1,
+    "max_nodes": 1,
+    "account": f"acct'$(touch {MARK}-acct)",
+    "constraint": f"a&b|$(touch {MARK}-constraint)",
+    "qos": f"q`touch {MARK}-qos`",
+    "sbatch_extra": f"--mail-type=NONE --mail-user='x $(touch {MARK}-sbatch)'",
+}
 
 
 def markers(*trees):
@@ -51,9 +57,18 @@ def test_hostile_paths_and_system_strings_work_and_touch_nothing_else(tmp_path):
     (work / "victim" / "keep.txt").write_text("must survive")
     # MXNet's readers split file names at ';' (dmlc-core): its run reads through an alias.
     # Small images and batches: what is tested is where the strings go, not what the runs measure.
-    write_config(work, **HOSTILE, systems={"local": SYSTEM}, training__frameworks=["pytorch", "mxnet"],
-                 training__gpus=[1], training__warmup_steps=1, training__steps=3, training__accuracy__gpus=[],
-                 training__image_size=32, training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4})
+    write_config(
+        work,
+        **HOSTILE,
+        systems={"local": SYSTEM},
+        training__frameworks=["pytorch", "mxnet"],
+        training__gpus=[1],
+        training__warmup_steps=1,
+        training__steps=3,
+        training__accuracy__gpus=[],
+        training__image_size=32,
+        training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4},
+    )
     before = snapshot(work, {*HOSTILE.values(), ".snakemake"})
     snakemake(work, "data", "training")
     run = work / HOSTILE["results_dir"] / "runs" / "local" / "pytorch_fp32_1gpu"
@@ -71,18 +86,27 @@ def test_hostile_paths_and_system_strings_work_and_touch_nothing_else(tmp_path):
     assert snapshot(work, {*HOSTILE.values(), ".snakemake"}) == before
 
 
-@pytest.mark.parametrize("key, value, why", [
-    ("data_dir", "data\nx", "control character"),
-    ("results_dir", "res{system}", "braces"),
-    ("log_dir", "-logs", "starting with '-'"),
-    ("data_dir", f"da'ta $(touch {MARK})", "quotes and backslashes"),
-    ("results_dir", f'res"$(touch {MARK})"', "quotes and backslashes"),
-    ("systems", {f"gpu$(touch {MARK})": {"gpus_per_node": 1}}, "does not match"),
-    ("systems", {"local": {"gpus_per_node": 1, "gpu_request": "gres", "gpu_type": f"v100'$(touch {MARK})"}},
-     "gpu_type"),
-    ("systems", {"local": {"gpus_per_node": 1, "sbatch_extra": f"--x='$(touch {MARK})"}},
-     "systems.local.sbatch_extra"),
-])
+@pytest.mark.parametrize(
+    "key, value, why",
+    [
+        ("data_dir", "data\nx", "control character"),
+        ("results_dir", "res{system}", "braces"),
+        ("log_dir", "-logs", "starting with '-'"),
+        ("data_dir", f"da'ta $(touch {MARK})", "quotes and backslashes"),
+        ("results_dir", f'res"$(touch {MARK})"', "quotes and backslashes"),
+        ("systems", {f"gpu$(touch {MARK})": {"gpus_per_node": 1}}, "does not match"),
+        (
+            "systems",
+            {"local": {"gpus_per_node": 1, "gpu_request": "gres", "gpu_type": f"v100'$(touch {MARK})"}},
+            "gpu_type",
+        ),
+        (
+            "systems",
+            {"local": {"gpus_per_node": 1, "sbatch_extra": f"--x='$(touch {MARK})"}},
+            "systems.local.sbatch_extra",
+        ),
+    ],
+)
 def test_what_cannot_be_carried_is_refused_at_parse_time_naming_the_key(tmp_path, key, value, why):
     write_config(tmp_path, **{key: value})
     proc = snakemake(tmp_path, "-n", check=False)
@@ -98,8 +122,24 @@ def test_a_run_directory_outside_results_is_never_deleted(tmp_path):
     for bad in (outside, results, results / ".." / "precious"):
         with pytest.raises(StageError, match="does not lie inside results_dir"):
             job.checked_run_dir(bad, results)
-    proc = subprocess.run([interpreter("pytorch"), "-m", "workflow_scripts.train.job", "--run-dir", str(outside),
-                           "--results-dir", str(results), "--log", str(tmp_path / "log"), "--",
-                           "workflow_scripts.train.pytorch_ddp"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            interpreter("pytorch"),
+            "-m",
+            "workflow_scripts.train.job",
+            "--run-dir",
+            str(outside),
+            "--results-dir",
+            str(results),
+            "--log",
+            str(tmp_path / "log"),
+            "--",
+            "workflow_scripts.train.pytorch_ddp",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "not deleting it" in proc.stderr
     assert (outside / "file").read_text() == "x"

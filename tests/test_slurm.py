@@ -3,11 +3,12 @@ slurm all` on the embedded dataset (small images and batches), every training ru
 interconnect measurement spanning both nodes with one task each, checked from their own outputs;
 placement errors at parse time; SLURM's reason for a job that waits; a cancelled (pre-empted) run
 retried with its log kept."""
+
 import json
-from pathlib import Path
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import slurm_cluster
@@ -16,12 +17,21 @@ from conftest import REPO, SNAKEMAKE, interpreter, write_config
 from test_shell_safety import MARK, markers
 
 FRAMEWORKS = ("tensorflow", "mxnet", "pytorch")
-SYSTEM = {"gpus_per_node": 1, "max_nodes": 2, "partition": slurm_cluster.PARTITION, "cpus_per_task": 2,
-          "mem_mb": 3000, "time_min": 30}
+SYSTEM = {
+    "gpus_per_node": 1,
+    "max_nodes": 2,
+    "partition": slurm_cluster.PARTITION,
+    "cpus_per_task": 2,
+    "mem_mb": 3000,
+    "time_min": 30,
+}
 # What the test profile must change in the user's profile, and nothing else: this cluster's
 # partition, and polling that suits a cluster without slurmdbd (sacct would fail) and 2-second jobs.
-PROFILE_CHANGES = {"slurm-status-command": "squeue", "seconds-between-status-checks": 2,
-                   "slurm-init-seconds-before-status-checks": 2}
+PROFILE_CHANGES = {
+    "slurm-status-command": "squeue",
+    "seconds-between-status-checks": 2,
+    "slurm-init-seconds-before-status-checks": 2,
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +64,10 @@ def make_test_profile(work):
 
 # The run's directories and sbatch flags are strings a shell would run (test_shell_safety.py):
 # here they go through sbatch, the job step and srun on two nodes.
-DIRS = {key: f"{name} $(touch {MARK}-{name}) `touch {MARK}-{name}`; &" for key, name in
-        (("data_dir", "data"), ("log_dir", "logs"), ("results_dir", "results"))}
+DIRS = {
+    key: f"{name} $(touch {MARK}-{name}) `touch {MARK}-{name}`; &"
+    for key, name in (("data_dir", "data"), ("log_dir", "logs"), ("results_dir", "results"))
+}
 SBATCH_EXTRA = f"--mail-type=NONE --mail-user='x $(touch {MARK}-sbatch)'"
 
 
@@ -63,12 +75,18 @@ SBATCH_EXTRA = f"--mail-type=NONE --mail-user='x $(touch {MARK}-sbatch)'"
 # the hostile strings through sbatch, the job step and srun), not what the sizes measure: the
 # embedded default's figures come from its local run (pipeline_run), so the images, batches and
 # INT8 timings here are the smallest the stages take.
-SMALL = {"training__image_size": 32, "training__batch_per_gpu": {"tensorflow": 4, "mxnet": 4, "pytorch": 4},
-         "training__warmup_steps": 2, "training__steps": 6,
-         "inference__image_size": 32, "inference__calibration__batches": 1,
-         "inference__calibration__histogram_bins": 256,
-         "inference__throughput__batch_sizes": [1, 2], "inference__throughput__warmup": 1,
-         "inference__throughput__repeats": 2}
+SMALL = {
+    "training__image_size": 32,
+    "training__batch_per_gpu": {"tensorflow": 4, "mxnet": 4, "pytorch": 4},
+    "training__warmup_steps": 2,
+    "training__steps": 6,
+    "inference__image_size": 32,
+    "inference__calibration__batches": 1,
+    "inference__calibration__histogram_bins": 256,
+    "inference__throughput__batch_sizes": [1, 2],
+    "inference__throughput__warmup": 1,
+    "inference__throughput__repeats": 2,
+}
 
 
 def cluster_config(work, **overrides):
@@ -76,15 +94,38 @@ def cluster_config(work, **overrides):
     no job asks for more CPUs than a node has (a local run caps threads at --cores, SLURM does not).
     Without seed 002's long test (tests/test_accuracy.py runs it locally): it would add minutes of
     training to this run."""
-    write_config(work, **{"systems": {"cluster": dict(SYSTEM, sbatch_extra=SBATCH_EXTRA)},
-                          "training__systems": ["cluster"], "training__gpus": [2], "training__accuracy__gpus": [],
-                          "conversion__threads": 2, "inference__threads": 2, **SMALL, **DIRS, **overrides})
+    write_config(
+        work,
+        **{
+            "systems": {"cluster": dict(SYSTEM, sbatch_extra=SBATCH_EXTRA)},
+            "training__systems": ["cluster"],
+            "training__gpus": [2],
+            "training__accuracy__gpus": [],
+            "conversion__threads": 2,
+            "inference__threads": 2,
+            **SMALL,
+            **DIRS,
+            **overrides,
+        },
+    )
 
 
 def run_snakemake(work, *args, timeout=1800):
-    return subprocess.Popen([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(work),
-                             "--profile", str(make_test_profile(work)), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [
+            SNAKEMAKE,
+            "--snakefile",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(work),
+            "--profile",
+            str(make_test_profile(work)),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def squeue(*fields):
@@ -110,8 +151,9 @@ def slurm_run(cluster, tmp_path_factory):
     cluster_config(work)
     cancelled, stop = [], threading.Event()
     first_log = work / DIRS["log_dir"] / "train" / "cluster" / "pytorch_fp32_2gpu.log.attempt1"
-    watcher = threading.Thread(target=cancel_first_running, args=(("rule_train", "pytorch"), first_log, cancelled, stop),
-                               daemon=True)
+    watcher = threading.Thread(
+        target=cancel_first_running, args=(("rule_train", "pytorch"), first_log, cancelled, stop), daemon=True
+    )
     watcher.start()
     proc = run_snakemake(work, "all")
     try:
@@ -141,7 +183,10 @@ def test_ranks_ran_on_two_nodes_and_averaged_their_gradients(slurm_run, framewor
     assert {r["node"] for r in ranks} == {"n1", "n2"}
     assert [r["launch"]["source"] for r in ranks] == ["slurm", "slurm"]
     assert ranks[0]["launch"]["job_id"] == ranks[1]["launch"]["job_id"] != ""
-    assert [(r["launch"]["rank"], r["launch"]["world_size"], r["launch"]["num_nodes"]) for r in ranks] == [(0, 2, 2), (1, 2, 2)]
+    assert [(r["launch"]["rank"], r["launch"]["world_size"], r["launch"]["num_nodes"]) for r in ranks] == [
+        (0, 2, 2),
+        (1, 2, 2),
+    ]
     # Same weights on both ranks after the first step: the step's gradients were averaged
     # across the nodes (each rank read different images).
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
@@ -185,8 +230,9 @@ def test_preflight_passed_on_one_node_and_across_both(slurm_run, framework):
     work, _, _ = slurm_run
     results = work / DIRS["results_dir"]
     assert (results / "preflight" / "cluster" / f"{framework}.ok").exists()
-    one, both = (json.loads((results / "preflight" / "cluster" / framework / f"{n}gpu.json").read_text())
-                 for n in (1, 2))
+    one, both = (
+        json.loads((results / "preflight" / "cluster" / framework / f"{n}gpu.json").read_text()) for n in (1, 2)
+    )
     assert (one["nodes"], one["tasks"], both["nodes"], both["tasks"]) == (1, 1, 2, 2)
     for res in (one, both):
         assert res["status"] == "ok" and {r["status"] for r in res["rows"]} <= {"ok", "not applicable"}, res
@@ -221,19 +267,33 @@ def test_cancelled_run_is_retried_and_its_log_kept(slurm_run):
 
 def test_point_the_partition_cannot_hold_fails_at_parse_time(cluster, tmp_path):
     cluster_config(tmp_path, systems={"cluster": dict(SYSTEM, max_nodes=3)}, training__gpus=[3])
-    proc = subprocess.run([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "-n"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "-n"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "systems.cluster (training.gpus = 3)" in out and "has 2 usable node(s)" in out and "needs 3" in out
 
 
 def test_waiting_job_is_reported_with_slurms_reason(cluster):
-    job = subprocess.run(["sbatch", "--parsable", "--hold", "--comment", "rule_train_wildcards_x",
-                          "--wrap", "true"], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    job = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "--comment", "rule_train_wildcards_x", "--wrap", "true"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
     try:
-        proc = subprocess.run([interpreter("workflow"), "-m", "workflow_scripts.common.slurm", "pending"],
-                              cwd=REPO, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [interpreter("workflow"), "-m", "workflow_scripts.common.slurm", "pending"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
         line = next(ln for ln in proc.stdout.splitlines() if ln.startswith(job))
         assert "rule_train_wildcards_x" in line and "reason: JobHeldUser" in line

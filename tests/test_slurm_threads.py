@@ -2,6 +2,7 @@
 TaskPlugin=task/affinity, a 2-task PyTorch run (synthetic data, a few steps) started as the
 pipeline starts it (workflow_scripts.train.launch -> srun --cpus-per-task=1) gets one CPU per
 task, and each rank records that CPU and counts its threads on it, not on the node's 2."""
+
 import json
 import subprocess
 
@@ -29,13 +30,44 @@ def test_two_bound_tasks_of_one_cpu_count_their_threads_on_it(bound_cluster, tmp
     each rank 2 threads on its 1 CPU; two tasks on one node: each is bound to a CPU of its own."""
     python = interpreter("pytorch")
     out = tmp_path / "run"
-    trainer = [python, "-m", "workflow_scripts.train.pytorch_ddp", "--data-source", "synthetic", "--out", str(out),
-               "--batch-per-gpu", "2", "--image-size", "32", "--classes", "10", "--warmup-steps", "1",
-               "--steps", "2", "--telemetry-interval", "0"]
-    cmd = ["salloc", f"--nodes={nodes}", "--ntasks=2", f"--ntasks-per-node={per_node}", "--cpus-per-task=1", "--quiet",
-           python, "-m", "workflow_scripts.train.launch", f"--nproc-per-node={per_node}", f"--nodes={nodes}",
-           "--cpus-per-task=1",
-           f"--python={python}", "--", *trainer]
+    trainer = [
+        python,
+        "-m",
+        "workflow_scripts.train.pytorch_ddp",
+        "--data-source",
+        "synthetic",
+        "--out",
+        str(out),
+        "--batch-per-gpu",
+        "2",
+        "--image-size",
+        "32",
+        "--classes",
+        "10",
+        "--warmup-steps",
+        "1",
+        "--steps",
+        "2",
+        "--telemetry-interval",
+        "0",
+    ]
+    cmd = [
+        "salloc",
+        f"--nodes={nodes}",
+        "--ntasks=2",
+        f"--ntasks-per-node={per_node}",
+        "--cpus-per-task=1",
+        "--quiet",
+        python,
+        "-m",
+        "workflow_scripts.train.launch",
+        f"--nproc-per-node={per_node}",
+        f"--nodes={nodes}",
+        "--cpus-per-task=1",
+        f"--python={python}",
+        "--",
+        *trainer,
+    ]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n{bound_cluster.logs()}"
     assert "--cpus-per-task=1" in proc.stderr  # the launcher's srun line

@@ -1,6 +1,7 @@
 """The markdown copy of a results table is for a person: only the columns its table declares, and
 what the other columns hold (provenance, settings) stated once in a footnote under it. The CSV
 keeps every column, as other code and tests read it. Built from small inputs, no pipeline run."""
+
 import json
 
 import pandas as pd
@@ -27,10 +28,18 @@ def footnote(md):
 
 
 def test_markdown_has_the_declared_columns_and_states_the_rest_once(tmp_path):
-    df = pd.DataFrame({"system": ["a", "a", "b"], "gpus": [1, 2, 1], "images_per_s": [100.5, 190.25, 98.0],
-                       "driver": ["550.54.15"] * 3, "git_commit": ["0123456789ab"] * 3,
-                       "run_dir": ["runs/a/1", "runs/a/2", "runs/b/1"], "slurm_job": ["", "", ""],
-                       "node_names": ["n1", None, "n1"]})
+    df = pd.DataFrame(
+        {
+            "system": ["a", "a", "b"],
+            "gpus": [1, 2, 1],
+            "images_per_s": [100.5, 190.25, 98.0],
+            "driver": ["550.54.15"] * 3,
+            "git_commit": ["0123456789ab"] * 3,
+            "run_dir": ["runs/a/1", "runs/a/2", "runs/b/1"],
+            "slurm_job": ["", "", ""],
+            "node_names": ["n1", None, "n1"],
+        }
+    )
     write_table(df, tmp_path / "t.csv", "T", "how", columns=["system", "gpus", "images_per_s"])
     md = (tmp_path / "t.md").read_text()
     assert header(md) == ["system", "gpus", "images_per_s"]
@@ -53,15 +62,33 @@ def run_dir(root, framework, gpus, images_per_s):
     """A run directory holding what results/runs.py reads of a finished run's summary.json."""
     d = root / f"{framework}_fp32_{gpus}gpu"
     d.mkdir(parents=True)
-    summary = {"status": "ok", "device_type": "gpu", "framework": framework, "num_nodes": 1,
-               "global_batch": 32 * gpus, "images_per_s": images_per_s, "step_images_per_s_cv": 0.01,
-               "stable": True, "warmup_steps": 2, "timed_steps": 20,
-               "args": {"batch_per_gpu": 32, "mode": "steps", "epochs": 1, "data_source": "real", "image_size": 224},
-               "gradients": {"bytes": 102228128, "elements": 25557032, "element_bytes": 4, "dtype": "float32"},
-               "launch": {"job_id": "4242"}, "versions": {"torch": "2.5.1"},
-               "provenance": {"settings_hash": "feedbeef0001", "code": {"commit": "0123456789abcdef"},
-                              "nodes": {"gpu01": {"gpus": [{"name": "Tesla V100-SXM2-16GB"}] * gpus,
-                                                  "driver": "550.54.15", "cuda_driver": "12.4"}}}}
+    summary = {
+        "status": "ok",
+        "device_type": "gpu",
+        "framework": framework,
+        "num_nodes": 1,
+        "global_batch": 32 * gpus,
+        "images_per_s": images_per_s,
+        "step_images_per_s_cv": 0.01,
+        "stable": True,
+        "warmup_steps": 2,
+        "timed_steps": 20,
+        "args": {"batch_per_gpu": 32, "mode": "steps", "epochs": 1, "data_source": "real", "image_size": 224},
+        "gradients": {"bytes": 102228128, "elements": 25557032, "element_bytes": 4, "dtype": "float32"},
+        "launch": {"job_id": "4242"},
+        "versions": {"torch": "2.5.1"},
+        "provenance": {
+            "settings_hash": "feedbeef0001",
+            "code": {"commit": "0123456789abcdef"},
+            "nodes": {
+                "gpu01": {
+                    "gpus": [{"name": "Tesla V100-SXM2-16GB"}] * gpus,
+                    "driver": "550.54.15",
+                    "cuda_driver": "12.4",
+                }
+            },
+        },
+    }
     (d / "summary.json").write_text(json.dumps(summary))
     return {"system": "dgx", "framework": framework, "precision": "fp32", "gpus": gpus, "nodes": 1, "run_dir": str(d)}
 
@@ -73,10 +100,19 @@ def test_training_tables_show_the_readers_columns_with_provenance_below(tmp_path
     md = (out / "training_throughput.md").read_text()
     assert header(md) == training_tables.THROUGHPUT_SHOWN
     note = footnote(md)
-    for shared in ("`driver` 550.54.15", "`cuda_driver` 12.4", "`node_names` gpu01", "`slurm_job` 4242",
-                   "`framework_version` 2.5.1", "`settings_hash` feedbeef0001", "`git_commit` 0123456789ab"):
+    for shared in (
+        "`driver` 550.54.15",
+        "`cuda_driver` 12.4",
+        "`node_names` gpu01",
+        "`slurm_job` 4242",
+        "`framework_version` 2.5.1",
+        "`settings_hash` feedbeef0001",
+        "`git_commit` 0123456789ab",
+    ):
         assert shared in note, (shared, note)
-    assert "see `training_throughput.csv`: " in note and "`run_dir` (2 values)" in note and "`device` (2 values)" in note
+    assert (
+        "see `training_throughput.csv`: " in note and "`run_dir` (2 values)" in note and "`device` (2 values)" in note
+    )
     csv = pd.read_csv(out / "training_throughput.csv")
     assert list(csv.columns) == training_tables.RUN_COLUMNS and (csv.driver == "550.54.15").all()
     scaling = (out / "scaling.md").read_text()
@@ -85,24 +121,57 @@ def test_training_tables_show_the_readers_columns_with_provenance_below(tmp_path
 
 
 def test_time_to_accuracy_shows_the_readers_columns(tmp_path):
-    points = [{"system": "dgx", "framework": "pytorch", "precision": "fp32", "gpus": 2, "nodes": 1,
-               "run_dir": str(tmp_path / "missing")}]
-    run_stage("workflow", "workflow_scripts.results.time_to_accuracy", "--points", json.dumps(points),
-              "--out", tmp_path / "tta.csv")
+    points = [
+        {
+            "system": "dgx",
+            "framework": "pytorch",
+            "precision": "fp32",
+            "gpus": 2,
+            "nodes": 1,
+            "run_dir": str(tmp_path / "missing"),
+        }
+    ]
+    run_stage(
+        "workflow",
+        "workflow_scripts.results.time_to_accuracy",
+        "--points",
+        json.dumps(points),
+        "--out",
+        tmp_path / "tta.csv",
+    )
     md = (tmp_path / "tta.md").read_text()
     assert header(md) == time_to_accuracy.SHOWN and "`run_dir` " + str(tmp_path / "missing") in footnote(md)
     assert list(pd.read_csv(tmp_path / "tta.csv").columns) == time_to_accuracy.COLUMNS
 
 
 def test_interconnect_shows_the_readers_columns(tmp_path):
-    raw = {"source": "torch.distributed", "world_size": 2, "num_nodes": 1, "backend": "nccl",
-           "device": "2x NVIDIA H100", "iterations": 5, "warmup": 1, "rank_hosts": ["gpu01", "gpu01"],
-           "results": [{"collective": "all_reduce", "bytes": b, "median_s": 1e-5 * b, "min_s": 1e-5 * b,
-                        "max_s": 2e-5 * b, "algbw_GBps": 1e-4, "busbw_GBps": 1e-4} for b in (8, 16)]}
+    raw = {
+        "source": "torch.distributed",
+        "world_size": 2,
+        "num_nodes": 1,
+        "backend": "nccl",
+        "device": "2x NVIDIA H100",
+        "iterations": 5,
+        "warmup": 1,
+        "rank_hosts": ["gpu01", "gpu01"],
+        "results": [
+            {
+                "collective": "all_reduce",
+                "bytes": b,
+                "median_s": 1e-5 * b,
+                "min_s": 1e-5 * b,
+                "max_s": 2e-5 * b,
+                "algbw_GBps": 1e-4,
+                "busbw_GBps": 1e-4,
+            }
+            for b in (8, 16)
+        ],
+    }
     (tmp_path / "raw.json").write_text(json.dumps(raw))
     points = [{"system": "dgx", "gpus": 2, "torch": str(tmp_path / "raw.json"), "nccl_tests": ""}]
-    run_stage("workflow", "workflow_scripts.interconnect.tables", "--points", json.dumps(points),
-              "--out", tmp_path / "ic.csv")
+    run_stage(
+        "workflow", "workflow_scripts.interconnect.tables", "--points", json.dumps(points), "--out", tmp_path / "ic.csv"
+    )
     md = (tmp_path / "ic.md").read_text()
     assert header(md) == interconnect_tables.SHOWN
     assert "`rank_hosts` gpu01 gpu01" in footnote(md) and "`device` 2x NVIDIA H100" in footnote(md)

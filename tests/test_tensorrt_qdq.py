@@ -3,6 +3,7 @@ the int8_quantize rule does for each engine, its graph read against TensorRT's e
 rules (DequantizeLinear reads INT8 only: no INT32 bias), the checker naming hand-doctored nodes,
 and how each engine's throughput is timed. No TensorRT or GPU here: what TensorRT's parser would
 do with the model is judged from the graph."""
+
 import json
 import os
 import shlex
@@ -20,8 +21,14 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def helper(*args):
-    proc = subprocess.run([interpreter("pytorch"), str(HELPER), *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=900, env=ENV)
+    proc = subprocess.run(
+        [interpreter("pytorch"), str(HELPER), *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=ENV,
+    )
     assert proc.returncode == 0, f"{args[0]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -29,9 +36,22 @@ def helper(*args):
 def quantize(work, name, *words, check=True):
     """quantize.py on the prepared model with the given settings; returns the process and the output paths."""
     out, cache = work / f"{name}.onnx", work / f"{name}.cache.json"
-    proc = run_stage("pytorch", "workflow_scripts.infer.quantize", "--onnx", work / "fp32.onnx", "--ranges",
-                     work / "ranges.json", *words, "--calibration-images", 8, "--out", out, "--cache", cache,
-                     check=check)
+    proc = run_stage(
+        "pytorch",
+        "workflow_scripts.infer.quantize",
+        "--onnx",
+        work / "fp32.onnx",
+        "--ranges",
+        work / "ranges.json",
+        *words,
+        "--calibration-images",
+        8,
+        "--out",
+        out,
+        "--cache",
+        cache,
+        check=check,
+    )
     return proc, out, cache
 
 
@@ -109,8 +129,19 @@ def test_onnxruntime_model_keeps_int32_biases(models):
 
 
 def test_quantize_refuses_a_tensorrt_model_that_breaks_the_rules(work, models):
-    proc, out, cache = quantize(work, "refused", "--activations", "int8", "--bias", "int32", "--engine", "tensorrt",
-                                "--per-channel", 1, check=False)
+    proc, out, cache = quantize(
+        work,
+        "refused",
+        "--activations",
+        "int8",
+        "--bias",
+        "int32",
+        "--engine",
+        "tensorrt",
+        "--per-channel",
+        1,
+        check=False,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert str(out) in proc.stderr and "inference.engine = tensorrt" in proc.stderr
     # The INT32 biases, by node: the ones the inspection counted in main's TensorRT-bound model.
@@ -146,13 +177,44 @@ def test_cuda_event_times_become_per_run_seconds():
 
 def test_throughput_record_and_table_say_how_runs_were_timed(work, tmp_path):
     engine = tmp_path / "fp32.engine"
-    run_stage("pytorch", "workflow_scripts.infer.engine", "--engine", "onnxruntime", "--onnx", work / "fp32.onnx",
-              "--precision", "fp32", "--out", engine, "--info", tmp_path / "fp32.engine.json")
+    run_stage(
+        "pytorch",
+        "workflow_scripts.infer.engine",
+        "--engine",
+        "onnxruntime",
+        "--onnx",
+        work / "fp32.onnx",
+        "--precision",
+        "fp32",
+        "--out",
+        engine,
+        "--info",
+        tmp_path / "fp32.engine.json",
+    )
     out = tmp_path / NETWORK / "onnxruntime" / "throughput" / "fp32_bs1.json"
     out.parent.mkdir(parents=True)
-    run_stage("pytorch", "workflow_scripts.infer.throughput", "--engine", "onnxruntime", "--engine-file", engine,
-              "--precision", "fp32", "--network", NETWORK, "--image-size", SIZE, "--batch-size", 1, "--warmup", 1,
-              "--repeats", 2, "--out", out)
+    run_stage(
+        "pytorch",
+        "workflow_scripts.infer.throughput",
+        "--engine",
+        "onnxruntime",
+        "--engine-file",
+        engine,
+        "--precision",
+        "fp32",
+        "--network",
+        NETWORK,
+        "--image-size",
+        SIZE,
+        "--batch-size",
+        1,
+        "--warmup",
+        1,
+        "--repeats",
+        2,
+        "--out",
+        out,
+    )
     record = json.loads(out.read_text())
     assert record["timing"] == "host perf_counter" and len(record["times_s"]) == 2
     (out.parent / "int8_bs1.json").write_text(out.read_text())

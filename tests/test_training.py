@@ -1,5 +1,6 @@
 """The training stage on the embedded default: each framework, 2 data-parallel processes on the
 CPU (Gloo), checked from the runs' own outputs."""
+
 import json
 import os
 import statistics
@@ -90,10 +91,35 @@ def test_synthetic_run_reads_no_dataset_file(pipeline_run, tmp_path):
     files = page_cache.dataset_files([lmdb])
     page_cache.evict(files)
     assert page_cache.residency(files)["resident_bytes"] == 0
-    proc = subprocess.run([interpreter("pytorch"), "-m", "workflow_scripts.train.pytorch_ddp", "--data", str(lmdb),
-                           "--data-source", "synthetic", "--classes", "16", "--batch-per-gpu", "4",
-                           "--image-size", "32", "--warmup-steps", "1", "--steps", "3", "--out", str(tmp_path),
-                           "--telemetry-interval", "0.2"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            interpreter("pytorch"),
+            "-m",
+            "workflow_scripts.train.pytorch_ddp",
+            "--data",
+            str(lmdb),
+            "--data-source",
+            "synthetic",
+            "--classes",
+            "16",
+            "--batch-per-gpu",
+            "4",
+            "--image-size",
+            "32",
+            "--warmup-steps",
+            "1",
+            "--steps",
+            "3",
+            "--out",
+            str(tmp_path),
+            "--telemetry-interval",
+            "0.2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert page_cache.residency(files)["resident_bytes"] == 0, "a synthetic run read the dataset"
     assert json.loads((tmp_path / "summary.json").read_text())["timed_steps"] == 3
@@ -104,9 +130,15 @@ def _nobody(cmd):
 
 
 def _clear_as_nobody(f, out):
-    proc = subprocess.run(_nobody([interpreter("workflow"), "-m", "workflow_scripts.common.page_cache",
-                                   "--paths", str(f), "--out", str(out)]),
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        _nobody(
+            [interpreter("workflow"), "-m", "workflow_scripts.common.page_cache", "--paths", str(f), "--out", str(out)]
+        ),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(out.read_text())
 
@@ -140,13 +172,32 @@ def test_unavailable_drop_caches_or_failing_command_is_never_claimed(tmp_path):
     report = page_cache.clear([f], command="false", drop_caches=str(tmp_path / "no" / "drop_caches"))
     assert report["method"] == "fadvise_dontneed" and report["dropped_all_caches"] is False
     assert [(a["method"], a["ok"]) for a in report["attempts"]] == [
-        ("command", False), ("drop_caches", False), ("fadvise_dontneed", True)]
+        ("command", False),
+        ("drop_caches", False),
+        ("fadvise_dontneed", True),
+    ]
 
 
 def test_mxnet_fp16_on_a_cpu_fails_clearly(tmp_path):
-    proc = subprocess.run([interpreter("mxnet"), "-m", "workflow_scripts.train.mxnet_horovod", "--data-source",
-                           "synthetic", "--precision", "fp16", "--batch-per-gpu", "2", "--out", str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            interpreter("mxnet"),
+            "-m",
+            "workflow_scripts.train.mxnet_horovod",
+            "--data-source",
+            "synthetic",
+            "--precision",
+            "fp16",
+            "--batch-per-gpu",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2 and "mxnet fp16 needs a GPU" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -158,11 +209,25 @@ def test_unplaceable_point_is_a_parse_time_error(tmp_path):
 
 
 def test_launch_environment_from_slurm():
-    env = {"SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
-           "SLURM_STEP_NODELIST": "gpu[07-08]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_ID": "4242",
-           "SLURMD_NODENAME": "gpu08"}
+    env = {
+        "SLURM_PROCID": "3",
+        "SLURM_STEP_NUM_TASKS": "4",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "1",
+        "SLURM_STEP_NODELIST": "gpu[07-08]",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+        "SLURM_JOB_ID": "4242",
+        "SLURMD_NODENAME": "gpu08",
+    }
     got = launch.detect(env)
-    assert (got.rank, got.world_size, got.local_rank, got.local_size, got.node_rank, got.num_nodes) == (3, 4, 1, 2, 1, 2)
+    assert (got.rank, got.world_size, got.local_rank, got.local_size, got.node_rank, got.num_nodes) == (
+        3,
+        4,
+        1,
+        2,
+        1,
+        2,
+    )
     assert (got.master_addr, got.hostname, got.source) == ("gpu07", "gpu08", "slurm")
     assert launch.expand_nodelist("n[1-2],login,c[001-002,5]") == ["n1", "n2", "login", "c001", "c002", "c5"]
 
@@ -176,11 +241,33 @@ def synthetic_runs(tmp_path_factory):
     runs = {}
     for framework, module in TRAINERS.items():
         out = tmp_path_factory.mktemp(framework)
-        proc = subprocess.run([interpreter(framework), "-m", f"workflow_scripts.train.{module}",
-                               "--data-source", "synthetic", "--classes", "4", "--batch-per-gpu", "2",
-                               "--image-size", "32", "--warmup-steps", "1", "--steps", "2",
-                               "--telemetry-interval", "0", "--out", str(out)],
-                              cwd=REPO, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [
+                interpreter(framework),
+                "-m",
+                f"workflow_scripts.train.{module}",
+                "--data-source",
+                "synthetic",
+                "--classes",
+                "4",
+                "--batch-per-gpu",
+                "2",
+                "--image-size",
+                "32",
+                "--warmup-steps",
+                "1",
+                "--steps",
+                "2",
+                "--telemetry-interval",
+                "0",
+                "--out",
+                str(out),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, (framework, proc.stderr[-3000:])
         runs[framework] = (steps_of(out), json.loads((out / "summary.json").read_text()))
     return runs

@@ -14,6 +14,7 @@ Prints JSON:  dali_input_check.py LMDB_DIR WORK_DIR
   resize      finish (resize, normalize, flip) on whole decoded JPEGs against the CPU path's Pillow
               resize of the same images, in 8-bit levels
 """
+
 import hashlib
 import io
 import json
@@ -81,15 +82,24 @@ def batch_labels(n, **kw):
     finally:
         b.close()
     x = got[0][0]
-    return {"labels": [y.tolist() for _, y in got], "x_shape": list(x.shape), "x_dtype": str(x.dtype),
-            "y_dtype": str(got[0][1].dtype), "channels_last": x.is_contiguous(memory_format=torch.channels_last),
-            "epochs": b.stats()["epochs_completed"]}
+    return {
+        "labels": [y.tolist() for _, y in got],
+        "x_shape": list(x.shape),
+        "x_dtype": str(x.dtype),
+        "y_dtype": str(got[0][1].dtype),
+        "channels_last": x.is_contiguous(memory_format=torch.channels_last),
+        "epochs": b.stats()["epochs_completed"],
+    }
 
 
 N = len(records)
 out["unshuffled"] = batch_labels(N // 5, batch=5, seed=3, shuffle=False)
-out["ranks"] = [batch_labels(2 * (N // 2 // 3), batch=3, seed=pytorch_input.input_seed(0, r), rank=r, world_size=2,
-                             channels_last=True) for r in range(2)]
+out["ranks"] = [
+    batch_labels(
+        2 * (N // 2 // 3), batch=3, seed=pytorch_input.input_seed(0, r), rank=r, world_size=2, channels_last=True
+    )
+    for r in range(2)
+]
 
 # ------------------------------------------------------------------ crops
 
@@ -117,11 +127,12 @@ while len(boxes) < DRAWS:
         r, g, b = (int(v) for v in c[0, 0])
         t, l, h, w = g + 256 * (b // 2), r + 256 * (b % 2), c.shape[0], c.shape[1]
         boxes.append([t, l, h, w])
-        wrong += not np.array_equal(c, coded[t:t + h, l:l + w])  # the crop is that region's pixels
+        wrong += not np.array_equal(c, coded[t : t + h, l : l + w])  # the crop is that region's pixels
 torch.manual_seed(0)
 blank = Image.new("RGB", (W, H))
-theirs = [list(T.RandomResizedCrop.get_params(blank, list(gpu_input.SCALE), list(gpu_input.RATIO)))
-          for _ in range(DRAWS)]
+theirs = [
+    list(T.RandomResizedCrop.get_params(blank, list(gpu_input.SCALE), list(gpu_input.RATIO))) for _ in range(DRAWS)
+]
 out["crops"] = {"image": [H, W], "dali": boxes, "torchvision": theirs, "not_the_region": wrong}
 
 # ------------------------------------------------------------------ flips, normalization
@@ -156,11 +167,13 @@ b.close()
 dali_flat = torch.cat(flat)
 # The CPU path (cpu_transform: RandomResizedCrop, flip, normalize) on the same constant JPEG.
 cpu_flat = pytorch_input.cpu_transform(32)(Image.open(io.BytesIO(flat_jpeg)).convert("RGB"))
-out["augment"] = {"ramp_flipped": flips,
-                  "flat_dali": {"min": dali_flat.amin(dim=(0, 2, 3)).tolist(), "max": dali_flat.amax(dim=(0, 2, 3)).tolist()},
-                  "flat_cpu": {"min": cpu_flat.amin(dim=(1, 2)).tolist(), "max": cpu_flat.amax(dim=(1, 2)).tolist()},
-                  "flat_expected": [(c / 255 - m) / s for c, m, s in zip(COLOUR, gpu_input.MEAN, gpu_input.STD)],
-                  "level": [1 / (255 * s) for s in gpu_input.STD]}
+out["augment"] = {
+    "ramp_flipped": flips,
+    "flat_dali": {"min": dali_flat.amin(dim=(0, 2, 3)).tolist(), "max": dali_flat.amax(dim=(0, 2, 3)).tolist()},
+    "flat_cpu": {"min": cpu_flat.amin(dim=(1, 2)).tolist(), "max": cpu_flat.amax(dim=(1, 2)).tolist()},
+    "flat_expected": [(c / 255 - m) / s for c, m, s in zip(COLOUR, gpu_input.MEAN, gpu_input.STD)],
+    "level": [1 / (255 * s) for s in gpu_input.STD],
+}
 
 # ------------------------------------------------------------------ resize against the CPU path
 
@@ -169,6 +182,7 @@ def resize_levels(size, jpegs, mirror):
     """finish() against the CPU path (Pillow's resize, rounded to 8 bits) and against
     F.interpolate(antialias=True) in float (the GPU path's filter), on the same decoded pixels,
     in 8-bit levels: over the whole image and without its outermost ring of pixels."""
+
     @cpu_pipe(len(jpegs))
     def pipe():
         encoded = fn.external_source(source=lambda: [np.frombuffer(j, dtype=np.uint8) for j in jpegs], batch=True)
@@ -183,19 +197,26 @@ def resize_levels(size, jpegs, mirror):
     for j in jpegs:
         im = Image.open(io.BytesIO(j)).convert("RGB")
         small = TF.pil_to_tensor(TF.resize(im, [size, size], antialias=True)).float()
-        smooth = F.interpolate(TF.pil_to_tensor(im)[None].float(), size=(size, size), mode="bilinear",
-                               align_corners=False, antialias=True)[0]
+        smooth = F.interpolate(
+            TF.pil_to_tensor(im)[None].float(), size=(size, size), mode="bilinear", align_corners=False, antialias=True
+        )[0]
         pillow.append(small.flip(-1) if mirror else small)
         interp.append(smooth.flip(-1) if mirror else smooth)
     got = {}
     for name, ref in (("pillow", pillow), ("interpolate", interp)):
         levels = (dali - torch.stack(ref)).abs()
-        got[name] = {"mean": levels.mean().item(), "max": levels.max().item(),
-                     "inner_max": levels[:, :, 1:-1, 1:-1].max().item()}
+        got[name] = {
+            "mean": levels.mean().item(),
+            "max": levels.max().item(),
+            "inner_max": levels[:, :, 1:-1, 1:-1].max().item(),
+        }
     return got
 
 
 jpegs = [j for j, _ in records[:12]]
-out["resize"] = {"down_64": resize_levels(64, jpegs, 0), "down_64_mirrored": resize_levels(64, jpegs, 1),
-                 "up_512": resize_levels(512, jpegs[:3], 0)}
+out["resize"] = {
+    "down_64": resize_levels(64, jpegs, 0),
+    "down_64_mirrored": resize_levels(64, jpegs, 1),
+    "up_512": resize_levels(512, jpegs[:3], 0),
+}
 print(json.dumps(out))

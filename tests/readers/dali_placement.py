@@ -1,6 +1,7 @@
 """Where each operator of dali_input's GPU training pipeline runs, per --dali-decoder, read from
 the pipeline's defined graph (not built: no GPU is needed). Prints JSON {decoder: [[operator,
 device], ...]} in graph order:  dali_placement.py"""
+
 import json
 import sys
 from pathlib import Path
@@ -14,14 +15,19 @@ def placement(pipe):
     ops = []
     for op in pipe._ops:  # DALI's printed OpSpec: "OpSpec for <schema>" ... "device: <device>"
         lines = [line.strip() for line in str(op.spec).splitlines()]
-        ops.append([lines[0].removeprefix("OpSpec for ").rstrip(":"),
-                    next(line.split(":", 1)[1].strip() for line in lines if line.startswith("device:"))])
+        ops.append(
+            [
+                lines[0].removeprefix("OpSpec for ").rstrip(":"),
+                next(line.split(":", 1)[1].strip() for line in lines if line.startswith("device:")),
+            ]
+        )
     return ops
 
 
 out = {}
 for decoder in dali_input.DECODERS:
-    pipe = dali_input.training_pipeline("/nonexistent", 0, 1, 32, False, 0.9, True, True, decoder,
-                                        batch_size=2, num_threads=1, device_id=None, seed=0)
+    pipe = dali_input.training_pipeline(
+        "/nonexistent", 0, 1, 32, False, 0.9, True, True, decoder, batch_size=2, num_threads=1, device_id=None, seed=0
+    )
     out[decoder] = placement(pipe)
 print(json.dumps(out))

@@ -2,6 +2,7 @@
 of 4, with 1 and 2 lanes, twice each, and with nvImageCodec's decoder, and report what came out
 in which order.
 Prints JSON:  gpu_batches.py LMDB_DIR"""
+
 import hashlib
 import json
 import sys
@@ -11,7 +12,7 @@ from workflow_scripts.train import gpu_input
 
 ds = LMDBImageNet(f"{sys.argv[1]}/train")
 items = [ds.raw(i) for i in range(len(ds))]
-raw = [gpu_input.collate_raw(items[i:i + 4]) for i in range(0, len(items) - 3, 4)]
+raw = [gpu_input.collate_raw(items[i : i + 4]) for i in range(0, len(items) - 3, 4)]
 
 
 def run(lanes, n=6, decoder="torchvision"):
@@ -20,10 +21,13 @@ def run(lanes, n=6, decoder="torchvision"):
         out = [next(gpu) for _ in range(n)]
     finally:
         gpu.close()
-    return {"labels": [y.tolist() for _, y in out],
-            "pixels": [hashlib.sha256(x.contiguous().numpy().tobytes()).hexdigest()[:16] for x, _ in out],
-            "stats_lanes": gpu.stats().get("lanes"), "max": [x.abs().max().item() for x, _ in out],
-            "x": [x for x, _ in out]}
+    return {
+        "labels": [y.tolist() for _, y in out],
+        "pixels": [hashlib.sha256(x.contiguous().numpy().tobytes()).hexdigest()[:16] for x, _ in out],
+        "stats_lanes": gpu.stats().get("lanes"),
+        "max": [x.abs().max().item() for x, _ in out],
+        "x": [x for x, _ in out],
+    }
 
 
 def levels(a, b):
@@ -37,5 +41,15 @@ for r in (one, two, two_again, nvimg):
     del r["x"]
 
 
-print(json.dumps({"expected_labels": [r[2].tolist() for r in raw[:6]], "one": one, "two": two,
-                  "two_again": two_again, "nvimgcodec": nvimg, "nvimgcodec_vs_torchvision_levels": nvimg_levels}))
+print(
+    json.dumps(
+        {
+            "expected_labels": [r[2].tolist() for r in raw[:6]],
+            "one": one,
+            "two": two,
+            "two_again": two_again,
+            "nvimgcodec": nvimg,
+            "nvimgcodec_vs_torchvision_levels": nvimg_levels,
+        }
+    )
+)

@@ -2,6 +2,7 @@
 tensors) and through the CPU loader's Pillow transform with the same crop boxes and flips, and
 compare; also compare gpu_input's crop-box sampler with torchvision's RandomResizedCrop.
 Prints JSON:  gpu_preprocess.py LMDB_DIR IMAGE_SIZE"""
+
 import io
 import json
 import random
@@ -43,8 +44,10 @@ levels = ((fast - ref) * std * 255).abs()  # differences in 8-bit pixel levels
 # The batched resize against F.interpolate(antialias=True) image by image, on random images of
 # ImageNet's shapes, one larger than BATCHED_MAX_SIDE (resized on its own), one upscaled.
 g = torch.Generator().manual_seed(0)
-rand = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=g)
-        for h, w in [(375, 500), (500, 375), (333, 500), (700, 600), (40, 50)]]
+rand = [
+    torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=g)
+    for h, w in [(375, 500), (500, 375), (333, 500), (700, 600), (40, 50)]
+]
 rboxes = [gpu_input.crop_box(im.shape[1], im.shape[2], rng) for im in rand]
 rflips = [True, False, True, False, True]
 batched = gpu_input.augment(rand, rboxes, rflips, size)
@@ -58,14 +61,26 @@ theirs = [T.RandomResizedCrop.get_params(pil, list(gpu_input.SCALE), list(gpu_in
 
 
 def stats(bs):
-    return {"area": statistics.fmean(h * w / (375 * 500) for _, _, h, w in bs),
-            "aspect": statistics.fmean(w / h for _, _, h, w in bs),
-            "centre_x": statistics.fmean((l + w / 2) / 500 for _, l, _, w in bs)}
+    return {
+        "area": statistics.fmean(h * w / (375 * 500) for _, _, h, w in bs),
+        "aspect": statistics.fmean(w / h for _, _, h, w in bs),
+        "centre_x": statistics.fmean((l + w / 2) / 500 for _, l, _, w in bs),
+    }
 
 
-print(json.dumps({
-    "images": len(items), "shape": list(fast.shape), "channels_last": fast.is_contiguous(memory_format=torch.channels_last),
-    "labels_equal": labels.tolist() == [y for _, y in items],
-    "mean_abs_levels": levels.mean().item(), "p99_abs_levels": levels.flatten().quantile(0.99).item(),
-    "max_abs_levels": levels.max().item(), "batched_resize_max_levels": resize_levels.max().item(), "ours": stats(ours), "torchvision": stats(theirs),
-}))
+print(
+    json.dumps(
+        {
+            "images": len(items),
+            "shape": list(fast.shape),
+            "channels_last": fast.is_contiguous(memory_format=torch.channels_last),
+            "labels_equal": labels.tolist() == [y for _, y in items],
+            "mean_abs_levels": levels.mean().item(),
+            "p99_abs_levels": levels.flatten().quantile(0.99).item(),
+            "max_abs_levels": levels.max().item(),
+            "batched_resize_max_levels": resize_levels.max().item(),
+            "ours": stats(ours),
+            "torchvision": stats(theirs),
+        }
+    )
+)

@@ -10,6 +10,7 @@ NDArrays and Horovod's DistributedTrainer (one process). Prints JSON:
               subnormal), with the float32 pieces (no scale) and the float16 ones
   pieces      what step_pieces gives per dtype
 """
+
 import json
 import os
 
@@ -75,15 +76,23 @@ def run_steps(dtype, loss_of, steps, weight=1.0):
         scaled.backward()
         grad = float(trainable[0].grad(ctx).astype("float32").asscalar())
         applied = apply()
-        rows.append({"applied": applied, "scale_used": used, "scale_after": scaler.scale if scaler else None,
-                     "grad_float16": grad, "weight": float(trainable[0].data(ctx).astype("float32").asscalar())})
+        rows.append(
+            {
+                "applied": applied,
+                "scale_used": used,
+                "scale_after": scaler.scale if scaler else None,
+                "grad_float16": grad,
+                "weight": float(trainable[0].data(ctx).astype("float32").asscalar()),
+            }
+        )
     return scaler, rows
 
 
 scaler, rows = run_steps("float16", lambda y: y.sum(), 3)
 out["steps"] = {"rows": rows, "settings": scaler.settings()}
-out["underflow"] = {dtype: run_steps(dtype, lambda y: y.sum() * 1e-8, 1)[1][0]["grad_float16"]
-                    for dtype in ("float32", "float16")}
+out["underflow"] = {
+    dtype: run_steps(dtype, lambda y: y.sum() * 1e-8, 1)[1][0]["grad_float16"] for dtype in ("float32", "float16")
+}
 net, trainable, trainer = one_weight_net(1.0)
 out["pieces"] = {d: type(step_pieces(trainer, trainable, ctx, 8, d)[0]).__name__ for d in ("float32", "float16")}
 print(json.dumps(out))

@@ -1,6 +1,7 @@
 """Read the three formats back with NVIDIA DALI's own readers (CPU pipelines: device_id=None).
 Prints JSON: per format and split, the labels in reading order (TFRecord's less the manifest's
 label_offset) and the decoded shapes."""
+
 import json
 import sys
 from pathlib import Path
@@ -35,16 +36,22 @@ def tfrecord(split):
 
     def reader():
         feats = fn.readers.tfrecord(
-            path=[str(s) for s in shards], index_path=[str(data / "tfrecord" / "idx" / (s.name + ".idx")) for s in shards],
-            features={"image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
-                      "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1)})
+            path=[str(s) for s in shards],
+            index_path=[str(data / "tfrecord" / "idx" / (s.name + ".idx")) for s in shards],
+            features={
+                "image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+                "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1),
+            },
+        )
         return feats["image/encoded"], feats["image/class/label"]
+
     return reader
 
 
 def mxnet(split):
-    return lambda: fn.readers.mxnet(path=[str(data / "recordio" / f"{split}.rec")],
-                                    index_path=[str(data / "recordio" / f"{split}.idx")])
+    return lambda: fn.readers.mxnet(
+        path=[str(data / "recordio" / f"{split}.rec")], index_path=[str(data / "recordio" / f"{split}.idx")]
+    )
 
 
 def caffe2(split):
@@ -53,6 +60,8 @@ def caffe2(split):
 
 counts = {s: json.loads((data / "lmdb" / "manifest.json").read_text())["splits"][s]["images"] for s in ("train", "val")}
 offsets = {"tfrecord": json.loads((data / "tfrecord" / "manifest.json").read_text())["label_offset"]}
-out = {name: {s: read_all(make(s), counts[s], offsets.get(name, 0)) for s in ("train", "val")}
-       for name, make in (("tfrecord", tfrecord), ("mxnet", mxnet), ("caffe2", caffe2))}
+out = {
+    name: {s: read_all(make(s), counts[s], offsets.get(name, 0)) for s in ("train", "val")}
+    for name, make in (("tfrecord", tfrecord), ("mxnet", mxnet), ("caffe2", caffe2))
+}
 print(json.dumps(out))

@@ -1,5 +1,6 @@
 """Read a recordio output dir back with MXNet: MXIndexedRecordIO record by record, and
 ImageRecordIter over the val file. Prints JSON."""
+
 import hashlib
 import json
 import os
@@ -16,13 +17,25 @@ for split in ("train", "val"):
     for key in rec.keys:
         header, img = mx.recordio.unpack(rec.read_idx(key))
         decoded = mx.image.imdecode(img, to_rgb=1)
-        items.append({"key": key, "id": int(header.id), "label": float(header.label),
-                      "shape": list(decoded.shape), "sha256": hashlib.sha256(img).hexdigest()})
+        items.append(
+            {
+                "key": key,
+                "id": int(header.id),
+                "label": float(header.label),
+                "shape": list(decoded.shape),
+                "sha256": hashlib.sha256(img).hexdigest(),
+            }
+        )
     rec.close()
     out[split] = items
-it = mx.io.ImageRecordIter(path_imgrec=f"{root}/val.rec", path_imgidx=f"{root}/val.idx",
-                           data_shape=(3, 32, 32), resize=32, batch_size=1,
-                           preprocess_threads=2)
+it = mx.io.ImageRecordIter(
+    path_imgrec=f"{root}/val.rec",
+    path_imgidx=f"{root}/val.idx",
+    data_shape=(3, 32, 32),
+    resize=32,
+    batch_size=1,
+    preprocess_threads=2,
+)
 labels = []
 for batch in it:
     n = batch.data[0].shape[0] - batch.pad

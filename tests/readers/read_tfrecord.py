@@ -1,6 +1,7 @@
 """Read a tfrecord output dir back with tf.data and the standard ImageNet feature spec; check
 DALI's index files against the shards. Prints JSON: per record its stored label and its class
 (the label less the manifest's label_offset, as a reader of the data stage's output takes it)."""
+
 import hashlib
 import json
 import struct
@@ -27,7 +28,7 @@ def check_index(shard, idx):
     pos = 0
     for line in idx.read_text().splitlines():
         offset, size = map(int, line.split())
-        (length,) = struct.unpack("<Q", data[offset:offset + 8])
+        (length,) = struct.unpack("<Q", data[offset : offset + 8])
         if offset != pos or size != length + 16:
             return False
         pos += size

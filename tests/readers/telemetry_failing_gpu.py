@@ -8,6 +8,7 @@ raises the exceptions pynvml raises for those faults (NVMLError_NoPermission for
 a cgroup denies, NVMLError_Unknown for a failed reading), and an error of another kind once, to
 reach the sampler loop's own guard.
 """
+
 import contextlib
 import csv
 import io
@@ -79,8 +80,15 @@ with contextlib.redirect_stderr(log):
     alive = tel.is_alive()
     tel.stop()
 got = samples(out)
-print(json.dumps({
-    "failed": tel.gpus.failed, "alive_before_stop": alive, "mem_calls_gpu2": source.calls["mem", "handle2"],
-    "samples": [sorted(f"{d}/{m}" for d, m in s if d.startswith("gpu")) for s in got],
-    "log": log.getvalue()}))
+print(
+    json.dumps(
+        {
+            "failed": tel.gpus.failed,
+            "alive_before_stop": alive,
+            "mem_calls_gpu2": source.calls["mem", "handle2"],
+            "samples": [sorted(f"{d}/{m}" for d, m in s if d.startswith("gpu")) for s in got],
+            "log": log.getvalue(),
+        }
+    )
+)
 sys.exit(0)

@@ -1,6 +1,7 @@
 """Every record of a converted dataset as the data check reads it (records.py: plain reads through
 the indexes) against the frameworks' own readers: tf.data for TFRecord, MXIndexedRecordIO for
 RecordIO. Prints JSON: per file, the record count each way and whether all records are equal."""
+
 import json
 import os
 import sys

@@ -1,5 +1,6 @@
 """The CPUs of a set grouped by physical core, from the kernel's topology (common.cpus counts
 a rank's cores with it)."""
+
 from pathlib import Path
 
 CPU_ROOT = Path("/sys/devices/system/cpu")

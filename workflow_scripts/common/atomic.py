@@ -1,4 +1,5 @@
 """Outputs that appear whole or not at all: a killed run leaves nothing that looks complete."""
+
 import contextlib
 import glob
 import json
@@ -31,14 +32,17 @@ def remove_stale_partials(final):
     process, is left alone: it may still be written."""
     here = socket.gethostname()
     for scratch in sorted(final.parent.glob(f".{glob.escape(final.name)}.partial-*")):
-        owner = scratch.name[len(f".{final.name}.partial-"):]
+        owner = scratch.name[len(f".{final.name}.partial-") :]
         host, _, pid = owner.rpartition("-")
         if not pid.isdigit() or (host or here) != here or _alive(int(pid)):
             continue
         size = sum(f.stat().st_size for f in scratch.rglob("*") if f.is_file())
         shutil.rmtree(scratch, ignore_errors=True)
-        print(f"removed {scratch} ({size / 1e6:.1f} MB): a partial output of {final.name} left by process {pid}, "
-              f"which is gone (a killed run)", file=sys.stderr)
+        print(
+            f"removed {scratch} ({size / 1e6:.1f} MB): a partial output of {final.name} left by process {pid}, "
+            f"which is gone (a killed run)",
+            file=sys.stderr,
+        )
 
 
 @contextlib.contextmanager

@@ -3,12 +3,15 @@ PyTorch symmetric memory's and NVSHMEM's own variables, e.g. NCCL_NVLS_ENABLE=0 
 multicast off), given by the launcher to every rank of a training run and of the interconnect
 stage alike, and what each of them records in its summary: those variables plus the network
 interface and Horovod settings the launcher chose, whatever set them."""
+
 import os
 import re
 
 SETTABLE = re.compile(r"(NCCL|TORCH_SYMM_MEM|NVSHMEM)_[A-Z0-9_]+")
-RECORDED = re.compile(SETTABLE.pattern + r"|GLOO_SOCKET_IFNAME|HOROVOD_GLOO_IFACE|HOROVOD_GLOO_TIMEOUT_SECONDS"
-                      r"|HOROVOD_CONTROLLER")
+RECORDED = re.compile(
+    SETTABLE.pattern + r"|GLOO_SOCKET_IFNAME|HOROVOD_GLOO_IFACE|HOROVOD_GLOO_TIMEOUT_SECONDS"
+    r"|HOROVOD_CONTROLLER"
+)
 
 
 def recorded(env=None):

@@ -21,6 +21,7 @@ node's ranks this is the study's "cores - 4 per GPU"), at least 1, and all of it
 intra-op and torch threads are the share's CPUs; PyTorch's DataLoader/DALI workers and MXNet's
 decode threads are counted from the share's CPUs in their trainers.
 """
+
 import os
 from dataclasses import dataclass
 
@@ -55,8 +56,14 @@ class CPUs:
 
     def describe(self, **threads):
         """For a summary: the set, how it was read, and the counts used on it."""
-        return {"allowed": self.allowed, "cores": self.cores, "bound": self.bound, "local_size": self.local_size,
-                "per_rank": self.per_rank, "threads": threads}
+        return {
+            "allowed": self.allowed,
+            "cores": self.cores,
+            "bound": self.bound,
+            "local_size": self.local_size,
+            "per_rank": self.per_rank,
+            "threads": threads,
+        }
 
 
 def is_bound(allowed, node_cpus, local_size, source, cpus_per_task=0):

@@ -18,6 +18,7 @@ another's. <build> is the interpreter or container that runs the ranks (a readab
 digest of its words), the same on every node where the environments lie on a shared file system.
 A user's own CUDA_CACHE_PATH or CUDA_CACHE_MAXSIZE is kept.
 """
+
 import hashlib
 import os
 import re
@@ -32,7 +33,11 @@ KEY = "training.cuda_cache_dir"
 def default_dir(environ=None):
     """The user's cache directory (XDG), not ~/.nv."""
     environ = os.environ if environ is None else environ
-    return Path(environ.get("XDG_CACHE_HOME") or Path(environ.get("HOME") or Path.home()) / ".cache") / "dlscale" / "cuda-jit"
+    return (
+        Path(environ.get("XDG_CACHE_HOME") or Path(environ.get("HOME") or Path.home()) / ".cache")
+        / "dlscale"
+        / "cuda-jit"
+    )
 
 
 def architectures():
@@ -41,8 +46,12 @@ def architectures():
     if not shutil.which("nvidia-smi"):
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     caps = sorted({line.strip() for line in out.stdout.splitlines()} if out.returncode == 0 else set())
@@ -54,7 +63,7 @@ def architectures():
 def build_key(cmd):
     """A directory name for what runs the ranks: the words before '-m' (an interpreter, or a
     container's exec line and its python), else the program itself."""
-    words = cmd[:cmd.index("-m")] if "-m" in cmd else cmd[:1]
+    words = cmd[: cmd.index("-m")] if "-m" in cmd else cmd[:1]
     image = next((w for w in reversed(words) if w.endswith((".sif", ".simg")) or "://" in w), None)
     if image:
         label = re.sub(r"\.(sif|simg)$", "", image.rsplit("/", 1)[-1])
@@ -77,13 +86,18 @@ def environment(cache_dir, cmd, environ=None):
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise SystemExit(f"launch: the CUDA JIT cache directory {path} cannot be made ({exc.strerror}): set "
-                             f"config {KEY} to a writable directory")
+            raise SystemExit(
+                f"launch: the CUDA JIT cache directory {path} cannot be made ({exc.strerror}): set "
+                f"config {KEY} to a writable directory"
+            )
         env["CUDA_CACHE_PATH"] = str(path)
     return env
 
 
 def add_argument(ap):
-    ap.add_argument("--cuda-cache-dir", default="",
-                    help=f"config {KEY}: where the ranks' CUDA JIT cache lies, one directory per GPU architecture "
-                         f"and build under it (empty: {default_dir()})")
+    ap.add_argument(
+        "--cuda-cache-dir",
+        default="",
+        help=f"config {KEY}: where the ranks' CUDA JIT cache lies, one directory per GPU architecture "
+        f"and build under it (empty: {default_dir()})",
+    )

@@ -10,6 +10,7 @@ python3`: the repository is bound and importable inside, the working directory i
 runtime itself. Either way the result is a list of words that reaches the job as one quoted
 argument each; no shell reads it.
 """
+
 from pathlib import Path
 
 CONTAINER_DEFAULTS = {"runtime": "apptainer", "python": "python3", "options": ["--nv"], "bind": []}
@@ -21,8 +22,15 @@ def words(value, repo):
         return [value]
     c = {**CONTAINER_DEFAULTS, **value}
     binds = [str(repo), *c["bind"]]
-    return [c["runtime"], "exec", *c["options"], *(f"--bind={b}" for b in binds), f"--env=PYTHONPATH={repo}",
-            c["container"], c["python"]]
+    return [
+        c["runtime"],
+        "exec",
+        *c["options"],
+        *(f"--bind={b}" for b in binds),
+        f"--env=PYTHONPATH={repo}",
+        c["container"],
+        c["python"],
+    ]
 
 
 def exec_words(value, repo, binds=()):

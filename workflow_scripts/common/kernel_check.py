@@ -11,6 +11,7 @@ Each trainer supplies only its kernel (an op that runs on the GPU and is read ba
 and the facts of its build; the causes below are shared, and failure.py reads a log with them
 too, for a kernel that fails later than this check.
 """
+
 import re
 import time
 
@@ -19,29 +20,44 @@ from .errors import PermanentError
 # (cause, what it means, what fixes it), matched against the framework's message. The strings are
 # the CUDA runtime's and driver's own (cudaErrorNoKernelImageForDevice, CUDA_ERROR_NO_BINARY_FOR_GPU,
 # CUDA_ERROR_UNSUPPORTED_PTX_VERSION, ...) as MXNet, TensorFlow and PyTorch pass them on.
-_BUILD_FIX = ("use a build with code for this GPU: NVIDIA's framework container for it through config "
-              "{key}: {{container: <image .sif>, python: python3}} (docs/slurm.md, 'Which route for "
-              "which GPU'), e.g. {image}")
+_BUILD_FIX = (
+    "use a build with code for this GPU: NVIDIA's framework container for it through config "
+    "{key}: {{container: <image .sif>, python: python3}} (docs/slurm.md, 'Which route for "
+    "which GPU'), e.g. {image}"
+)
 CAUSES = (
-    ("no kernel image for this GPU",
-     re.compile(r"no kernel image is available|CUDA_ERROR_NO_BINARY_FOR_GPU|cudaErrorNoKernelImageForDevice|"
-                r"invalid device function|cudaErrorInvalidDeviceFunction", re.I),
-     "the build holds neither machine code (SASS) for this GPU's architecture nor PTX the driver could "
-     "compile for it", _BUILD_FIX),
-    ("PTX cannot be JIT-compiled for this GPU",
-     re.compile(r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION|PTX was compiled with an unsupported toolchain|"
-                r"CUDA_ERROR_INVALID_PTX|a PTX JIT compilation failed|CUDA_ERROR_JIT_COMPILER_NOT_FOUND|"
-                r"cudaErrorUnsupportedPtxVersion|cudaErrorInvalidPtx", re.I),
-     "the build has no machine code for this GPU and the driver cannot compile its PTX (PTX of a newer "
-     "CUDA than the node's driver supports, or no PTX JIT compiler in the driver)",
-     "update the node's NVIDIA driver to one that supports the build's CUDA, or " + _BUILD_FIX),
+    (
+        "no kernel image for this GPU",
+        re.compile(
+            r"no kernel image is available|CUDA_ERROR_NO_BINARY_FOR_GPU|cudaErrorNoKernelImageForDevice|"
+            r"invalid device function|cudaErrorInvalidDeviceFunction",
+            re.I,
+        ),
+        "the build holds neither machine code (SASS) for this GPU's architecture nor PTX the driver could "
+        "compile for it",
+        _BUILD_FIX,
+    ),
+    (
+        "PTX cannot be JIT-compiled for this GPU",
+        re.compile(
+            r"CUDA_ERROR_UNSUPPORTED_PTX_VERSION|PTX was compiled with an unsupported toolchain|"
+            r"CUDA_ERROR_INVALID_PTX|a PTX JIT compilation failed|CUDA_ERROR_JIT_COMPILER_NOT_FOUND|"
+            r"cudaErrorUnsupportedPtxVersion|cudaErrorInvalidPtx",
+            re.I,
+        ),
+        "the build has no machine code for this GPU and the driver cannot compile its PTX (PTX of a newer "
+        "CUDA than the node's driver supports, or no PTX JIT compiler in the driver)",
+        "update the node's NVIDIA driver to one that supports the build's CUDA, or " + _BUILD_FIX,
+    ),
 )
 
 # NVIDIA's framework containers (NGC) with code for current GPUs; MXNet's is the last one with
 # CUDA 12 and Hopper kernels (the one NVIDIA's MLPerf v4.0 ResNet-50 used).
-CONTAINERS = {"mxnet": "nvcr.io/nvidia/mxnet:24.04-py3",
-              "tensorflow": "nvcr.io/nvidia/tensorflow:<yy.mm>-tf2-py3 (ships Horovod)",
-              "pytorch": "nvcr.io/nvidia/pytorch:<yy.mm>-py3"}
+CONTAINERS = {
+    "mxnet": "nvcr.io/nvidia/mxnet:24.04-py3",
+    "tensorflow": "nvcr.io/nvidia/tensorflow:<yy.mm>-tf2-py3 (ships Horovod)",
+    "pytorch": "nvcr.io/nvidia/pytorch:<yy.mm>-py3",
+}
 NAMES = {"mxnet": "MXNet", "tensorflow": "TensorFlow", "pytorch": "PyTorch"}
 
 
@@ -79,7 +95,8 @@ def first_kernel(run, framework, gpu, build, env_key, host=""):
         raise PermanentError(
             f"{framework} cannot run on {name} ({sm(capability)}){' on ' + host if host else ''}: {cause[0]}: "
             f"{cause[2]}. Build: {build} (config {key}). Its first kernel failed with: {first[:300]}. "
-            f"Fix: {fix}") from exc
+            f"Fix: {fix}"
+        ) from exc
     return time.perf_counter() - start
 
 
@@ -95,8 +112,11 @@ def nvml_gpu(index):
 
         pynvml.nvmlInit()
         ident = visible[index] if index < len(visible) else str(index)
-        h = (pynvml.nvmlDeviceGetHandleByIndex(int(ident)) if ident.isdigit()
-             else pynvml.nvmlDeviceGetHandleByUUID(ident))
+        h = (
+            pynvml.nvmlDeviceGetHandleByIndex(int(ident))
+            if ident.isdigit()
+            else pynvml.nvmlDeviceGetHandleByUUID(ident)
+        )
         name = pynvml.nvmlDeviceGetName(h)
         return (name.decode() if isinstance(name, bytes) else name), tuple(pynvml.nvmlDeviceGetCudaComputeCapability(h))
     except Exception:  # no NVML, an old driver, a MIG or cgroup-hidden device: the message says less

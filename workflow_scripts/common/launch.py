@@ -5,6 +5,7 @@ as the project's local launcher sets them), or a single process. Each framework'
 this into its own launcher's settings: torch.distributed's MASTER_ADDR/PORT, Horovod's Gloo
 rendezvous variables.
 """
+
 import os
 import re
 import socket
@@ -39,11 +40,16 @@ class Launch:
         interface, common/netif.py)."""
         return {
             "HOROVOD_GLOO_IFACE": iface,
-            "HOROVOD_RANK": str(self.rank), "HOROVOD_SIZE": str(self.world_size),
-            "HOROVOD_LOCAL_RANK": str(self.local_rank), "HOROVOD_LOCAL_SIZE": str(self.local_size),
-            "HOROVOD_CROSS_RANK": str(self.node_rank), "HOROVOD_CROSS_SIZE": str(self.num_nodes),
-            "HOROVOD_HOSTNAME": self.hostname, "HOROVOD_CONTROLLER": "gloo",
-            "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_RENDEZVOUS_ADDR": rendezvous_addr,
+            "HOROVOD_RANK": str(self.rank),
+            "HOROVOD_SIZE": str(self.world_size),
+            "HOROVOD_LOCAL_RANK": str(self.local_rank),
+            "HOROVOD_LOCAL_SIZE": str(self.local_size),
+            "HOROVOD_CROSS_RANK": str(self.node_rank),
+            "HOROVOD_CROSS_SIZE": str(self.num_nodes),
+            "HOROVOD_HOSTNAME": self.hostname,
+            "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo",
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": rendezvous_addr,
             "HOROVOD_GLOO_RENDEZVOUS_PORT": str(rendezvous_port),
         }
 
@@ -56,20 +62,24 @@ def setup_horovod(launch, env=None, mpi_built=None):
     env = os.environ if env is None else env
     if env.get("HOROVOD_CONTROLLER") == "mpi":
         if mpi_built is not None and not mpi_built():
-            raise StageError("config training.horovod_controller = mpi, but this Horovod was built without MPI: "
-                             "build it where mpicc is on PATH (envs/setup.sh does so then), or use gloo")
+            raise StageError(
+                "config training.horovod_controller = mpi, but this Horovod was built without MPI: "
+                "build it where mpicc is on PATH (envs/setup.sh does so then), or use gloo"
+            )
         return
     if "HOROVOD_RANK" in env or launch.world_size == 1:
         return
-    env.update(launch.horovod_env(env["DLSCALE_RENDEZVOUS_ADDR"], env["DLSCALE_RENDEZVOUS_PORT"],
-                                  env["DLSCALE_GLOO_IFACE"]))
+    env.update(
+        launch.horovod_env(env["DLSCALE_RENDEZVOUS_ADDR"], env["DLSCALE_RENDEZVOUS_PORT"], env["DLSCALE_GLOO_IFACE"])
+    )
 
 
 def expand_nodelist(nodelist):
     """SLURM's compressed host list ('n[1-2,5]') as host names, via scontrol where it exists."""
     try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                             timeout=30, check=True).stdout.split()
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30, check=True
+        ).stdout.split()
         if out:
             return out
     except (OSError, subprocess.SubprocessError):
@@ -101,22 +111,35 @@ def detect(env=None):
     host = env.get("SLURMD_NODENAME") or socket.gethostname()
     port = int(env.get("DLSCALE_MASTER_PORT", 0) or 0)
     if "RANK" in env and "WORLD_SIZE" in env:
-        return Launch(rank=int(env["RANK"]), world_size=int(env["WORLD_SIZE"]),
-                      local_rank=int(env.get("LOCAL_RANK", 0)),
-                      local_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
-                      node_rank=int(env.get("GROUP_RANK", env.get("NODE_RANK", 0))),
-                      num_nodes=int(env.get("NNODES", 1)), master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
-                      master_port=int(env.get("MASTER_PORT", port or DEFAULT_PORT)), source="env",
-                      hostname=host, job_id=env.get("SLURM_JOB_ID", ""))
+        return Launch(
+            rank=int(env["RANK"]),
+            world_size=int(env["WORLD_SIZE"]),
+            local_rank=int(env.get("LOCAL_RANK", 0)),
+            local_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
+            node_rank=int(env.get("GROUP_RANK", env.get("NODE_RANK", 0))),
+            num_nodes=int(env.get("NNODES", 1)),
+            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=int(env.get("MASTER_PORT", port or DEFAULT_PORT)),
+            source="env",
+            hostname=host,
+            job_id=env.get("SLURM_JOB_ID", ""),
+        )
     if "SLURM_PROCID" in env and "SLURM_STEP_NUM_TASKS" in env:
         nodes = expand_nodelist(env["SLURM_STEP_NODELIST"])
         node = int(env.get("SLURM_NODEID", 0))
         job = env.get("SLURM_JOB_ID", "0")
-        return Launch(rank=int(env["SLURM_PROCID"]), world_size=int(env["SLURM_STEP_NUM_TASKS"]),
-                      local_rank=int(env.get("SLURM_LOCALID", 0)),
-                      local_size=_tasks_on_node(env.get("SLURM_STEP_TASKS_PER_NODE", "1"), node),
-                      node_rank=node, num_nodes=len(nodes), master_addr=nodes[0],
-                      # One port per job, so two jobs sharing a node do not collide.
-                      master_port=port or DEFAULT_PORT + int(job) % 2000, source="slurm",
-                      hostname=host, job_id=job)
+        return Launch(
+            rank=int(env["SLURM_PROCID"]),
+            world_size=int(env["SLURM_STEP_NUM_TASKS"]),
+            local_rank=int(env.get("SLURM_LOCALID", 0)),
+            local_size=_tasks_on_node(env.get("SLURM_STEP_TASKS_PER_NODE", "1"), node),
+            node_rank=node,
+            num_nodes=len(nodes),
+            master_addr=nodes[0],
+            # One port per job, so two jobs sharing a node do not collide.
+            master_port=port or DEFAULT_PORT + int(job) % 2000,
+            source="slurm",
+            hostname=host,
+            job_id=job,
+        )
     return Launch(hostname=host, master_port=port or DEFAULT_PORT)

@@ -8,6 +8,7 @@ warm-up (seed 002: 10 warm-up + 100 timed steps); beside it the mean and
 coefficient of variation of the per-step images/s, and whether that variation is within the
 study's 2% ("stable").
 """
+
 import json
 import statistics
 import time
@@ -59,11 +60,17 @@ class StepLog:
         now = time.perf_counter()
         clocks = thread_clocks()
         step = len(self.steps)
-        rec = {"step": step, "phase": "warmup" if step < self.warmup_steps else "timed",
-               "wall_s": now - self._t, "images": images or self.global_batch, "loss": float(loss),
-               "t_end": now, **({"input_wait_s": input_wait_s} if input_wait_s is not None else {}),
-               **({"device_s": device_s} if device_s is not None else {}),
-               **{k: clocks[k] - self._thread[k] for k in clocks if k in self._thread}}
+        rec = {
+            "step": step,
+            "phase": "warmup" if step < self.warmup_steps else "timed",
+            "wall_s": now - self._t,
+            "images": images or self.global_batch,
+            "loss": float(loss),
+            "t_end": now,
+            **({"input_wait_s": input_wait_s} if input_wait_s is not None else {}),
+            **({"device_s": device_s} if device_s is not None else {}),
+            **{k: clocks[k] - self._thread[k] for k in clocks if k in self._thread},
+        }
         self._thread = clocks
         self.steps.append(rec)
         if self.write:

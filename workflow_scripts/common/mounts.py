@@ -4,6 +4,7 @@ cache can be checked there.
 A mountinfo line (proc(5)): mount ID, parent ID, major:minor, root, mount point, mount options,
 optional fields, "-", file system type, source, super options.
 """
+
 import os
 import re
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ def parse_mountinfo(text):
         sep = fields.index("-", 6)
         if len(fields) < sep + 3:
             continue
-        opts = {o.split("=", 1)[0] for o in ",".join([fields[5], *fields[sep + 3:sep + 4]]).split(",")}
+        opts = {o.split("=", 1)[0] for o in ",".join([fields[5], *fields[sep + 3 : sep + 4]]).split(",")}
         mounts.append(Mount(_unescape(fields[4]), fields[sep + 1], _unescape(fields[sep + 2]), frozenset(opts)))
     return mounts
 
@@ -58,12 +59,18 @@ def uncheckable_cache(mount):
     if mount is None:
         return None
     if mount.fstype == "gpfs":
-        return ("IBM Storage Scale (GPFS) keeps file data in its own pagepool, which drop_caches and "
-                "posix_fadvise do not clear and mincore does not see")
+        return (
+            "IBM Storage Scale (GPFS) keeps file data in its own pagepool, which drop_caches and "
+            "posix_fadvise do not clear and mincore does not see"
+        )
     if mount.fstype == "fuse" or mount.fstype.startswith("fuse."):
-        return (f"{mount.fstype} is a FUSE file system: its daemon may keep its own cache of the data "
-                "(in memory or on local disk), which drop_caches and posix_fadvise do not clear")
+        return (
+            f"{mount.fstype} is a FUSE file system: its daemon may keep its own cache of the data "
+            "(in memory or on local disk), which drop_caches and posix_fadvise do not clear"
+        )
     if "fsc" in mount.options:
-        return (f"{mount.fstype} mount with FS-Cache (option fsc): file data is also kept in the local "
-                "cachefiles store, which drop_caches and posix_fadvise do not clear")
+        return (
+            f"{mount.fstype} mount with FS-Cache (option fsc): file data is also kept in the local "
+            "cachefiles store, which drop_caches and posix_fadvise do not clear"
+        )
     return None

@@ -8,6 +8,7 @@ The choice therefore follows the route to another node of the run (else the defa
 never returns a loopback interface for a run of several nodes. Standard library only: the
 launcher runs in the workflow's interpreter.
 """
+
 import fcntl
 import ipaddress
 import socket
@@ -69,8 +70,10 @@ def choose(peers, override="auto", addrs=None, resolve=None, route=None):
     route = route or route_source
     if override != "auto":
         if override not in addrs:
-            raise InterfaceError(f"config {KEY} = {override!r}: no such interface on {socket.gethostname()} "
-                                 f"(it has {', '.join(sorted(addrs))})")
+            raise InterfaceError(
+                f"config {KEY} = {override!r}: no such interface on {socket.gethostname()} "
+                f"(it has {', '.join(sorted(addrs))})"
+            )
         if not addrs[override]:
             raise InterfaceError(f"config {KEY} = {override!r}: the interface has no IPv4 address")
         return override, addrs[override], f"config {KEY}"
@@ -87,7 +90,9 @@ def choose(peers, override="auto", addrs=None, resolve=None, route=None):
     src = route(DEFAULT_ROUTE_PROBE)
     if src and not is_loopback(src) and src in owner:
         return owner[src], src, "the default route"
-    raise InterfaceError(f"no interface with a non-loopback IPv4 address routes to the run's other nodes "
-                         f"({', '.join(peers)}), and there is no default route: set config {KEY} to the "
-                         f"interface the nodes share (interfaces here: "
-                         f"{', '.join(f'{n}={ip}' for n, ip in sorted(addrs.items()))})")
+    raise InterfaceError(
+        f"no interface with a non-loopback IPv4 address routes to the run's other nodes "
+        f"({', '.join(peers)}), and there is no default route: set config {KEY} to the "
+        f"interface the nodes share (interfaces here: "
+        f"{', '.join(f'{n}={ip}' for n, ip in sorted(addrs.items()))})"
+    )

@@ -4,6 +4,7 @@ config section (e.g. training.pytorch), rewritten here; --check only says which 
 
     python -m workflow_scripts.common.options_table [--check]
 """
+
 import argparse
 import os
 import re
@@ -38,8 +39,9 @@ def values(spec):
         elif a.get("type") == "boolean":
             out.append("`true` \\| `false`")
         elif a.get("type") in ("integer", "number"):
-            bounds = [f"{w} {a[k]}" for k, w in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="))
-                      if k in a]
+            bounds = [
+                f"{w} {a[k]}" for k, w in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<=")) if k in a
+            ]
             out.append(" ".join([a["type"], ", ".join(bounds)]).strip())
         elif a.get("type") == "array" and "items" in a:
             out.append(f"list of {values(a['items'])}")
@@ -62,10 +64,14 @@ def table(section, page):
 
 def render(page):
     """The page's text with every options block regenerated."""
+
     def block(m):
-        return (f"<!-- options: {m['section']} -->\n<!-- made by python -m workflow_scripts.common.options_table from "
-                f"schemas/config.schema.yaml: edit the schema, then run it -->\n{table(m['section'], page)}\n"
-                f"<!-- /options -->")
+        return (
+            f"<!-- options: {m['section']} -->\n<!-- made by python -m workflow_scripts.common.options_table from "
+            f"schemas/config.schema.yaml: edit the schema, then run it -->\n{table(m['section'], page)}\n"
+            f"<!-- /options -->"
+        )
+
     return BLOCK.sub(block, page.read_text())
 
 
@@ -80,8 +86,10 @@ def main(argv=None):
     stale = [p for p in pages() if render(p) != p.read_text()]
     for p in stale:
         if args.check:
-            print(f"{p.relative_to(REPO)}: option table stale; run python -m workflow_scripts.common.options_table",
-                  file=sys.stderr)
+            print(
+                f"{p.relative_to(REPO)}: option table stale; run python -m workflow_scripts.common.options_table",
+                file=sys.stderr,
+            )
         else:
             p.write_text(render(p))
             print(f"{p.relative_to(REPO)}: option table rewritten")

@@ -9,6 +9,7 @@ as done. Where the dataset's file system keeps a cache of its own (GPFS's pagepo
 daemon's, FS-Cache), mincore cannot show whether a read will be cold: there `dataset_evicted` is
 null and `dataset_evicted_unverifiable` says why.
 """
+
 import argparse
 import ctypes
 import ctypes.util
@@ -87,8 +88,12 @@ def residency(files):
     every page as resident (a side-channel guard), so such files are counted as unverifiable and
     a clear over them is never reported as verified."""
     total = sum(os.path.getsize(f) for f in files)
-    return {"files": len(files), "bytes": total, "resident_bytes": sum(resident_bytes(f) for f in files),
-            "unverifiable_files": sum(not os.access(f, os.W_OK) for f in files)}
+    return {
+        "files": len(files),
+        "bytes": total,
+        "resident_bytes": sum(resident_bytes(f) for f in files),
+        "unverifiable_files": sum(not os.access(f, os.W_OK) for f in files),
+    }
 
 
 def evict(files):
@@ -109,8 +114,9 @@ def clear(paths, command="", drop_caches="/proc/sys/vm/drop_caches", mountinfo=m
     method = None
     if command:
         proc = subprocess.run(command, shell=True, capture_output=True, text=True)
-        report["attempts"].append({"method": "command", "command": command, "ok": proc.returncode == 0,
-                                   "error": proc.stderr.strip()[-500:]})
+        report["attempts"].append(
+            {"method": "command", "command": command, "ok": proc.returncode == 0, "error": proc.stderr.strip()[-500:]}
+        )
         method = "command" if proc.returncode == 0 else None
     if method is None:
         try:
@@ -132,13 +138,15 @@ def clear(paths, command="", drop_caches="/proc/sys/vm/drop_caches", mountinfo=m
         report["attempts"].append({"method": "fadvise_dontneed", "ok": True, "after": method})
     after = residency(files)
     unverifiable = uncheckable(paths, mountinfo)
-    report.update({
-        "method": method,
-        "after": after,
-        # Only a drop of all three (page cache, dentries, inodes) counts as the study's clear.
-        "dropped_all_caches": method in ("drop_caches", "command"),
-        "dataset_evicted": evicted(after, unverifiable),
-    })
+    report.update(
+        {
+            "method": method,
+            "after": after,
+            # Only a drop of all three (page cache, dentries, inodes) counts as the study's clear.
+            "dropped_all_caches": method in ("drop_caches", "command"),
+            "dataset_evicted": evicted(after, unverifiable),
+        }
+    )
     if unverifiable:
         report["dataset_evicted_unverifiable"] = unverifiable
     return report
@@ -154,8 +162,15 @@ def main():
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     report = {"node": node, **clear(a.paths, a.command, a.drop_caches)}
     write_json(a.out.replace("{node}", node), report)
-    print(json.dumps({k: report[k] for k in ("node", "method", "dropped_all_caches", "dataset_evicted",
-                                             "dataset_evicted_unverifiable") if k in report}))
+    print(
+        json.dumps(
+            {
+                k: report[k]
+                for k in ("node", "method", "dropped_all_caches", "dataset_evicted", "dataset_evicted_unverifiable")
+                if k in report
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Threads, not processes: the work per item (file reads, Pillow decode/resize/encode) releases the
 GIL, and threads avoid pickling ~110 KB of JPEG bytes per image between processes.
 """
+
 import collections
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -15,8 +16,9 @@ def ordered_map(fn, items, workers, desc, unit="img"):
     flight, so memory stays bounded whatever the dataset size."""
     items = list(items)
     window = max(1, workers) * 8
-    bar = tqdm(total=len(items), desc=desc, unit=unit, file=sys.stderr,
-               mininterval=0.5 if sys.stderr.isatty() else 10.0)
+    bar = tqdm(
+        total=len(items), desc=desc, unit=unit, file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 10.0
+    )
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         pending = collections.deque()
         it = iter(items)

@@ -2,6 +2,7 @@
 (git commit) and the settings (a hash of the values that produced it). Written with every run,
 carried into every table row built from it.
 """
+
 import hashlib
 import json
 import os
@@ -37,12 +38,20 @@ def _gpus():
     for i in range(n):
         h = pynvml.nvmlDeviceGetHandleByIndex(i)
         name = pynvml.nvmlDeviceGetName(h)
-        gpus.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
-                     "memory_MB": pynvml.nvmlDeviceGetMemoryInfo(h).total // 2**20})
+        gpus.append(
+            {
+                "index": i,
+                "name": name.decode() if isinstance(name, bytes) else name,
+                "memory_MB": pynvml.nvmlDeviceGetMemoryInfo(h).total // 2**20,
+            }
+        )
     driver = pynvml.nvmlSystemGetDriverVersion()
     cuda = pynvml.nvmlSystemGetCudaDriverVersion()
-    return {"gpus": gpus, "driver": driver.decode() if isinstance(driver, bytes) else driver,
-            "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}"}
+    return {
+        "gpus": gpus,
+        "driver": driver.decode() if isinstance(driver, bytes) else driver,
+        "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}",
+    }
 
 
 def _topology():
@@ -58,19 +67,33 @@ def _topology():
 def node_facts():
     import psutil
 
-    return {"node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(), "cpu": cpu_model(),
-            "cpus": os.cpu_count(), "memory_GB": round(psutil.virtual_memory().total / 2**30, 1),
-            "kernel": platform.release(), **_gpus(), "gpu_topology": _topology(),
-            "slurm_job": os.environ.get("SLURM_JOB_ID", "")}
+    return {
+        "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "memory_GB": round(psutil.virtual_memory().total / 2**30, 1),
+        "kernel": platform.release(),
+        **_gpus(),
+        "gpu_topology": _topology(),
+        "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
+    }
 
 
 def code_version():
     """The git commit of this checkout, and whether it had uncommitted changes."""
     try:
-        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=30).stdout.strip() != ""
+        commit = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
+        dirty = (
+            subprocess.run(
+                ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout.strip()
+            != ""
+        )
     except (OSError, subprocess.SubprocessError):
         return {"commit": "", "dirty": None}
     return {"commit": commit, "dirty": dirty if commit else None}

@@ -3,6 +3,7 @@ its type, default, choices and description give the rules' argv words, a trainer
 flags and the docs' option tables, so adding an option is a schema entry plus its use.
 
 A key `some_key` is the flag `--some-key`; YAML booleans are the words on and off."""
+
 import argparse
 import functools
 from pathlib import Path
@@ -70,8 +71,11 @@ class Value:
     def rule(self):
         s = self.spec
         parts = ["an integer" if s["type"] == "integer" else "a number"]
-        parts += [f"{w} {s[k]}" for k, w in (("minimum", "at least"), ("exclusiveMinimum", "above"),
-                                             ("maximum", "at most")) if k in s]
+        parts += [
+            f"{w} {s[k]}"
+            for k, w in (("minimum", "at least"), ("exclusiveMinimum", "above"), ("maximum", "at most"))
+            if k in s
+        ]
         return ", ".join(parts) + "".join(f", or {c}" for c in self.consts)
 
     def __call__(self, text):
@@ -82,8 +86,12 @@ class Value:
             value = int(text) if s["type"] == "integer" else float(text)
         except ValueError:
             value = None
-        if value is None or value < s.get("minimum", value) or value > s.get("maximum", value) or (
-                "exclusiveMinimum" in s and value <= s["exclusiveMinimum"]):
+        if (
+            value is None
+            or value < s.get("minimum", value)
+            or value > s.get("maximum", value)
+            or ("exclusiveMinimum" in s and value <= s["exclusiveMinimum"])
+        ):
             raise argparse.ArgumentTypeError(f"{flag(self.key)} {text}: {self.rule()} (config {self.config_key})")
         return value
 

@@ -3,6 +3,7 @@ when the workflow is parsed), and why submitted jobs are still waiting.
 
     python -m workflow_scripts.common.slurm pending     # this user's waiting jobs, with SLURM's reason
 """
+
 import argparse
 import functools
 import os
@@ -40,7 +41,7 @@ def _gpus(gres):
     return sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[^:,()]+)?:(\d+)", gres or ""))
 
 
-@functools.lru_cache(maxsize=None)  # one sinfo per partition, however many sweep points use it
+@functools.cache  # one sinfo per partition, however many sweep points use it
 def partition_nodes(partition):
     """The nodes of a partition, or None when this machine has no sinfo (not a cluster)."""
     if not shutil.which("sinfo"):
@@ -66,21 +67,30 @@ def placement_problem(partition, nodes, per_node, cpus_per_task, gpus_per_node, 
         return None
     if not found:
         return f"partition {partition!r} does not exist or has no nodes (sinfo -p {partition})"
-    fit = [n for n in found
-           if n.cpus >= per_node * max(cpus_per_task, 1) and n.gpus >= gpus_per_node
-           and (not mem_mb or n.memory_mb >= mem_mb) and not n.state.startswith(("drain", "down", "fail"))]
+    fit = [
+        n
+        for n in found
+        if n.cpus >= per_node * max(cpus_per_task, 1)
+        and n.gpus >= gpus_per_node
+        and (not mem_mb or n.memory_mb >= mem_mb)
+        and not n.state.startswith(("drain", "down", "fail"))
+    ]
     if len(fit) < nodes:
-        return (f"partition {partition!r} has {len(fit)} usable node(s) with {per_node * max(cpus_per_task, 1)} CPUs"
-                f"{f', {gpus_per_node} GPUs' if gpus_per_node else ''}{f', {mem_mb} MB' if mem_mb else ''} each; "
-                f"the run needs {nodes} (sinfo -N -p {partition}: "
-                + ", ".join(f"{n.name} {n.cpus} CPUs {n.gpus} GPUs {n.memory_mb} MB {n.state}" for n in found) + ")")
+        return (
+            f"partition {partition!r} has {len(fit)} usable node(s) with {per_node * max(cpus_per_task, 1)} CPUs"
+            f"{f', {gpus_per_node} GPUs' if gpus_per_node else ''}{f', {mem_mb} MB' if mem_mb else ''} each; "
+            f"the run needs {nodes} (sinfo -N -p {partition}: "
+            + ", ".join(f"{n.name} {n.cpus} CPUs {n.gpus} GPUs {n.memory_mb} MB {n.state}" for n in found)
+            + ")"
+        )
     return None
 
 
 def pending(user=None):
     """[(job id, name, comment, state, reason)] of the user's jobs that have not started."""
-    out = _run(["squeue", "-h", "-u", user or os.environ.get("USER") or "root", "-t", "PENDING",
-                "-o", "%i|%j|%k|%T|%r"])
+    out = _run(
+        ["squeue", "-h", "-u", user or os.environ.get("USER") or "root", "-t", "PENDING", "-o", "%i|%j|%k|%T|%r"]
+    )
     return [tuple(line.split("|", 4)) for line in out.splitlines() if line.strip()]
 
 

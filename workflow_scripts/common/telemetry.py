@@ -4,8 +4,10 @@ At a fixed interval: read MB/s of the block device or NFS mount the dataset live
 receive MB/s per network interface (and per InfiniBand port, from its counters under
 /sys/class/infiniband), CPU utilisation and steal (time a virtual machine's CPUs waited for the
 hypervisor), and GPU utilisation, memory, power, SM clock and the
-clock's limiters (NVML's bit mask) through NVML where a GPU exists. One CSV per node per run, long format: time_s, node, metric, device, value.
+clock's limiters (NVML's bit mask) through NVML where a GPU exists. One CSV per node per run, long format:
+time_s, node, metric, device, value.
 """
+
 import csv
 import os
 import socket
@@ -62,8 +64,10 @@ def _ib_counters():
     for port in IB_ROOT.glob("*/ports/*"):
         c = port / "counters"
         try:
-            out[f"{port.parent.parent.name}/{port.name}"] = (int((c / "port_xmit_data").read_text()) * 4,
-                                                              int((c / "port_rcv_data").read_text()) * 4)
+            out[f"{port.parent.parent.name}/{port.name}"] = (
+                int((c / "port_xmit_data").read_text()) * 4,
+                int((c / "port_rcv_data").read_text()) * 4,
+            )
         except (OSError, ValueError):
             continue
     return out
@@ -122,24 +126,34 @@ class _Gpus:
         for i, h in self.handles.items():
             gpu = f"gpu{i}"
             # nvidia-ml-py 12.535 renamed the limiters' call (throttle reasons -> clocks event reasons)
-            limiters = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-                getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
-            for metric, read in (("gpu_util_percent", lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu),
-                                 ("gpu_mem_MB", lambda: nvml.nvmlDeviceGetMemoryInfo(h).used / 2**20),
-                                 ("gpu_power_W", lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000),
-                                 ("gpu_sm_clock_MHz", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
-                                 ("gpu_mem_clock_MHz", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)),
-                                 ("gpu_clock_limiters", lambda: limiters(h) if limiters else None),
-                                 ("gpu_temp_C", lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)),
-                                 ("gpu_mem_temp_C", lambda: self._field(h, nvml.NVML_FI_DEV_MEMORY_TEMP))):
+            limiters = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+                nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+            )
+            for metric, read in (
+                ("gpu_util_percent", lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu),
+                ("gpu_mem_MB", lambda: nvml.nvmlDeviceGetMemoryInfo(h).used / 2**20),
+                ("gpu_power_W", lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000),
+                ("gpu_sm_clock_MHz", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)),
+                ("gpu_mem_clock_MHz", lambda: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)),
+                ("gpu_clock_limiters", lambda: limiters(h) if limiters else None),
+                ("gpu_temp_C", lambda: nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)),
+                ("gpu_mem_temp_C", lambda: self._field(h, nvml.NVML_FI_DEV_MEMORY_TEMP)),
+            ):
                 value = self._read(gpu, metric, read)
                 if value is not None:
                     yield gpu, metric, value
             # NVML counts the time the clocks were held down by the power cap or by heat: a limit
             # shorter than the interval shows here as a share of it, where the sampled clock misses it.
             for name in ("power", "thermal"):
-                ns = self._read(gpu, f"gpu_{name}_limited_percent", lambda: nvml.nvmlDeviceGetViolationStatus(
-                    h, getattr(nvml, f"NVML_PERF_POLICY_{name.upper()}")).violationTime)
+                ns = self._read(
+                    gpu,
+                    f"gpu_{name}_limited_percent",
+                    lambda: (
+                        nvml.nvmlDeviceGetViolationStatus(
+                            h, getattr(nvml, f"NVML_PERF_POLICY_{name.upper()}")
+                        ).violationTime
+                    ),
+                )
                 if ns is None:
                     continue
                 now, before = time.monotonic(), self._violations.get((i, name))
@@ -197,11 +211,12 @@ class Telemetry(threading.Thread):
     def _rows(self, prev, cur, t0):
         dt = cur[0] - prev[0]
         t = round(cur[0] - t0, 3)
-        rows = [(t, self.node, "read_MBps", f"{self.storage.kind}:{self.storage.device}",
-                 (cur[1] - prev[1]) / dt / 1e6),
-                (t, self.node, "cpu_percent", "all", psutil.cpu_percent(None)),
-                # On a virtual machine: the time its CPUs were ready but the hypervisor ran others.
-                (t, self.node, "cpu_steal_percent", "all", getattr(psutil.cpu_times_percent(None), "steal", 0.0))]
+        rows = [
+            (t, self.node, "read_MBps", f"{self.storage.kind}:{self.storage.device}", (cur[1] - prev[1]) / dt / 1e6),
+            (t, self.node, "cpu_percent", "all", psutil.cpu_percent(None)),
+            # On a virtual machine: the time its CPUs were ready but the hypervisor ran others.
+            (t, self.node, "cpu_steal_percent", "all", getattr(psutil.cpu_times_percent(None), "steal", 0.0)),
+        ]
         for nic, c in cur[2].items():
             if nic in prev[2]:
                 rows.append((t, self.node, "send_MBps", nic, (c.bytes_sent - prev[2][nic].bytes_sent) / dt / 1e6))

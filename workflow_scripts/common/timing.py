@@ -1,6 +1,7 @@
 """Per-call timings of a repeated operation, warm-up calls excluded: CUDA events for work queued
 on a GPU, perf_counter for a call that returns when its work is done. Seconds, one per timed call,
 so a caller reports the median and the spread, not a mean that hides the outliers."""
+
 import time
 
 

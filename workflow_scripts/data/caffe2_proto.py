@@ -4,6 +4,7 @@ No maintained package ships caffe2_pb2 any more, so the two messages Caffe2's im
 are declared here with the field numbers and enum values of caffe2/proto/caffe2.proto; the wire
 format is therefore the one Caffe2's ImageInputOp parsed.
 """
+
 from google.protobuf import descriptor_pb2, descriptor_pool
 
 try:
@@ -14,6 +15,7 @@ except ImportError:  # protobuf < 4.21
     def GetMessageClass(desc):
         return message_factory.MessageFactory().GetPrototype(desc)
 
+
 # caffe2.proto TensorProto.DataType values used here.
 INT32, STRING = 2, 4
 
@@ -23,14 +25,32 @@ def _build():
     fdp = descriptor_pb2.FileDescriptorProto(name="dlscale_caffe2.proto", package="caffe2", syntax="proto2")
     tp = fdp.message_type.add(name="TensorProto")
     dt = tp.enum_type.add(name="DataType")
-    for name, num in [("UNDEFINED", 0), ("FLOAT", 1), ("INT32", 2), ("BYTE", 3), ("STRING", 4),
-                      ("BOOL", 5), ("UINT8", 6), ("INT8", 7), ("UINT16", 8), ("INT16", 9),
-                      ("INT64", 10), ("FLOAT16", 12), ("DOUBLE", 13)]:
+    for name, num in [
+        ("UNDEFINED", 0),
+        ("FLOAT", 1),
+        ("INT32", 2),
+        ("BYTE", 3),
+        ("STRING", 4),
+        ("BOOL", 5),
+        ("UINT8", 6),
+        ("INT8", 7),
+        ("UINT16", 8),
+        ("INT16", 9),
+        ("INT64", 10),
+        ("FLOAT16", 12),
+        ("DOUBLE", 13),
+    ]:
         dt.value.add(name=name, number=num)
     rep, opt = F.LABEL_REPEATED, F.LABEL_OPTIONAL
     tp.field.add(name="dims", number=1, label=rep, type=F.TYPE_INT64)
-    tp.field.add(name="data_type", number=2, label=opt, type=F.TYPE_ENUM,
-                 type_name=".caffe2.TensorProto.DataType", default_value="FLOAT")
+    tp.field.add(
+        name="data_type",
+        number=2,
+        label=opt,
+        type=F.TYPE_ENUM,
+        type_name=".caffe2.TensorProto.DataType",
+        default_value="FLOAT",
+    )
     f = tp.field.add(name="float_data", number=3, label=rep, type=F.TYPE_FLOAT)
     f.options.packed = True
     f = tp.field.add(name="int32_data", number=4, label=rep, type=F.TYPE_INT32)
@@ -42,8 +62,10 @@ def _build():
     tps.field.add(name="protos", number=1, label=rep, type=F.TYPE_MESSAGE, type_name=".caffe2.TensorProto")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    return (GetMessageClass(pool.FindMessageTypeByName("caffe2.TensorProto")),
-            GetMessageClass(pool.FindMessageTypeByName("caffe2.TensorProtos")))
+    return (
+        GetMessageClass(pool.FindMessageTypeByName("caffe2.TensorProto")),
+        GetMessageClass(pool.FindMessageTypeByName("caffe2.TensorProtos")),
+    )
 
 
 TensorProto, TensorProtos = _build()

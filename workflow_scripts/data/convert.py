@@ -3,6 +3,7 @@ bytes in order and in parallel, the atomic output directory and the manifest.
 
 A format module supplies only `write_split(out_dir, split, records, count) -> [files]`.
 """
+
 import argparse
 import collections
 import csv
@@ -64,8 +65,17 @@ class Index:
                 raise StageError(f"{path}: cannot read ({exc}); was the dataset changed after indexing?")
             probe = images.Probe(row["format"], row["mode"], int(row["width"]), int(row["height"]))
             data, w, h, action = images.encode(data, probe, enc)
-            return Record(pos, row["relpath"], int(row["label"]), row["synset"],
-                          self.words.get(row["synset"], row["synset"]), data, w, h, action)
+            return Record(
+                pos,
+                row["relpath"],
+                int(row["label"]),
+                row["synset"],
+                self.words.get(row["synset"], row["synset"]),
+                data,
+                w,
+                h,
+                action,
+            )
 
         return len(rows), ordered_map(load, enumerate(rows), threads, f"{split}")
 
@@ -102,9 +112,11 @@ def _disk_full(exc, path):
 def _space_error(fmt, out, path, needed, what):
     usage = shutil.disk_usage(path)
     need = f"about {needed / 1e6:,.0f} MB" if needed else "more (its size is known only once the images are resized)"
-    return StageError(f"{fmt} output {out}: {what}; it needs {need}, and the file system holding it has "
-                      f"{usage.free / 1e6:,.0f} MB free of {usage.total / 1e6:,.0f} MB: free space there or set "
-                      f"config data_dir to a larger file system")
+    return StageError(
+        f"{fmt} output {out}: {what}; it needs {need}, and the file system holding it has "
+        f"{usage.free / 1e6:,.0f} MB free of {usage.total / 1e6:,.0f} MB: free space there or set "
+        f"config data_dir to a larger file system"
+    )
 
 
 def run(fmt, write_split, args, extra_manifest=None):
@@ -123,16 +135,21 @@ def run(fmt, write_split, args, extra_manifest=None):
                 raise
             written = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file())
             # The scratch directory goes with the error: the space it took is free again.
-            raise _space_error(fmt, args.out, tmp, needed,
-                               f"the disk filled after {written / 1e6:,.1f} MB were written ({type(exc).__name__}: "
-                               f"{str(exc)[:200]})") from exc
+            raise _space_error(
+                fmt,
+                args.out,
+                tmp,
+                needed,
+                f"the disk filled after {written / 1e6:,.1f} MB were written ({type(exc).__name__}: {str(exc)[:200]})",
+            ) from exc
     # The checksums of the outputs are timed apart: the conversion rate stays comparable.
     elapsed = time.perf_counter() - start - facts_s
     total = sum(v["images"] for v in splits.values())
     # Timings go to the log, never into the outputs: equal inputs must give equal bytes.
     print(f"{fmt}: " + ", ".join(f"{s} {v['images']} images, {v['bytes'] / 1e6:.1f} MB" for s, v in splits.items()))
-    print(f"{fmt}: converted {total} images in {elapsed:.3f} s ({total / elapsed:.0f} images/s, "
-          f"{args.threads} threads)")
+    print(
+        f"{fmt}: converted {total} images in {elapsed:.3f} s ({total / elapsed:.0f} images/s, {args.threads} threads)"
+    )
 
 
 def _convert(fmt, write_split, index, enc, threads, tmp, extra_manifest):
@@ -154,17 +171,20 @@ def _convert(fmt, write_split, index, enc, threads, tmp, extra_manifest):
     files = verify.facts(fmt, tmp, [tmp / f for s in splits.values() for f in s["files"]])
     facts_s = time.perf_counter() - began
     print(f"{fmt}: sizes, record counts and checksums of {len(files)} files recorded in {facts_s:.3f} s")
-    write_json(tmp / "manifest.json", {
-        "format": fmt,
-        "source": str(index.root),
-        "classes": len(index.synsets),
-        "encoding": enc.describe(),
-        "splits": splits,
-        "rejected": rejected,
-        # Per output file: what verify.py checks a copy against before it is read.
-        "files": files,
-        **(extra_manifest or {}),
-    })
+    write_json(
+        tmp / "manifest.json",
+        {
+            "format": fmt,
+            "source": str(index.root),
+            "classes": len(index.synsets),
+            "encoding": enc.describe(),
+            "splits": splits,
+            "rejected": rejected,
+            # Per output file: what verify.py checks a copy against before it is read.
+            "files": files,
+            **(extra_manifest or {}),
+        },
+    )
     return splits, facts_s
 
 

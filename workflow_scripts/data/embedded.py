@@ -6,6 +6,7 @@ and colour rather than a constant. Images are ImageNet-sized JPEGs (about 400-50
 Like the real set, a few train files are CMYK JPEGs, a PNG named .JPEG, or grayscale.
 Everything is seeded per image, so the same config gives byte-identical files.
 """
+
 import argparse
 import colorsys
 import csv
@@ -36,14 +37,16 @@ def _polygon(shape, cx, cy, r, angle):
     def rot(points):
         ca, sa = math.cos(angle), math.sin(angle)
         return [(cx + x * ca - y * sa, cy + x * sa + y * ca) for x, y in points]
+
     if shape == "square":
         return rot([(-r, -r), (r, -r), (r, r), (-r, r)])
     if shape == "triangle":
         return rot([(r * math.cos(a), r * math.sin(a)) for a in (-math.pi / 2, math.pi / 6, 5 * math.pi / 6)])
     if shape == "cross":
         t = r / 3
-        return rot([(-t, -r), (t, -r), (t, -t), (r, -t), (r, t), (t, t), (t, r), (-t, r), (-t, t),
-                    (-r, t), (-r, -t), (-t, -t)])
+        return rot(
+            [(-t, -r), (t, -r), (t, -t), (r, -t), (r, t), (t, t), (t, r), (-t, r), (-t, t), (-r, t), (-r, -t), (-t, -t)]
+        )
     if shape == "bar":
         return rot([(-r, -r / 4), (r, -r / 4), (r, r / 4), (-r, r / 4)])
     raise ValueError(shape)
@@ -69,8 +72,9 @@ def render(c, rng, size=None):
         draw.ellipse((x - s, y - s, x + s, y + s), fill=(g, g, g))
     r = rng.uniform(0.18, 0.3) * min(w, h)
     cx, cy = rng.uniform(r, w - r), rng.uniform(r, h - r)
-    rgb = colorsys.hsv_to_rgb((HUES[hue] + rng.uniform(-0.02, 0.02)) % 1.0,
-                              rng.uniform(0.75, 1.0), rng.uniform(0.75, 1.0))
+    rgb = colorsys.hsv_to_rgb(
+        (HUES[hue] + rng.uniform(-0.02, 0.02)) % 1.0, rng.uniform(0.75, 1.0), rng.uniform(0.75, 1.0)
+    )
     fill = tuple(int(255 * v) for v in rgb)
     if shape == "disc":
         draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=fill)
@@ -105,8 +109,18 @@ def _broken_bytes(kind, rng):
     return buf.getvalue()[: len(buf.getvalue()) // 2]
 
 
-def make(out, classes=16, train_per_class=30, val_per_class=20, seed=2018,
-         val_layout="synset-list", quirks=True, broken=False, size=None, quality=90):
+def make(
+    out,
+    classes=16,
+    train_per_class=30,
+    val_per_class=20,
+    seed=2018,
+    val_layout="synset-list",
+    quirks=True,
+    broken=False,
+    size=None,
+    quality=90,
+):
     if not 2 <= classes <= MAX_CLASSES:
         raise StageError(f"dataset.embedded.classes must be 2..{MAX_CLASSES}, got {classes}")
     if val_layout not in VAL_LAYOUTS:
@@ -151,8 +165,7 @@ def make(out, classes=16, train_per_class=30, val_per_class=20, seed=2018,
                 (vdir / f"ILSVRC2012_val_{n:08d}.JPEG").write_bytes(_broken_bytes(kind, rng))
                 labels.append((n, wnids[k]))
         if val_layout == "synset-list":
-            (root / "imagenet_2012_validation_synset_labels.txt").write_text(
-                "".join(f"{wnid}\n" for _, wnid in labels))
+            (root / "imagenet_2012_validation_synset_labels.txt").write_text("".join(f"{wnid}\n" for _, wnid in labels))
         elif val_layout == "kaggle-csv":
             with open(root / "LOC_val_solution.csv", "w", newline="") as f:
                 wr = csv.writer(f)
@@ -173,8 +186,16 @@ def main():
     ap.add_argument("--no-quirks", action="store_true")
     ap.add_argument("--broken", action="store_true", help="add truncated, empty and non-image files")
     a = ap.parse_args()
-    make(a.out, a.classes, a.train_per_class, a.val_per_class, a.seed, a.val_layout,
-         quirks=not a.no_quirks, broken=a.broken)
+    make(
+        a.out,
+        a.classes,
+        a.train_per_class,
+        a.val_per_class,
+        a.seed,
+        a.val_layout,
+        quirks=not a.no_quirks,
+        broken=a.broken,
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 ImageNet's .JPEG files include CMYK JPEGs, a PNG and grayscale JPEGs; the frameworks' readers
 expect RGB JPEG, so those are re-encoded. Anything that does not decode is rejected with a reason.
 """
+
 import io
 from dataclasses import dataclass
 
@@ -55,12 +56,16 @@ def probe(data: bytes) -> Probe:
 @dataclass(frozen=True)
 class Encoding:
     """How records store images: the source JPEG bytes, or resized so the shorter side is N."""
+
     resize_shorter: int = 0  # 0: pass-through
     quality: int = 95
 
     def describe(self):
-        return {"mode": "resize" if self.resize_shorter else "passthrough",
-                "resize_shorter": self.resize_shorter, "jpeg_quality": self.quality}
+        return {
+            "mode": "resize" if self.resize_shorter else "passthrough",
+            "resize_shorter": self.resize_shorter,
+            "jpeg_quality": self.quality,
+        }
 
 
 def encode(data: bytes, probe_: Probe, enc: Encoding):

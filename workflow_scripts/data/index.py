@@ -8,6 +8,7 @@ Writes, atomically, to one directory shared by the three format converters:
   summary.json  counts, where labels came from, the dataset root
 Re-encoding decisions are the converters' (they depend on the encoding config, this does not).
 """
+
 import argparse
 import csv
 import os
@@ -30,6 +31,7 @@ def _probe_file(root):
         except OSError as exc:  # permission denied, an I/O error: a reject like any bad file
             return item, images.Probe(reason=f"cannot read: {exc.strerror or exc}"), 0
         return item, images.probe(data), len(data)
+
     return probe
 
 
@@ -62,8 +64,9 @@ def _probe_all(lay, threads, max_reject_fraction):
         rows[split] = []
         for item, pr, nbytes in ordered_map(_probe_file(lay.root), items, threads, f"index {split}"):
             if pr.ok:
-                rows[split].append((item.relpath, label_of[item.synset], item.synset, pr.fmt, pr.mode,
-                                    pr.width, pr.height, nbytes))
+                rows[split].append(
+                    (item.relpath, label_of[item.synset], item.synset, pr.fmt, pr.mode, pr.width, pr.height, nbytes)
+                )
             else:
                 rejects.append((split, item.relpath, pr.reason))
     total = len(lay.train) + len(lay.val)
@@ -72,7 +75,8 @@ def _probe_all(lay, threads, max_reject_fraction):
         more = f"\n  ... and {len(rejects) - 20} more" if len(rejects) > 20 else ""
         raise StageError(
             f"{len(rejects)} of {total} images ({len(rejects) / total:.2%}) do not decode, more than "
-            f"config conversion.max_reject_fraction = {max_reject_fraction}:\n  {names}{more}")
+            f"config conversion.max_reject_fraction = {max_reject_fraction}:\n  {names}{more}"
+        )
     return rows, rejects
 
 
@@ -84,15 +88,18 @@ def _write(tmp, lay, rows, rejects, seed):
     for split in SPLITS:
         _write_tsv(tmp / f"{split}.tsv", COLUMNS, rows[split])
     _write_tsv(tmp / "rejects.tsv", ("split", "relpath", "reason"), rejects)
-    write_json(tmp / "summary.json", {
-        "root": str(lay.root.resolve()),
-        "classes": len(lay.synsets),
-        "val_labels": lay.val_source,
-        "shuffle_seed": seed,
-        "images": {s: len(rows[s]) for s in SPLITS},
-        "rejected": {s: sum(r[0] == s for r in rejects) for s in SPLITS},
-        "non_rgb_jpeg": {s: sum(r[3] != "JPEG" or r[4] != "RGB" for r in rows[s]) for s in SPLITS},
-    })
+    write_json(
+        tmp / "summary.json",
+        {
+            "root": str(lay.root.resolve()),
+            "classes": len(lay.synsets),
+            "val_labels": lay.val_source,
+            "shuffle_seed": seed,
+            "images": {s: len(rows[s]) for s in SPLITS},
+            "rejected": {s: sum(r[0] == s for r in rejects) for s in SPLITS},
+            "non_rgb_jpeg": {s: sum(r[3] != "JPEG" or r[4] != "RGB" for r in rows[s]) for s in SPLITS},
+        },
+    )
     print(f"validation labels: {lay.val_source}")
 
 

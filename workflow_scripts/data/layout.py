@@ -5,6 +5,7 @@ files labelled by Kaggle's LOC_val_solution.csv or by one synset per line in ima
 (TensorFlow's imagenet_2012_validation_synset_labels.txt). Class index = position of the wnid in
 the sorted list of train synsets.
 """
+
 import csv
 import os
 import re
@@ -68,8 +69,7 @@ def discover(root, val_labels=""):
     synsets = sorted(p.name for p in train_dir.iterdir() if p.is_dir())
     if not synsets:
         raise StageError(f"{train_dir} holds no synset folders (train/<wnid>/<wnid>_<n>.JPEG)")
-    train = [Item(p.relative_to(root).as_posix(), wnid)
-             for wnid in synsets for p in _images_in(train_dir / wnid)]
+    train = [Item(p.relative_to(root).as_posix(), wnid) for wnid in synsets for p in _images_in(train_dir / wnid)]
     if not train:
         raise StageError(f"{train_dir} holds synset folders but no .JPEG files")
     val, source = _val_items(root, root / "val", label_file)
@@ -77,15 +77,20 @@ def discover(root, val_labels=""):
         source += f" (also found, and in agreement: {', '.join(map(str, agreeing))})"
     unknown = sorted({it.synset for it in val} - set(synsets))
     if unknown:
-        raise StageError(f"validation labels name synsets with no train folder: "
-                         f"{', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''} ({source})")
+        raise StageError(
+            f"validation labels name synsets with no train folder: "
+            f"{', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''} ({source})"
+        )
     return Layout(root, synsets, train, val, source)
 
 
 def _val_items(root, val_dir, label_file):
     if label_file is None:
-        items = [Item(p.relative_to(root).as_posix(), d.name)
-                 for d in sorted(p for p in val_dir.iterdir() if p.is_dir()) for p in _images_in(d)]
+        items = [
+            Item(p.relative_to(root).as_posix(), d.name)
+            for d in sorted(p for p in val_dir.iterdir() if p.is_dir())
+            for p in _images_in(d)
+        ]
         return items, "val/<wnid>/ folders"
     labels = _read_label_file(label_file)
     items = []
@@ -109,13 +114,18 @@ def _find_label_file(root, val_dir, val_labels):
         if not path.is_file():
             raise StageError(f"validation label file {path} (config dataset.val_labels) does not exist")
         return path, []
-    found = [folder / name for folder in (root, val_dir, root.parent) for name in LABEL_FILE_NAMES
-             if (folder / name).is_file()]
+    found = [
+        folder / name
+        for folder in (root, val_dir, root.parent)
+        for name in LABEL_FILE_NAMES
+        if (folder / name).is_file()
+    ]
     if not found:
         raise StageError(
             f"{val_dir} holds flat ILSVRC2012_val_*.JPEG files but no label file was found: looked for "
             f"{' or '.join(LABEL_FILE_NAMES)} in {root}, {val_dir} and {root.parent}; "
-            f"set config dataset.val_labels to its path")
+            f"set config dataset.val_labels to its path"
+        )
     first = _read_label_file(found[0])
     for other in found[1:]:
         labels = _read_label_file(other)
@@ -125,7 +135,8 @@ def _find_label_file(root, val_dir, val_labels):
             raise StageError(
                 f"two validation label files disagree on {len(differ)} image(s), e.g. ILSVRC2012_val_{n:08d}: "
                 f"{first.get(n, 'no label')} in {found[0]}, {labels.get(n, 'no label')} in {other}; set config "
-                f"dataset.val_labels to the one to use")
+                f"dataset.val_labels to the one to use"
+            )
     return found[0], found[1:]
 
 
@@ -145,6 +156,8 @@ def _read_label_file(path):
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     bad = [ln for ln in lines[:50] if not re.fullmatch(r"n\d{8}", ln)]
     if not lines or bad:
-        raise StageError(f"{path} is neither Kaggle's LOC_val_solution.csv nor one synset (nXXXXXXXX) "
-                         f"per line{': first bad line ' + repr(bad[0]) if bad else ''}")
+        raise StageError(
+            f"{path} is neither Kaggle's LOC_val_solution.csv nor one synset (nXXXXXXXX) "
+            f"per line{': first bad line ' + repr(bad[0]) if bad else ''}"
+        )
     return {i + 1: wnid for i, wnid in enumerate(lines)}

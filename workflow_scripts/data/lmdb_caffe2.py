@@ -1,5 +1,6 @@
 """LMDB databases train/ and val/ in Caffe2's format: key = zero-padded position, value = a
 serialized TensorProtos [encoded JPEG, int32 label]. lmdb_dataset.py reads them for PyTorch."""
+
 import lmdb
 
 from ..common.errors import run_main

@@ -3,6 +3,7 @@
 Each DataLoader worker opens its own read-only LMDB environment on first use: an environment
 opened before fork must not be used in the child.
 """
+
 import io
 import os
 
@@ -29,8 +30,9 @@ class LMDBImageNet(torch.utils.data.Dataset):
         self._env, self._pid = None, None
 
     def _open(self):
-        return lmdb.open(self.path, subdir=True, readonly=True, lock=False, readahead=False,
-                         meminit=False, max_readers=1)
+        return lmdb.open(
+            self.path, subdir=True, readonly=True, lock=False, readahead=False, meminit=False, max_readers=1
+        )
 
     def __len__(self):
         return self.length

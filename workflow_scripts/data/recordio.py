@@ -3,6 +3,7 @@
 Each record is mxnet.recordio.pack(IRHeader(flag=0, label, id=position, id2=0), jpeg), so
 mx.io.ImageRecordIter and DALI's MXNet reader read it as they read im2rec's output.
 """
+
 import mxnet as mx
 
 from ..common.errors import run_main

@@ -8,6 +8,7 @@ whether its index fits the file, and the bytes of chosen records (plain reads: a
 short file faults on access). LMDB maps its file; of a file of the wrong size only the header pages
 are read, and its records only once its size matched.
 """
+
 import struct
 from pathlib import Path
 
@@ -162,10 +163,12 @@ class LMDBFile:
             import lmdb
         except ImportError:
             import sys
-            raise ImportError(f"the lmdb package does not import in {sys.executable}: LMDB files are checked only "
-                              f"where it does (the data stage's and the trainers' environments, config envs.pytorch)")
-        return lmdb.open(str(Path(path).parent), subdir=True, readonly=True, lock=False, readahead=False,
-                         max_readers=1)
+
+            raise ImportError(
+                f"the lmdb package does not import in {sys.executable}: LMDB files are checked only "
+                f"where it does (the data stage's and the trainers' environments, config envs.pytorch)"
+            )
+        return lmdb.open(str(Path(path).parent), subdir=True, readonly=True, lock=False, readahead=False, max_readers=1)
 
     def count(self, path):
         env = self._open(path)

@@ -3,6 +3,7 @@
 train-%05d-of-%05d / validation-%05d-of-%05d, written with tf.io.TFRecordWriter; beside each
 shard under idx/, DALI's tfrecord2idx format: one "offset size" line per record.
 """
+
 import numpy as np
 import tensorflow as tf
 
@@ -58,6 +59,7 @@ def writer(shards, label_offset):
                     offset += len(data) + FRAME_OVERHEAD
             files += [out / name, out / "idx" / f"{name}.idx"]
         return files
+
     return write_split
 
 
@@ -65,12 +67,21 @@ def main():
     ap = convert.arg_parser(__doc__.splitlines()[0])
     ap.add_argument("--train-shards", type=int, default=1024)
     ap.add_argument("--val-shards", type=int, default=128)
-    ap.add_argument("--label-offset", type=int, choices=(0, 1), default=1,
-                    help="added to the 0-based class index: 1 (the default) is TF's builder's convention "
-                         "(0 = background), 0 stores the index itself")
+    ap.add_argument(
+        "--label-offset",
+        type=int,
+        choices=(0, 1),
+        default=1,
+        help="added to the 0-based class index: 1 (the default) is TF's builder's convention "
+        "(0 = background), 0 stores the index itself",
+    )
     a = ap.parse_args()
-    convert.run("tfrecord", writer({"train": a.train_shards, "val": a.val_shards}, a.label_offset), a,
-                {"label_offset": a.label_offset})
+    convert.run(
+        "tfrecord",
+        writer({"train": a.train_shards, "val": a.val_shards}, a.label_offset),
+        a,
+        {"label_offset": a.label_offset},
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ sha256 of the whole file. Levels of check:
 prints one line per problem (file, what differs, expected and found, the fix) and exits 1 when
 there is any; 2 when it cannot check (no lmdb package for an LMDB).
 """
+
 import argparse
 import hashlib
 import json
@@ -83,8 +84,7 @@ def facts(fmt, root, paths):
         if kind.read is not None and fact["records"]:
             every = math.ceil(fact["records"] / min(per_file, fact["records"]))
             positions = sample_positions(fact["records"], every)
-            fact["sample"] = {"every": every, "count": len(positions),
-                              "sha256": sample_sha256(kind, path, positions)}
+            fact["sample"] = {"every": every, "count": len(positions), "sha256": sample_sha256(kind, path, positions)}
         out[rel] = fact
     return out
 
@@ -122,6 +122,7 @@ def check(data_dir, level="quick"):
 
 def _check_file(path, kind, fact, level, rule):
     """The first way `path` differs from its facts, or None."""
+
     def problem(what, expected, found):
         return Problem(path, what, expected, found, rule)
 
@@ -143,8 +144,7 @@ def _check_file(path, kind, fact, level, rule):
             digest = sample_sha256(kind, path, sample_positions(count, s["every"]))
             if digest != s["sha256"]:
                 which = f"all {s['count']}" if s["every"] == 1 else f"{s['count']} (1 in {s['every']} from record 0)"
-                return problem(f"sha256 of its sampled records, {which}",
-                               s["sha256"], digest)
+                return problem(f"sha256 of its sampled records, {which}", s["sha256"], digest)
         elif level == "full" or level == "sample":
             digest = file_sha256(path)
             if digest != fact["sha256"]:
@@ -179,11 +179,25 @@ def _check_legacy(data_dir, manifest, level, rule):
             continue
         total = sum(p.stat().st_size for p in paths)
         if "bytes" in s and total != s["bytes"]:
-            problems.append(Problem(data_dir, f"total size of split {split}'s {len(paths)} files",
-                                    f"{s['bytes']} bytes", f"{total} bytes", rule))
+            problems.append(
+                Problem(
+                    data_dir,
+                    f"total size of split {split}'s {len(paths)} files",
+                    f"{s['bytes']} bytes",
+                    f"{total} bytes",
+                    rule,
+                )
+            )
     if level != "quick":
-        problems.append(Problem(data_dir / "manifest.json", f"per-file facts for a {level} check",
-                                "a 'files' map", "none (converted before they were recorded)", rule))
+        problems.append(
+            Problem(
+                data_dir / "manifest.json",
+                f"per-file facts for a {level} check",
+                "a 'files' map",
+                "none (converted before they were recorded)",
+                rule,
+            )
+        )
     return problems
 
 
@@ -194,8 +208,9 @@ def _check_index(index_dir):
         tsv = index_dir / f"{split}.tsv"
         rows = records.line_count(tsv) - 1 if tsv.is_file() else None
         if rows != n:
-            problems.append(Problem(tsv, "rows (summary.json images)", n, "no file" if rows is None else rows,
-                                    RULES["index"]))
+            problems.append(
+                Problem(tsv, "rows (summary.json images)", n, "no file" if rows is None else rows, RULES["index"])
+            )
     return problems
 
 
@@ -204,8 +219,11 @@ def require(data_dir):
     line (the others are one command away)."""
     problems = check(data_dir, "quick")
     if problems:
-        more = (f" (and {len(problems) - 1} more: python -m workflow_scripts.data.verify --data {data_dir})"
-                if len(problems) > 1 else "")
+        more = (
+            f" (and {len(problems) - 1} more: python -m workflow_scripts.data.verify --data {data_dir})"
+            if len(problems) > 1
+            else ""
+        )
         raise StageError(f"the dataset does not match its manifest: {problems[0]}{more}")
 
 

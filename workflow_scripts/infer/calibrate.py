@@ -15,6 +15,7 @@ and ranges are merged across passes, which gives the same result as one pass.
 Output: ONNX Runtime's calibration cache (JSON: per tensor lowest/highest, and the histogram for
 entropy/percentile), which quantize.py turns into the Q/DQ model.
 """
+
 import argparse
 import math
 import tempfile
@@ -23,16 +24,23 @@ from pathlib import Path
 
 import onnxruntime as ort
 from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod
-from onnxruntime.quantization.calibrate import (EntropyCalibrater, MinMaxCalibrater, PercentileCalibrater,
-                                                 save_tensors_data)
+from onnxruntime.quantization.calibrate import (
+    EntropyCalibrater,
+    MinMaxCalibrater,
+    PercentileCalibrater,
+    save_tensors_data,
+)
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
+from ..common.atomic import atomic_file
 from ..common.errors import StageError, run_main
 from . import images
-from ..common.atomic import atomic_file
 
-METHODS = {"entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile,
-           "minmax": CalibrationMethod.MinMax}
+METHODS = {
+    "entropy": CalibrationMethod.Entropy,
+    "percentile": CalibrationMethod.Percentile,
+    "minmax": CalibrationMethod.MinMax,
+}
 # Quantized levels the entropy search compares against: 8 bits over the symmetric window ORT's
 # histogram spans (-t..t), i.e. 128 levels per sign as TensorRT's calibrator uses on |x|.
 QUANTIZED_BINS = 256
@@ -55,11 +63,13 @@ def calibrate(onnx_path, batch_iter, input_name, method, bins, percentile, chunk
     with tempfile.TemporaryDirectory(prefix="dlscale-calib-") as tmp:
         augmented = str(Path(tmp) / "augmented.onnx")
         if method == "entropy":
-            calibrator = EntropyCalibrater(Path(onnx_path), op_types, augmented, num_bins=bins,
-                                           num_quantized_bins=QUANTIZED_BINS)
+            calibrator = EntropyCalibrater(
+                Path(onnx_path), op_types, augmented, num_bins=bins, num_quantized_bins=QUANTIZED_BINS
+            )
         elif method == "percentile":
-            calibrator = PercentileCalibrater(Path(onnx_path), op_types, augmented, symmetric=True, num_bins=bins,
-                                              percentile=percentile)
+            calibrator = PercentileCalibrater(
+                Path(onnx_path), op_types, augmented, symmetric=True, num_bins=bins, percentile=percentile
+            )
         else:
             calibrator = MinMaxCalibrater(Path(onnx_path), op_types, augmented)
         calibrator.augment_graph()
@@ -96,19 +106,31 @@ def main():
     ap.add_argument("--out", required=True, help="the calibration ranges (JSON)")
     a = ap.parse_args()
     if a.method == "entropy" and a.bins < QUANTIZED_BINS:
-        raise StageError(f"config inference.calibration.histogram_bins = {a.bins}: entropy calibration needs at "
-                         f"least {QUANTIZED_BINS} bins")
+        raise StageError(
+            f"config inference.calibration.histogram_bins = {a.bins}: entropy calibration needs at "
+            f"least {QUANTIZED_BINS} bins"
+        )
     items = images.read_list(a.images)
     if not items:
         raise StageError(f"{a.images} lists no image")
     start = time.perf_counter()
-    ranges, passes = calibrate(a.onnx, images.batches(a.lmdb, items, a.image_size, a.batch_size, a.threads, "calibrate"),
-                               "input", a.method, a.bins, a.percentile, a.chunk_batches, a.threads)
+    ranges, passes = calibrate(
+        a.onnx,
+        images.batches(a.lmdb, items, a.image_size, a.batch_size, a.threads, "calibrate"),
+        "input",
+        a.method,
+        a.bins,
+        a.percentile,
+        a.chunk_batches,
+        a.threads,
+    )
     with atomic_file(a.out) as tmp:
         save_tensors_data(ranges, tmp)
     # Timings to the log only: equal inputs give equal outputs.
-    print(f"calibrate: {a.method} over {len(items)} images ({math.ceil(len(items) / a.batch_size)} batches of "
-          f"{a.batch_size}, {passes} passes), {len(ranges.data)} tensors, {time.perf_counter() - start:.1f} s")
+    print(
+        f"calibrate: {a.method} over {len(items)} images ({math.ceil(len(items) / a.batch_size)} batches of "
+        f"{a.batch_size}, {passes} passes), {len(ranges.data)} tensors, {time.perf_counter() - start:.1f} s"
+    )
 
 
 if __name__ == "__main__":

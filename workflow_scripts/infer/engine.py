@@ -1,12 +1,12 @@
 """Build one engine (FP32 or INT8) from its ONNX model: engines.py says what building means for
 ONNX Runtime and for TensorRT. Writes the engine file and a JSON record of it."""
+
 import argparse
 import json
 
-from ..common.atomic import write_json
+from ..common.atomic import atomic_file, write_json
 from ..common.errors import run_main
 from . import engines
-from ..common.atomic import atomic_file
 
 
 def main():

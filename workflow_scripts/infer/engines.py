@@ -7,6 +7,7 @@ then open it to run batches (`run`) or time them (`time_runs`).
                TensorRT plan, the file is specific to the machine type it was built on.
   tensorrt     one GPU (tensorrt_engine.py): a serialized TensorRT plan.
 """
+
 import platform
 import time
 
@@ -24,8 +25,9 @@ def _session_options(threads, optimize):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
-                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    so.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
     return so
 
 
@@ -43,8 +45,12 @@ def build(engine, onnx_path, out_path, threads=1, max_batch=256, workspace_mb=40
     ops = {}
     for node in onnx.load(str(out_path)).graph.node:
         ops[node.op_type] = ops.get(node.op_type, 0) + 1
-    return {"onnxruntime": ort.__version__, "optimization": "ORT_ENABLE_ALL", "ops": dict(sorted(ops.items())),
-            "build_s": time.perf_counter() - start}
+    return {
+        "onnxruntime": ort.__version__,
+        "optimization": "ORT_ENABLE_ALL",
+        "ops": dict(sorted(ops.items())),
+        "build_s": time.perf_counter() - start,
+    }
 
 
 def cpu_name():
@@ -63,8 +69,9 @@ class OnnxRuntimeRunner:
 
         self.ort = ort
         # The engine file is already optimised: loading it as it is keeps the graph that was built.
-        self.session = ort.InferenceSession(str(path), _session_options(threads, optimize=False),
-                                            providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(
+            str(path), _session_options(threads, optimize=False), providers=["CPUExecutionProvider"]
+        )
         self.input = self.session.get_inputs()[0].name
         self.output = self.session.get_outputs()[0].name
         self.classes = self.session.get_outputs()[0].shape[1]
@@ -78,7 +85,9 @@ class OnnxRuntimeRunner:
         call's return is the run's end), the batch bound once as the session's input (already in
         memory; no copy or conversion inside the timing)."""
         binding = self.session.io_binding()
-        binding.bind_ortvalue_input(self.input, self.ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x, np.float32)))
+        binding.bind_ortvalue_input(
+            self.input, self.ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x, np.float32))
+        )
         binding.bind_output(self.output)
         for _ in range(warmup):
             self.session.run_with_iobinding(binding)

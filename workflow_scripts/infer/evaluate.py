@@ -4,6 +4,7 @@ never the calibration images), in batches as the study ran them.
 Writes the counts (JSON) and every image's top-5 classes (TSV: position, label, top5), so a
 table's figures can be traced to images.
 """
+
 import argparse
 import time
 
@@ -36,8 +37,10 @@ def main():
     runner = engines.open_engine(a.engine, a.engine_file, a.threads)
     labels_max = max(lab for _, lab in items)
     if labels_max >= runner.classes:
-        raise StageError(f"{a.network} has {runner.classes} outputs, but the val images have labels up to {labels_max}: "
-                         f"its weights are for another set of classes (see inference.models.{a.network})")
+        raise StageError(
+            f"{a.network} has {runner.classes} outputs, but the val images have labels up to {labels_max}: "
+            f"its weights are for another set of classes (see inference.models.{a.network})"
+        )
     rows, top1, top5_hits = [], 0, 0
     start = time.perf_counter()
     for x, y, positions in images.batches(a.lmdb, items, a.image_size, a.batch_size, a.threads, a.precision):
@@ -48,11 +51,26 @@ def main():
     runner.close()
     n = len(rows)
     write_tsv(a.predictions, ("position", "label", "top5"), rows)
-    write_json(a.out, {"network": a.network, "precision": a.precision, "engine": a.engine, "images": n,
-                       "top1_correct": top1, "top5_correct": top5_hits, "top1": top1 / n, "top5": top5_hits / n,
-                       "classes": runner.classes, "batch_size": a.batch_size, "image_size": a.image_size})
-    print(f"evaluate: {a.network} {a.precision} on {a.engine}: top-1 {top1}/{n} = {top1 / n:.2%}, "
-          f"top-5 {top5_hits}/{n} = {top5_hits / n:.2%} ({n / (time.perf_counter() - start):.0f} images/s with decoding)")
+    write_json(
+        a.out,
+        {
+            "network": a.network,
+            "precision": a.precision,
+            "engine": a.engine,
+            "images": n,
+            "top1_correct": top1,
+            "top5_correct": top5_hits,
+            "top1": top1 / n,
+            "top5": top5_hits / n,
+            "classes": runner.classes,
+            "batch_size": a.batch_size,
+            "image_size": a.image_size,
+        },
+    )
+    print(
+        f"evaluate: {a.network} {a.precision} on {a.engine}: top-1 {top1}/{n} = {top1 / n:.2%}, "
+        f"top-5 {top5_hits}/{n} = {top5_hits / n:.2%} ({n / (time.perf_counter() - start):.0f} images/s with decoding)"
+    )
 
 
 if __name__ == "__main__":

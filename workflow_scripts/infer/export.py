@@ -5,15 +5,15 @@ the seven networks is under protobuf's 2 GB). The export is checked before it is
 Runtime's output on a random batch must match PyTorch's. model.json records the network, class
 count, input size and where the weights came from (file and sha256).
 """
+
 import argparse
 
 import numpy as np
 import torch
 
-from ..common.atomic import write_json
+from ..common.atomic import atomic_file, write_json
 from ..common.errors import StageError, run_main
 from . import models
-from ..common.atomic import atomic_file
 
 INPUT, OUTPUT = "input", "logits"
 OPSET = 20
@@ -22,9 +22,18 @@ OPSET = 20
 def export(model, size, path):
     x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(0))
     with atomic_file(path) as tmp:
-        torch.onnx.export(model, (x,), str(tmp), dynamo=True, external_data=False, opset_version=OPSET,
-                          input_names=[INPUT], output_names=[OUTPUT], verbose=False,
-                          dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4096)},))
+        torch.onnx.export(
+            model,
+            (x,),
+            str(tmp),
+            dynamo=True,
+            external_data=False,
+            opset_version=OPSET,
+            input_names=[INPUT],
+            output_names=[OUTPUT],
+            verbose=False,
+            dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4096)},),
+        )
         err = _max_error(model, tmp, x)
         if not err < 1e-3 * max(1.0, float(model(x).abs().max())):
             raise StageError(f"the ONNX export of this network differs from PyTorch by {err:g}")
@@ -58,12 +67,24 @@ def main():
     model, weights = models.load(a.network, a.source, a.weights, a.classes, a.seed, a.key or None)
     with torch.no_grad():
         err = export(model, a.image_size, a.out)
-    write_json(a.info, {"network": a.network, "name": models.NETWORKS[a.network],
-                        "classes": models.classes_of(model, a.network), "image_size": a.image_size,
-                        "input": INPUT, "output": OUTPUT, "opset": OPSET, "weights": weights,
-                        "versions": {"torch": torch.__version__, "torchvision": models.torchvision.__version__}})
-    print(f"export: {a.network} ({weights['source']} weights), {a.image_size}x{a.image_size}, "
-          f"max |ONNX Runtime - PyTorch| = {err:.2e}")
+    write_json(
+        a.info,
+        {
+            "network": a.network,
+            "name": models.NETWORKS[a.network],
+            "classes": models.classes_of(model, a.network),
+            "image_size": a.image_size,
+            "input": INPUT,
+            "output": OUTPUT,
+            "opset": OPSET,
+            "weights": weights,
+            "versions": {"torch": torch.__version__, "torchvision": models.torchvision.__version__},
+        },
+    )
+    print(
+        f"export: {a.network} ({weights['source']} weights), {a.image_size}x{a.image_size}, "
+        f"max |ONNX Runtime - PyTorch| = {err:.2e}"
+    )
 
 
 if __name__ == "__main__":

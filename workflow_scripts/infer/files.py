@@ -1,4 +1,5 @@
 """The stage's TSV lists of images, written whole or not at all."""
+
 import csv
 
 from ..common.atomic import atomic_file

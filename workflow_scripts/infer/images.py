@@ -2,6 +2,7 @@
 data stage's LMDB (record = position in the val split), shorter side resized to size x 256/224,
 centre-cropped to size x size, scaled to [0, 1] and normalised with ImageNet's mean and std (as
 the training stage normalises, and as torchvision's ImageNet weights expect)."""
+
 import io
 import os
 import threading
@@ -25,8 +26,15 @@ def resize_for(size):
 
 
 def transform(size):
-    return T.Compose([T.Resize(resize_for(size), antialias=True), T.CenterCrop(size), T.PILToTensor(),
-                      T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)])
+    return T.Compose(
+        [
+            T.Resize(resize_for(size), antialias=True),
+            T.CenterCrop(size),
+            T.PILToTensor(),
+            T.ToDtype(torch.float32, scale=True),
+            T.Normalize(MEAN, STD),
+        ]
+    )
 
 
 def read_list(path):
@@ -47,8 +55,10 @@ def batches(lmdb_dir, items, size, batch_size, threads, desc):
         with lock:
             jpeg, stored = ds.raw(pos)
         if stored != label:
-            raise StageError(f"{lmdb_dir}/val record {pos} has label {stored}, the split list says {label}: "
-                             f"the LMDB and the index are from different runs of the data stage")
+            raise StageError(
+                f"{lmdb_dir}/val record {pos} has label {stored}, the split list says {label}: "
+                f"the LMDB and the index are from different runs of the data stage"
+            )
         with Image.open(io.BytesIO(jpeg)) as im:
             return tf(im.convert("RGB")).numpy(), label, pos
 

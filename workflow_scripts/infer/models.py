@@ -9,6 +9,7 @@ Weights come from, per `inference.models.<name>` in the config:
   random        (command line only, for tests and benchmarks) seeded random initialisation
 A model never silently falls back to other weights: a missing source is an error naming the key.
 """
+
 import hashlib
 from pathlib import Path
 
@@ -19,8 +20,15 @@ from ..common.errors import StageError
 from .networks import NETWORKS
 
 # The last layer, whose rows are the classes.
-CLASSIFIER = {"resnet50": "fc", "resnet101": "fc", "resnet152": "fc", "googlenet": "fc",
-              "vgg16": "classifier.6", "vgg19": "classifier.6", "alexnet": "classifier.6"}
+CLASSIFIER = {
+    "resnet50": "fc",
+    "resnet101": "fc",
+    "resnet152": "fc",
+    "googlenet": "fc",
+    "vgg16": "classifier.6",
+    "vgg19": "classifier.6",
+    "alexnet": "classifier.6",
+}
 SOURCES = ("pipeline", "torchvision", "file", "random")
 TORCHVISION_WEIGHTS = "IMAGENET1K_V1"
 
@@ -57,9 +65,11 @@ def _torchvision_state(name, key):
     try:
         state = weights.get_state_dict(progress=False, check_hash=True)
     except Exception as exc:  # no cache and no network: urllib, http and hash errors alike
-        raise StageError(f"config {key} = torchvision: torchvision's {TORCHVISION_WEIGHTS} weights for {name} are "
-                         f"not in its cache ({cached}) and could not be downloaded ({exc.__class__.__name__}: {exc}). "
-                         f"Put the file there (TORCH_HOME moves the cache), or give {key} a local weights file")
+        raise StageError(
+            f"config {key} = torchvision: torchvision's {TORCHVISION_WEIGHTS} weights for {name} are "
+            f"not in its cache ({cached}) and could not be downloaded ({exc.__class__.__name__}: {exc}). "
+            f"Put the file there (TORCH_HOME moves the cache), or give {key} a local weights file"
+        )
     return state, {"file": str(cached), "sha256": _sha256(cached), "weights": f"{name}:{TORCHVISION_WEIGHTS}"}
 
 
@@ -81,7 +91,10 @@ def load(name, source, path="", classes=0, seed=0, key=None):
             raw = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:
             raise StageError(f"config {key}: {path} is not a PyTorch weights file ({exc})")
-        state, info = _state_dict(raw, f"config {key}: {path}"), {"file": str(Path(path).resolve()), "sha256": _sha256(path)}
+        state, info = (
+            _state_dict(raw, f"config {key}: {path}"),
+            {"file": str(Path(path).resolve()), "sha256": _sha256(path)},
+        )
     else:
         raise ValueError(source)
     if name == "googlenet":  # the auxiliary heads only train; torchvision drops them too

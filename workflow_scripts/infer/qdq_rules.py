@@ -13,6 +13,7 @@ reaches a GPU: what TensorRT's ONNX parser (onnx-tensorrt) refuses or cannot pla
 
     python -m workflow_scripts.infer.qdq_rules MODEL.onnx   # lists violations, exit 2 if any
 """
+
 import argparse
 
 import numpy as np
@@ -130,8 +131,11 @@ def violations(model):
             readers = consumers.get(node.output[0], [])
             if node.output[0] in outputs or not readers or any(r.op_type != "DequantizeLinear" for r, _ in readers):
                 others = sorted({r.name or r.op_type for r, _ in readers if r.op_type != "DequantizeLinear"})
-                bad(node, f"output {node.output[0]} is not read by DequantizeLinear only"
-                          + (f" (also by {', '.join(others)})" if others else " (a graph output or unread)"))
+                bad(
+                    node,
+                    f"output {node.output[0]} is not read by DequantizeLinear only"
+                    + (f" (also by {', '.join(others)})" if others else " (a graph output or unread)"),
+                )
         if scale is not None and scale.size > 1:
             _check_per_channel(node, x, consts, producer, consumers, scale, bad)
     return found
@@ -140,8 +144,11 @@ def violations(model):
 def _check_per_channel(node, x, consts, producer, consumers, scale, bad):
     # A weight is stored, or quantized from a stored tensor by a QuantizeLinear (as QAT exports write it).
     src = producer.get(x)
-    weight = consts.get(x) if x in consts else (
-        consts.get(src.input[0]) if src is not None and src.op_type == "QuantizeLinear" else None)
+    weight = (
+        consts.get(x)
+        if x in consts
+        else (consts.get(src.input[0]) if src is not None and src.op_type == "QuantizeLinear" else None)
+    )
     if weight is None:
         bad(node, f"{scale.size} scales on activation {x}; TensorRT takes one scale per activation tensor")
         return
@@ -153,11 +160,17 @@ def _check_per_channel(node, x, consts, producer, consumers, scale, bad):
     for reader, index in consumers.get(node.output[0], []):
         want = _weight_axis(reader, index, rank)
         if want is None:
-            bad(node, f"per-channel scales on {x}, which {reader.name or reader.op_type} ({reader.op_type}) "
-                      f"reads as input {index}: TensorRT takes them on Conv/ConvTranspose/Gemm/2-D MatMul weights only")
+            bad(
+                node,
+                f"per-channel scales on {x}, which {reader.name or reader.op_type} ({reader.op_type}) "
+                f"reads as input {index}: TensorRT takes them on Conv/ConvTranspose/Gemm/2-D MatMul weights only",
+            )
         elif axis != want:
-            bad(node, f"per-channel scales on axis {axis} of {x}; {reader.op_type} {reader.name} needs its "
-                      f"output-channel axis {want}")
+            bad(
+                node,
+                f"per-channel scales on axis {axis} of {x}; {reader.op_type} {reader.name} needs its "
+                f"output-channel axis {want}",
+            )
 
 
 def require(path, model=None, why=""):
@@ -166,8 +179,10 @@ def require(path, model=None, why=""):
     found = violations(model if model is not None else onnx.load(str(path)))
     if found:
         shown = "; ".join(found[:10]) + (f"; ... {len(found) - 10} more" if len(found) > 10 else "")
-        raise StageError(f"{path}{f' ({why})' if why else ''} breaks TensorRT's explicit-quantization rules in "
-                         f"{len(found)} place(s): {shown}")
+        raise StageError(
+            f"{path}{f' ({why})' if why else ''} breaks TensorRT's explicit-quantization rules in "
+            f"{len(found)} place(s): {shown}"
+        )
 
 
 def main():

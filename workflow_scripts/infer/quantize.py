@@ -19,6 +19,7 @@ is kept.
 Also writes the calibration cache: per activation tensor the scale and zero point the model
 holds, with the calibrated range they came from (what TensorRT's calibration cache held).
 """
+
 import argparse
 import collections
 
@@ -28,11 +29,10 @@ from onnx import numpy_helper
 from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.calibrate import load_tensors_data
 
-from ..common.atomic import write_json
+from ..common.atomic import atomic_file, write_json
 from ..common.errors import run_main
 from . import qdq_rules
 from .calibrate import METHODS
-from ..common.atomic import atomic_file
 
 ACTIVATIONS = {"int8": (QuantType.QInt8, True), "uint8": (QuantType.QUInt8, False)}
 BIASES = ("float", "int32")
@@ -43,14 +43,24 @@ def quantize(fp32, ranges_path, out, activations, per_channel, bias="int32", eng
     ranges = load_tensors_data(ranges_path)
     act_type, symmetric = ACTIVATIONS[activations]
     with atomic_file(out) as tmp:
-        quantize_static(str(fp32), str(tmp), None, quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                        activation_type=act_type, weight_type=QuantType.QInt8,
-                        calibrate_method=ranges.calibration_method, calibration_cache_path=str(ranges_path),
-                        extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True,
-                                       "QuantizeBias": bias == "int32"})
+        quantize_static(
+            str(fp32),
+            str(tmp),
+            None,
+            quant_format=QuantFormat.QDQ,
+            per_channel=per_channel,
+            activation_type=act_type,
+            weight_type=QuantType.QInt8,
+            calibrate_method=ranges.calibration_method,
+            calibration_cache_path=str(ranges_path),
+            extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True, "QuantizeBias": bias == "int32"},
+        )
         if engine == "tensorrt":  # fail here, not at parse time on the GPU node
-            qdq_rules.require(out, onnx.load(str(tmp)), f"config inference.engine = tensorrt; activations "
-                                                        f"{activations}, biases {bias}")
+            qdq_rules.require(
+                out,
+                onnx.load(str(tmp)),
+                f"config inference.engine = tensorrt; activations {activations}, biases {bias}",
+            )
     return ranges
 
 
@@ -66,10 +76,16 @@ def qdq_summary(model):
             zp = numpy_helper.to_array(inits[node.input[2]])
             tensors[node.input[0]] = {"scale": float(scale), "zero_point": int(zp), "type": str(zp.dtype)}
     # Stored quantized tensors: INT8 weights, and INT32 biases where quantized (scale = input scale x weight scale).
-    stored = collections.Counter(str(numpy_helper.to_array(inits[n.input[0]]).dtype) for n in model.graph.node
-                                 if n.op_type == "DequantizeLinear" and n.input[0] in inits)
-    return {"ops": dict(sorted(collections.Counter(n.op_type for n in model.graph.node).items())),
-            "tensors": tensors, "stored": dict(sorted(stored.items()))}
+    stored = collections.Counter(
+        str(numpy_helper.to_array(inits[n.input[0]]).dtype)
+        for n in model.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in inits
+    )
+    return {
+        "ops": dict(sorted(collections.Counter(n.op_type for n in model.graph.node).items())),
+        "tensors": tensors,
+        "stored": dict(sorted(stored.items())),
+    }
 
 
 def main():
@@ -79,8 +95,12 @@ def main():
     ap.add_argument("--activations", choices=sorted(ACTIVATIONS), required=True)
     ap.add_argument("--per-channel", type=int, choices=(0, 1), default=1)
     ap.add_argument("--bias", choices=BIASES, required=True, help="float for TensorRT, int32 for ONNX Runtime")
-    ap.add_argument("--engine", choices=("onnxruntime", "tensorrt"), required=True,
-                    help="the engine the model is for: tensorrt checks it against TensorRT's Q/DQ rules")
+    ap.add_argument(
+        "--engine",
+        choices=("onnxruntime", "tensorrt"),
+        required=True,
+        help="the engine the model is for: tensorrt checks it against TensorRT's Q/DQ rules",
+    )
     ap.add_argument("--calibration-images", type=int, required=True, help="for the cache's record")
     ap.add_argument("--out", required=True, help="the INT8 Q/DQ model")
     ap.add_argument("--cache", required=True, help="the calibration cache (JSON)")
@@ -91,12 +111,23 @@ def main():
     for name, t in summary["tensors"].items():
         if name in ranges.data:
             t["calibrated_range"] = [float(np.asarray(v)) for v in ranges[name].range_value]
-    write_json(a.cache, {"method": method, "calibration_images": a.calibration_images,
-                         "activations": a.activations, "symmetric": ACTIVATIONS[a.activations][1],
-                         "per_channel_weights": bool(a.per_channel), "bias": a.bias, "engine": a.engine,
-                         **summary})
-    print(f"quantize: {len(summary['tensors'])} activation tensors ({a.activations}), stored quantized tensors "
-          f"{summary['stored']}, ops {summary['ops']}")
+    write_json(
+        a.cache,
+        {
+            "method": method,
+            "calibration_images": a.calibration_images,
+            "activations": a.activations,
+            "symmetric": ACTIVATIONS[a.activations][1],
+            "per_channel_weights": bool(a.per_channel),
+            "bias": a.bias,
+            "engine": a.engine,
+            **summary,
+        },
+    )
+    print(
+        f"quantize: {len(summary['tensors'])} activation tensors ({a.activations}), stored quantized tensors "
+        f"{summary['stored']}, ops {summary['ops']}"
+    )
 
 
 if __name__ == "__main__":

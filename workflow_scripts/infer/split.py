@@ -4,6 +4,7 @@ calibrate (the study: 50 batches of 25), every later image is scored. No image i
 Writes calibration.tsv and scoring.tsv (position in the val split = LMDB record, relpath, label,
 synset) and split.json (the counts and the rule that made them).
 """
+
 import argparse
 from pathlib import Path
 
@@ -20,8 +21,10 @@ def split(val_rows, batches, batch_size):
     rows = [(pos, r["relpath"], int(r["label"]), r["synset"]) for pos, r in enumerate(val_rows)]
     n_calib = batches * batch_size
     if n_calib >= len(rows):
-        raise StageError(f"config {KEY} = {batches} batches of {batch_size} = {n_calib} calibration images, but "
-                         f"the val split has only {len(rows)}: nothing would be left to score")
+        raise StageError(
+            f"config {KEY} = {batches} batches of {batch_size} = {n_calib} calibration images, but "
+            f"the val split has only {len(rows)}: nothing would be left to score"
+        )
     return rows[:n_calib], rows[n_calib:]
 
 
@@ -39,12 +42,19 @@ def main():
     out = Path(a.out)
     write_tsv(out / "calibration.tsv", COLUMNS, calib)
     write_tsv(out / "scoring.tsv", COLUMNS, scoring)
-    write_json(out / "split.json", {
-        "val_images": len(calib) + len(scoring),
-        "calibration": {"batches": a.batches, "batch_size": a.batch_size, "images": len(calib),
-                        "positions": [0, len(calib)]},
-        "scoring": {"images": len(scoring), "positions": [len(calib), len(calib) + len(scoring)]},
-    })
+    write_json(
+        out / "split.json",
+        {
+            "val_images": len(calib) + len(scoring),
+            "calibration": {
+                "batches": a.batches,
+                "batch_size": a.batch_size,
+                "images": len(calib),
+                "positions": [0, len(calib)],
+            },
+            "scoring": {"images": len(scoring), "positions": [len(calib), len(calib) + len(scoring)]},
+        },
+    )
     print(f"split: {len(calib)} calibration images ({a.batches} x {a.batch_size}), {len(scoring)} scored")
 
 

@@ -9,23 +9,55 @@
 Reads the per-job JSON files under the stage's directory (results/int8/<network>/...); needs
 nothing beyond the standard library.
 """
+
 import argparse
 import csv
 import json
 from pathlib import Path
 
-from ..common.errors import run_main
 from ..common.atomic import atomic_file
+from ..common.errors import run_main
 from .networks import NETWORKS
 
-
-ACCURACY = ("network", "model", "engine", "calibration_method", "calibration_images", "scored_images",
-            "fp32_top1", "fp32_top5", "int8_top1", "int8_top5", "diff_top1", "diff_top5",
-            "fp32_top1_correct", "fp32_top5_correct", "int8_top1_correct", "int8_top5_correct",
-            "activations", "weights")
-THROUGHPUT = ("network", "model", "engine", "device", "image_size", "batch_size",
-              "fp32_images_per_s", "fp32_best", "fp32_worst", "int8_images_per_s", "int8_best", "int8_worst",
-              "int8_over_fp32", "repeats", "warmup", "threads", "timing")
+ACCURACY = (
+    "network",
+    "model",
+    "engine",
+    "calibration_method",
+    "calibration_images",
+    "scored_images",
+    "fp32_top1",
+    "fp32_top5",
+    "int8_top1",
+    "int8_top5",
+    "diff_top1",
+    "diff_top5",
+    "fp32_top1_correct",
+    "fp32_top5_correct",
+    "int8_top1_correct",
+    "int8_top5_correct",
+    "activations",
+    "weights",
+)
+THROUGHPUT = (
+    "network",
+    "model",
+    "engine",
+    "device",
+    "image_size",
+    "batch_size",
+    "fp32_images_per_s",
+    "fp32_best",
+    "fp32_worst",
+    "int8_images_per_s",
+    "int8_best",
+    "int8_worst",
+    "int8_over_fp32",
+    "repeats",
+    "warmup",
+    "threads",
+    "timing",
+)
 
 
 def _json(path):
@@ -45,9 +77,16 @@ def accuracy_rows(root, engine, models):
         if ev["int8"]["images"] != n:
             raise ValueError(f"{m}: FP32 scored {n} images, INT8 {ev['int8']['images']}")
         w = info["weights"]
-        row = {"network": NETWORKS[m], "model": m, "engine": engine, "calibration_method": cache["method"],
-               "calibration_images": cache["calibration_images"], "scored_images": n,
-               "activations": cache["activations"], "weights": w["source"] + (f" {w['file']}" if "file" in w else "")}
+        row = {
+            "network": NETWORKS[m],
+            "model": m,
+            "engine": engine,
+            "calibration_method": cache["method"],
+            "calibration_images": cache["calibration_images"],
+            "scored_images": n,
+            "activations": cache["activations"],
+            "weights": w["source"] + (f" {w['file']}" if "file" in w else ""),
+        }
         for p in ("fp32", "int8"):
             for k in ("top1", "top5"):
                 row[f"{p}_{k}_correct"] = ev[p][f"{k}_correct"]
@@ -59,17 +98,26 @@ def accuracy_rows(root, engine, models):
 
 
 def accuracy_markdown(rows):
-    lines = ["| Network | FP32 Top-1 | FP32 Top-5 | INT8 Top-1 | INT8 Top-5 | Difference Top-1 | Difference Top-5 |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| Network | FP32 Top-1 | FP32 Top-5 | INT8 Top-1 | INT8 Top-5 | Difference Top-1 | Difference Top-5 |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['network']} | " + " | ".join(f"{r[k]:.2f}%" for k in (
-            "fp32_top1", "fp32_top5", "int8_top1", "int8_top5", "diff_top1", "diff_top5")) + " |")
+        lines.append(
+            f"| {r['network']} | "
+            + " | ".join(
+                f"{r[k]:.2f}%" for k in ("fp32_top1", "fp32_top5", "int8_top1", "int8_top5", "diff_top1", "diff_top5")
+            )
+            + " |"
+        )
     notes = [""]
     for r in rows:
-        notes.append(f"- {r['network']}: {r['engine']}, weights {r['weights']}; INT8 calibrated ({r['calibration_method']}, "
-                     f"{r['activations']} activations) on the first {r['calibration_images']} val images, scored on the "
-                     f"other {r['scored_images']}; top-1 {r['fp32_top1_correct']} vs {r['int8_top1_correct']}, top-5 "
-                     f"{r['fp32_top5_correct']} vs {r['int8_top5_correct']} images right (FP32 vs INT8).")
+        notes.append(
+            f"- {r['network']}: {r['engine']}, weights {r['weights']}; INT8 calibrated ({r['calibration_method']}, "
+            f"{r['activations']} activations) on the first {r['calibration_images']} val images, scored on the "
+            f"other {r['scored_images']}; top-1 {r['fp32_top1_correct']} vs {r['int8_top1_correct']}, top-5 "
+            f"{r['fp32_top5_correct']} vs {r['int8_top5_correct']} images right (FP32 vs INT8)."
+        )
     notes.append("- Difference = FP32 - INT8 in percentage points (positive: accuracy INT8 lost), as in Table III.")
     return "\n".join(lines + notes) + "\n"
 
@@ -79,14 +127,30 @@ def throughput_rows(root, engine, models, batch_sizes):
     for m in models:
         for bs in batch_sizes:
             t = {p: _json(root / m / engine / "throughput" / f"{p}_bs{bs}.json") for p in ("fp32", "int8")}
-            rows.append({"network": NETWORKS[m], "model": m, "engine": engine, "device": t["fp32"]["device"],
-                         "image_size": t["fp32"]["image_size"], "batch_size": bs,
-                         **{f"{p}_{k}": round(t[p][src], 2) for p in ("fp32", "int8") for k, src in
-                            (("images_per_s", "images_per_s"), ("best", "images_per_s_best"),
-                             ("worst", "images_per_s_worst"))},
-                         "int8_over_fp32": round(t["int8"]["images_per_s"] / t["fp32"]["images_per_s"], 3),
-                         "repeats": t["fp32"]["runs"], "warmup": t["fp32"]["warmup"], "threads": t["fp32"]["threads"],
-                         "timing": _timing(t)})
+            rows.append(
+                {
+                    "network": NETWORKS[m],
+                    "model": m,
+                    "engine": engine,
+                    "device": t["fp32"]["device"],
+                    "image_size": t["fp32"]["image_size"],
+                    "batch_size": bs,
+                    **{
+                        f"{p}_{k}": round(t[p][src], 2)
+                        for p in ("fp32", "int8")
+                        for k, src in (
+                            ("images_per_s", "images_per_s"),
+                            ("best", "images_per_s_best"),
+                            ("worst", "images_per_s_worst"),
+                        )
+                    },
+                    "int8_over_fp32": round(t["int8"]["images_per_s"] / t["fp32"]["images_per_s"], 3),
+                    "repeats": t["fp32"]["runs"],
+                    "warmup": t["fp32"]["warmup"],
+                    "threads": t["fp32"]["threads"],
+                    "timing": _timing(t),
+                }
+            )
     return rows
 
 
@@ -101,14 +165,20 @@ def throughput_markdown(rows):
     for m in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == m]
         r0 = mine[0]
-        out += [f"{r0['network']}, {r0['engine']} on {r0['device']}, {r0['image_size']}x{r0['image_size']} input; "
-                f"images/s = batch / median of {r0['repeats']} timed runs after {r0['warmup']} warm-up runs "
-                f"(slowest..fastest run in brackets), timed with {r0['timing']}.", "",
-                "| Batch size | FP32 images/s | INT8 images/s | INT8/FP32 |", "|---|---|---|---|"]
+        out += [
+            f"{r0['network']}, {r0['engine']} on {r0['device']}, {r0['image_size']}x{r0['image_size']} input; "
+            f"images/s = batch / median of {r0['repeats']} timed runs after {r0['warmup']} warm-up runs "
+            f"(slowest..fastest run in brackets), timed with {r0['timing']}.",
+            "",
+            "| Batch size | FP32 images/s | INT8 images/s | INT8/FP32 |",
+            "|---|---|---|---|",
+        ]
         for r in mine:
-            out.append(f"| {r['batch_size']} | {r['fp32_images_per_s']:.1f} ({r['fp32_worst']:.1f}..{r['fp32_best']:.1f}) | "
-                       f"{r['int8_images_per_s']:.1f} ({r['int8_worst']:.1f}..{r['int8_best']:.1f}) | "
-                       f"{r['int8_over_fp32']:.2f}x |")
+            out.append(
+                f"| {r['batch_size']} | {r['fp32_images_per_s']:.1f} ({r['fp32_worst']:.1f}..{r['fp32_best']:.1f}) | "
+                f"{r['int8_images_per_s']:.1f} ({r['int8_worst']:.1f}..{r['int8_best']:.1f}) | "
+                f"{r['int8_over_fp32']:.2f}x |"
+            )
         out.append("")
     return "\n".join(out)
 

@@ -11,6 +11,7 @@ Nothing here imports tensorrt or pycuda until an engine is built or run, so the 
 stage works without them; asking for this engine where they or a GPU are missing is an error
 naming the config key, never a silent switch to another engine.
 """
+
 import time
 from pathlib import Path
 
@@ -26,23 +27,31 @@ def require():
     try:
         import tensorrt as trt
     except ImportError as exc:
-        raise StageError(f"config {KEY} = tensorrt, but the tensorrt Python package does not import in this "
-                         f"environment ({exc}): install TensorRT >= 10 with its Python bindings (NVIDIA's pip "
-                         f"index: tensorrt-cu12 or tensorrt-cu13) and pycuda on a GPU node, or set {KEY}: onnxruntime")
+        raise StageError(
+            f"config {KEY} = tensorrt, but the tensorrt Python package does not import in this "
+            f"environment ({exc}): install TensorRT >= 10 with its Python bindings (NVIDIA's pip "
+            f"index: tensorrt-cu12 or tensorrt-cu13) and pycuda on a GPU node, or set {KEY}: onnxruntime"
+        )
     if int(trt.__version__.split(".")[0]) < 10:
-        raise StageError(f"config {KEY} = tensorrt needs TensorRT >= 10 (name-based I/O, execute_async_v3); "
-                         f"this is {trt.__version__}")
+        raise StageError(
+            f"config {KEY} = tensorrt needs TensorRT >= 10 (name-based I/O, execute_async_v3); "
+            f"this is {trt.__version__}"
+        )
     try:
         import pycuda.driver as cuda
     except ImportError as exc:
-        raise StageError(f"config {KEY} = tensorrt, but pycuda does not import in this environment ({exc}): "
-                         f"'pip install pycuda' (needs the CUDA toolkit) or set {KEY}: onnxruntime")
+        raise StageError(
+            f"config {KEY} = tensorrt, but pycuda does not import in this environment ({exc}): "
+            f"'pip install pycuda' (needs the CUDA toolkit) or set {KEY}: onnxruntime"
+        )
     try:
         cuda.init()
         count = cuda.Device.count()
     except cuda.Error as exc:
-        raise StageError(f"config {KEY} = tensorrt, but CUDA finds no usable GPU here ({exc}); set {KEY}: onnxruntime "
-                         f"to run on the CPU")
+        raise StageError(
+            f"config {KEY} = tensorrt, but CUDA finds no usable GPU here ({exc}); set {KEY}: onnxruntime "
+            f"to run on the CPU"
+        )
     if count == 0:
         raise StageError(f"config {KEY} = tensorrt, but this machine has no CUDA GPU; set {KEY}: onnxruntime")
     return trt, cuda
@@ -60,8 +69,12 @@ def buffer_layout(input_shape, output_shape, batch, dtype=np.float32):
     item = np.dtype(dtype).itemsize
     ins = (batch, *input_shape[1:])
     outs = (batch, *output_shape[1:])
-    return {"input": ins, "output": outs, "input_bytes": int(np.prod(ins)) * item,
-            "output_bytes": int(np.prod(outs)) * item}
+    return {
+        "input": ins,
+        "output": outs,
+        "input_bytes": int(np.prod(ins)) * item,
+        "output_bytes": int(np.prod(outs)) * item,
+    }
 
 
 def run_seconds(marks_ms):
@@ -103,8 +116,13 @@ def build(onnx_path, plan_path, max_batch, workspace_mb):
     if plan is None:
         raise StageError(f"TensorRT could not build an engine from {onnx_path} (see the log above)")
     Path(plan_path).write_bytes(bytes(plan))
-    return {"tensorrt": trt.__version__, "strongly_typed": True, "max_batch": max_batch,
-            "workspace_mb": workspace_mb, "build_s": time.perf_counter() - start}
+    return {
+        "tensorrt": trt.__version__,
+        "strongly_typed": True,
+        "max_batch": max_batch,
+        "workspace_mb": workspace_mb,
+        "build_s": time.perf_counter() - start,
+    }
 
 
 class Runner:
@@ -138,8 +156,9 @@ class Runner:
 
     def _bind(self, batch):
         if batch > self.max_batch:
-            raise StageError(f"batch {batch} exceeds the engine's profile (max {self.max_batch}): raise "
-                             f"inference.tensorrt.max_batch")
+            raise StageError(
+                f"batch {batch} exceeds the engine's profile (max {self.max_batch}): raise inference.tensorrt.max_batch"
+            )
         self.context.set_input_shape(self.input, (batch, *self.input_shape[1:]))
         out_shape = tuple(self.context.get_tensor_shape(self.output))
         layout = buffer_layout(self.input_shape, out_shape, batch)

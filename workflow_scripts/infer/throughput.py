@@ -8,6 +8,7 @@ CUDA events between back-to-back enqueues (tensorrt_engine.Runner.time_runs).
 The input is seeded noise: throughput does not depend on what the pixels show, and no dataset
 read or decode is timed.
 """
+
 import argparse
 import statistics
 
@@ -21,10 +22,16 @@ from . import engines
 def summarize(times, batch):
     times = sorted(times)
     median = statistics.median(times)
-    return {"runs": len(times), "median_s": median, "min_s": times[0], "max_s": times[-1],
-            "images_per_s": batch / median, "images_per_s_best": batch / times[0],
-            "images_per_s_worst": batch / times[-1],
-            "cv": statistics.pstdev(times) / statistics.fmean(times) if len(times) > 1 else 0.0}
+    return {
+        "runs": len(times),
+        "median_s": median,
+        "min_s": times[0],
+        "max_s": times[-1],
+        "images_per_s": batch / median,
+        "images_per_s_best": batch / times[0],
+        "images_per_s_worst": batch / times[-1],
+        "cv": statistics.pstdev(times) / statistics.fmean(times) if len(times) > 1 else 0.0,
+    }
 
 
 def main():
@@ -44,12 +51,26 @@ def main():
     times = runner.time_runs(x, a.warmup, a.repeats)
     runner.close()
     result = summarize(times, a.batch_size)
-    write_json(a.out, {"network": a.network, "precision": a.precision, "engine": a.engine, "batch_size": a.batch_size,
-                       "image_size": a.image_size, "warmup": a.warmup, "threads": a.threads, "device": runner.device,
-                       "timing": runner.timing,
-                       "times_s": times, **result})
-    print(f"throughput: {a.network} {a.precision} on {a.engine}, batch {a.batch_size}: {result['images_per_s']:.1f} "
-          f"images/s (median of {a.repeats}; {result['images_per_s_worst']:.1f}..{result['images_per_s_best']:.1f})")
+    write_json(
+        a.out,
+        {
+            "network": a.network,
+            "precision": a.precision,
+            "engine": a.engine,
+            "batch_size": a.batch_size,
+            "image_size": a.image_size,
+            "warmup": a.warmup,
+            "threads": a.threads,
+            "device": runner.device,
+            "timing": runner.timing,
+            "times_s": times,
+            **result,
+        },
+    )
+    print(
+        f"throughput: {a.network} {a.precision} on {a.engine}, batch {a.batch_size}: {result['images_per_s']:.1f} "
+        f"images/s (median of {a.repeats}; {result['images_per_s_worst']:.1f}..{result['images_per_s_best']:.1f})"
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ every rank's own times are in it. Needs only torch (no pandas): it runs on bare 
 NCCL runs with the environment the launcher gives every rank, as the training runs do (config
 nccl_env; NCCL's own defaults otherwise), recorded in the JSON (nccl_env).
 """
+
 import argparse
 import os
 import socket
@@ -40,8 +41,12 @@ def parse_args(argv=None):
     ap.add_argument("--max-bytes", type=int, default=2**30)
     ap.add_argument("--warmup", type=int, default=5, help="untimed calls per size")
     ap.add_argument("--iterations", type=int, default=20, help="timed calls per size")
-    ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
-                    help="auto: the GPUs where CUDA is available (as the trainers), else the CPU")
+    ap.add_argument(
+        "--device",
+        choices=("auto", "cuda", "cpu"),
+        default="auto",
+        help="auto: the GPUs where CUDA is available (as the trainers), else the CPU",
+    )
     ap.add_argument("--out", required=True, help="JSON written by rank 0")
     a = ap.parse_args(argv)
     try:
@@ -55,9 +60,11 @@ def parse_args(argv=None):
 
 def _device(choice, local_rank):
     if choice == "cuda" and not torch.cuda.is_available():
-        raise StageError("this system requests GPUs (config systems.<name>.gpu_request) but torch here has no "
-                         f"CUDA device (torch {torch.__version__}, CUDA_VISIBLE_DEVICES="
-                         f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+        raise StageError(
+            "this system requests GPUs (config systems.<name>.gpu_request) but torch here has no "
+            f"CUDA device (torch {torch.__version__}, CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+        )
     if choice == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
     device = torch.device("cuda", local_rank)
@@ -70,6 +77,7 @@ def measure(collective, buf, count, a, device, launch):
     x = buf[:count]
     op = (lambda: dist.all_reduce(x)) if collective == "all_reduce" else (lambda: dist.broadcast(x, src=0))
     if device.type == "cuda":
+
         def together():
             dist.barrier(device_ids=[device.index])
             torch.cuda.synchronize()
@@ -85,9 +93,18 @@ def measure(collective, buf, count, a, device, launch):
 def size_record(collective, nbytes, per_rank, ranks):
     calls = [max(t) for t in zip(*per_rank)]  # the slowest rank, call by call
     median = statistics.median(calls)
-    return {"collective": collective, "bytes": nbytes, "count": nbytes // ELEMENT_BYTES, "per_rank_s": per_rank,
-            "call_s": calls, "median_s": median, "min_s": min(calls), "max_s": max(calls),
-            "algbw_GBps": algbw_GBps(nbytes, median), "busbw_GBps": busbw_GBps(collective, nbytes, median, ranks)}
+    return {
+        "collective": collective,
+        "bytes": nbytes,
+        "count": nbytes // ELEMENT_BYTES,
+        "per_rank_s": per_rank,
+        "call_s": calls,
+        "median_s": median,
+        "min_s": min(calls),
+        "max_s": max(calls),
+        "algbw_GBps": algbw_GBps(nbytes, median),
+        "busbw_GBps": busbw_GBps(collective, nbytes, median, ranks),
+    }
 
 
 def main(argv=None):
@@ -98,8 +115,12 @@ def main(argv=None):
     if device.type == "cpu":  # the rank's share of its CPUs
         torch.set_num_threads(mine.per_rank)
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, rank=launch.rank, world_size=launch.world_size,
-                            init_method=f"tcp://{launch.master_addr}:{launch.master_port}")
+    dist.init_process_group(
+        backend,
+        rank=launch.rank,
+        world_size=launch.world_size,
+        init_method=f"tcp://{launch.master_addr}:{launch.master_port}",
+    )
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     hosts = [None] * launch.world_size
     dist.all_gather_object(hosts, host)
@@ -111,22 +132,39 @@ def main(argv=None):
             rec = size_record(collective, nbytes, per_rank, launch.world_size)
             results.append(rec)
             if launch.rank == 0:
-                print(f"{collective:10s} {nbytes:>12d} B  median {rec['median_s'] * 1e6:12.1f} us  "
-                      f"algbw {rec['algbw_GBps']:8.3f}  busbw {rec['busbw_GBps']:8.3f} GB/s", file=sys.stderr,
-                      flush=True)
+                print(
+                    f"{collective:10s} {nbytes:>12d} B  median {rec['median_s'] * 1e6:12.1f} us  "
+                    f"algbw {rec['algbw_GBps']:8.3f}  busbw {rec['busbw_GBps']:8.3f} GB/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if launch.rank == 0:
         cuda = device.type == "cuda"
-        write_json(a.out, {
-            "source": "torch.distributed", "backend": backend, "world_size": launch.world_size,
-            "num_nodes": len(set(hosts)), "rank_hosts": hosts, "launch": launch.as_dict(),
-            "cpus": mine.describe(torch=torch.get_num_threads()),  # rank 0's
-            "device": torch.cuda.get_device_name(device) if cuda else f"CPU: {cpu_model()}",
-            "versions": {"torch": torch.__version__,
-                         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else ""},
-            "nccl_env": comm_env.recorded(),
-            "dtype": "float32", "in_place": True, "warmup": a.warmup, "iterations": a.iterations,
-            "timer": "CUDA events" if cuda else "perf_counter around the blocking call",
-            "call_time": "slowest rank per call, each call after a barrier", "results": results})
+        write_json(
+            a.out,
+            {
+                "source": "torch.distributed",
+                "backend": backend,
+                "world_size": launch.world_size,
+                "num_nodes": len(set(hosts)),
+                "rank_hosts": hosts,
+                "launch": launch.as_dict(),
+                "cpus": mine.describe(torch=torch.get_num_threads()),  # rank 0's
+                "device": torch.cuda.get_device_name(device) if cuda else f"CPU: {cpu_model()}",
+                "versions": {
+                    "torch": torch.__version__,
+                    "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else "",
+                },
+                "nccl_env": comm_env.recorded(),
+                "dtype": "float32",
+                "in_place": True,
+                "warmup": a.warmup,
+                "iterations": a.iterations,
+                "timer": "CUDA events" if cuda else "perf_counter around the blocking call",
+                "call_time": "slowest rank per call, each call after a barrier",
+                "results": results,
+            },
+        )
     dist.barrier(**({"device_ids": [device.index]} if device.type == "cuda" else {}))
     dist.destroy_process_group()
 

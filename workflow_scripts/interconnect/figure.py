@@ -5,6 +5,7 @@ per system, GPU count and source, log-scale sizes, and each system's nominal lin
     python -m workflow_scripts.interconnect.figure --table results/interconnect.csv \\
         --links '{"sxm2": 25}' --out results/figures/interconnect_busbw.png
 """
+
 import argparse
 import json
 
@@ -38,8 +39,14 @@ def draw(table, links, path):
             for source, g in t[(t.system == system) & (t.gpus == gpus)].groupby("source"):
                 g = g.sort_values("bytes")
                 style = "o-" if source != "nccl-tests" else "s--"
-                ax.plot(g.bytes, g.busbw_GBps, style, ms=3, color=colours[i % len(colours)],
-                        label=f"{system}, {gpus} GPUs on {nodes} node(s), {source} ({g.backend.iloc[0]})")
+                ax.plot(
+                    g.bytes,
+                    g.busbw_GBps,
+                    style,
+                    ms=3,
+                    color=colours[i % len(colours)],
+                    label=f"{system}, {gpus} GPUs on {nodes} node(s), {source} ({g.backend.iloc[0]})",
+                )
         for j, (system, gbps) in enumerate(sorted(links.items())):
             if system in set(t.system):
                 ax.axhline(gbps, color="k", lw=1, ls=(0, (1 + j, 2)), label=f"{system}: nominal link {gbps:g} GB/s")

@@ -11,11 +11,13 @@ programs (--srun-mpi, config systems.<name>.srun_mpi); a build or launch without
 as separate one-GPU worlds, which is detected from its output and refused: first on the
 smallest message alone, so a wrong launch fails before the sweep. The binaries run in the
 system's PyTorch environment (--exec: its container) with the launcher's environment for the
-ranks (config nccl_env), recorded in the JSON. Elsewhere (one node) one process drives all the node's GPUs (-g K), the way
+ranks (config nccl_env), recorded in the JSON. Elsewhere (one node) one process drives all the node's GPUs (-g
+K), the way
 nccl-tests runs without MPI. The rows keep nccl-tests' own figures: the mean time of its timed
 iterations (it times them together, not one by one) and its algbw/busbw, in-place (as torch's
 collectives are); the out-of-place figures are kept in the JSON.
 """
+
 import argparse
 import os
 import re
@@ -32,9 +34,24 @@ from .bandwidth import COLLECTIVES, message_sizes
 BINARY = {c: f"{c}_perf" for c in COLLECTIVES}  # all_reduce_perf, broadcast_perf
 # The first columns of nccl-tests' table (src/util.cu prints them): the message, then time,
 # algbw, busbw and wrong elements, out-of-place and then in-place. Newer versions add columns after.
-COLUMNS = ["size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
-           "#wrong"]
-RANK_LINE = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.*)$")
+COLUMNS = [
+    "size",
+    "count",
+    "type",
+    "redop",
+    "root",
+    "time",
+    "algbw",
+    "busbw",
+    "#wrong",
+    "time",
+    "algbw",
+    "busbw",
+    "#wrong",
+]
+RANK_LINE = re.compile(
+    r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.*)$"
+)
 SRUN_LABEL = re.compile(r"^\s*\d+:\s?")  # srun --label's "<task>: " prefix
 
 
@@ -46,8 +63,10 @@ def binary(build, collective):
         exe = folder / BINARY[collective]
         if exe.is_file() and os.access(exe, os.X_OK):
             return exe
-    raise StageError(f"config interconnect.nccl_tests = {str(build)!r}: no executable {BINARY[collective]} in it or in "
-                     f"its build/ (build NVIDIA nccl-tests there: make MPI=1 for runs over several nodes)")
+    raise StageError(
+        f"config interconnect.nccl_tests = {str(build)!r}: no executable {BINARY[collective]} in it or in "
+        f"its build/ (build NVIDIA nccl-tests there: make MPI=1 for runs over several nodes)"
+    )
 
 
 def _number(text):
@@ -66,26 +85,52 @@ def parse(text, collective):
         words = line.lstrip("#").split()
         if line.startswith("#") and words[:2] == ["size", "count"]:
             header = words
-            if header[:len(COLUMNS)] != COLUMNS:
-                raise StageError(f"{collective}: nccl-tests printed a table of unexpected columns {header}; "
-                                 f"this parser reads {COLUMNS}")
+            if header[: len(COLUMNS)] != COLUMNS:
+                raise StageError(
+                    f"{collective}: nccl-tests printed a table of unexpected columns {header}; "
+                    f"this parser reads {COLUMNS}"
+                )
             continue
         if header is None or line.startswith("#") or len(words) < len(COLUMNS) or not words[0].isdigit():
             continue
         size, count = int(words[0]), int(words[1])
         oop = dict(zip(("time_us", "algbw_GBps", "busbw_GBps", "wrong"), map(_number, words[5:9])))
         inp = dict(zip(("time_us", "algbw_GBps", "busbw_GBps", "wrong"), map(_number, words[9:13])))
-        rows.append({"collective": collective, "bytes": size, "count": count, "type": words[2],
-                     "time_s": inp["time_us"] / 1e6, "algbw_GBps": inp["algbw_GBps"], "busbw_GBps": inp["busbw_GBps"],
-                     "wrong": inp["wrong"], "out_of_place": oop})
+        rows.append(
+            {
+                "collective": collective,
+                "bytes": size,
+                "count": count,
+                "type": words[2],
+                "time_s": inp["time_us"] / 1e6,
+                "algbw_GBps": inp["algbw_GBps"],
+                "busbw_GBps": inp["busbw_GBps"],
+                "wrong": inp["wrong"],
+                "out_of_place": oop,
+            }
+        )
     if header is None or not rows:
         raise StageError(f"{collective}: no result table in nccl-tests' output (see the log above)")
     return ranks, rows
 
 
 def command(exe, a, gpus_per_process, min_bytes, max_bytes):
-    return [*shlex.split(a.exec), str(exe), "-b", str(min_bytes), "-e", str(max_bytes), "-f", "2",
-            "-n", str(a.iterations), "-w", str(a.warmup), "-g", str(gpus_per_process)]
+    return [
+        *shlex.split(a.exec),
+        str(exe),
+        "-b",
+        str(min_bytes),
+        "-e",
+        str(max_bytes),
+        "-f",
+        "2",
+        "-n",
+        str(a.iterations),
+        "-w",
+        str(a.warmup),
+        "-g",
+        str(gpus_per_process),
+    ]
 
 
 def run_one(collective, a, min_bytes, max_bytes, env_record=None):
@@ -108,10 +153,12 @@ def run_one(collective, a, min_bytes, max_bytes, env_record=None):
         raise StageError(f"{exe} failed with exit status {rc} (its output is in the log)")
     ranks, rows = parse(text, collective)
     if len(ranks) != world:
-        raise StageError(f"{exe} ran {len(ranks)} rank(s) per world, not the run's {world}: over srun each task "
-                         f"must join one world, so build nccl-tests with MPI=1 and let srun start MPI programs: "
-                         f"config systems.<name>.srun_mpi (now {a.srun_mpi or 'unset: the cluster default'!r}), "
-                         f"e.g. pmix (srun --mpi=list shows the cluster's)")
+        raise StageError(
+            f"{exe} ran {len(ranks)} rank(s) per world, not the run's {world}: over srun each task "
+            f"must join one world, so build nccl-tests with MPI=1 and let srun start MPI programs: "
+            f"config systems.<name>.srun_mpi (now {a.srun_mpi or 'unset: the cluster default'!r}), "
+            f"e.g. pmix (srun --mpi=list shows the cluster's)"
+        )
     return {"command": cmd, "ranks": ranks, "rows": rows, "output": text}
 
 
@@ -124,8 +171,12 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--exec", default="", help="words that run a program in the system's PyTorch environment "
-                    "(its container's exec line; empty: on the host), as a shell would split them")
+    ap.add_argument(
+        "--exec",
+        default="",
+        help="words that run a program in the system's PyTorch environment "
+        "(its container's exec line; empty: on the host), as a shell would split them",
+    )
     launch.add_arguments(ap)
     a = ap.parse_args(argv)
     try:
@@ -143,14 +194,27 @@ def main(argv=None):
         missing = sorted(set(sizes) - {row["bytes"] for row in r["rows"]})
         if missing:
             raise StageError(f"{c}: nccl-tests printed no row for {len(missing)} size(s), e.g. {missing[0]} B")
-    write_json(a.out, {
-        "source": "nccl-tests", "backend": "nccl", "build": str(Path(a.build).resolve()),
-        "world_size": len(hosts), "num_nodes": len(set(hosts)), "rank_hosts": hosts,
-        "device": first[min(first)]["device"], "nccl_env": env,
-        "dtype": "float", "in_place": True, "warmup": a.warmup, "iterations": a.iterations,
-        "timer": "nccl-tests: the timed iterations together, mean per iteration",
-        "commands": {c: r["command"] for c, r in runs.items()}, "output": {c: r["output"] for c, r in runs.items()},
-        "results": [row for r in runs.values() for row in r["rows"]]})
+    write_json(
+        a.out,
+        {
+            "source": "nccl-tests",
+            "backend": "nccl",
+            "build": str(Path(a.build).resolve()),
+            "world_size": len(hosts),
+            "num_nodes": len(set(hosts)),
+            "rank_hosts": hosts,
+            "device": first[min(first)]["device"],
+            "nccl_env": env,
+            "dtype": "float",
+            "in_place": True,
+            "warmup": a.warmup,
+            "iterations": a.iterations,
+            "timer": "nccl-tests: the timed iterations together, mean per iteration",
+            "commands": {c: r["command"] for c, r in runs.items()},
+            "output": {c: r["output"] for c, r in runs.items()},
+            "results": [row for r in runs.values() for row in r["rows"]],
+        },
+    )
 
 
 if __name__ == "__main__":

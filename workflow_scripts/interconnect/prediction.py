@@ -14,6 +14,7 @@ Plain Python, so that it also runs on a bare GPU host:
     python3 -m workflow_scripts.interconnect.prediction --raw OUT/x.json \\
         --baseline-summary RUN_1GPU/summary.json --summary RUN_2GPU/summary.json
 """
+
 import argparse
 import json
 import math
@@ -74,15 +75,24 @@ def verdict(measured, no_overlap, full_overlap):
     said = f"measured {measured:.1%} against {no_overlap:.1%} with no overlap and {full_overlap:.1%} with full overlap"
     if measured >= full_overlap:
         why = " (above 100%: the 1-GPU baseline itself ran slower, e.g. on a busy machine)" if measured > 1 else ""
-        return "above full overlap", (f"{said}: at or above full overlap, communication costs this run nothing "
-                                      f"measurable{why}")
+        return "above full overlap", (
+            f"{said}: at or above full overlap, communication costs this run nothing measurable{why}"
+        )
     if measured <= no_overlap:
-        return "below no overlap", (f"{said}: below even no overlap, so the all-reduce alone, sent after the backward "
-                                    f"pass, would cost less than this run lost; something else takes the rest "
-                                    f"(input, synchronisation, ranks sharing cores or memory)")
+        return "below no overlap", (
+            f"{said}: below even no overlap, so the all-reduce alone, sent after the backward "
+            f"pass, would cost less than this run lost; something else takes the rest "
+            f"(input, synchronisation, ranks sharing cores or memory)"
+        )
     if measured - no_overlap < full_overlap - measured:
-        return "closer to no overlap", f"{said}: closer to no overlap, the all-reduce mostly waits for the backward pass"
-    return "closer to full overlap", f"{said}: closer to full overlap, the all-reduce mostly runs behind the backward pass"
+        return (
+            "closer to no overlap",
+            f"{said}: closer to no overlap, the all-reduce mostly waits for the backward pass",
+        )
+    return (
+        "closer to full overlap",
+        f"{said}: closer to full overlap, the all-reduce mostly runs behind the backward pass",
+    )
 
 
 def step_s(summary):
@@ -115,20 +125,26 @@ def main():
     if a.gradient_bytes:
         nbytes, how = a.gradient_bytes, "--gradient-bytes"
     elif summary:
-        nbytes, how = gradient_bytes(summary, summary.get("framework", ""), summary.get("args", {}).get("precision", ""))
+        nbytes, how = gradient_bytes(
+            summary, summary.get("framework", ""), summary.get("args", {}).get("precision", "")
+        )
     else:
         nbytes, how = RESNET50_PARAMETERS * 4, f"ResNet-50's {RESNET50_PARAMETERS} parameters x 4 B"
     points = allreduce_points(raw)
     t_ar = interpolate(points, nbytes)
     if t_ar is None:
-        raise StageError(f"{a.raw}: its all-reduces span {points[0][0] if points else 0}-"
-                         f"{points[-1][0] if points else 0} B, not the {nbytes} B of the gradients: measure up to "
-                         f"at least that (--max-bytes)")
+        raise StageError(
+            f"{a.raw}: its all-reduces span {points[0][0] if points else 0}-"
+            f"{points[-1][0] if points else 0} B, not the {nbytes} B of the gradients: measure up to "
+            f"at least that (--max-bytes)"
+        )
     no, full = bounds(t1, t_ar)
     print(f"GPUs: {raw['world_size']} on {raw['num_nodes']} node(s), {raw['backend']} on {raw['device']}")
     print(f"gradient bytes: {nbytes} ({how})")
-    print(f"all-reduce of the gradients: {t_ar * 1e3:.3f} ms (interpolated in log-log, medians of "
-          f"{raw['iterations']} calls)")
+    print(
+        f"all-reduce of the gradients: {t_ar * 1e3:.3f} ms (interpolated in log-log, medians of "
+        f"{raw['iterations']} calls)"
+    )
     print(f"1-GPU step: {t1 * 1e3:.3f} ms")
     print(f"predicted efficiency: no overlap {no:.2%}, full overlap {full:.2%}")
     if tn:

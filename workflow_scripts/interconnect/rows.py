@@ -6,6 +6,7 @@ plain Python so that it also runs on a bare GPU host next to the measurement:
 prints the rows as a markdown table (and writes them as CSV). The pipeline's table
 (interconnect/tables.py) is made of the same rows.
 """
+
 import argparse
 import csv
 import json
@@ -14,8 +15,27 @@ from pathlib import Path
 
 from ..common.errors import StageError, run_main
 
-COLUMNS = ["system", "gpus", "nodes", "scope", "collective", "bytes", "source", "backend", "device", "time_statistic",
-           "time_s", "median_s", "min_s", "max_s", "algbw_GBps", "busbw_GBps", "warmup", "iterations", "rank_hosts"]
+COLUMNS = [
+    "system",
+    "gpus",
+    "nodes",
+    "scope",
+    "collective",
+    "bytes",
+    "source",
+    "backend",
+    "device",
+    "time_statistic",
+    "time_s",
+    "median_s",
+    "min_s",
+    "max_s",
+    "algbw_GBps",
+    "busbw_GBps",
+    "warmup",
+    "iterations",
+    "rank_hosts",
+]
 
 
 def load(path):
@@ -31,18 +51,39 @@ def load(path):
 def rows(raw, system="", gpus=None):
     """One row per collective and size of one raw output."""
     ours = raw["source"] != "nccl-tests"
-    statistic = (f"median of {raw['iterations']} calls (slowest rank each)" if ours
-                 else f"nccl-tests: mean of {raw['iterations']} iterations")
-    common = {"system": system, "gpus": gpus or raw["world_size"], "nodes": raw["num_nodes"],
-              "scope": "intra-node" if raw["num_nodes"] == 1 else "inter-node", "source": raw["source"],
-              "backend": raw["backend"], "device": raw["device"], "time_statistic": statistic,
-              "warmup": raw["warmup"], "iterations": raw["iterations"], "rank_hosts": " ".join(raw["rank_hosts"])}
+    statistic = (
+        f"median of {raw['iterations']} calls (slowest rank each)"
+        if ours
+        else f"nccl-tests: mean of {raw['iterations']} iterations"
+    )
+    common = {
+        "system": system,
+        "gpus": gpus or raw["world_size"],
+        "nodes": raw["num_nodes"],
+        "scope": "intra-node" if raw["num_nodes"] == 1 else "inter-node",
+        "source": raw["source"],
+        "backend": raw["backend"],
+        "device": raw["device"],
+        "time_statistic": statistic,
+        "warmup": raw["warmup"],
+        "iterations": raw["iterations"],
+        "rank_hosts": " ".join(raw["rank_hosts"]),
+    }
     out = []
     for r in raw["results"]:
-        out.append({**common, "collective": r["collective"], "bytes": r["bytes"],
-                    "time_s": r["median_s"] if ours else r["time_s"],
-                    "median_s": r.get("median_s"), "min_s": r.get("min_s"), "max_s": r.get("max_s"),
-                    "algbw_GBps": r["algbw_GBps"], "busbw_GBps": r["busbw_GBps"]})
+        out.append(
+            {
+                **common,
+                "collective": r["collective"],
+                "bytes": r["bytes"],
+                "time_s": r["median_s"] if ours else r["time_s"],
+                "median_s": r.get("median_s"),
+                "min_s": r.get("min_s"),
+                "max_s": r.get("max_s"),
+                "algbw_GBps": r["algbw_GBps"],
+                "busbw_GBps": r["busbw_GBps"],
+            }
+        )
     return out
 
 

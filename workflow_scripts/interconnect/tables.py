@@ -5,6 +5,7 @@
 one row per system x GPU count x collective x message size x source (torch.distributed, and
 nccl-tests where configured), .csv and .md (headed by what was measured and how).
 """
+
 import argparse
 import json
 
@@ -14,18 +15,20 @@ from ..common.errors import StageError, run_main
 from ..results.output import write_table
 from .rows import COLUMNS, load, rows
 
-HOW = ("All-reduce (sum) and broadcast (root 0) of float32 messages from interconnect.min_bytes to "
-       "interconnect.max_bytes in x2 steps, in place, between the processes of a run of N GPUs, started by the "
-       "training stage's launcher with the same nodes, tasks and SLURM resources as the training run of N GPUs "
-       "(torch.distributed: NCCL on GPUs, Gloo on the CPU). Per size interconnect.warmup calls are excluded, then "
-       "interconnect.iterations calls are timed one by one, each after a barrier (CUDA events on a GPU, "
-       "perf_counter around the blocking call on the CPU); a call's time is its slowest rank's. time_s is the "
-       "median over the timed calls, min_s/max_s their spread. algbw = bytes / time_s; busbw = algbw x 2(n-1)/n "
-       "for all-reduce, = algbw for broadcast (n ranks; NVIDIA nccl-tests' definitions, GB = 1e9 bytes), so "
-       "busbw compares with a link's bandwidth. Rows of source nccl-tests are its all_reduce_perf / "
-       "broadcast_perf with the same sizes, warm-up and iterations (-b -e -f 2 -w -n), in-place columns; their "
-       "time is nccl-tests' mean per iteration, so they have no min/max. Every call's time on every rank is in "
-       "results/interconnect/<system>/<N>gpu/*.json.")
+HOW = (
+    "All-reduce (sum) and broadcast (root 0) of float32 messages from interconnect.min_bytes to "
+    "interconnect.max_bytes in x2 steps, in place, between the processes of a run of N GPUs, started by the "
+    "training stage's launcher with the same nodes, tasks and SLURM resources as the training run of N GPUs "
+    "(torch.distributed: NCCL on GPUs, Gloo on the CPU). Per size interconnect.warmup calls are excluded, then "
+    "interconnect.iterations calls are timed one by one, each after a barrier (CUDA events on a GPU, "
+    "perf_counter around the blocking call on the CPU); a call's time is its slowest rank's. time_s is the "
+    "median over the timed calls, min_s/max_s their spread. algbw = bytes / time_s; busbw = algbw x 2(n-1)/n "
+    "for all-reduce, = algbw for broadcast (n ranks; NVIDIA nccl-tests' definitions, GB = 1e9 bytes), so "
+    "busbw compares with a link's bandwidth. Rows of source nccl-tests are its all_reduce_perf / "
+    "broadcast_perf with the same sizes, warm-up and iterations (-b -e -f 2 -w -n), in-place columns; their "
+    "time is nccl-tests' mean per iteration, so they have no min/max. Every call's time on every rank is in "
+    "results/interconnect/<system>/<N>gpu/*.json."
+)
 
 # The markdown copy's columns; the CSV has all of rows.COLUMNS.
 SHOWN = ["system", "gpus", "scope", "collective", "bytes", "source", "backend", "time_s", "algbw_GBps", "busbw_GBps"]
@@ -40,19 +43,24 @@ def build(points):
     if not points:
         notes.append("training.gpus has no GPU count above 1: there is no exchange between GPUs to measure")
     elif not any(p.get("nccl_tests") for p in points):
-        notes.append("nccl-tests not run: set interconnect.nccl_tests to a build of NVIDIA nccl-tests to put its "
-                     "figures beside these")
+        notes.append(
+            "nccl-tests not run: set interconnect.nccl_tests to a build of NVIDIA nccl-tests to put its "
+            "figures beside these"
+        )
     df = pd.DataFrame(table, columns=COLUMNS)
     if (df.backend == "gloo").any():
-        notes.append("rows of backend gloo ran on the CPU: the processes exchange data through the host's "
-                     "loopback TCP, not a GPU link")
+        notes.append(
+            "rows of backend gloo ran on the CPU: the processes exchange data through the host's "
+            "loopback TCP, not a GPU link"
+        )
     return df.sort_values(["system", "gpus", "collective", "source", "bytes"], kind="stable"), notes
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--points", required=True,
-                    help="JSON list of {system, gpus, torch: raw JSON, nccl_tests: raw JSON or empty}")
+    ap.add_argument(
+        "--points", required=True, help="JSON list of {system, gpus, torch: raw JSON, nccl_tests: raw JSON or empty}"
+    )
     ap.add_argument("--out", required=True, help="the CSV (the markdown copy goes beside it)")
     a = ap.parse_args()
     try:
@@ -60,8 +68,14 @@ def main():
     except ValueError as exc:
         raise StageError(f"--points is not JSON: {exc}")
     df, notes = build(points)
-    write_table(df, a.out, "Interconnect: all-reduce and broadcast bandwidth by message size (seed 004, Fig. 2)",
-                HOW, notes, columns=SHOWN)
+    write_table(
+        df,
+        a.out,
+        "Interconnect: all-reduce and broadcast bandwidth by message size (seed 004, Fig. 2)",
+        HOW,
+        notes,
+        columns=SHOWN,
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """MXNet's side of a preflight task: the tiny net (Gluon), Horovod's all-reduce (NCCL on GPUs, Gloo
 on the CPU), as mxnet_horovod uses them."""
+
 import os
 import time
 
@@ -26,21 +27,32 @@ class Framework(HorovodRanks):
 
         count = mx.context.num_gpus()
         # MXNet names no GPU model; the kernel check shows whether its build runs on this one.
-        return {"cuda_build": mx.runtime.Features().is_enabled("CUDA"), "count": count, "names": [],
-                "nccl": (hvd.nccl_built(), "Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)")}
+        return {
+            "cuda_build": mx.runtime.Features().is_enabled("CUDA"),
+            "count": count,
+            "names": [],
+            "nccl": (hvd.nccl_built(), "Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)"),
+        }
 
     def use_gpu(self):
         self.gpu, self.ctx = True, mx.gpu(self.launch.local_rank)
 
     def kernel(self, precision):
         if precision == "fp16" and not self.gpu:
-            raise StageError("MXNet 1.9 has no CPU mixed precision usable with Horovod; the trainer refuses fp16 "
-                             "on a CPU (set training.precisions to [fp32] for mxnet on a CPU)")
+            raise StageError(
+                "MXNet 1.9 has no CPU mixed precision usable with Horovod; the trainer refuses fp16 "
+                "on a CPU (set training.precisions to [fp32] for mxnet on a CPU)"
+            )
         start = time.perf_counter()
         mx.random.seed(0)
         net = gluon.nn.HybridSequential()
-        net.add(gluon.nn.Conv2D(8, 3, padding=1), gluon.nn.BatchNorm(), gluon.nn.Activation("relu"),
-                gluon.nn.GlobalAvgPool2D(), gluon.nn.Dense(10))
+        net.add(
+            gluon.nn.Conv2D(8, 3, padding=1),
+            gluon.nn.BatchNorm(),
+            gluon.nn.Activation("relu"),
+            gluon.nn.GlobalAvgPool2D(),
+            gluon.nn.Dense(10),
+        )
         net.initialize(mx.init.Xavier(), ctx=self.ctx)
         dtype = "float16" if precision == "fp16" else "float32"
         if dtype == "float16":

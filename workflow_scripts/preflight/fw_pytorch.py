@@ -1,5 +1,6 @@
 """PyTorch's side of a preflight task: the tiny net on the task's device, torch.distributed's
 all-reduce (NCCL on GPUs, Gloo on the CPU), as pytorch_ddp uses them."""
+
 import time
 
 import torch
@@ -18,10 +19,16 @@ class Framework:
     def devices(self):
         cuda = torch.cuda.is_available()
         count = torch.cuda.device_count() if cuda else 0
-        names = [f"{torch.cuda.get_device_name(i)} (sm_{''.join(map(str, torch.cuda.get_device_capability(i)))})"
-                 for i in range(count)]
-        return {"cuda_build": torch.backends.cuda.is_built(), "count": count, "names": names,
-                "nccl": (dist.is_nccl_available(), "torch.distributed has no NCCL backend")}
+        names = [
+            f"{torch.cuda.get_device_name(i)} (sm_{''.join(map(str, torch.cuda.get_device_capability(i)))})"
+            for i in range(count)
+        ]
+        return {
+            "cuda_build": torch.backends.cuda.is_built(),
+            "count": count,
+            "names": names,
+            "nccl": (dist.is_nccl_available(), "torch.distributed has no NCCL backend"),
+        }
 
     def use_gpu(self):
         self.gpu, self.device = True, torch.device("cuda", self.launch.local_rank)
@@ -35,8 +42,14 @@ class Framework:
         """Seconds for forward + backward of a tiny conv net, first call (kernel load, JIT) included."""
         torch.manual_seed(0)
         start = time.perf_counter()
-        net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                            nn.Flatten(), nn.Linear(8, 10)).to(self.device)
+        net = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(8, 10),
+        ).to(self.device)
         x = torch.randn(8, 3, 32, 32, device=self.device)
         y = torch.randint(0, 10, (8,), device=self.device)
         # fp16 as the trainer's amp_dtype auto: bfloat16 on a CPU or compute capability >= 8
@@ -53,8 +66,9 @@ class Framework:
 
     def init(self):
         la = self.launch
-        dist.init_process_group(self.backend, rank=la.rank, world_size=la.world_size,
-                                init_method=f"tcp://{la.master_addr}:{la.master_port}")
+        dist.init_process_group(
+            self.backend, rank=la.rank, world_size=la.world_size, init_method=f"tcp://{la.master_addr}:{la.master_port}"
+        )
 
     def allreduce(self, elements, value):
         t = torch.full((elements,), float(value), dtype=torch.float32, device=self.device)

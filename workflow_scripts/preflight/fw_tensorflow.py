@@ -1,5 +1,6 @@
 """TensorFlow's side of a preflight task: the tiny net (Keras, mixed precision as the trainer),
 Horovod's all-reduce (NCCL on GPUs, Gloo on the CPU), as tensorflow_horovod uses them."""
+
 import time
 
 import tensorflow as tf
@@ -25,8 +26,12 @@ class Framework(HorovodRanks):
             d = tf.config.experimental.get_device_details(g)
             cc = "".join(map(str, d.get("compute_capability", ()))) or "?"
             names.append(f"{d.get('device_name', g.name)} (sm_{cc})")
-        return {"cuda_build": tf.test.is_built_with_cuda(), "count": len(self.gpus), "names": names,
-                "nccl": (hvd.nccl_built(), "Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)")}
+        return {
+            "cuda_build": tf.test.is_built_with_cuda(),
+            "count": len(self.gpus),
+            "names": names,
+            "nccl": (hvd.nccl_built(), "Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)"),
+        }
 
     def use_gpu(self):
         g = self.gpus[self.launch.local_rank]
@@ -38,14 +43,20 @@ class Framework(HorovodRanks):
         start = time.perf_counter()
         policy = ("mixed_float16" if self.gpu else "mixed_bfloat16") if precision == "fp16" else "float32"
         tf.random.set_seed(0)
-        net = tf.keras.Sequential([
-            tf.keras.layers.Conv2D(8, 3, padding="same", dtype=policy),
-            tf.keras.layers.BatchNormalization(dtype=policy), tf.keras.layers.ReLU(dtype=policy),
-            tf.keras.layers.GlobalAveragePooling2D(dtype=policy), tf.keras.layers.Dense(10, dtype="float32")])
+        net = tf.keras.Sequential(
+            [
+                tf.keras.layers.Conv2D(8, 3, padding="same", dtype=policy),
+                tf.keras.layers.BatchNormalization(dtype=policy),
+                tf.keras.layers.ReLU(dtype=policy),
+                tf.keras.layers.GlobalAveragePooling2D(dtype=policy),
+                tf.keras.layers.Dense(10, dtype="float32"),
+            ]
+        )
         x, y = tf.random.normal([8, 32, 32, 3]), tf.random.uniform([8], 0, 10, tf.int32)
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(y, net(x, training=True),
-                                                                                  from_logits=True))
+            loss = tf.reduce_mean(
+                tf.keras.losses.sparse_categorical_crossentropy(y, net(x, training=True), from_logits=True)
+            )
         grads = tape.gradient(loss, net.trainable_variables)
         float(tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32)) for g in grads]))  # waits for the device
         return time.perf_counter() - start, float(loss)

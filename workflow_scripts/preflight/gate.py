@@ -7,6 +7,7 @@ node, check and fix, and exit status 1.
 The line goes to the workflow's own output; the log keeps which results were read and the verdict
 (not the line again: snakemake prints a failed job's log too).
 """
+
 import argparse
 import json
 import sys
@@ -20,9 +21,11 @@ def first_failure(results):
         res = json.loads(Path(path).read_text())
         for r in res["rows"]:
             if r["status"] == FAILED:
-                return (f"preflight failed: system {res['system']}, framework {res['framework']} "
-                        f"({res['nodes']} node(s), {res['tasks']} task(s)), node {r['node'] or '?'}, check "
-                        f"{r['check']}: {r['cause']}. Fix: {r['fix'] or 'see ' + res['log']}")
+                return (
+                    f"preflight failed: system {res['system']}, framework {res['framework']} "
+                    f"({res['nodes']} node(s), {res['tasks']} task(s)), node {r['node'] or '?'}, check "
+                    f"{r['check']}: {r['cause']}. Fix: {r['fix'] or 'see ' + res['log']}"
+                )
     return None
 
 

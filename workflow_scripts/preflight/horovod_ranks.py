@@ -1,5 +1,6 @@
 """What the two Horovod frameworks share in preflight: the collective's name, and Horovod started
 with the launcher's settings, as their trainers start it."""
+
 import importlib
 
 from ..common.launch import setup_horovod

@@ -11,6 +11,7 @@ every rank (rank.py, the framework's interpreter), each through the training lau
 that makes no progress for --timeout-s is stopped and named from the ranks' markers. The result
 (status and rows) is always written; the gate (gate.py) turns a failure into the stopped workflow.
 """
+
 import argparse
 import os
 import shlex
@@ -27,8 +28,10 @@ from ..train import launch
 from . import markers
 from .rows import FAILED, OK, merge, read_all, row
 
-HANG_FIX = ("check that every node reaches the others (firewall, the interface the launcher picks: "
-            "NCCL_SOCKET_IFNAME / HOROVOD_GLOO_IFACE) and that no rank is stopped; rerun with NCCL_DEBUG=INFO")
+HANG_FIX = (
+    "check that every node reaches the others (firewall, the interface the launcher picks: "
+    "NCCL_SOCKET_IFNAME / HOROVOD_GLOO_IFACE) and that no rank is stopped; rerun with NCCL_DEBUG=INFO"
+)
 
 
 def _stop(proc):
@@ -76,16 +79,31 @@ def hang_row(work, expected, timeout_s):
     stuck = min(by_phase, key=lambda p: order.index(p) if p != "not started" else -1)
     check = markers.CHECK_OF_PHASE.get(stuck, "launch")
     where = "; ".join(f"phase {p!r}: rank(s) {', '.join(r)}" for p, r in by_phase.items())
-    what = {"allreduce": "the all-reduce hung", "init": "the collective's rendezvous hung",
-            "not started": "ranks did not start"}.get(stuck, f"phase {stuck!r} hung")
+    what = {
+        "allreduce": "the all-reduce hung",
+        "init": "the collective's rendezvous hung",
+        "not started": "ranks did not start",
+    }.get(stuck, f"phase {stuck!r} hung")
     node = next((seen[r]["node"] for r in sorted(seen) if seen[r]["phase"] == stuck), "")
-    return row(check if stuck != "kernel" else "kernel_fp32", FAILED, "",
-               f"{what}: no progress for {timeout_s:g} s (preflight.timeout_s), stopped; {where}", HANG_FIX, node)
+    return row(
+        check if stuck != "kernel" else "kernel_fp32",
+        FAILED,
+        "",
+        f"{what}: no progress for {timeout_s:g} s (preflight.timeout_s), stopped; {where}",
+        HANG_FIX,
+        node,
+    )
 
 
 def rank_args(a):
-    words = ["--precisions", *a.precisions, f"--gpu-type={a.gpu_type}", f"--env-key={a.env_key}",
-             "--cpus-per-task", str(a.cpus_per_task)]
+    words = [
+        "--precisions",
+        *a.precisions,
+        f"--gpu-type={a.gpu_type}",
+        f"--env-key={a.env_key}",
+        "--cpus-per-task",
+        str(a.cpus_per_task),
+    ]
     words += ["--require-gpu"] if a.require_gpu else []
     return words + (["--elements", str(a.elements)] if a.elements else [])
 
@@ -122,30 +140,80 @@ def main():
     base = [sys.executable, "-m", "workflow_scripts.train.launch", *words]
     rows, timings = [], {}
     with open(a.log, "w") as log:
-        node_cmd = [*base, "--per-node", "--", sys.executable, "-m", "workflow_scripts.preflight.node",
-                    "--out", str(work), f"--data={a.data}", "--level", a.level, f"--cache-command={a.cache_command}",
-                    f"--python={a.python}"]
-        rank_cmd = [*base, f"--python={a.python}", "--", *shlex.split(a.python), "-m",
-                    "workflow_scripts.preflight.rank", "--framework", a.framework, "--out", str(work), *rank_args(a)]
+        node_cmd = [
+            *base,
+            "--per-node",
+            "--",
+            sys.executable,
+            "-m",
+            "workflow_scripts.preflight.node",
+            "--out",
+            str(work),
+            f"--data={a.data}",
+            "--level",
+            a.level,
+            f"--cache-command={a.cache_command}",
+            f"--python={a.python}",
+        ]
+        rank_cmd = [
+            *base,
+            f"--python={a.python}",
+            "--",
+            *shlex.split(a.python),
+            "-m",
+            "workflow_scripts.preflight.rank",
+            "--framework",
+            a.framework,
+            "--out",
+            str(work),
+            *rank_args(a),
+        ]
         for phase, cmd, folder in (("node checks", node_cmd, None), ("task checks", rank_cmd, work)):
             print("preflight:", shlex.join(cmd), file=log, flush=True)
             rc, timings[phase] = supervise(cmd, log, a.timeout_s, folder)
             found = read_all(work, "node.*.json" if folder is None else "rank*.json")
             rows += found
             if rc is None and folder is None:
-                rows.append(row("node_checks", FAILED, "", f"the node checks made no progress for {a.timeout_s:g} s "
-                                "(preflight.timeout_s), stopped", "see the check job's log", ""))
+                rows.append(
+                    row(
+                        "node_checks",
+                        FAILED,
+                        "",
+                        f"the node checks made no progress for {a.timeout_s:g} s (preflight.timeout_s), stopped",
+                        "see the check job's log",
+                        "",
+                    )
+                )
             elif rc is None:
                 rows.append(hang_row(work, expected, a.timeout_s))
             elif rc != 0 and not any(r["status"] == FAILED for r in found):
-                rows.append(row("launch", FAILED, "", f"the {phase} exited with status {rc} and wrote no cause",
-                                f"see {a.log}", ""))
+                rows.append(
+                    row(
+                        "launch",
+                        FAILED,
+                        "",
+                        f"the {phase} exited with status {rc} and wrote no cause",
+                        f"see {a.log}",
+                        "",
+                    )
+                )
             if any(r["status"] == FAILED for r in rows):
                 break
     merged = merge(rows)
     failed = [r for r in merged if r["status"] == FAILED]
-    write_json(out, {"system": a.system, "framework": a.framework, "nodes": g.nodes, "tasks": expected,
-                     "status": FAILED if failed else OK, "seconds": timings, "rows": merged, "log": a.log})
+    write_json(
+        out,
+        {
+            "system": a.system,
+            "framework": a.framework,
+            "nodes": g.nodes,
+            "tasks": expected,
+            "status": FAILED if failed else OK,
+            "seconds": timings,
+            "rows": merged,
+            "log": a.log,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Progress markers: each rank rewrites markers/rank<r>.json as it enters a phase, so a check job
 that has to stop a hung run can say which phase hung on which rank and node."""
+
 import json
 import os
 import time
@@ -9,8 +10,14 @@ from ..common.atomic import write_json
 
 # In order; a rank's marker names the phase it entered last.
 PHASES = ("start", "devices", "kernel", "init", "allreduce", "done")
-CHECK_OF_PHASE = {"start": "import", "devices": "gpu", "kernel": "kernel", "init": "allreduce",
-                  "allreduce": "allreduce", "done": "allreduce"}
+CHECK_OF_PHASE = {
+    "start": "import",
+    "devices": "gpu",
+    "kernel": "kernel",
+    "init": "allreduce",
+    "allreduce": "allreduce",
+    "done": "allreduce",
+}
 
 
 class Markers:

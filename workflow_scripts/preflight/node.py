@@ -8,6 +8,7 @@ Page-cache clearing (the method that will run before every training job, never a
 that did not happen), the dataset against its manifest, and the dataset readable from here.
 Writes DIR/node.<host>.json (a list of rows).
 """
+
 import argparse
 import os
 import shlex
@@ -21,29 +22,46 @@ from ..common.atomic import write_json
 from .rows import FAILED, NA, OK, row
 from .seams import dataset_check
 
-CACHE_FIX = ("fix or empty config training.cache_clear_command (empty: /proc/sys/vm/drop_caches where writable, "
-             "else fadvise eviction of the dataset)")
+CACHE_FIX = (
+    "fix or empty config training.cache_clear_command (empty: /proc/sys/vm/drop_caches where writable, "
+    "else fadvise eviction of the dataset)"
+)
 
 
 def cache_row(paths, command, node):
     report = page_cache.clear(paths, command)
     tried = report["attempts"][0]
     if command and not tried["ok"]:
-        return row("page_cache", FAILED, "", f"training.cache_clear_command refused: {command!r} failed"
-                   + (f" ({tried['error']})" if tried["error"] else ""), CACHE_FIX, node)
+        return row(
+            "page_cache",
+            FAILED,
+            "",
+            f"training.cache_clear_command refused: {command!r} failed"
+            + (f" ({tried['error']})" if tried["error"] else ""),
+            CACHE_FIX,
+            node,
+        )
     method, after = report["method"], report["after"]
     if report["dropped_all_caches"]:
         figure = f"{method}: page cache, dentries and inodes dropped"
     elif report["dataset_evicted"]:
         figure = f"{method}: the dataset's {after['files']} file(s) evicted (other caches untouched)"
     elif after["unverifiable_files"]:
-        figure = (f"{method}: eviction not verifiable for {after['unverifiable_files']} file(s) this user may not "
-                  f"write (mincore reports them resident)")
+        figure = (
+            f"{method}: eviction not verifiable for {after['unverifiable_files']} file(s) this user may not "
+            f"write (mincore reports them resident)"
+        )
     elif not after["files"]:
         figure = f"{method}: permitted (no dataset files to evict)"
     else:
-        return row("page_cache", FAILED, f"{method}", f"{after['resident_bytes']} bytes of the dataset still cached "
-                   f"after {method}", CACHE_FIX, node)
+        return row(
+            "page_cache",
+            FAILED,
+            f"{method}",
+            f"{after['resident_bytes']} bytes of the dataset still cached after {method}",
+            CACHE_FIX,
+            node,
+        )
     return row("page_cache", OK, figure, node=node)
 
 
@@ -60,12 +78,24 @@ def readable_row(data, node):
                 fh.read(4096)
                 size += n
         except OSError as exc:
-            return row("dataset_readable", FAILED, "", f"{f}: {exc.strerror or exc}",
-                       "make the dataset visible on every node (config data_dir on a shared file system)", node)
+            return row(
+                "dataset_readable",
+                FAILED,
+                "",
+                f"{f}: {exc.strerror or exc}",
+                "make the dataset visible on every node (config data_dir on a shared file system)",
+                node,
+            )
     if not files:
         return row("dataset_readable", FAILED, "", f"{data} holds no files", "snakemake --forcerun data", node)
-    return row("dataset_readable", OK, f"{len(files)} files, {size / 2**20:.1f} MiB",
-               node=node, value=time.perf_counter() - start, unit="s")
+    return row(
+        "dataset_readable",
+        OK,
+        f"{len(files)} files, {size / 2**20:.1f} MiB",
+        node=node,
+        value=time.perf_counter() - start,
+        unit="s",
+    )
 
 
 def main():

@@ -11,6 +11,7 @@ the threads the trainer will start; on a node's first task, the telemetry source
 marked (markers.py) before it starts. Writes DIR/rank<r>.json (rows); exits 1 if a check failed,
 so that the launcher stops the other ranks rather than leaving them in a collective.
 """
+
 import argparse
 import glob
 import importlib
@@ -21,9 +22,9 @@ from pathlib import Path
 from ..common import cpus
 from ..common.atomic import write_json
 from ..common.launch import detect
+from ..train.harness import gpu_problem
 from .markers import Markers
 from .rows import FAILED, NA, OK, row
-from ..train.harness import gpu_problem
 from .seams import classify, thread_counts
 
 RESNET50_GRADIENTS = 25_557_032  # ResNet-50's trainable parameters: one step's fp32 gradients
@@ -32,15 +33,21 @@ RESNET50_GRADIENTS = 25_557_032  # ResNet-50's trainable parameters: one step's 
 def gpu_row(info, a, launch, where):
     if not a.require_gpu:
         return row("gpu", NA, cause="the system requests no GPUs (the tiny net runs on the CPU)")
-    problem = gpu_problem(launch, where, a.env_key, info["count"], info["cuda_build"],
-                          info["nccl"] if launch.world_size > 1 else None)
+    problem = gpu_problem(
+        launch, where, a.env_key, info["count"], info["cuda_build"], info["nccl"] if launch.world_size > 1 else None
+    )
     if problem:
         return row("gpu", FAILED, f"{info['count']} GPU(s)", *problem)
     name = info["names"][launch.local_rank] if info["names"] else f"GPU {launch.local_rank}"
     wanted = a.gpu_type.lower().replace("-", "").split("_")[0]
     if wanted and info["names"] and wanted not in name.lower().replace("-", "").replace(" ", ""):
-        return row("gpu", FAILED, name, f"the task's GPU is {name}, not the system's gpu_type {a.gpu_type!r}",
-                   "check systems.<name>.gpu_type / constraint: the job landed on other GPUs")
+        return row(
+            "gpu",
+            FAILED,
+            name,
+            f"the task's GPU is {name}, not the system's gpu_type {a.gpu_type!r}",
+            "check systems.<name>.gpu_type / constraint: the job landed on other GPUs",
+        )
     return row("gpu", OK, f"{name}; {info['count']} visible for {launch.local_size} task(s)")
 
 
@@ -49,9 +56,15 @@ def cpu_row(a, launch, threads):
     how = "its own" if mine.bound else f"shared by {launch.local_size} task(s): {mine.per_rank} each"
     figure = f"{mine.allowed} CPU(s), {how}; threads " + ", ".join(f"{k} {v}" for k, v in threads.items())
     if a.cpus_per_task and mine.allowed < a.cpus_per_task:
-        return row("cpus", FAILED, figure, f"the task may run on {mine.allowed} CPU(s), the system asks "
-                   f"{a.cpus_per_task} per task", "check systems.<name>.cpus_per_task against the partition's nodes",
-                   value=mine.allowed, unit="CPUs")
+        return row(
+            "cpus",
+            FAILED,
+            figure,
+            f"the task may run on {mine.allowed} CPU(s), the system asks {a.cpus_per_task} per task",
+            "check systems.<name>.cpus_per_task against the partition's nodes",
+            value=mine.allowed,
+            unit="CPUs",
+        )
     return row("cpus", OK, figure, value=mine.allowed, unit="CPUs")
 
 
@@ -64,13 +77,27 @@ def telemetry_rows(gpu_system):
         rows.append(row("telemetry_nvml", OK, f"NVML: {pynvml.nvmlDeviceGetCount()} GPU(s)"))
     except Exception as exc:  # no module, no driver, no library: all mean no GPU columns
         cause = f"NVML unavailable ({type(exc).__name__}: {exc})"
-        rows.append(row("telemetry_nvml", FAILED, "", cause + ": the GPU telemetry columns would be empty",
-                        "install nvidia-ml-py in the framework's environment; check the node's driver")
-                    if gpu_system else row("telemetry_nvml", NA, cause=cause + " (the system requests no GPUs)"))
+        rows.append(
+            row(
+                "telemetry_nvml",
+                FAILED,
+                "",
+                cause + ": the GPU telemetry columns would be empty",
+                "install nvidia-ml-py in the framework's environment; check the node's driver",
+            )
+            if gpu_system
+            else row("telemetry_nvml", NA, cause=cause + " (the system requests no GPUs)")
+        )
     ib = glob.glob("/sys/class/infiniband/*/ports/*/counters")
-    rows.append(row("telemetry_ib", OK, f"{len(ib)} InfiniBand port(s) with counters") if ib else
-                row("telemetry_ib", NA, cause="no /sys/class/infiniband/*/ports/*/counters: Fig. 8 has no InfiniBand "
-                    "bytes from this node"))
+    rows.append(
+        row("telemetry_ib", OK, f"{len(ib)} InfiniBand port(s) with counters")
+        if ib
+        else row(
+            "telemetry_ib",
+            NA,
+            cause="no /sys/class/infiniband/*/ports/*/counters: Fig. 8 has no InfiniBand bytes from this node",
+        )
+    )
     return rows
 
 
@@ -79,11 +106,22 @@ def allreduce_row(fw, launch, elements):
     want = launch.world_size * (launch.world_size + 1) / 2
     lo, hi, _ = fw.allreduce(elements, launch.rank + 1)
     if not lo == hi == want:
-        return row("allreduce", FAILED, f"{lo:g}..{hi:g}", f"{fw.backend} all-reduce of {elements} values gave "
-                   f"{lo:g}..{hi:g}, not {want:g} everywhere", "check the framework's collective build and the network")
+        return row(
+            "allreduce",
+            FAILED,
+            f"{lo:g}..{hi:g}",
+            f"{fw.backend} all-reduce of {elements} values gave {lo:g}..{hi:g}, not {want:g} everywhere",
+            "check the framework's collective build and the network",
+        )
     _, _, seconds = fw.allreduce(elements, launch.rank + 1)
-    return row("allreduce", OK, f"{fw.backend}: sum right; {elements} fp32 in {seconds:.3g} s across "
-               f"{launch.world_size} ranks, {launch.num_nodes} node(s)", value=seconds, unit="s")
+    return row(
+        "allreduce",
+        OK,
+        f"{fw.backend}: sum right; {elements} fp32 in {seconds:.3g} s across "
+        f"{launch.world_size} ranks, {launch.num_nodes} node(s)",
+        value=seconds,
+        unit="s",
+    )
 
 
 def stamp(rows, launch):
@@ -95,7 +133,8 @@ def checks(a, launch, marks, out):
     rows, where = [], f"{a.framework} in {sys.executable} (config {a.env_key})"
     try:
         fw = importlib.import_module(f".fw_{a.framework}", __package__).Framework(
-            launch, thread_counts(a.framework, launch, a.require_gpu))
+            launch, thread_counts(a.framework, launch, a.require_gpu)
+        )
         info = fw.devices()
     except Exception as exc:
         cause, fix = classify(exc, a.framework, a.env_key)
@@ -111,9 +150,17 @@ def checks(a, launch, marks, out):
         try:
             seconds, loss = fw.kernel(p)
             ok = math.isfinite(loss)
-            rows.append(row(f"kernel_{p}", OK if ok else FAILED, f"{'gpu' if fw.gpu else 'cpu'}: forward + backward "
-                            f"in {seconds:.3g} s (first call, JIT included)", "" if ok else f"loss {loss}",
-                            "" if ok else "see the check job's log", value=seconds, unit="s"))
+            rows.append(
+                row(
+                    f"kernel_{p}",
+                    OK if ok else FAILED,
+                    f"{'gpu' if fw.gpu else 'cpu'}: forward + backward in {seconds:.3g} s (first call, JIT included)",
+                    "" if ok else f"loss {loss}",
+                    "" if ok else "see the check job's log",
+                    value=seconds,
+                    unit="s",
+                )
+            )
         except Exception as exc:
             cause, fix = classify(exc, a.framework, a.env_key)
             rows.append(row(f"kernel_{p}", FAILED, cause=cause, fix=fix))

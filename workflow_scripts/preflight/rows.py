@@ -1,5 +1,6 @@
 """One checked item: what was checked, where, its status, the figure measured, the cause and fix.
 Statuses: ok, failed, not applicable."""
+
 import json
 from pathlib import Path
 
@@ -8,8 +9,17 @@ FIELDS = ("check", "status", "figure", "value", "unit", "node", "rank", "cause",
 
 
 def row(check, status, figure="", cause="", fix="", node="", rank=None, value=None, unit=""):
-    return {"check": check, "status": status, "figure": figure, "value": value, "unit": unit, "node": node,
-            "rank": rank, "cause": cause, "fix": fix}
+    return {
+        "check": check,
+        "status": status,
+        "figure": figure,
+        "value": value,
+        "unit": unit,
+        "node": node,
+        "rank": rank,
+        "cause": cause,
+        "fix": fix,
+    }
 
 
 def read_all(folder, pattern):
@@ -34,8 +44,17 @@ def merge(rows):
         if failed:
             first = failed[0]
             others = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-            merged.append(row(check, FAILED, first["figure"], f"{_where(first)}: {first['cause']}{others}",
-                              first["fix"], first["node"], first["rank"]))
+            merged.append(
+                row(
+                    check,
+                    FAILED,
+                    first["figure"],
+                    f"{_where(first)}: {first['cause']}{others}",
+                    first["fix"],
+                    first["node"],
+                    first["rank"],
+                )
+            )
             continue
         ok = [r for r in same if r["status"] == OK]
         if not ok:
@@ -47,10 +66,13 @@ def merge(rows):
         if len(figures) == 1:
             figure = figures[0] + (f" (each of {len(ok)} ranks)" if len(ok) > 1 and ok[0]["rank"] is not None else "")
         elif None not in values:
-            figure = (f"{min(values):.3g}-{max(values):.3g} {ok[0]['unit']} over {len(ok)} ranks; "
-                      f"{_where(ok[0])}: {ok[0]['figure']}")
+            figure = (
+                f"{min(values):.3g}-{max(values):.3g} {ok[0]['unit']} over {len(ok)} ranks; "
+                f"{_where(ok[0])}: {ok[0]['figure']}"
+            )
         else:
             figure = "; ".join(f"{_where(r)}: {r['figure']}" for r in ok)
-        merged.append(row(check, OK, figure, node=nodes, value=max(values) if None not in values else None,
-                          unit=ok[0]["unit"]))
+        merged.append(
+            row(check, OK, figure, node=nodes, value=max(values) if None not in values else None, unit=ok[0]["unit"])
+        )
     return merged

@@ -1,14 +1,15 @@
 """Where preflight meets other parts of the project. Each is one small function, so that what it
 asks (why a kernel failed, the trainers' thread counts, whether a dataset matches its manifest)
 is answered in one place by the module that owns the answer."""
+
 import importlib.util
 import subprocess
 import sys
 from types import SimpleNamespace
 
 from ..common import cpus, kernel_check
-
 from .rows import FAILED, NA, OK
+
 
 def classify(exc, framework="", env_key=""):
     """(cause, fix) of an exception raised while running the tiny net on a device: the causes the
@@ -18,8 +19,10 @@ def classify(exc, framework="", env_key=""):
     if cause:
         name, pattern, meaning, fix = cause
         first = next((ln.strip() for ln in str(exc).splitlines() if pattern.search(ln)), text.splitlines()[0])
-        return (f"{name}: {meaning} ({first[:300]})",
-                fix.format(key=env_key or "envs_gpu", image=kernel_check.CONTAINERS.get(framework, "<image>")))
+        return (
+            f"{name}: {meaning} ({first[:300]})",
+            fix.format(key=env_key or "envs_gpu", image=kernel_check.CONTAINERS.get(framework, "<image>")),
+        )
     return text.splitlines()[0][:400] if text else type(exc).__name__, "see the check job's log"
 
 
@@ -34,8 +37,12 @@ def thread_counts(framework, launch, gpu=False):
     from ..train.pytorch_options import loader_workers  # the torch environment: this task's own
 
     path = "dali" if gpu else "cpu"
-    counts = {"loader_workers": loader_workers(SimpleNamespace(loader_workers=0, decode_threads=0),
-                                               SimpleNamespace(input=path), mine.per_rank), "input": path}
+    counts = {
+        "loader_workers": loader_workers(
+            SimpleNamespace(loader_workers=0, decode_threads=0), SimpleNamespace(input=path), mine.per_rank
+        ),
+        "input": path,
+    }
     return counts if gpu else {"torch": mine.per_rank, **counts}
 
 
@@ -45,13 +52,18 @@ def dataset_check(data_dir, level, python=(sys.executable,)):
     interpreter: the one with that format's reader, as the training job's own check)."""
     if importlib.util.find_spec("workflow_scripts.data.verify") is None:
         return NA, "", "verify module missing (workflow_scripts/data/verify.py)", ""
-    proc = subprocess.run([*python, "-m", "workflow_scripts.data.verify", "--data", str(data_dir), "--level", level],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [*python, "-m", "workflow_scripts.data.verify", "--data", str(data_dir), "--level", level],
+        capture_output=True,
+        text=True,
+    )
     lines = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     if proc.returncode == 0:
         return OK, f"level {level}: {lines[-1] if lines else 'matches its manifest'}", "", ""
-    fix = next((ln[ln.index("snakemake --forcerun"):] for ln in lines if "snakemake --forcerun" in ln),
-               "snakemake --forcerun <the format's conversion rule>")
+    fix = next(
+        (ln[ln.index("snakemake --forcerun") :] for ln in lines if "snakemake --forcerun" in ln),
+        "snakemake --forcerun <the format's conversion rule>",
+    )
     causes = [ln.split(". Fix: ")[0] for ln in lines]
     more = f" (and {len(causes) - 1} more)" if len(causes) > 1 else ""
     return FAILED, f"level {level}", (causes[0][:600] + more) if causes else f"verify exited {proc.returncode}", fix

@@ -1,7 +1,8 @@
 """results/preflight.csv and .md: one row per check per system x framework and geometry.
 
-    python -m workflow_scripts.preflight.table --results R1.json ... --out results/preflight.csv
+python -m workflow_scripts.preflight.table --results R1.json ... --out results/preflight.csv
 """
+
 import argparse
 import json
 from pathlib import Path
@@ -11,12 +12,14 @@ import pandas as pd
 from ..results.output import write_table
 
 COLUMNS = ["system", "framework", "nodes", "tasks", "check", "status", "figure", "node", "cause", "fix"]
-HOW = ("Each system x framework of the sweep, launched as its training runs are (launcher, interpreter or "
-       "container, srun geometry, SLURM resources) on one node with all its tasks, and on two nodes where the sweep "
-       "crosses nodes. Per task: the GPUs the framework sees, a tiny conv net's forward and backward per precision "
-       "(seconds of the first call, JIT included), an all-reduce's sum and the time of one of ResNet-50's gradient "
-       "size, CPUs and threads, telemetry sources; per node: page-cache clearing, the dataset against its manifest, "
-       "its files readable. Where several ranks measured a figure, its range over them.")
+HOW = (
+    "Each system x framework of the sweep, launched as its training runs are (launcher, interpreter or "
+    "container, srun geometry, SLURM resources) on one node with all its tasks, and on two nodes where the sweep "
+    "crosses nodes. Per task: the GPUs the framework sees, a tiny conv net's forward and backward per precision "
+    "(seconds of the first call, JIT included), an all-reduce's sum and the time of one of ResNet-50's gradient "
+    "size, CPUs and threads, telemetry sources; per node: page-cache clearing, the dataset against its manifest, "
+    "its files readable. Where several ranks measured a figure, its range over them."
+)
 
 
 def main():
@@ -31,8 +34,14 @@ def main():
             records.append({**{k: res[k] for k in ("system", "framework", "nodes", "tasks")}, **r})
     df = pd.DataFrame(records, columns=COLUMNS)
     failed = int((df["status"] == "failed").sum())
-    notes = [f"{failed} check(s) failed: the training and interconnect jobs of those system x framework pairs will "
-             f"not start."] if failed else []
+    notes = (
+        [
+            f"{failed} check(s) failed: the training and interconnect jobs of those system x framework pairs will "
+            f"not start."
+        ]
+        if failed
+        else []
+    )
     write_table(df, a.out, "Preflight", HOW, notes)
 
 

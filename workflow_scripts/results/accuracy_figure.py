@@ -6,6 +6,7 @@ per run, the target drawn across and each run's arrival at it marked:
 
 The points are the runs' own per-epoch records (epochs.jsonl), at the end of each evaluation.
 """
+
 import argparse
 import json
 from pathlib import Path
@@ -25,8 +26,11 @@ def _unit(seconds):
 def figure(table, path):
     ok = table[table.status == "ok"]
     if ok.empty:
-        return empty_figure(path, TITLE, "no long test in this config:\nset training.accuracy.gpus" if table.empty
-                            else "no long-test run completed")
+        return empty_figure(
+            path,
+            TITLE,
+            "no long test in this config:\nset training.accuracy.gpus" if table.empty else "no long-test run completed",
+        )
     curves = {}
     for r in ok.itertuples():
         recs = [json.loads(x) for x in (Path(r.run_dir) / "epochs.jsonl").read_text().splitlines() if x.strip()]
@@ -38,7 +42,7 @@ def figure(table, path):
     for r in ok.itertuples():
         c = curves[r.Index]
         label = f"{r.system} {r.framework} {r.precision} {r.gpus} GPU"
-        line, = ax.plot(c.elapsed_s / scale, c.top1, "o-", label=f"{label}: top-1")
+        (line,) = ax.plot(c.elapsed_s / scale, c.top1, "o-", label=f"{label}: top-1")
         ax.plot(c.elapsed_s / scale, c.top5, "^--", color=line.get_color(), alpha=0.6, label=f"{label}: top-5")
         if str(r.reached) == "True":
             hit = c[c.epoch == r.epoch_reached].iloc[0]
@@ -46,8 +50,12 @@ def figure(table, path):
     for target in sorted(ok.target_top1.dropna().unique()):
         ax.axhline(target, color="grey", ls=":", lw=1)
         ax.text(0, target, f" target top-1 {target:g}%", va="bottom", fontsize=8, color="grey")
-    ax.set(title=TITLE, xlabel=f"elapsed time, training + evaluation ({unit})", ylabel="accuracy on the val split (%)",
-           ylim=(0, 100))
+    ax.set(
+        title=TITLE,
+        xlabel=f"elapsed time, training + evaluation ({unit})",
+        ylabel="accuracy on the val split (%)",
+        ylim=(0, 100),
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     save_png(fig, path)

@@ -7,6 +7,7 @@ reads the tables named in TABLES from --tables and the findings from study_findi
 writes conclusions.csv and a markdown copy beside it (.md). A finding this sweep cannot measure
 stays, as "not measured by this sweep", naming the config keys that would measure it.
 """
+
 import argparse
 from pathlib import Path
 
@@ -18,17 +19,43 @@ from ..common.errors import StageError, run_main
 from .conclusions_measure import MEASURE, Unmeasured
 
 FINDINGS = Path(__file__).with_name("study_findings.yaml")
-TABLES = ["scaling", "training_throughput", "fp16_vs_fp32", "system_comparison", "storage_throughput",
-          "network_throughput", "int8_accuracy", "int8_throughput", "time_to_accuracy"]
+TABLES = [
+    "scaling",
+    "training_throughput",
+    "fp16_vs_fp32",
+    "system_comparison",
+    "storage_throughput",
+    "network_throughput",
+    "int8_accuracy",
+    "int8_throughput",
+    "time_to_accuracy",
+]
 HOLDS, FAILS, UNMEASURED = "holds", "does not hold", "not measured by this sweep"
 TITLE = "The study's conclusions on this cluster"
-HOW = ("One row per finding of the study (seed 000: the PMBS18 paper, sections IV-VI, and its slides; seed 002: the "
-       "scale-up vs scale-out whitepaper's short and long tests), with our counterpart from this run's tables at the "
-       "nearest sweep point that exists (point; same_point says whether it is the study's) and a verdict: holds, does "
-       "not hold, or not measured by this sweep (why names the config keys that would measure it). Caffe2's findings "
-       "are checked on PyTorch DDP. device says what the point ran on; a CPU point says so.")
-COLUMNS = ["id", "source", "figure", "finding", "study", "measured", "measured_value", "point", "same_point",
-           "device", "verdict", "why", "tolerance_kind", "tolerance", "table"]
+HOW = (
+    "One row per finding of the study (seed 000: the PMBS18 paper, sections IV-VI, and its slides; seed 002: the "
+    "scale-up vs scale-out whitepaper's short and long tests), with our counterpart from this run's tables at the "
+    "nearest sweep point that exists (point; same_point says whether it is the study's) and a verdict: holds, does "
+    "not hold, or not measured by this sweep (why names the config keys that would measure it). Caffe2's findings "
+    "are checked on PyTorch DDP. device says what the point ran on; a CPU point says so."
+)
+COLUMNS = [
+    "id",
+    "source",
+    "figure",
+    "finding",
+    "study",
+    "measured",
+    "measured_value",
+    "point",
+    "same_point",
+    "device",
+    "verdict",
+    "why",
+    "tolerance_kind",
+    "tolerance",
+    "table",
+]
 
 
 def load_tables(directory):
@@ -45,8 +72,11 @@ def load_tables(directory):
 def study_figure(f, tol):
     if f["kind"] == "scaling":
         eff = f.get("efficiency", f.get("speedup", 0) / f["gpus"])
-        return (f"{f['speedup']:.2f}x on {f['gpus']} (efficiency {eff:.1%})" if "speedup" in f
-                else f"efficiency {eff:.0%} at {f['gpus']} GPUs")
+        return (
+            f"{f['speedup']:.2f}x on {f['gpus']} (efficiency {eff:.1%})"
+            if "speedup" in f
+            else f"efficiency {eff:.0%} at {f['gpus']} GPUs"
+        )
     if f["kind"] == "range":
         return f"{f['low']:.3g}x-{f['high']:.3g}x"
     if f["kind"] == "approx":
@@ -64,9 +94,16 @@ def conclusions(tables, spec):
     rows = []
     for f in spec["findings"]:
         tol = spec["tolerances"][f["kind"]]
-        row = {"id": f["id"], "source": f["source"], "figure": f["figure"], "finding": f["statement"],
-               "study": study_figure(f, tol), "tolerance_kind": f["kind"], "tolerance": " ".join(tol["text"].split()),
-               "table": MEASURE[f["quantity"]][1] + ".csv"}
+        row = {
+            "id": f["id"],
+            "source": f["source"],
+            "figure": f["figure"],
+            "finding": f["statement"],
+            "study": study_figure(f, tol),
+            "tolerance_kind": f["kind"],
+            "tolerance": " ".join(tol["text"].split()),
+            "table": MEASURE[f["quantity"]][1] + ".csv",
+        }
         try:
             m = MEASURE[f["quantity"]][0](tables, f, tol)
         except Unmeasured as why:
@@ -92,8 +129,11 @@ def markdown(df, spec):
         at = r.point + (f" [{r.device}]" if r.device else "")
         ours = r.measured if r.verdict != UNMEASURED else ""
         verdict = f"**{r.verdict}**" + (f": {r.why}" if r.why else "")
-        lines.append("| " + " | ".join(_cell(x) for x in (r.finding, f"{r.figure} ({r.source})", r.study, ours, at,
-                                                          verdict)) + " |")
+        lines.append(
+            "| "
+            + " | ".join(_cell(x) for x in (r.finding, f"{r.figure} ({r.source})", r.study, ours, at, verdict))
+            + " |"
+        )
     counts = df.verdict.value_counts()
     lines += ["", ", ".join(f"{counts.get(v, 0)} {v}" for v in (HOLDS, FAILS, UNMEASURED)) + "."]
     return "\n".join(lines) + "\n"

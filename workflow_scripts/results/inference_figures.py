@@ -6,6 +6,7 @@
 fig9_int8_throughput.png (images/s by batch size, FP32 vs INT8, and the ratio) and
 int8_vs_study.csv/.md (Table III: this run's top-1/top-5 beside the study's V100 TensorRT ones).
 """
+
 import argparse
 from pathlib import Path
 
@@ -27,8 +28,11 @@ def fig9(throughput, path):
             err = [t[f"{p}_images_per_s"] - t[f"{p}_worst"], t[f"{p}_best"] - t[f"{p}_images_per_s"]]
             ax.errorbar(t.batch_size, t[f"{p}_images_per_s"], yerr=err, fmt=style, capsize=3, label=p.upper())
         ax.set_xscale("log", base=2)
-        ax.set(xlabel="batch size", ylabel="images/s (median; bars: fastest..slowest run)",
-               title=f"{title}\n{model}, {t.engine.iloc[0]} on {t.device.iloc[0]}")
+        ax.set(
+            xlabel="batch size",
+            ylabel="images/s (median; bars: fastest..slowest run)",
+            title=f"{title}\n{model}, {t.engine.iloc[0]} on {t.device.iloc[0]}",
+        )
         ratio = ax.twinx()
         ratio.plot(t.batch_size, t.int8_over_fp32, "k:", marker=".", label="INT8/FP32")
         ratio.axhline(3.7, color="grey", lw=0.8, ls="--")
@@ -43,8 +47,18 @@ def fig9(throughput, path):
 
 
 # The markdown copy's columns (the differences first, the study's question); the CSV has them all.
-BESIDE_STUDY_SHOWN = ["model", "engine", "diff_top1", "diff_top1_study", "diff_top5", "diff_top5_study", "fp32_top1",
-                      "fp32_top1_study", "int8_top1", "int8_top1_study"]
+BESIDE_STUDY_SHOWN = [
+    "model",
+    "engine",
+    "diff_top1",
+    "diff_top1_study",
+    "diff_top5",
+    "diff_top5_study",
+    "fp32_top1",
+    "fp32_top1_study",
+    "int8_top1",
+    "int8_top1_study",
+]
 
 
 def beside_study(accuracy):
@@ -65,13 +79,17 @@ def main():
     a = ap.parse_args()
     out = Path(a.out_dir)
     fig9(pd.read_csv(a.throughput), out / "figures" / "fig9_int8_throughput.png")
-    write_table(beside_study(pd.read_csv(a.accuracy)), out / "int8_vs_study.csv",
-                "Table III: FP32 vs INT8 accuracy, this run beside the study",
-                "Top-1 / top-5 in percent over the scored validation images (those not used for calibration); "
-                "diff = FP32 - INT8 in percentage points. *_study: the study's published V100 TensorRT figures "
-                "(ImageNet, pre-trained models; the paper prints ResNet-50's top-1 difference as 0.07). Rows "
-                "with no figures of one side were not run here or not in the study.", floatfmt=".2f",
-                columns=BESIDE_STUDY_SHOWN)
+    write_table(
+        beside_study(pd.read_csv(a.accuracy)),
+        out / "int8_vs_study.csv",
+        "Table III: FP32 vs INT8 accuracy, this run beside the study",
+        "Top-1 / top-5 in percent over the scored validation images (those not used for calibration); "
+        "diff = FP32 - INT8 in percentage points. *_study: the study's published V100 TensorRT figures "
+        "(ImageNet, pre-trained models; the paper prints ResNet-50's top-1 difference as 0.07). Rows "
+        "with no figures of one side were not run here or not in the study.",
+        floatfmt=".2f",
+        columns=BESIDE_STUDY_SHOWN,
+    )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 people, headed by what was measured and how and by any note on the runs behind it, that shows only
 the columns a reader compares. What the other columns hold (provenance, settings) is stated once in
 a footnote under the table: a value every row shares, or that the rows differ, pointing to the CSV."""
+
 import math
 from pathlib import Path
 
@@ -33,7 +34,9 @@ def footnote(df, shown, csv_name, floatfmt=".4g"):
             empty.append(f"`{col}`")
         elif len(distinct) == 1:
             gaps = len(df) - len(values)
-            same.append(f"`{col}` {_value(distinct[0], floatfmt)}" + (f" (empty in {gaps} of {len(df)} rows)" if gaps else ""))
+            same.append(
+                f"`{col}` {_value(distinct[0], floatfmt)}" + (f" (empty in {gaps} of {len(df)} rows)" if gaps else "")
+            )
         else:
             differ.append(f"`{col}` ({len(distinct)} values)")
     if not (same or differ or empty):
@@ -56,8 +59,10 @@ def write_table(df, csv_path, title, how, notes=(), floatfmt=".4g", after=(), co
     shown = list(df.columns if columns is None else columns)
     missing = [c for c in shown if c not in df.columns]
     if missing:
-        raise ValueError(f"{csv_path.name}: the markdown columns {missing} are not columns of the table "
-                         f"({', '.join(map(str, df.columns))})")
+        raise ValueError(
+            f"{csv_path.name}: the markdown columns {missing} are not columns of the table "
+            f"({', '.join(map(str, df.columns))})"
+        )
     with atomic_file(csv_path) as tmp:
         df.to_csv(tmp, index=False)
     lines = [f"# {title}", "", how, ""]

@@ -1,5 +1,6 @@
 """What the figure modules share: a headless matplotlib, whole-file PNG output, a figure that
 says why it has nothing to show, and the study's published figures to draw beside ours."""
+
 from pathlib import Path
 
 import matplotlib

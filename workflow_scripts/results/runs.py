@@ -1,13 +1,13 @@
 """One record per sweep point, read from the run's own outputs: what was measured, how, where,
 and from which code and settings. A point whose run failed, or that has no output, is kept, with
 why, so no table silently drops it."""
+
 import json
 from pathlib import Path
 
 import pandas as pd
 
 from ..interconnect.prediction import gradient_bytes
-
 
 # Settings that legitimately differ between the points of one sweep; everything else in a run's
 # arguments must be the same for its numbers to be comparable.
@@ -40,8 +40,12 @@ def outcome(point):
     ran_on = s.get("device_type") or ("cpu" if str(s.get("device", "")).lower().startswith("cpu") else "gpu")
     if point.get("gpu_request", "none") != "none" and ran_on != "gpu":
         # A CPU figure is never a GPU system's figure.
-        return {**row, "status": "invalid", "why": f"ran on the CPU ({s.get('device')}), but system "
-                                                   f"{point['system']} requests GPUs: not a GPU figure ({path})"}, None
+        return {
+            **row,
+            "status": "invalid",
+            "why": f"ran on the CPU ({s.get('device')}), but system "
+            f"{point['system']} requests GPUs: not a GPU figure ({path})",
+        }, None
     return {**row, "status": "ok", "why": ""}, s
 
 
@@ -50,11 +54,17 @@ def provenance(summary):
     nodes, first = _node_facts(summary)
     prov = summary.get("provenance", {})
     framework = summary.get("framework", "")
-    return {"device": _device(first), "driver": first.get("driver", ""), "cuda_driver": first.get("cuda_driver", ""),
-            "node_names": " ".join(sorted(nodes)), "slurm_job": summary["launch"].get("job_id", ""),
-            "framework_version": summary["versions"].get(VERSION_KEY.get(framework, framework), ""),
-            "settings_hash": prov.get("settings_hash", ""), "git_commit": prov.get("code", {}).get("commit", "")[:12],
-            "_args": {k: v for k, v in summary["args"].items() if k not in PER_POINT}}
+    return {
+        "device": _device(first),
+        "driver": first.get("driver", ""),
+        "cuda_driver": first.get("cuda_driver", ""),
+        "node_names": " ".join(sorted(nodes)),
+        "slurm_job": summary["launch"].get("job_id", ""),
+        "framework_version": summary["versions"].get(VERSION_KEY.get(framework, framework), ""),
+        "settings_hash": prov.get("settings_hash", ""),
+        "git_commit": prov.get("code", {}).get("commit", "")[:12],
+        "_args": {k: v for k, v in summary["args"].items() if k not in PER_POINT},
+    }
 
 
 def record(point):
@@ -65,19 +75,58 @@ def record(point):
     args = s["args"]
     grad_bytes, grad_from = gradient_bytes(s, point["framework"], point["precision"])
     return {
-        **row, "nodes": s["num_nodes"], "batch_per_gpu": args["batch_per_gpu"], "global_batch": s["global_batch"],
-        "images_per_s": s["images_per_s"], "step_cv": s["step_images_per_s_cv"], "stable": s["stable"],
-        "warmup_steps": s["warmup_steps"], "timed_steps": s["timed_steps"], "mode": args["mode"],
-        "epochs": args["epochs"] if args["mode"] == "epochs" else None, "data_source": args["data_source"],
-        "image_size": args["image_size"], "gradient_bytes": grad_bytes, "gradient_bytes_from": grad_from,
+        **row,
+        "nodes": s["num_nodes"],
+        "batch_per_gpu": args["batch_per_gpu"],
+        "global_batch": s["global_batch"],
+        "images_per_s": s["images_per_s"],
+        "step_cv": s["step_images_per_s_cv"],
+        "stable": s["stable"],
+        "warmup_steps": s["warmup_steps"],
+        "timed_steps": s["timed_steps"],
+        "mode": args["mode"],
+        "epochs": args["epochs"] if args["mode"] == "epochs" else None,
+        "data_source": args["data_source"],
+        "image_size": args["image_size"],
+        "gradient_bytes": grad_bytes,
+        "gradient_bytes_from": grad_from,
         **provenance(s),
     }
 
 
-COLUMNS = ["system", "framework", "precision", "gpus", "input", "nodes", "status", "why", "run_dir", "batch_per_gpu",
-           "global_batch", "images_per_s", "step_cv", "stable", "warmup_steps", "timed_steps", "mode", "epochs",
-           "data_source", "image_size", "device", "driver", "cuda_driver", "node_names", "slurm_job",
-           "framework_version", "settings_hash", "git_commit", "gradient_bytes", "gradient_bytes_from", "_args"]
+COLUMNS = [
+    "system",
+    "framework",
+    "precision",
+    "gpus",
+    "input",
+    "nodes",
+    "status",
+    "why",
+    "run_dir",
+    "batch_per_gpu",
+    "global_batch",
+    "images_per_s",
+    "step_cv",
+    "stable",
+    "warmup_steps",
+    "timed_steps",
+    "mode",
+    "epochs",
+    "data_source",
+    "image_size",
+    "device",
+    "driver",
+    "cuda_driver",
+    "node_names",
+    "slurm_job",
+    "framework_version",
+    "settings_hash",
+    "git_commit",
+    "gradient_bytes",
+    "gradient_bytes_from",
+    "_args",
+]
 
 
 def load(points):
@@ -104,10 +153,15 @@ def mixed_settings(runs):
     for _, g in ok.groupby("framework"):
         differing |= set(_differing(list(g._args)))
     if differing:
-        notes.append("runs were made with different settings, so their figures are not directly comparable: "
-                     + ", ".join(f"{k} ({', '.join(sorted({json.dumps(a.get(k)) for a in ok._args}))})"
-                                 for k in sorted(differing)))
+        notes.append(
+            "runs were made with different settings, so their figures are not directly comparable: "
+            + ", ".join(
+                f"{k} ({', '.join(sorted({json.dumps(a.get(k)) for a in ok._args}))})" for k in sorted(differing)
+            )
+        )
     if ok.git_commit.nunique() > 1:
-        notes.append(f"runs come from {ok.git_commit.nunique()} different code versions: "
-                     + ", ".join(sorted(ok.git_commit.unique())))
+        notes.append(
+            f"runs come from {ok.git_commit.nunique()} different code versions: "
+            + ", ".join(sorted(ok.git_commit.unique()))
+        )
     return notes

@@ -5,6 +5,7 @@
 writes time_to_accuracy.csv and .md from the runs' summaries (mode accuracy, train/harness.py's
 LongTest). A run that failed, or has no output, is listed with why.
 """
+
 import argparse
 import json
 from pathlib import Path
@@ -14,23 +15,71 @@ import pandas as pd
 from . import runs as run_records
 from .output import write_table
 
-COLUMNS = ["system", "framework", "precision", "gpus", "nodes", "status", "why", "result", "target_top1", "reached",
-           "epoch_reached", "time_to_target_s", "epochs_run", "epochs_planned", "final_top1", "final_top5",
-           "best_top1", "train_s", "eval_s", "elapsed_s", "train_images_per_s", "val_images", "batch_per_gpu",
-           "global_batch", "lr", "warmup_epochs", "milestones", "decay", "eval_every", "image_size", "device",
-           "driver", "cuda_driver", "node_names", "slurm_job", "framework_version", "settings_hash", "git_commit",
-           "run_dir"]
-SHOWN = ["system", "framework", "precision", "gpus", "status", "reached", "epoch_reached", "time_to_target_s",
-         "final_top1", "final_top5", "train_images_per_s"]  # the markdown copy's; the CSV has COLUMNS
+COLUMNS = [
+    "system",
+    "framework",
+    "precision",
+    "gpus",
+    "nodes",
+    "status",
+    "why",
+    "result",
+    "target_top1",
+    "reached",
+    "epoch_reached",
+    "time_to_target_s",
+    "epochs_run",
+    "epochs_planned",
+    "final_top1",
+    "final_top5",
+    "best_top1",
+    "train_s",
+    "eval_s",
+    "elapsed_s",
+    "train_images_per_s",
+    "val_images",
+    "batch_per_gpu",
+    "global_batch",
+    "lr",
+    "warmup_epochs",
+    "milestones",
+    "decay",
+    "eval_every",
+    "image_size",
+    "device",
+    "driver",
+    "cuda_driver",
+    "node_names",
+    "slurm_job",
+    "framework_version",
+    "settings_hash",
+    "git_commit",
+    "run_dir",
+]
+SHOWN = [
+    "system",
+    "framework",
+    "precision",
+    "gpus",
+    "status",
+    "reached",
+    "epoch_reached",
+    "time_to_target_s",
+    "final_top1",
+    "final_top5",
+    "train_images_per_s",
+]  # the markdown copy's; the CSV has COLUMNS
 
-HOW = ("One row per long-test run (training.accuracy). top-1 / top-5 in percent over the whole val split, each image "
-       "scored exactly once (each rank its share, the counts summed), after every eval_every epochs and the last. "
-       "time_to_target_s = wall time from the first training step to the end of the first evaluation with top-1 >= "
-       "target_top1: training and evaluation, nothing excluded (no warm-up steps are left out, unlike the throughput "
-       "tables), as time-to-train; empty where the target was not reached. train_s + eval_s = elapsed_s, the whole "
-       "run (which stops at that evaluation). train_images_per_s = images trained / train_s. final_* = the last "
-       "evaluation. lr = the schedule's starting rate (training.lr scaled to the global batch), multiplied by decay "
-       "at each milestone epoch.")
+HOW = (
+    "One row per long-test run (training.accuracy). top-1 / top-5 in percent over the whole val split, each image "
+    "scored exactly once (each rank its share, the counts summed), after every eval_every epochs and the last. "
+    "time_to_target_s = wall time from the first training step to the end of the first evaluation with top-1 >= "
+    "target_top1: training and evaluation, nothing excluded (no warm-up steps are left out, unlike the throughput "
+    "tables), as time-to-train; empty where the target was not reached. train_s + eval_s = elapsed_s, the whole "
+    "run (which stops at that evaluation). train_images_per_s = images trained / train_s. final_* = the last "
+    "evaluation. lr = the schedule's starting rate (training.lr scaled to the global batch), multiplied by decay "
+    "at each milestone epoch."
+)
 
 
 def record(point):
@@ -39,17 +88,45 @@ def record(point):
         return row
     lt, args = s.get("long_test"), s["args"]
     if lt is None:
-        return {**row, "status": "invalid", "why": f"{point['run_dir']}/summary.json is not a long-test run "
-                                                   f"(mode {args.get('mode')})"}
+        return {
+            **row,
+            "status": "invalid",
+            "why": f"{point['run_dir']}/summary.json is not a long-test run (mode {args.get('mode')})",
+        }
     sched = lt["schedule"]
-    return {**row, "nodes": s["num_nodes"], "result": lt["result"],
-            **{k: lt[k] for k in ("target_top1", "reached", "epoch_reached", "time_to_target_s", "epochs_run",
-                                  "epochs_planned", "final_top1", "final_top5", "best_top1", "train_s", "eval_s",
-                                  "elapsed_s", "val_images")},
-            "train_images_per_s": s["images_timed"] / lt["train_s"], "batch_per_gpu": args["batch_per_gpu"],
-            "global_batch": s["global_batch"], "lr": sched["lr"], "warmup_epochs": sched["warmup_epochs"],
-            "milestones": " ".join(f"{m:g}" for m in sched["milestones"]), "decay": sched["decay"],
-            "eval_every": sched["eval_every"], "image_size": args["image_size"], **run_records.provenance(s)}
+    return {
+        **row,
+        "nodes": s["num_nodes"],
+        "result": lt["result"],
+        **{
+            k: lt[k]
+            for k in (
+                "target_top1",
+                "reached",
+                "epoch_reached",
+                "time_to_target_s",
+                "epochs_run",
+                "epochs_planned",
+                "final_top1",
+                "final_top5",
+                "best_top1",
+                "train_s",
+                "eval_s",
+                "elapsed_s",
+                "val_images",
+            )
+        },
+        "train_images_per_s": s["images_timed"] / lt["train_s"],
+        "batch_per_gpu": args["batch_per_gpu"],
+        "global_batch": s["global_batch"],
+        "lr": sched["lr"],
+        "warmup_epochs": sched["warmup_epochs"],
+        "milestones": " ".join(f"{m:g}" for m in sched["milestones"]),
+        "decay": sched["decay"],
+        "eval_every": sched["eval_every"],
+        "image_size": args["image_size"],
+        **run_records.provenance(s),
+    }
 
 
 def table(points):
@@ -64,12 +141,16 @@ def main():
     a = ap.parse_args()
     points = json.loads(a.points)
     rows = table(points)
-    notes = (run_records.mixed_settings(rows) if len(rows) else
-             ["no long test in this config: set training.accuracy.gpus"])
-    notes += [f"{r.system}/accuracy/{r.framework}_{r.precision}_{r.gpus}gpu {r.status}: {r.why}"
-              for r in rows[rows.status != "ok"].itertuples()]
-    write_table(rows[COLUMNS], Path(a.out), "Time to accuracy: seed 002's long test (Fig. 35-40)", HOW, notes,
-                columns=SHOWN)
+    notes = (
+        run_records.mixed_settings(rows) if len(rows) else ["no long test in this config: set training.accuracy.gpus"]
+    )
+    notes += [
+        f"{r.system}/accuracy/{r.framework}_{r.precision}_{r.gpus}gpu {r.status}: {r.why}"
+        for r in rows[rows.status != "ok"].itertuples()
+    ]
+    write_table(
+        rows[COLUMNS], Path(a.out), "Time to accuracy: seed 002's long test (Fig. 35-40)", HOW, notes, columns=SHOWN
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ fig2_scaling, fig4_6_system_comparison, fig5_fp16_vs_fp32, fig_input_paths, fig7
 fig8_network. A figure
 with nothing to show in this sweep says so, and what to add to the config.
 """
+
 import argparse
 from pathlib import Path
 
@@ -76,8 +77,11 @@ def fp16_vs_fp32(table, path):
 def input_paths(table, path):
     title = "Input paths vs synthetic data"
     if table.input.nunique() < 2:
-        return empty_figure(path, title, "this sweep has one input path:\nlist several in training.inputs, "
-                                         "e.g. [auto, cpu, gpu, synthetic]")
+        return empty_figure(
+            path,
+            title,
+            "this sweep has one input path:\nlist several in training.inputs, e.g. [auto, cpu, gpu, synthetic]",
+        )
     groups = table.groupby(["system", "precision"])
     fig, axes = plt.subplots(1, groups.ngroups, figsize=(7 * groups.ngroups, 4.5), squeeze=False)
     for ax, ((system, prec), g) in zip(axes[0], groups):
@@ -104,8 +108,13 @@ def _series(runs, table, metrics, path, title, ylabel):
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False, sharey=True)
     for ax, r in zip(axes.flat, runs.itertuples()):
         ax.set_title(f"{r.system}/{Path(r.run_dir).name}", fontsize=9)
-        mine = chosen[(chosen.system == r.system) & (chosen.framework == r.framework) & (chosen.precision == r.precision)
-                      & (chosen.gpus == r.gpus) & (chosen.input == r.input)]
+        mine = chosen[
+            (chosen.system == r.system)
+            & (chosen.framework == r.framework)
+            & (chosen.precision == r.precision)
+            & (chosen.gpus == r.gpus)
+            & (chosen.input == r.input)
+        ]
         if mine.empty:
             continue
         node = sorted(mine.node.unique())[0]
@@ -116,7 +125,7 @@ def _series(runs, table, metrics, path, title, ylabel):
             ax.plot(s.time_s, s.value, label=f"{node} {device} {metric}", lw=1)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    for ax in axes.flat[len(runs):]:
+    for ax in axes.flat[len(runs) :]:
         ax.set_axis_off()
     fig.suptitle(title)
     fig.supxlabel("seconds since the run started")
@@ -135,10 +144,22 @@ def main():
     fp16_vs_fp32(pd.read_csv(t / "fp16_vs_fp32.csv"), out / "fig5_fp16_vs_fp32.png")
     input_paths(pd.read_csv(t / "input_paths.csv"), out / "fig_input_paths.png")
     runs = pd.read_csv(t / "training_throughput.csv")
-    _series(runs, pd.read_csv(t / "storage_throughput.csv"), ["read_MBps"], out / "fig7_storage.png",
-            "Fig. 7: storage read throughput during training", "read MB/s")
-    _series(runs, pd.read_csv(t / "network_throughput.csv"), ["send_MBps", "recv_MBps"], out / "fig8_network.png",
-            "Fig. 8: network throughput during training (one node)", "MB/s")
+    _series(
+        runs,
+        pd.read_csv(t / "storage_throughput.csv"),
+        ["read_MBps"],
+        out / "fig7_storage.png",
+        "Fig. 7: storage read throughput during training",
+        "read MB/s",
+    )
+    _series(
+        runs,
+        pd.read_csv(t / "network_throughput.csv"),
+        ["send_MBps", "recv_MBps"],
+        out / "fig8_network.png",
+        "Fig. 8: network throughput during training (one node)",
+        "MB/s",
+    )
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ One pipeline per rank, prefetching `depth` batches with `threads` CPU threads:
 Labels are the LMDB's int32 labels, cast to int64, on the training device. The pipeline's seed
 (the reader's shuffle, the crops, the flips) is derived per rank by the caller.
 """
+
 import statistics
 import time
 
@@ -73,8 +74,15 @@ CROP_ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 times
 
 def read(path, shard=0, shards=1, shuffle=True):
     """(encoded JPEGs, int32 labels) of one shard of a Caffe2 LMDB, `path` being train/ or val/."""
-    jpegs, labels = fn.readers.caffe2(path=str(path), shard_id=shard, num_shards=shards, random_shuffle=shuffle,
-                                      initial_fill=SHUFFLE_BUFFER, pad_last_batch=True, name=READER)
+    jpegs, labels = fn.readers.caffe2(
+        path=str(path),
+        shard_id=shard,
+        num_shards=shards,
+        random_shuffle=shuffle,
+        initial_fill=SHUFFLE_BUFFER,
+        pad_last_batch=True,
+        name=READER,
+    )
     return jpegs, labels
 
 
@@ -82,18 +90,30 @@ def decode_crop(jpegs, device, hw_decoder_load=None):
     """The RandomResizedCrop region of each JPEG, decoded to RGB (HWC uint8). device: 'mixed'
     (GPU) or 'cpu'; hw_decoder_load None: DALI's own share for the hardware decoder."""
     extra = {"hw_decoder_load": hw_decoder_load} if device == "mixed" and hw_decoder_load is not None else {}
-    return fn.decoders.image_random_crop(jpegs, device=device, output_type=types.RGB, adjust_orientation=False,
-                                         random_area=list(SCALE), random_aspect_ratio=list(RATIO),
-                                         num_attempts=CROP_ATTEMPTS, **extra)
+    return fn.decoders.image_random_crop(
+        jpegs,
+        device=device,
+        output_type=types.RGB,
+        adjust_orientation=False,
+        random_area=list(SCALE),
+        random_aspect_ratio=list(RATIO),
+        num_attempts=CROP_ATTEMPTS,
+        **extra,
+    )
 
 
 def finish(images, size, mirror, channels_last=False):
     """Resize to size x size (antialiased bilinear), flip where `mirror` is 1, normalize ->
     float32 CHW (HWC if channels_last)."""
-    images = fn.resize(images, size=[size, size], interp_type=types.INTERP_LINEAR, antialias=True,
-                       dtype=types.FLOAT)
-    return fn.crop_mirror_normalize(images, mirror=mirror, mean=[255 * m for m in MEAN], std=[255 * s for s in STD],
-                                    dtype=types.FLOAT, output_layout="HWC" if channels_last else "CHW")
+    images = fn.resize(images, size=[size, size], interp_type=types.INTERP_LINEAR, antialias=True, dtype=types.FLOAT)
+    return fn.crop_mirror_normalize(
+        images,
+        mirror=mirror,
+        mean=[255 * m for m in MEAN],
+        std=[255 * s for s in STD],
+        dtype=types.FLOAT,
+        output_layout="HWC" if channels_last else "CHW",
+    )
 
 
 @pipeline_def
@@ -126,26 +146,60 @@ class DALIBatches:
     DALI's output buffers, handed over without a copy and ordered on the caller's current CUDA
     stream."""
 
-    def __init__(self, path, device, size, batch, seed, rank=0, world_size=1, channels_last=False, depth=2,
-                 threads=4, hw_decoder_load=None, shuffle=True, decoder="cpu", pinned_mb=0, device_mb=0):
+    def __init__(
+        self,
+        path,
+        device,
+        size,
+        batch,
+        seed,
+        rank=0,
+        world_size=1,
+        channels_last=False,
+        depth=2,
+        threads=4,
+        hw_decoder_load=None,
+        shuffle=True,
+        decoder="cpu",
+        pinned_mb=0,
+        device_mb=0,
+    ):
         self.device = torch.device(device)
         gpu = self.device.type == "cuda"
         self.channels_last = channels_last
         if decoder not in DECODERS:
             raise ValueError(f"decoder {decoder!r}: one of {', '.join(DECODERS)}")
         mixed = gpu and decoder == "mixed"
-        self.config = {"decoder": "mixed" if mixed else "cpu", "threads": threads, "prefetch": depth,
-                       "hw_decoder_load": hw_decoder_load if mixed else None}
+        self.config = {
+            "decoder": "mixed" if mixed else "cpu",
+            "threads": threads,
+            "prefetch": depth,
+            "hw_decoder_load": hw_decoder_load if mixed else None,
+        }
         index = self.device.index if self.device.index is not None else (torch.cuda.current_device() if gpu else None)
         if gpu:
             preallocate(pinned_mb, device_mb, index)
             self.config.update(pinned_mb=pinned_mb, device_mb=device_mb)
-        self.pipe = training_pipeline(str(path), rank, world_size, size, channels_last, hw_decoder_load, gpu, shuffle,
-                                      decoder, batch_size=batch, num_threads=threads, device_id=index, seed=seed,
-                                      prefetch_queue_depth=depth)
+        self.pipe = training_pipeline(
+            str(path),
+            rank,
+            world_size,
+            size,
+            channels_last,
+            hw_decoder_load,
+            gpu,
+            shuffle,
+            decoder,
+            batch_size=batch,
+            num_threads=threads,
+            device_id=index,
+            seed=seed,
+            prefetch_queue_depth=depth,
+        )
         self.pipe.build()
-        self.it = DALIGenericIterator([self.pipe], ["x", "y"], reader_name=READER,
-                                      last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
+        self.it = DALIGenericIterator(
+            [self.pipe], ["x", "y"], reader_name=READER, last_batch_policy=LastBatchPolicy.DROP, auto_reset=True
+        )
         self.epochs, self.times = 0, []
 
     def __next__(self):
@@ -167,8 +221,12 @@ class DALIBatches:
     def stats(self, skip=0):
         """The pipeline's settings, and the mean seconds a next() call took after `skip` batches."""
         times = self.times[skip:]
-        return {**self.config, "batches": len(self.times), "epochs_completed": self.epochs,
-                **({"next_s": statistics.fmean(times)} if times else {})}
+        return {
+            **self.config,
+            "batches": len(self.times),
+            "epochs_completed": self.epochs,
+            **({"next_s": statistics.fmean(times)} if times else {}),
+        }
 
     def close(self):
         self.it = self.pipe = None

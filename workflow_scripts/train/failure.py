@@ -5,8 +5,10 @@ failed, with why, instead of leaving it out (train/job.py calls record(); also a
 
 summary.json then holds status "failed", the last lines of the log that look like the cause,
 and where the whole log is. A permanent failure (permanent(): a build that cannot run on the
-GPU) is recorded on the attempt that met it, whatever attempts are left: another would fail alike. Delete the run directory (or use --forcerun) to run it again.
+GPU) is recorded on the attempt that met it, whatever attempts are left: another would fail alike. Delete the
+run directory (or use --forcerun) to run it again.
 """
+
 import argparse
 import re
 from pathlib import Path
@@ -31,17 +33,24 @@ def permanent(log_text):
     (kernel_check's, with the GPU, the build and the fix), else a CUDA message of the same causes
     from a kernel that failed after that check."""
     lines = [ln.strip() for ln in log_text.splitlines()]
-    return (next((ln for ln in lines if PERMANENT_TAG in ln), None)
-            or next((ln for ln in lines if classify(ln)), None))
+    return next((ln for ln in lines if PERMANENT_TAG in ln), None) or next((ln for ln in lines if classify(ln)), None)
 
 
 def record(run_dir, log, attempts, exit_code, permanent_cause=None):
     log = Path(log)
     text = log.read_text(errors="replace") if log.exists() else ""
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    write_json(Path(run_dir) / "summary.json", {
-        "status": "failed", "reason": permanent_cause[:1200] if permanent_cause else reason(text),
-        "exit_code": exit_code, "attempts": attempts, "permanent": permanent_cause is not None, "log": str(log)})
+    write_json(
+        Path(run_dir) / "summary.json",
+        {
+            "status": "failed",
+            "reason": permanent_cause[:1200] if permanent_cause else reason(text),
+            "exit_code": exit_code,
+            "attempts": attempts,
+            "permanent": permanent_cause is not None,
+            "log": str(log),
+        },
+    )
 
 
 def main():

@@ -22,6 +22,7 @@ decoding asks for RGB anyway, so a 1-channel JPEG would still come out with 3 ch
 The same functions run on CPU tensors (decode_jpeg on the CPU), which is how the tests compare
 this path with the CPU loader's preprocessing.
 """
+
 import collections
 import contextlib
 import itertools
@@ -64,7 +65,7 @@ def collate_raw(items):
     flat = torch.empty(sum(sizes), dtype=torch.uint8)
     view, pos = flat.numpy(), 0
     for (jpeg, _), n in zip(items, sizes):
-        view[pos:pos + n] = np.frombuffer(jpeg, dtype=np.uint8)
+        view[pos : pos + n] = np.frombuffer(jpeg, dtype=np.uint8)
         pos += n
     return flat, torch.tensor(sizes, dtype=torch.int64), torch.tensor([y for _, y in items], dtype=torch.int64)
 
@@ -108,8 +109,10 @@ class NvImgCodec:
         try:
             from nvidia import nvimgcodec
         except ImportError as exc:
-            raise RuntimeError("training.pytorch.jpeg_decoder is nvimgcodec, but nvImageCodec is not installed "
-                               "(pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg)") from exc
+            raise RuntimeError(
+                "training.pytorch.jpeg_decoder is nvimgcodec, but nvImageCodec is not installed "
+                "(pip install nvidia-nvimgcodec-cu13 nvidia-nvjpeg)"
+            ) from exc
         self.nv, self.device = nvimgcodec, torch.device(device)
         cuda = self.device.type == "cuda"
         kinds = (nvimgcodec.HW_GPU_ONLY, nvimgcodec.GPU_ONLY) if cuda else (nvimgcodec.CPU_ONLY,)
@@ -118,8 +121,11 @@ class NvImgCodec:
         else:
             index = self.device.index if self.device.index is not None else torch.cuda.current_device()
         self.decoder = nvimgcodec.Decoder(device_id=index, backends=[nvimgcodec.Backend(k) for k in kinds])
-        self.params = nvimgcodec.DecodeParams(color_spec=nvimgcodec.ColorSpec.SRGB, apply_exif_orientation=False,
-                                              sample_format=nvimgcodec.SampleFormat.P_RGB)
+        self.params = nvimgcodec.DecodeParams(
+            color_spec=nvimgcodec.ColorSpec.SRGB,
+            apply_exif_orientation=False,
+            sample_format=nvimgcodec.SampleFormat.P_RGB,
+        )
         # Decoded buffers belong to nvImageCodec; the last batches' stay referenced until the
         # lane's stream has certainly moved past the kernels that read them.
         self.kept = collections.deque(maxlen=keep)
@@ -195,8 +201,13 @@ def _resize_batched(images, boxes, flips, size):
 
 def _resize_one(image, box, flip, size):
     t, l, h, w = box
-    x = F.interpolate(image[:, t:t + h, l:l + w].unsqueeze(0).float(), size=(size, size), mode="bilinear",
-                      align_corners=False, antialias=True)
+    x = F.interpolate(
+        image[:, t : t + h, l : l + w].unsqueeze(0).float(),
+        size=(size, size),
+        mode="bilinear",
+        align_corners=False,
+        antialias=True,
+    )
     return x.flip(-1) if flip else x
 
 
@@ -212,14 +223,19 @@ def augment(images, boxes, flips, size, channels_last=False, dtype=torch.float32
         x = torch.empty((len(images), 3, size, size), device=device)
         if small:
             x[torch.tensor(small, device=device)] = _resize_batched(
-                [images[i] for i in small], [boxes[i] for i in small], [flips[i] for i in small], size).float()
+                [images[i] for i in small], [boxes[i] for i in small], [flips[i] for i in small], size
+            ).float()
         for i in sorted(set(range(len(images))) - set(small)):
             x[i] = _resize_one(images[i], boxes[i], flips[i], size)[0]
     # (x / 255 - mean) / std as one multiply-add, written straight into the output layout.
     scale = torch.tensor([1 / (255 * s) for s in STD], device=device).view(1, 3, 1, 1)
     shift = torch.tensor([-m / s for m, s in zip(MEAN, STD)], device=device).view(1, 3, 1, 1)
-    out = torch.empty(x.shape, dtype=dtype, device=device,
-                      memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    out = torch.empty(
+        x.shape,
+        dtype=dtype,
+        device=device,
+        memory_format=torch.channels_last if channels_last else torch.contiguous_format,
+    )
     return torch.addcmul(shift, x, scale, out=out)
 
 
@@ -257,8 +273,9 @@ class GPUBatches:
         self.times = [[] for _ in range(n)]  # per lane: (fetch, decode, augment launch) seconds per batch
         self.turn = 0
         self.threads = [threading.Thread(target=self._deal, name="gpu-input-dealer", daemon=True)]
-        self.threads += [threading.Thread(target=self._lane, args=(k,), name=f"gpu-input-{k}", daemon=True)
-                         for k in range(n)]
+        self.threads += [
+            threading.Thread(target=self._lane, args=(k,), name=f"gpu-input-{k}", daemon=True) for k in range(n)
+        ]
         for t in self.threads:
             t.start()
 
@@ -313,9 +330,10 @@ class GPUBatches:
         times = [t for lane in self.times for t in lane[per_lane:]]
         if not times:
             return {}
-        return {name: sum(t[k] for t in times) / len(times)
-                for k, name in enumerate(("fetch_s", "decode_s", "augment_launch_s"))} | {
-                    "batches": len(times), "lanes": len(self.times)}
+        return {
+            name: sum(t[k] for t in times) / len(times)
+            for k, name in enumerate(("fetch_s", "decode_s", "augment_launch_s"))
+        } | {"batches": len(times), "lanes": len(self.times)}
 
     def _put(self, box, item):
         while not self.stop.is_set():

@@ -16,6 +16,7 @@ A run directory holds:
                            the gradients one step all-reduces
   weights.*                the final weights (framework format)
 """
+
 import argparse
 import gzip
 import hashlib
@@ -30,10 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common import comm_env, cpus, metrics
+from ..common import comm_env, cpus, kernel_check, metrics, provenance
 from ..common.atomic import write_json
 from ..common.errors import StageError
-from ..common import kernel_check, provenance
 from ..common.launch import detect
 from ..common.telemetry import Telemetry
 from ..data import verify
@@ -47,33 +47,53 @@ def arg_parser(description):
     ap.add_argument("--batch-per-gpu", type=int, required=True, help="per rank (per GPU, or per CPU process)")
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--classes", type=int, default=0, help="synthetic data: number of classes (default 1000)")
-    ap.add_argument("--mode", choices=("steps", "epochs", "accuracy"), default="steps",
-                    help="steps: the short test (warm-up + timed steps); epochs: passes over the data; accuracy: "
-                         "seed 002's long test (epochs with a step LR schedule, top-1/top-5 after each, time to "
-                         "--target-top1)")
+    ap.add_argument(
+        "--mode",
+        choices=("steps", "epochs", "accuracy"),
+        default="steps",
+        help="steps: the short test (warm-up + timed steps); epochs: passes over the data; accuracy: "
+        "seed 002's long test (epochs with a step LR schedule, top-1/top-5 after each, time to "
+        "--target-top1)",
+    )
     ap.add_argument("--warmup-steps", type=int, default=10)
     ap.add_argument("--steps", type=int, default=100, help="timed steps, mode=steps")
     ap.add_argument("--epochs", type=float, default=1.0, help="mode=epochs; mode=accuracy: at most this many (whole)")
     g = ap.add_argument_group("mode accuracy (config training.accuracy)")
-    g.add_argument("--warmup-epochs", type=float, default=0.0,
-                   help="the LR rises linearly from lr/steps to lr over these epochs")
-    g.add_argument("--milestones", type=float, nargs="*", default=[],
-                   help="epochs at which the LR is multiplied by --decay (seed 002: 10 60 of 90)")
+    g.add_argument(
+        "--warmup-epochs", type=float, default=0.0, help="the LR rises linearly from lr/steps to lr over these epochs"
+    )
+    g.add_argument(
+        "--milestones",
+        type=float,
+        nargs="*",
+        default=[],
+        help="epochs at which the LR is multiplied by --decay (seed 002: 10 60 of 90)",
+    )
     g.add_argument("--decay", type=float, default=0.1)
     g.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (and after the last)")
-    g.add_argument("--target-top1", type=float, default=None,
-                   help="top-1 in percent: stop after the first evaluation that reaches it (unset: run every epoch)")
+    g.add_argument(
+        "--target-top1",
+        type=float,
+        default=None,
+        help="top-1 in percent: stop after the first evaluation that reaches it (unset: run every epoch)",
+    )
     ap.add_argument("--lr", type=float, default=0.1, help="learning rate per 256 images (scaled linearly)")
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--weight-decay", type=float, default=1e-4)
     ap.add_argument("--decode-threads", type=int, default=0, help="0: the framework's rule (see module)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--telemetry-interval", type=float, default=1.0, help="seconds; 0 disables")
-    ap.add_argument("--require-gpu", action="store_true",
-                    help="the run's system requests GPUs: fail before training unless every task has one "
-                         "(and, with several, the GPU all-reduce: NCCL)")
-    ap.add_argument("--env-key", default="",
-                    help="the config key that chose this interpreter (named in the messages), e.g. envs_gpu.tensorflow")
+    ap.add_argument(
+        "--require-gpu",
+        action="store_true",
+        help="the run's system requests GPUs: fail before training unless every task has one "
+        "(and, with several, the GPU all-reduce: NCCL)",
+    )
+    ap.add_argument(
+        "--env-key",
+        default="",
+        help="the config key that chose this interpreter (named in the messages), e.g. envs_gpu.tensorflow",
+    )
     ap.add_argument("--out", required=True, help="run directory")
     return ap
 
@@ -90,12 +110,16 @@ def gpu_problem(launch, where, key, seen, cuda_build, nccl):
     if not cuda_build:
         return f"{where} is a CPU build, but the system requests GPUs: it would train on the CPU", setup
     if seen < launch.local_size:
-        return (f"{where} sees {seen} GPU(s) on {launch.hostname} for {launch.local_size} task(s), but the system "
-                f"requests GPUs (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})",
-                f"check systems.<name>.gpu_request and gpu_type, and the node's driver; or {setup}")
+        return (
+            f"{where} sees {seen} GPU(s) on {launch.hostname} for {launch.local_size} task(s), but the system "
+            f"requests GPUs (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})",
+            f"check systems.<name>.gpu_request and gpu_type, and the node's driver; or {setup}",
+        )
     if nccl is not None and not nccl[0]:
-        return (f"{where}: {nccl[1]}, but the system requests GPUs: its gradients would not be all-reduced on "
-                f"the GPUs", setup)
+        return (
+            f"{where}: {nccl[1]}, but the system requests GPUs: its gradients would not be all-reduced on the GPUs",
+            setup,
+        )
     return None
 
 
@@ -123,8 +147,12 @@ def weights_digest(arrays):
 def gradients(elements, element_bytes, dtype):
     """What one step all-reduces, for the summary: the trainable parameters' gradients as the
     framework sends them. The interconnect stage predicts the step's communication from it."""
-    return {"elements": int(elements), "element_bytes": int(element_bytes),
-            "bytes": int(elements) * int(element_bytes), "dtype": str(dtype)}
+    return {
+        "elements": int(elements),
+        "element_bytes": int(element_bytes),
+        "bytes": int(elements) * int(element_bytes),
+        "dtype": str(dtype),
+    }
 
 
 class Run:
@@ -142,8 +170,9 @@ class Run:
         if args.mode == "accuracy" and args.data_source != "real":
             raise StageError("mode accuracy needs the dataset's val split: --data-source real")
         if args.mode == "accuracy" and (args.epochs != int(args.epochs) or args.epochs < 1):
-            raise StageError(f"mode accuracy runs whole epochs: --epochs {args.epochs} "
-                             f"(config training.accuracy.epochs)")
+            raise StageError(
+                f"mode accuracy runs whole epochs: --epochs {args.epochs} (config training.accuracy.epochs)"
+            )
         self.global_batch = args.batch_per_gpu * self.launch.world_size
         # The long test excludes nothing from its time, as time-to-train does: no warm-up steps.
         warmup = 0 if args.mode == "accuracy" else args.warmup_steps
@@ -155,8 +184,9 @@ class Run:
             write_json(self.dir / f"provenance.{self.node}.json", provenance.node_facts())
         if self.launch.local_rank == 0 and args.telemetry_interval > 0:
             # Synthetic runs watch the dataset's device too: it should show no reads.
-            self.telemetry = Telemetry(self.dir / f"telemetry.{self.node}.csv", args.data or None,
-                                       args.telemetry_interval)
+            self.telemetry = Telemetry(
+                self.dir / f"telemetry.{self.node}.csv", args.data or None, args.telemetry_interval
+            )
             self.telemetry.start()
 
     def check_kernel(self, kernel, gpu, build):
@@ -164,10 +194,16 @@ class Run:
         a build without code for the GPU stops here with a permanent error (kernel_check). gpu:
         (name, compute capability); build: the framework's version and the CUDA it was built for.
         The summary records the kernel's time, which includes loading or JIT-compiling its code."""
-        seconds = kernel_check.first_kernel(kernel, kernel_check.NAMES[self.framework], gpu, build,
-                                            self.args.env_key, self.node)
-        self.first_kernel = {"gpu": gpu[0], "arch": kernel_check.sm(gpu[1]), "build": build, "seconds": seconds,
-                             "cuda_jit_cache": {k: os.environ.get(k) for k in ("CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE")}}
+        seconds = kernel_check.first_kernel(
+            kernel, kernel_check.NAMES[self.framework], gpu, build, self.args.env_key, self.node
+        )
+        self.first_kernel = {
+            "gpu": gpu[0],
+            "arch": kernel_check.sm(gpu[1]),
+            "build": build,
+            "seconds": seconds,
+            "cuda_jit_cache": {k: os.environ.get(k) for k in ("CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE")},
+        }
 
     @property
     def node(self):
@@ -186,8 +222,10 @@ class Run:
             raise StageError("mode epochs needs real data: a synthetic run has no epoch (use mode steps)")
         steps = math.ceil(self.args.epochs * train_images / self.global_batch)
         if steps <= self.args.warmup_steps:
-            raise StageError(f"{self.args.epochs} epoch(s) of {train_images} images at global batch "
-                             f"{self.global_batch} is {steps} steps, not more than the {self.args.warmup_steps} warm-up steps")
+            raise StageError(
+                f"{self.args.epochs} epoch(s) of {train_images} images at global batch "
+                f"{self.global_batch} is {steps} steps, not more than the {self.args.warmup_steps} warm-up steps"
+            )
         return steps
 
     def record_threads(self, **counts):
@@ -200,9 +238,16 @@ class Run:
         self._write_rank()
 
     def _write_rank(self):
-        write_json(self.dir / f"rank{self.launch.rank}.json",
-                   {"rank": self.launch.rank, "node": self.node, "launch": self.launch.as_dict(),
-                    "cpus": self.cpus.describe(**self.threads), "weights_sha256": self.digests})
+        write_json(
+            self.dir / f"rank{self.launch.rank}.json",
+            {
+                "rank": self.launch.rank,
+                "node": self.node,
+                "launch": self.launch.as_dict(),
+                "cpus": self.cpus.describe(**self.threads),
+                "weights_sha256": self.digests,
+            },
+        )
 
     def finish(self, extra=None):
         if self.telemetry:
@@ -234,9 +279,14 @@ class Run:
             "telemetry_origin_s": self.telemetry.origin if self.telemetry else None,
             # rank 0's first op on its GPU (None without one): a JIT compile of the build's PTX shows here
             "first_kernel": self.first_kernel,
-            "provenance": {"nodes": {p.stem.split(".", 1)[1]: json.loads(p.read_text())
-                                     for p in sorted(self.dir.glob("provenance.*.json"))},
-                           "code": provenance.code_version(), "settings_hash": provenance.settings_hash(settings)},
+            "provenance": {
+                "nodes": {
+                    p.stem.split(".", 1)[1]: json.loads(p.read_text())
+                    for p in sorted(self.dir.glob("provenance.*.json"))
+                },
+                "code": provenance.code_version(),
+                "settings_hash": provenance.settings_hash(settings),
+            },
             **(extra or {}),
         }
         write_json(self.dir / "summary.json", summary)
@@ -245,9 +295,11 @@ class Run:
 
 # Seed 002's long test ---------------------------------------------------------------------------
 
-TIMING_NOTE = ("elapsed_s counts everything from the first training step on: every step (the first ones, with "
-               "their compilation and input start-up, included: no warm-up is excluded), every evaluation and "
-               "the writing of its records, as time-to-train does; train_s + eval_s of the epochs add up to it")
+TIMING_NOTE = (
+    "elapsed_s counts everything from the first training step on: every step (the first ones, with "
+    "their compilation and input start-up, included: no warm-up is excluded), every evaluation and "
+    "the writing of its records, as time-to-train does; train_s + eval_s of the epochs add up to it"
+)
 
 
 def resize_shorter(image_size):
@@ -322,8 +374,10 @@ class LongTest:
         self.run, self.epochs = run, int(a.epochs)
         self.steps_per_epoch = train_images // run.global_batch
         if not self.steps_per_epoch:
-            raise StageError(f"{a.data}: {train_images} train images are fewer than one global batch "
-                             f"({a.batch_per_gpu} x {run.launch.world_size})")
+            raise StageError(
+                f"{a.data}: {train_images} train images are fewer than one global batch "
+                f"({a.batch_per_gpu} x {run.launch.world_size})"
+            )
         self.schedule = Schedule(run.lr, self.steps_per_epoch, a.warmup_epochs, a.milestones, a.decay)
         self.records = []
 
@@ -349,9 +403,17 @@ class LongTest:
                 if step == 0:
                     run.record_digest("after_step_1", digest())
             trained = time.perf_counter()
-            rec = {"epoch": epoch, "steps": self.steps_per_epoch, "train_s": trained - epoch_start,
-                   "train_images_per_s": self.steps_per_epoch * run.global_batch / (trained - epoch_start),
-                   "loss": float(np.mean(losses)), "lr": lr, "top1": None, "top5": None, "val_images": 0}
+            rec = {
+                "epoch": epoch,
+                "steps": self.steps_per_epoch,
+                "train_s": trained - epoch_start,
+                "train_images_per_s": self.steps_per_epoch * run.global_batch / (trained - epoch_start),
+                "loss": float(np.mean(losses)),
+                "lr": lr,
+                "top1": None,
+                "top5": None,
+                "val_images": 0,
+            }
             if epoch % a.eval_every == 0 or epoch == self.epochs:
                 rec.update(self._evaluate(epoch, evaluate, allreduce_sum))
             epoch_start = time.perf_counter()
@@ -369,11 +431,14 @@ class LongTest:
     def _evaluate(self, epoch, evaluate, allreduce_sum):
         records, labels, top5 = evaluate()
         write_predictions(predictions_path(self.run.dir, epoch, self.run.launch.rank), records, labels, top5)
-        hits1, hits5, scored = (int(v) for v in allreduce_sum(np.array([*count_correct(labels, top5), len(labels)],
-                                                                        dtype=np.int64)))
+        hits1, hits5, scored = (
+            int(v) for v in allreduce_sum(np.array([*count_correct(labels, top5), len(labels)], dtype=np.int64))
+        )
         if scored != self.val_images:
-            raise StageError(f"{self.run.args.data}: the ranks scored {scored} val images, the val split holds "
-                             f"{self.val_images} (manifest.json): each must be scored exactly once")
+            raise StageError(
+                f"{self.run.args.data}: the ranks scored {scored} val images, the val split holds "
+                f"{self.val_images} (manifest.json): each must be scored exactly once"
+            )
         return {"top1": 100 * hits1 / scored, "top5": 100 * hits5 / scored, "val_images": scored}
 
     def summary(self):
@@ -384,20 +449,37 @@ class LongTest:
         if a.target_top1 is None:
             result = f"no target set: {len(recs)} epochs, final top-1 {evaluated[-1]['top1']:.2f}%"
         elif hit:
-            result = (f"reached top-1 >= {a.target_top1:g}% at epoch {hit['epoch']} ({hit['top1']:.2f}%) after "
-                      f"{hit['elapsed_s']:.1f} s of training + evaluation")
+            result = (
+                f"reached top-1 >= {a.target_top1:g}% at epoch {hit['epoch']} ({hit['top1']:.2f}%) after "
+                f"{hit['elapsed_s']:.1f} s of training + evaluation"
+            )
         else:
             result = f"did not reach top-1 {a.target_top1:g}% in {len(recs)} epochs (best {best:.2f}%)"
-        return {"long_test": {
-            "result": result,
-            "epochs_planned": self.epochs, "epochs_run": len(recs), "steps_per_epoch": self.steps_per_epoch,
-            "val_images": self.val_images,
-            "schedule": {"lr": self.run.lr, "warmup_epochs": a.warmup_epochs, "milestones": a.milestones,
-                         "decay": a.decay, "eval_every": a.eval_every},
-            "target_top1": a.target_top1, "reached": None if a.target_top1 is None else hit is not None,
-            "epoch_reached": hit["epoch"] if hit else None, "time_to_target_s": hit["elapsed_s"] if hit else None,
-            "stopped_early": len(recs) < self.epochs,
-            "final_top1": evaluated[-1]["top1"], "final_top5": evaluated[-1]["top5"],
-            "best_top1": best,
-            "train_s": sum(r["train_s"] for r in recs), "eval_s": sum(r["eval_s"] for r in recs),
-            "elapsed_s": recs[-1]["elapsed_s"], "timing": TIMING_NOTE}}
+        return {
+            "long_test": {
+                "result": result,
+                "epochs_planned": self.epochs,
+                "epochs_run": len(recs),
+                "steps_per_epoch": self.steps_per_epoch,
+                "val_images": self.val_images,
+                "schedule": {
+                    "lr": self.run.lr,
+                    "warmup_epochs": a.warmup_epochs,
+                    "milestones": a.milestones,
+                    "decay": a.decay,
+                    "eval_every": a.eval_every,
+                },
+                "target_top1": a.target_top1,
+                "reached": None if a.target_top1 is None else hit is not None,
+                "epoch_reached": hit["epoch"] if hit else None,
+                "time_to_target_s": hit["elapsed_s"] if hit else None,
+                "stopped_early": len(recs) < self.epochs,
+                "final_top1": evaluated[-1]["top1"],
+                "final_top5": evaluated[-1]["top5"],
+                "best_top1": best,
+                "train_s": sum(r["train_s"] for r in recs),
+                "eval_s": sum(r["eval_s"] for r in recs),
+                "elapsed_s": recs[-1]["elapsed_s"],
+                "timing": TIMING_NOTE,
+            }
+        }

@@ -16,6 +16,7 @@ exits 0 so that Snakemake does not resubmit it.
 No shell is involved: every path and setting reaches the programs as one argument each. Only
 --cache-command, which is meant to be a command, is run by a shell (in page_cache).
 """
+
 import argparse
 import os
 import shlex
@@ -61,21 +62,39 @@ def main():
         sys.stdout.flush(), sys.stderr.flush()
         os.dup2(f.fileno(), 1)
         os.dup2(f.fileno(), 2)
-    print(f"attempt {a.attempt} on {os.environ.get('SLURMD_NODENAME') or socket.gethostname()}, "
-          f"SLURM job {os.environ.get('SLURM_JOB_ID', 'none')}", flush=True)
+    print(
+        f"attempt {a.attempt} on {os.environ.get('SLURMD_NODENAME') or socket.gethostname()}, "
+        f"SLURM job {os.environ.get('SLURM_JOB_ID', 'none')}",
+        flush=True,
+    )
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     # Page caches are the host's: cleared from this (the workflow's) interpreter, never from
     # inside a container; the ranks run in the framework's interpreter.
-    rc = launch.run([sys.executable, "-m", "workflow_scripts.common.page_cache", "--paths", *a.data,
-                     f"--command={a.cache_command}", "--out", str(run / "cache.{node}.json")], a, per_node_once=True)
+    rc = launch.run(
+        [
+            sys.executable,
+            "-m",
+            "workflow_scripts.common.page_cache",
+            "--paths",
+            *a.data,
+            f"--command={a.cache_command}",
+            "--out",
+            str(run / "cache.{node}.json"),
+        ],
+        a,
+        per_node_once=True,
+    )
     if rc == 0:
         rc = launch.run([*shlex.split(a.python), "-m", *trainer, "--out", str(run)], a)
     sys.stdout.flush(), sys.stderr.flush()
     cause = failure.permanent(attempt_log.read_text(errors="replace")) if rc != 0 else None
     if cause and a.attempt <= a.retries:
-        print(f"job: attempt {a.attempt} failed for a cause another attempt would meet again: recorded now, "
-              f"not retried (training.retries {a.retries})", flush=True)
+        print(
+            f"job: attempt {a.attempt} failed for a cause another attempt would meet again: recorded now, "
+            f"not retried (training.retries {a.retries})",
+            flush=True,
+        )
     shutil.copyfile(attempt_log, log)
     if rc != 0 and (cause or a.attempt > a.retries):
         failure.record(run, attempt_log, a.attempt, rc, cause)

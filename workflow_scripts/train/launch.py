@@ -12,6 +12,7 @@ Gloo rendezvous server that horovodrun would run, here, and tells every worker w
 with --horovod-controller mpi, leaves the ranks to srun's MPI plugin). The network interface the
 ranks talk over is chosen once, here (common/netif.py), and given to every rank.
 """
+
 import argparse
 import contextlib
 import os
@@ -36,13 +37,19 @@ def _free_port():
 def rendezvous(python, hosts, per_node):
     """Horovod's rendezvous server (train/rendezvous.py) in the framework's interpreter, for as
     long as the run lasts; yields its port."""
-    proc = subprocess.Popen([*python, "-m", "workflow_scripts.train.rendezvous", "--hosts", ",".join(hosts),
-                             "--per-node", str(per_node)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*python, "-m", "workflow_scripts.train.rendezvous", "--hosts", ",".join(hosts), "--per-node", str(per_node)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         if not line.strip().isdigit():
-            raise SystemExit(f"launch: Horovod's rendezvous server did not start ({shlex.join(python)}; exit "
-                             f"status {proc.wait()}): is Horovod installed in this interpreter?")
+            raise SystemExit(
+                f"launch: Horovod's rendezvous server did not start ({shlex.join(python)}; exit "
+                f"status {proc.wait()}): is Horovod installed in this interpreter?"
+            )
         yield int(line)
     finally:
         proc.stdin.close()
@@ -56,8 +63,14 @@ def srun_command(nodes, per_node, cpus_per_task, extra="", mpi=""):
     """The srun line for one run. Snakemake's SLURM job step strips the job's SLURM_* geometry
     from the environment, so every size is given here rather than inherited. mpi: srun's MPI
     plugin (config systems.<name>.srun_mpi), for programs whose ranks MPI connects."""
-    cmd = ["srun", f"--nodes={nodes}", f"--ntasks={nodes * per_node}", f"--ntasks-per-node={per_node}",
-           "--kill-on-bad-exit=1", "--label"]
+    cmd = [
+        "srun",
+        f"--nodes={nodes}",
+        f"--ntasks={nodes * per_node}",
+        f"--ntasks-per-node={per_node}",
+        "--kill-on-bad-exit=1",
+        "--label",
+    ]
     if cpus_per_task:
         cmd.append(f"--cpus-per-task={cpus_per_task}")
     if mpi:
@@ -71,8 +84,9 @@ def config_env(assignments):
     for word in assignments:
         name, eq, value = word.partition("=")
         if not eq or not SETTABLE.fullmatch(name):
-            raise SystemExit(f"launch: --env {word!r}: expected NAME=VALUE with NAME matching {SETTABLE.pattern} "
-                             f"(config nccl_env)")
+            raise SystemExit(
+                f"launch: --env {word!r}: expected NAME=VALUE with NAME matching {SETTABLE.pattern} (config nccl_env)"
+            )
         env[name] = value
     return env
 
@@ -101,37 +115,70 @@ def horovod_env(a, stack, hosts, iface, addr, per_node, use_srun):
     waits for every rank; under MPI only the controller's name."""
     if a.horovod_controller == "mpi":
         if a.nodes * per_node > 1 and not use_srun:
-            raise SystemExit("launch: config training.horovod_controller = mpi starts Horovod's ranks through srun's "
-                             "MPI plugin: run inside a SLURM allocation (snakemake --profile slurm), or use gloo")
+            raise SystemExit(
+                "launch: config training.horovod_controller = mpi starts Horovod's ranks through srun's "
+                "MPI plugin: run inside a SLURM allocation (snakemake --profile slurm), or use gloo"
+            )
         return {"HOROVOD_CONTROLLER": "mpi"}
     port = stack.enter_context(rendezvous(shlex.split(a.python), hosts, per_node))
-    return {"DLSCALE_RENDEZVOUS_ADDR": addr, "DLSCALE_RENDEZVOUS_PORT": str(port), "DLSCALE_GLOO_IFACE": iface,
-            "HOROVOD_GLOO_TIMEOUT_SECONDS": str(a.gloo_timeout)}
+    return {
+        "DLSCALE_RENDEZVOUS_ADDR": addr,
+        "DLSCALE_RENDEZVOUS_PORT": str(port),
+        "DLSCALE_GLOO_IFACE": iface,
+        "HOROVOD_GLOO_TIMEOUT_SECONDS": str(a.gloo_timeout),
+    }
 
 
 def add_arguments(ap):
     """The launcher's options, shared with the training job (train/job.py) that calls run()."""
     ap.add_argument("--nproc-per-node", type=int, default=1)
     ap.add_argument("--nodes", type=int, default=1)
-    ap.add_argument("--launcher", choices=("auto", "srun", "local"), default="auto",
-                    help="auto: srun inside a SLURM allocation when more than one process runs")
+    ap.add_argument(
+        "--launcher",
+        choices=("auto", "srun", "local"),
+        default="auto",
+        help="auto: srun inside a SLURM allocation when more than one process runs",
+    )
     ap.add_argument("--cpus-per-task", type=int, default=0, help="srun only")
     cuda_cache.add_argument(ap)
-    ap.add_argument("--srun-args", default="", help="further srun flags (e.g. --gpus-per-node=4), split "
-                    "into words as a shell would but never run by one")
+    ap.add_argument(
+        "--srun-args",
+        default="",
+        help="further srun flags (e.g. --gpus-per-node=4), split into words as a shell would but never run by one",
+    )
     ap.add_argument("--horovod", action="store_true", help="run Horovod's Gloo rendezvous server")
-    ap.add_argument("--horovod-controller", choices=("gloo", "mpi"), default="gloo",
-                    help="config training.horovod_controller: mpi starts the ranks through srun's MPI plugin "
-                    "(--srun-mpi) and needs an MPI-built Horovod")
-    ap.add_argument("--gloo-timeout", type=int, default=300, help="config training.gloo_timeout_s: seconds Horovod's "
-                    "Gloo waits for every rank at start")
-    ap.add_argument("--network-interface", default="auto", help="config training.network_interface: the interface "
-                    "the ranks talk over (auto: the route to another node, else the default route)")
+    ap.add_argument(
+        "--horovod-controller",
+        choices=("gloo", "mpi"),
+        default="gloo",
+        help="config training.horovod_controller: mpi starts the ranks through srun's MPI plugin "
+        "(--srun-mpi) and needs an MPI-built Horovod",
+    )
+    ap.add_argument(
+        "--gloo-timeout",
+        type=int,
+        default=300,
+        help="config training.gloo_timeout_s: seconds Horovod's Gloo waits for every rank at start",
+    )
+    ap.add_argument(
+        "--network-interface",
+        default="auto",
+        help="config training.network_interface: the interface "
+        "the ranks talk over (auto: the route to another node, else the default route)",
+    )
     ap.add_argument("--srun-mpi", default="", help="config systems.<name>.srun_mpi: srun's --mpi= for MPI programs")
-    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                    help="config nccl_env: set in every rank's environment (NCCL_*, TORCH_SYMM_MEM_*, NVSHMEM_*)")
-    ap.add_argument("--python", default=shlex.quote(sys.executable),
-                    help="the framework's interpreter as words (a container's exec line): runs the rendezvous server")
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="config nccl_env: set in every rank's environment (NCCL_*, TORCH_SYMM_MEM_*, NVSHMEM_*)",
+    )
+    ap.add_argument(
+        "--python",
+        default=shlex.quote(sys.executable),
+        help="the framework's interpreter as words (a container's exec line): runs the rendezvous server",
+    )
 
 
 def uses_srun(a, per_node):
@@ -147,8 +194,9 @@ def run(cmd, a, per_node_once=False, stdout=None, env_record=None):
     per_node = 1 if per_node_once else a.nproc_per_node
     use_srun = uses_srun(a, per_node)
     if a.nodes > 1 and not use_srun:
-        raise SystemExit(f"launch: {a.nodes} nodes need srun: run inside a SLURM allocation "
-                         f"(snakemake --profile slurm)")
+        raise SystemExit(
+            f"launch: {a.nodes} nodes need srun: run inside a SLURM allocation (snakemake --profile slurm)"
+        )
     env = dict(os.environ, **({} if per_node_once else cuda_cache.environment(a.cuda_cache_dir, cmd)))
     here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     with contextlib.ExitStack() as stack:
@@ -163,8 +211,7 @@ def run(cmd, a, per_node_once=False, stdout=None, env_record=None):
         if env_record is not None:
             env_record.update(comm_env.recorded(env))
         if use_srun:
-            srun = srun_command(a.nodes, per_node, a.cpus_per_task, a.srun_args,
-                                "" if per_node_once else a.srun_mpi)
+            srun = srun_command(a.nodes, per_node, a.cpus_per_task, a.srun_args, "" if per_node_once else a.srun_mpi)
             print("launch:", shlex.join(srun + cmd), file=sys.stderr, flush=True)
             return subprocess.call(srun + cmd, env=env, stdout=stdout)
         return _local(cmd, env, per_node, stdout)
@@ -186,8 +233,17 @@ def _local(cmd, env, n, stdout=None):
     port = str(_free_port())
     procs = []
     for r in range(n):
-        e = dict(env, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n),
-                 GROUP_RANK="0", NNODES="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        e = dict(
+            env,
+            RANK=str(r),
+            WORLD_SIZE=str(n),
+            LOCAL_RANK=str(r),
+            LOCAL_WORLD_SIZE=str(n),
+            GROUP_RANK="0",
+            NNODES="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+        )
         procs.append(subprocess.Popen(cmd, env=e, stdout=stdout))
     # One failed rank would leave the others blocked in a collective: stop them all.
     while True:

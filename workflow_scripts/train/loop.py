@@ -40,6 +40,7 @@ Without a GPU PyTorch's capabilities are off by default, so all three time the s
 The long test (mode accuracy, harness.LongTest) counts everything, warm-up included: it takes
 the steps from here (launched and read at once) and times epochs itself.
 """
+
 import gc
 import importlib
 import sys
@@ -55,6 +56,7 @@ class Adapter:
     build_input, build_model; then per step next_batch and launch (digest after the first);
     long_test_parts for mode accuracy; close, digest, save, summary, finish. Those that raise
     NotImplementedError here must be supplied; the others do nothing unless overridden."""
+
     framework = ""  # the summary's name: tensorflow | mxnet | pytorch
     name = ""  # as messages name it: TensorFlow
     description = ""  # --help's first line
@@ -118,6 +120,7 @@ class Adapter:
 
 class HorovodAdapter(Adapter):
     """What TensorFlow's and MXNet's adapters share: Horovod (its module, version, NCCL, start-up)."""
+
     package = None  # the framework's module: tf, mx
 
     def versions(self):
@@ -173,7 +176,7 @@ class Loop:
         """Reads a queued step's loss and logs it with the input waits since the last logged step
         (with loss_lag 1 they include the batch of the step queued after it)."""
         loss, device_s = queued[0]()
-        wait, self.counted = sum(self.waits[self.counted:]), len(self.waits)
+        wait, self.counted = sum(self.waits[self.counted :]), len(self.waits)
         self.run.log.end(loss, input_wait_s=wait, device_s=device_s)
 
     def short_test(self, train_images):
@@ -210,8 +213,11 @@ class Loop:
         return harness.LongTest(self.run).run_epochs(self.train_step, *parts, self.adapter.digest)
 
     def summary(self):
-        return {"fetch_ahead": self.ahead is not None, "loss_lag": self.adapter.loss_lag,
-                "input_wait_s_timed": sum(self.waits[self.run.log.warmup_steps:])}
+        return {
+            "fetch_ahead": self.ahead is not None,
+            "loss_lag": self.adapter.loss_lag,
+            "input_wait_s_timed": sum(self.waits[self.run.log.warmup_steps :]),
+        }
 
 
 def main(adapter):
@@ -231,6 +237,5 @@ def main(adapter):
     run.record_digest("final", adapter.digest())
     if run.launch.rank == 0:
         adapter.save(run.dir)
-    run.finish({"classes": classes, "train_images": train_images, **loop.summary(), **adapter.summary(run),
-                **extra})
+    run.finish({"classes": classes, "train_images": train_images, **loop.summary(), **adapter.summary(run), **extra})
     adapter.finish(run)

@@ -12,6 +12,7 @@ file (num_parts / part_index). The padding of a part's last batch is left out, a
 record number comes with its label: the iterator reads the labels from im2rec's list (val.lst)
 given a second label column, the record number.
 """
+
 import atexit
 import os
 import shutil
@@ -25,8 +26,10 @@ os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
 try:
     import mxnet as mx  # noqa: E402
 except OSError as exc:  # an mxnet-cu* build loads the NVIDIA driver's libcuda.so.1 at import
-    sys.exit(f"error: MXNet in {sys.executable} cannot load ({exc}): a CUDA build of MXNet needs the NVIDIA "
-             f"driver; run it on a GPU node, or use a CPU build (config envs.mxnet)")
+    sys.exit(
+        f"error: MXNet in {sys.executable} cannot load ({exc}): a CUDA build of MXNet needs the NVIDIA "
+        f"driver; run it on a GPU node, or use a CPU build (config envs.mxnet)"
+    )
 import numpy as np  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
 
@@ -54,16 +57,33 @@ def dmlc_path(folder):
 def records(run, ctx_gpu, threads):
     a, launch = run.args, run.launch
     if not os.path.isfile(os.path.join(a.data, "train.rec")):
-        raise StageError(f"{os.path.join(a.data, 'train.rec')} is missing: {a.data} is not the data stage's "
-                         f"recordio output")
+        raise StageError(
+            f"{os.path.join(a.data, 'train.rec')} is missing: {a.data} is not the data stage's recordio output"
+        )
     folder = dmlc_path(a.data)
     rec, idx = os.path.join(folder, "train.rec"), os.path.join(folder, "train.idx")
     return mx.io.ImageRecordIter(
-        path_imgrec=rec, path_imgidx=idx, data_shape=(3, a.image_size, a.image_size),
-        batch_size=a.batch_per_gpu, resize=int(a.image_size * 8 / 7), rand_crop=True, rand_mirror=True,
-        shuffle=True, seed=a.seed, num_parts=launch.world_size, part_index=launch.rank,
-        preprocess_threads=threads, prefetch_buffer=4, round_batch=True,
-        mean_r=MEAN[0], mean_g=MEAN[1], mean_b=MEAN[2], std_r=STD[0], std_g=STD[1], std_b=STD[2])
+        path_imgrec=rec,
+        path_imgidx=idx,
+        data_shape=(3, a.image_size, a.image_size),
+        batch_size=a.batch_per_gpu,
+        resize=int(a.image_size * 8 / 7),
+        rand_crop=True,
+        rand_mirror=True,
+        shuffle=True,
+        seed=a.seed,
+        num_parts=launch.world_size,
+        part_index=launch.rank,
+        preprocess_threads=threads,
+        prefetch_buffer=4,
+        round_batch=True,
+        mean_r=MEAN[0],
+        mean_g=MEAN[1],
+        mean_b=MEAN[2],
+        std_r=STD[0],
+        std_g=STD[1],
+        std_b=STD[2],
+    )
 
 
 def val_records(run, threads, numbered_list):
@@ -71,12 +91,27 @@ def val_records(run, threads, numbered_list):
     its last batch over into the next pass."""
     a, launch = run.args, run.launch
     return mx.io.ImageRecordIter(
-        path_imgrec=os.path.join(a.data, "val.rec"), path_imgidx=os.path.join(a.data, "val.idx"),
-        path_imglist=numbered_list, label_width=2, data_shape=(3, a.image_size, a.image_size),
-        batch_size=a.batch_per_gpu, resize=harness.resize_shorter(a.image_size), rand_crop=False, rand_mirror=False,
-        shuffle=False, num_parts=launch.world_size, part_index=launch.rank, preprocess_threads=threads,
+        path_imgrec=os.path.join(a.data, "val.rec"),
+        path_imgidx=os.path.join(a.data, "val.idx"),
+        path_imglist=numbered_list,
+        label_width=2,
+        data_shape=(3, a.image_size, a.image_size),
+        batch_size=a.batch_per_gpu,
+        resize=harness.resize_shorter(a.image_size),
+        rand_crop=False,
+        rand_mirror=False,
+        shuffle=False,
+        num_parts=launch.world_size,
+        part_index=launch.rank,
+        preprocess_threads=threads,
         round_batch=True,  # without it, MXNet 1.9 reports no padding and fills the last batch with garbage
-        mean_r=MEAN[0], mean_g=MEAN[1], mean_b=MEAN[2], std_r=STD[0], std_g=STD[1], std_b=STD[2])
+        mean_r=MEAN[0],
+        mean_g=MEAN[1],
+        mean_b=MEAN[2],
+        std_r=STD[0],
+        std_g=STD[1],
+        std_b=STD[2],
+    )
 
 
 def numbered_val_list(data, directory):
@@ -98,8 +133,11 @@ def build():
 
     wheel = next(iter(packages_distributions().get("mxnet", [])), "mxnet")
     cuda = wheel.rpartition("-cu")[2] if "-cu" in wheel else ""
-    return (f"MXNet {mx.__version__} ({wheel}" + (f", CUDA {cuda[:-1]}.{cuda[-1]}" if cuda.isdigit() else "")
-            + ("; the registry's MXNet 1.9.1 CUDA wheels hold code for sm_50-86 only)" if cuda else ")"))
+    return (
+        f"MXNet {mx.__version__} ({wheel}"
+        + (f", CUDA {cuda[:-1]}.{cuda[-1]}" if cuda.isdigit() else "")
+        + ("; the registry's MXNet 1.9.1 CUDA wheels hold code for sm_50-86 only)" if cuda else ")")
+    )
 
 
 class MXNet(loop.HorovodAdapter):
@@ -112,13 +150,18 @@ class MXNet(loop.HorovodAdapter):
 
     def start(self, run):
         if run.args.precision == "fp16" and not self.gpu:
-            raise StageError("mxnet fp16 needs a GPU: MXNet 1.9 has no CPU mixed precision usable with Horovod "
-                             "(set training.precisions to [fp32] for mxnet on a CPU)")
+            raise StageError(
+                "mxnet fp16 needs a GPU: MXNet 1.9 has no CPU mixed precision usable with Horovod "
+                "(set training.precisions to [fp32] for mxnet on a CPU)"
+            )
         super().start(run)
         hvd = self.hvd
         if self.gpu:
-            run.check_kernel(lambda: (mx.nd.ones((64, 64), ctx=mx.gpu(hvd.local_rank())) * 0.5).relu().sum().asnumpy(),
-                             kernel_check.nvml_gpu(hvd.local_rank()), build())
+            run.check_kernel(
+                lambda: (mx.nd.ones((64, 64), ctx=mx.gpu(hvd.local_rank())) * 0.5).relu().sum().asnumpy(),
+                kernel_check.nvml_gpu(hvd.local_rank()),
+                build(),
+            )
         self.ctx = mx.gpu(hvd.local_rank()) if self.gpu else mx.cpu()
         self.dtype = "float16" if run.args.precision == "fp16" else "float32"
         mx.random.seed(run.args.seed)
@@ -149,9 +192,16 @@ class MXNet(loop.HorovodAdapter):
                     body[-1].gamma.set_data(mx.nd.zeros_like(body[-1].gamma.data(ctx)))
         params = net.collect_params()
         self.hvd.broadcast_parameters(params, root_rank=0)
-        trainer = self.hvd.DistributedTrainer(params, "sgd", {
-            "learning_rate": run.lr, "momentum": args.momentum, "wd": args.weight_decay,
-            "multi_precision": dtype == "float16"})
+        trainer = self.hvd.DistributedTrainer(
+            params,
+            "sgd",
+            {
+                "learning_rate": run.lr,
+                "momentum": args.momentum,
+                "wd": args.weight_decay,
+                "multi_precision": dtype == "float16",
+            },
+        )
         trainable = [p for p in params.values() if p.grad_req != "null"]
         # fp16: a dynamic loss scale (mxnet_loss_scale), so small gradients do not underflow to zero
         pieces = step_pieces(trainer, trainable, ctx, args.batch_per_gpu, dtype)
@@ -184,8 +234,18 @@ class MXNet(loop.HorovodAdapter):
 
     def long_test_parts(self, run, classes):
         self.tmp = tempfile.TemporaryDirectory()
-        return long_test_parts(run, self.net, self.trainer, self.params, self.ctx, self.dtype, self.hvd,
-                               self.threads, classes, numbered_val_list(run.args.data, self.tmp.name))
+        return long_test_parts(
+            run,
+            self.net,
+            self.trainer,
+            self.params,
+            self.ctx,
+            self.dtype,
+            self.hvd,
+            self.threads,
+            classes,
+            numbered_val_list(run.args.data, self.tmp.name),
+        )
 
     def close(self):
         if getattr(self, "tmp", None):
@@ -197,11 +257,16 @@ class MXNet(loop.HorovodAdapter):
     def summary(self, run):
         # Horovod all-reduces each gradient in its parameter's dtype (float16 once the model is cast).
         wire = np.dtype(self.trainable[0].dtype)
-        return {"device": str(self.ctx), "device_type": "gpu" if self.gpu else "cpu",
-                "decode_threads": self.threads if self.it is not None else None,
-                "gradients": harness.gradients(sum(int(np.prod(p.shape)) for p in self.trainable), wire.itemsize,
-                                               wire.name),
-                "dtype": self.dtype, "loss_scale": self.loss_scaler.settings() if self.loss_scaler else None}
+        return {
+            "device": str(self.ctx),
+            "device_type": "gpu" if self.gpu else "cpu",
+            "decode_threads": self.threads if self.it is not None else None,
+            "gradients": harness.gradients(
+                sum(int(np.prod(p.shape)) for p in self.trainable), wire.itemsize, wire.name
+            ),
+            "dtype": self.dtype,
+            "loss_scale": self.loss_scaler.settings() if self.loss_scaler else None,
+        }
 
 
 def long_test_parts(run, net, trainer, params, ctx, dtype, hvd, threads, classes, numbered):

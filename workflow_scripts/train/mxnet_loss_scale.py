@@ -11,11 +11,12 @@ MXNet's contrib.amp has the same scaler, but amp.init_trainer needs amp.init(), 
 MXNet's operators for automatic casting: not the study's recipe (the whole network in float16).
 The settings are contrib.amp's: initial 2^16, x2 / 2, growth after 2000 good steps, at most 2^24.
 """
+
 import mxnet as mx
 
 
 class DynamicLossScale:
-    def __init__(self, initial=2.0 ** 16, growth_interval=2000, factor=2.0, maximum=2.0 ** 24, minimum=1.0):
+    def __init__(self, initial=2.0**16, growth_interval=2000, factor=2.0, maximum=2.0**24, minimum=1.0):
         self.scale, self.initial = float(initial), float(initial)
         self.growth_interval, self.factor = growth_interval, factor
         self.maximum, self.minimum = maximum, minimum
@@ -27,7 +28,7 @@ class DynamicLossScale:
         back to the host."""
         out = mx.nd.ones((1,), ctx=grads[0].context)
         for i in range(0, len(grads), 200):  # multi_all_finite takes a bounded number of inputs
-            chunk = grads[i:i + 200]
+            chunk = grads[i : i + 200]
             mx.nd.multi_all_finite(*chunk, num_arrays=len(chunk), init_output=False, out=out)
         return bool(out.asscalar())
 
@@ -43,9 +44,15 @@ class DynamicLossScale:
         return True
 
     def settings(self):
-        return {"kind": "dynamic", "initial": self.initial, "factor": self.factor,
-                "growth_interval": self.growth_interval, "maximum": self.maximum, "final": self.scale,
-                "skipped_steps": self.skipped}
+        return {
+            "kind": "dynamic",
+            "initial": self.initial,
+            "factor": self.factor,
+            "growth_interval": self.growth_interval,
+            "maximum": self.maximum,
+            "final": self.scale,
+            "skipped_steps": self.skipped,
+        }
 
 
 def step_pieces(trainer, trainable, ctx, batch_size, dtype):
@@ -55,9 +62,11 @@ def step_pieces(trainer, trainable, ctx, batch_size, dtype):
     float32 steps as before (trainer.step); float16 scales the loss, all-reduces, checks the
     gradients and updates with the scale undone, or skips the step."""
     if dtype != "float16":
+
         def apply_plain():
             trainer.step(batch_size)
             return True
+
         return None, (lambda loss: loss), apply_plain
     scaler = DynamicLossScale()
     used = []

@@ -15,6 +15,7 @@ taken while the GPU runs the step (--fetch-ahead) and, except with DALI, each lo
 step behind (--loss-lag), and each step's device time is taken from CUDA events. What each
 default gained is in docs/benchmarks.md and docs/history/pytorch-gpu-input-paths.md.
 """
+
 import os
 
 import numpy as np
@@ -32,13 +33,21 @@ from .pytorch_options import add_args, configure_backends, resolve
 def add_experiment_args(ap):
     """Flags of this trainer that no config key sets (benchmarks/ use them)."""
     g = ap.add_argument_group("PyTorch, benchmarks only")
-    g.add_argument("--fetch-ahead", choices=("auto", "on", "off"), default="auto",
-                   help="take the next batch from the input while the GPU still runs this step, before the "
-                        "step's loss is read (which waits for the GPU): auto, on with CUDA")
-    g.add_argument("--loss-lag", choices=("auto", "0", "1"), default="auto",
-                   help="read each step's loss after the next step is queued (1) or before (0): with 1 the GPU "
-                        "does not idle while the CPU reads the loss and launches the next step; auto: 1 with CUDA "
-                        "unless the input is dali (docs/history/pytorch-gpu-input-paths.md)")
+    g.add_argument(
+        "--fetch-ahead",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="take the next batch from the input while the GPU still runs this step, before the "
+        "step's loss is read (which waits for the GPU): auto, on with CUDA",
+    )
+    g.add_argument(
+        "--loss-lag",
+        choices=("auto", "0", "1"),
+        default="auto",
+        help="read each step's loss after the next step is queued (1) or before (0): with 1 the GPU "
+        "does not idle while the CPU reads the loss and launches the next step; auto: 1 with CUDA "
+        "unless the input is dali (docs/history/pytorch-gpu-input-paths.md)",
+    )
     return ap
 
 
@@ -52,8 +61,13 @@ class Trainer:
         self.model = model.to(s.device, **({"memory_format": torch.channels_last} if s.channels_last else {}))
         net = self.model
         if distributed:
-            net = DDP(net, device_ids=[s.device.index] if cuda else None, bucket_cap_mb=s.bucket_cap_mb,
-                      gradient_as_bucket_view=True, broadcast_buffers=s.broadcast_buffers)
+            net = DDP(
+                net,
+                device_ids=[s.device.index] if cuda else None,
+                bucket_cap_mb=s.bucket_cap_mb,
+                gradient_as_bucket_view=True,
+                broadcast_buffers=s.broadcast_buffers,
+            )
             if s.grad_compression == "bf16":
                 net.register_comm_hook(None, default_hooks.bf16_compress_hook)
         # Compiled DDP: "split" cuts the graph at bucket boundaries so all-reduces overlap the
@@ -64,8 +78,13 @@ class Trainer:
         self.net = torch.compile(net, mode=s.compile, dynamic=False) if s.compile else net
         # Fused SGD: one kernel for all parameters; it also takes the GradScaler's scale and
         # inf check on the GPU, without a host sync.
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay,
-                                   **({"fused": True} if cuda else {}))
+        self.opt = torch.optim.SGD(
+            self.model.parameters(),
+            lr=lr,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            **({"fused": True} if cuda else {}),
+        )
         self.scaler = torch.amp.GradScaler(s.device.type, enabled=s.amp_dtype == torch.float16)
         self.loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -94,22 +113,31 @@ class PyTorch(loop.Adapter):
 
     def gpus(self, run):
         self.cuda = torch.cuda.is_available()
-        return (torch.cuda.device_count() if self.cuda else 0, torch.backends.cuda.is_built(),
-                (dist.is_nccl_available(), "torch.distributed has no NCCL backend") if run.launch.world_size > 1
-                else None)
+        return (
+            torch.cuda.device_count() if self.cuda else 0,
+            torch.backends.cuda.is_built(),
+            (dist.is_nccl_available(), "torch.distributed has no NCCL backend") if run.launch.world_size > 1 else None,
+        )
 
     def start(self, run):
         args, launch, cuda = run.args, run.launch, self.cuda
         self.device = device = torch.device("cuda", launch.local_rank) if cuda else torch.device("cpu")
         if cuda:
-            run.check_kernel(lambda: first_kernel(device), (torch.cuda.get_device_name(device),
-                                                            torch.cuda.get_device_capability(device)), build())
+            run.check_kernel(
+                lambda: first_kernel(device),
+                (torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device)),
+                build(),
+            )
             torch.cuda.set_device(device)
         else:  # the rank's share of its CPUs
             torch.set_num_threads(run.cpus.per_rank)
         if launch.world_size > 1:
-            dist.init_process_group("nccl" if cuda else "gloo", rank=launch.rank, world_size=launch.world_size,
-                                    init_method=f"tcp://{launch.master_addr}:{launch.master_port}")
+            dist.init_process_group(
+                "nccl" if cuda else "gloo",
+                rank=launch.rank,
+                world_size=launch.world_size,
+                init_method=f"tcp://{launch.master_addr}:{launch.master_port}",
+            )
         self.s = resolve(args, device, nodes=launch.num_nodes)
         self.fetch_ahead = args.fetch_ahead == "on" or (args.fetch_ahead == "auto" and cuda)
         self.loss_lag = self.s.loss_lag
@@ -120,13 +148,16 @@ class PyTorch(loop.Adapter):
         s = self.s
         self.data = pytorch_input.build_input(run.args, s, run.launch, classes, run.cpus.per_rank)
         workers = self.data.workers
-        run.record_threads(torch=torch.get_num_threads(),
-                           **({"dali" if s.input == "dali" else "loader_workers": workers} if workers else {}))
+        run.record_threads(
+            torch=torch.get_num_threads(),
+            **({"dali" if s.input == "dali" else "loader_workers": workers} if workers else {}),
+        )
 
     def build_model(self, run, classes):
         model = torchvision.models.resnet50(num_classes=classes, zero_init_residual=True)
-        self.trainer = Trainer(model, self.s, run.lr, run.args.momentum, run.args.weight_decay,
-                               distributed=run.launch.world_size > 1)
+        self.trainer = Trainer(
+            model, self.s, run.lr, run.args.momentum, run.args.weight_decay, distributed=run.launch.world_size > 1
+        )
         self.model, self.world_size = self.trainer.model, run.launch.world_size
         self.model.train()
 
@@ -176,13 +207,19 @@ class PyTorch(loop.Adapter):
         # parameters alone), or as bfloat16 through the compression hook.
         grads = [p for p in self.model.parameters() if p.requires_grad]
         wire = torch.bfloat16 if s.grad_compression == "bf16" else grads[0].dtype
-        return {"device": torch.cuda.get_device_name(device) if cuda else "cpu",
-                "device_type": "gpu" if cuda else "cpu", "loader_workers": self.data.workers, "input": s.input,
-                "gradients": harness.gradients(sum(p.numel() for p in grads), wire.itemsize,
-                                               str(wire).replace("torch.", "")),
-                "amp_dtype": s.describe()["amp_dtype"], "pytorch": s.describe(),
-                "gpu_input": self.data.stats(run.args.warmup_steps + s.prefetch),
-                "max_memory_allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None}
+        return {
+            "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+            "device_type": "gpu" if cuda else "cpu",
+            "loader_workers": self.data.workers,
+            "input": s.input,
+            "gradients": harness.gradients(
+                sum(p.numel() for p in grads), wire.itemsize, str(wire).replace("torch.", "")
+            ),
+            "amp_dtype": s.describe()["amp_dtype"],
+            "pytorch": s.describe(),
+            "gpu_input": self.data.stats(run.args.warmup_steps + s.prefetch),
+            "max_memory_allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
+        }
 
     def finish(self, run):
         if run.launch.world_size > 1:
@@ -218,8 +255,11 @@ def long_test_parts(args, run, trainer, s, workers, classes):
                 top.append(model(x).topk(k, dim=1).indices.cpu())
             numbers.append(n), labels.append(y)
         model.train()
-        return (torch.cat(numbers).numpy(), torch.cat(labels).numpy(),
-                torch.cat(top).numpy() if top else np.zeros((0, k), np.int64))
+        return (
+            torch.cat(numbers).numpy(),
+            torch.cat(labels).numpy(),
+            torch.cat(top).numpy() if top else np.zeros((0, k), np.int64),
+        )
 
     def allreduce_sum(counts):
         t = torch.from_numpy(counts).to(s.device)
@@ -239,8 +279,7 @@ def first_kernel(device):
 
 
 def build():
-    return (f"PyTorch {torch.__version__} for CUDA {torch.version.cuda}, code for "
-            f"{' '.join(torch.cuda.get_arch_list())}")
+    return f"PyTorch {torch.__version__} for CUDA {torch.version.cuda}, code for {' '.join(torch.cuda.get_arch_list())}"
 
 
 if __name__ == "__main__":

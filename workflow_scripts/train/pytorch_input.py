@@ -12,6 +12,7 @@ The val loader (--mode accuracy) scores the LMDB's val split with LMDBImageNet +
 DataLoader workers (shorter side to image_size x 256/224, centre crop), each rank a contiguous
 share of its records: no DistributedSampler, whose padding would score some images twice.
 """
+
 import os
 from dataclasses import dataclass
 
@@ -27,9 +28,15 @@ from .pytorch_options import loader_workers
 
 
 def cpu_transform(image_size):
-    return T.Compose([T.RandomResizedCrop(image_size, scale=SCALE, ratio=RATIO, antialias=True),
-                      T.RandomHorizontalFlip(), T.PILToTensor(), T.ToDtype(torch.float32, scale=True),
-                      T.Normalize(MEAN, STD)])
+    return T.Compose(
+        [
+            T.RandomResizedCrop(image_size, scale=SCALE, ratio=RATIO, antialias=True),
+            T.RandomHorizontalFlip(),
+            T.PILToTensor(),
+            T.ToDtype(torch.float32, scale=True),
+            T.Normalize(MEAN, STD),
+        ]
+    )
 
 
 def _forever(loader, sampler):
@@ -61,8 +68,10 @@ def dali_input_module():
     try:
         from . import dali_input
     except ImportError as exc:
-        raise StageError(f"--input dali needs NVIDIA DALI, which could not be imported ({exc}); install "
-                         f"nvidia-dali-cuda130 (envs/torch.txt) or choose --input cpu or gpu") from exc
+        raise StageError(
+            f"--input dali needs NVIDIA DALI, which could not be imported ({exc}); install "
+            f"nvidia-dali-cuda130 (envs/torch.txt) or choose --input cpu or gpu"
+        ) from exc
     return dali_input
 
 
@@ -91,29 +100,57 @@ def build_input(args, s, launch, classes, per_rank=None):
     train = os.path.join(args.data, "train")
     lmdb = LMDBImageNet(train, transform=cpu_transform(args.image_size) if s.input == "cpu" else None)
     if len(lmdb) < args.batch_per_gpu * launch.world_size:
-        raise StageError(f"{train} holds {len(lmdb)} images, fewer than one global batch "
-                         f"({args.batch_per_gpu} x {launch.world_size})")
+        raise StageError(
+            f"{train} holds {len(lmdb)} images, fewer than one global batch "
+            f"({args.batch_per_gpu} x {launch.world_size})"
+        )
     workers = loader_workers(args, s, per_rank or cpus.of(launch).per_rank)
     seed = input_seed(args.seed, launch.rank)
     if s.input == "dali":
         dali = dali_input_module().DALIBatches(
-            train, device, args.image_size, args.batch_per_gpu, seed, rank=launch.rank,
-            world_size=launch.world_size, channels_last=s.channels_last, depth=s.prefetch, threads=workers,
-            hw_decoder_load=args.hw_decoder_load, decoder=args.dali_decoder, pinned_mb=s.dali_pools_mb[0],
-            device_mb=s.dali_pools_mb[1])
+            train,
+            device,
+            args.image_size,
+            args.batch_per_gpu,
+            seed,
+            rank=launch.rank,
+            world_size=launch.world_size,
+            channels_last=s.channels_last,
+            depth=s.prefetch,
+            threads=workers,
+            hw_decoder_load=args.hw_decoder_load,
+            decoder=args.dali_decoder,
+            pinned_mb=s.dali_pools_mb[0],
+            device_mb=s.dali_pools_mb[1],
+        )
         return Input(classes, len(lmdb), workers, lambda: next(dali), dali.close, dali.stats)
     ds = gpu_input.RawJPEGs(lmdb) if raw else lmdb
     sampler = torch.utils.data.distributed.DistributedSampler(
-        ds, num_replicas=launch.world_size, rank=launch.rank, shuffle=True, seed=args.seed, drop_last=True)
+        ds, num_replicas=launch.world_size, rank=launch.rank, shuffle=True, seed=args.seed, drop_last=True
+    )
     loader = torch.utils.data.DataLoader(
-        ds, batch_size=args.batch_per_gpu, sampler=sampler, num_workers=workers, drop_last=True,
+        ds,
+        batch_size=args.batch_per_gpu,
+        sampler=sampler,
+        num_workers=workers,
+        drop_last=True,
         collate_fn=gpu_input.collate_raw if raw else None,
-        pin_memory=device.type == "cuda" and not raw, persistent_workers=True, prefetch_factor=4)
+        pin_memory=device.type == "cuda" and not raw,
+        persistent_workers=True,
+        prefetch_factor=4,
+    )
     batches = _forever(loader, sampler)
     if raw:
-        gpu = gpu_input.GPUBatches(batches, device, args.image_size, seed=seed,
-                                   channels_last=s.channels_last, depth=s.prefetch, lanes=args.input_lanes,
-                                   decoder=args.jpeg_decoder)
+        gpu = gpu_input.GPUBatches(
+            batches,
+            device,
+            args.image_size,
+            seed=seed,
+            channels_last=s.channels_last,
+            depth=s.prefetch,
+            lanes=args.input_lanes,
+            decoder=args.jpeg_decoder,
+        )
         return Input(classes, len(ds), workers, lambda: next(gpu), gpu.close, gpu.stats)
 
     def next_batch():
@@ -140,9 +177,17 @@ class _Numbered(torch.utils.data.Dataset):
 
 def val_loader(args, launch, workers):
     size = args.image_size
-    transform = T.Compose([T.Resize(harness.resize_shorter(size), antialias=True), T.CenterCrop(size),
-                           T.PILToTensor(), T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)])
+    transform = T.Compose(
+        [
+            T.Resize(harness.resize_shorter(size), antialias=True),
+            T.CenterCrop(size),
+            T.PILToTensor(),
+            T.ToDtype(torch.float32, scale=True),
+            T.Normalize(MEAN, STD),
+        ]
+    )
     ds = LMDBImageNet(os.path.join(args.data, "val"), transform=transform)
     share = _Numbered(ds, harness.val_share(len(ds), launch.rank, launch.world_size))
-    return torch.utils.data.DataLoader(share, batch_size=args.batch_per_gpu, num_workers=workers,
-                                       persistent_workers=workers > 0)
+    return torch.utils.data.DataLoader(
+        share, batch_size=args.batch_per_gpu, num_workers=workers, persistent_workers=workers > 0
+    )

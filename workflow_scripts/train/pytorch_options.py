@@ -1,5 +1,6 @@
 """training.pytorch's options: the trainer's flags for them and what each 'auto' becomes on
 the device a rank runs on (Settings)."""
+
 from dataclasses import dataclass
 
 import torch
@@ -23,10 +24,14 @@ def add_args(ap):
     """The trainer's flags of config training.pytorch, each made from its schema entry, and --input
     (config training.inputs, one run per path)."""
     g = ap.add_argument_group("PyTorch (config training.pytorch)")
-    g.add_argument("--input", choices=INPUTS, default="auto",
-                   help="where images are decoded and augmented: cpu (Pillow in DataLoader workers), gpu "
-                        "(gpu_input: nvJPEG in a thread of this process), dali (NVIDIA DALI's pipeline); "
-                        "auto: dali on a GPU, cpu on a CPU")
+    g.add_argument(
+        "--input",
+        choices=INPUTS,
+        default="auto",
+        help="where images are decoded and augmented: cpu (Pillow in DataLoader workers), gpu "
+        "(gpu_input: nvJPEG in a thread of this process), dali (NVIDIA DALI's pipeline); "
+        "auto: dali on a GPU, cpu on a CPU",
+    )
     schema.add_arguments(g, "training.pytorch")
     return ap
 
@@ -34,6 +39,7 @@ def add_args(ap):
 @dataclass(frozen=True)
 class Settings:
     """The options as resolved for this device (what 'auto' became)."""
+
     device: torch.device
     amp_dtype: torch.dtype = None  # None: fp32
     channels_last: bool = False
@@ -49,12 +55,20 @@ class Settings:
     dali_pools_mb: tuple = (0, 0)  # input dali on a GPU: (pinned, device) MiB allocated before training
 
     def describe(self):
-        return {"amp_dtype": str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "float32",
-                "channels_last": self.channels_last, "compile": self.compile or "off",
-                "input": self.input, "tf32": self.tf32, "bucket_cap_mb": self.bucket_cap_mb,
-                "ddp_graph": self.ddp_graph, "grad_compression": self.grad_compression,
-                "broadcast_buffers": self.broadcast_buffers, "loss_lag": self.loss_lag,
-                "prefetch": self.prefetch, "dali_pools_mb": list(self.dali_pools_mb)}
+        return {
+            "amp_dtype": str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "float32",
+            "channels_last": self.channels_last,
+            "compile": self.compile or "off",
+            "input": self.input,
+            "tf32": self.tf32,
+            "bucket_cap_mb": self.bucket_cap_mb,
+            "ddp_graph": self.ddp_graph,
+            "grad_compression": self.grad_compression,
+            "broadcast_buffers": self.broadcast_buffers,
+            "loss_lag": self.loss_lag,
+            "prefetch": self.prefetch,
+            "dali_pools_mb": list(self.dali_pools_mb),
+        }
 
 
 def resolve(args, device, nodes=1):
@@ -75,21 +89,31 @@ def resolve(args, device, nodes=1):
     synthetic = args.data_source == "synthetic"
     graph = ddp_graph(args.ddp_graph, nodes)
     if args.prefetch < 0:
-        raise StageError(f"--prefetch {args.prefetch}: batches ahead, 1 or more (0: {DALI_PREFETCH} with dali, "
-                         f"{GPU_PREFETCH} with gpu)")
-    scale = args.batch_per_gpu * args.image_size ** 2 / POOL_REFERENCE
-    pools = tuple(round(mb * scale) if given == "auto" else given
-                  for mb, given in zip(DALI_POOLS_MB, (args.dali_pinned_mb, args.dali_device_mb)))
-    return Settings(device=device, amp_dtype=amp, channels_last=on(args.channels_last),
-                    compile=compile_mode(args.compile, cuda, "synthetic" if synthetic else source, graph),
-                    # Synthetic data takes no input path: none of the input's settings applied.
-                    input="synthetic" if synthetic else source, tf32=cuda and args.tf32 == "on",
-                    bucket_cap_mb=args.bucket_cap_mb, ddp_graph=graph,
-                    grad_compression=args.grad_compression, broadcast_buffers=args.broadcast_buffers == "on",
-                    loss_lag=int(cuda and source != "dali") if args.loss_lag == "auto" else int(args.loss_lag),
-                    prefetch=0 if synthetic else args.prefetch or (
-                        DALI_PREFETCH if source == "dali" else GPU_PREFETCH),
-                    dali_pools_mb=pools if cuda and source == "dali" and not synthetic else (0, 0))
+        raise StageError(
+            f"--prefetch {args.prefetch}: batches ahead, 1 or more (0: {DALI_PREFETCH} with dali, "
+            f"{GPU_PREFETCH} with gpu)"
+        )
+    scale = args.batch_per_gpu * args.image_size**2 / POOL_REFERENCE
+    pools = tuple(
+        round(mb * scale) if given == "auto" else given
+        for mb, given in zip(DALI_POOLS_MB, (args.dali_pinned_mb, args.dali_device_mb))
+    )
+    return Settings(
+        device=device,
+        amp_dtype=amp,
+        channels_last=on(args.channels_last),
+        compile=compile_mode(args.compile, cuda, "synthetic" if synthetic else source, graph),
+        # Synthetic data takes no input path: none of the input's settings applied.
+        input="synthetic" if synthetic else source,
+        tf32=cuda and args.tf32 == "on",
+        bucket_cap_mb=args.bucket_cap_mb,
+        ddp_graph=graph,
+        grad_compression=args.grad_compression,
+        broadcast_buffers=args.broadcast_buffers == "on",
+        loss_lag=int(cuda and source != "dali") if args.loss_lag == "auto" else int(args.loss_lag),
+        prefetch=0 if synthetic else args.prefetch or (DALI_PREFETCH if source == "dali" else GPU_PREFETCH),
+        dali_pools_mb=pools if cuda and source == "dali" and not synthetic else (0, 0),
+    )
 
 
 def compile_mode(choice, cuda, source, graph):

@@ -7,6 +7,7 @@ serves until its standard input closes (the launcher holds the other end).
 It runs with the framework's interpreter (or container), where Horovod is installed; the
 launcher itself needs no Horovod.
 """
+
 import argparse
 import sys
 
@@ -22,8 +23,9 @@ def main():
     hosts = a.hosts.split(",")
     server = RendezvousServer(verbose=0)
     port = server.start()
-    server.init(get_host_assignments(parse_hosts(",".join(f"{h}:{a.per_node}" for h in hosts)),
-                                     len(hosts) * a.per_node))
+    server.init(
+        get_host_assignments(parse_hosts(",".join(f"{h}:{a.per_node}" for h in hosts)), len(hosts) * a.per_node)
+    )
     print(port, flush=True)
     sys.stdin.read()
     server.stop()

@@ -8,6 +8,7 @@ The long test (--mode accuracy) scores the validation-* shards with tf.data: eac
 the records of its share (the shards' DALI index files give their record counts), decodes, resizes
 the shorter side to image_size x 256/224 and centre-crops.
 """
+
 import functools
 import glob
 import os
@@ -19,8 +20,10 @@ from . import harness, loop
 
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
-FEATURES = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
-            "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+FEATURES = {
+    "image/encoded": tf.io.FixedLenFeature([], tf.string),
+    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+}
 
 
 def decode_threads(run, gpu):
@@ -39,8 +42,9 @@ def dataset(run, label_offset, threads):
     # and keeps its share of the records.
     if len(files) >= launch.world_size:
         ds = ds.shard(launch.world_size, launch.rank)
-    ds = ds.shuffle(len(files), seed=a.seed).interleave(tf.data.TFRecordDataset, cycle_length=min(8, len(files)),
-                                                        num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.shuffle(len(files), seed=a.seed).interleave(
+        tf.data.TFRecordDataset, cycle_length=min(8, len(files)), num_parallel_calls=tf.data.AUTOTUNE
+    )
     if len(files) < launch.world_size:
         ds = ds.shard(launch.world_size, launch.rank)
 
@@ -48,17 +52,27 @@ def dataset(run, label_offset, threads):
         ex = tf.io.parse_single_example(record, FEATURES)
         shape = tf.image.extract_jpeg_shape(ex["image/encoded"])
         begin, size, _ = tf.image.sample_distorted_bounding_box(
-            shape, tf.zeros([0, 0, 4]), min_object_covered=0.1, aspect_ratio_range=(3 / 4, 4 / 3),
-            area_range=(0.08, 1.0), max_attempts=10, use_image_if_no_bounding_boxes=True)
+            shape,
+            tf.zeros([0, 0, 4]),
+            min_object_covered=0.1,
+            aspect_ratio_range=(3 / 4, 4 / 3),
+            area_range=(0.08, 1.0),
+            max_attempts=10,
+            use_image_if_no_bounding_boxes=True,
+        )
         crop = tf.stack([begin[0], begin[1], size[0], size[1]])
         img = tf.io.decode_and_crop_jpeg(ex["image/encoded"], crop, channels=3)
         img = tf.image.resize(img, [a.image_size, a.image_size])
         img = (tf.image.random_flip_left_right(img) - MEAN) / STD
         return img, tf.cast(ex["image/class/label"], tf.int32) - label_offset
 
-    return (ds.shuffle(10 * a.batch_per_gpu, seed=a.seed + launch.rank).repeat()
-            .map(parse, num_parallel_calls=threads).batch(a.batch_per_gpu, drop_remainder=True)
-            .prefetch(tf.data.AUTOTUNE))
+    return (
+        ds.shuffle(10 * a.batch_per_gpu, seed=a.seed + launch.rank)
+        .repeat()
+        .map(parse, num_parallel_calls=threads)
+        .batch(a.batch_per_gpu, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
 
 
 def _records_in(shard):
@@ -96,11 +110,15 @@ def val_dataset(run, label_offset, threads):
         new = tf.cast(tf.round(hw * shorter / tf.reduce_min(hw)), tf.int32)
         img = tf.image.resize(img, new)
         top, left = (new[0] - size) // 2, (new[1] - size) // 2
-        img = (img[top:top + size, left:left + size] - MEAN) / STD
+        img = (img[top : top + size, left : left + size] - MEAN) / STD
         return number, img, tf.cast(ex["image/class/label"], tf.int32) - label_offset
 
-    return (functools.reduce(tf.data.Dataset.concatenate, pieces).map(parse, num_parallel_calls=threads)
-            .batch(a.batch_per_gpu).prefetch(tf.data.AUTOTUNE))
+    return (
+        functools.reduce(tf.data.Dataset.concatenate, pieces)
+        .map(parse, num_parallel_calls=threads)
+        .batch(a.batch_per_gpu)
+        .prefetch(tf.data.AUTOTUNE)
+    )
 
 
 def first_kernel():
@@ -117,8 +135,10 @@ def gpu_of(device):
 
 def build():
     info = tf.sysconfig.get_build_info()
-    return (f"TensorFlow {tf.__version__} for CUDA {info.get('cuda_version', '?')}, code for "
-            f"{' '.join(info.get('cuda_compute_capabilities', [])) or '?'}")
+    return (
+        f"TensorFlow {tf.__version__} for CUDA {info.get('cuda_version', '?')}, code for "
+        f"{' '.join(info.get('cuda_compute_capabilities', [])) or '?'}"
+    )
 
 
 class TensorFlow(loop.HorovodAdapter):
@@ -158,8 +178,9 @@ class TensorFlow(loop.HorovodAdapter):
 
     def build_model(self, run, classes):
         args, hvd = run.args, self.hvd
-        model = tf.keras.applications.ResNet50(weights=None, classes=classes, classifier_activation=None,
-                                               input_shape=(args.image_size, args.image_size, 3))
+        model = tf.keras.applications.ResNet50(
+            weights=None, classes=classes, classifier_activation=None, input_shape=(args.image_size, args.image_size, 3)
+        )
         for layer in model.layers:
             if layer.name.endswith("_3_bn"):  # zero-init residual (loop.Adapter.build_model)
                 layer.gamma.assign(tf.zeros_like(layer.gamma))
@@ -211,11 +232,13 @@ class TensorFlow(loop.HorovodAdapter):
         # Horovod all-reduces each gradient in its variable's dtype (mixed precision keeps float32 variables).
         variables = self.model.trainable_variables
         wire = variables[0].dtype
-        return {"device": self.gpu.name if self.gpu else "cpu", "device_type": "gpu" if self.gpu else "cpu",
-                "gradients": harness.gradients(sum(int(v.shape.num_elements()) for v in variables), wire.size,
-                                               wire.name),
-                "decode_threads": self.threads if self.decoding else None,
-                "policy": tf.keras.mixed_precision.global_policy().name}
+        return {
+            "device": self.gpu.name if self.gpu else "cpu",
+            "device_type": "gpu" if self.gpu else "cpu",
+            "gradients": harness.gradients(sum(int(v.shape.num_elements()) for v in variables), wire.size, wire.name),
+            "decode_threads": self.threads if self.decoding else None,
+            "policy": tf.keras.mixed_precision.global_policy().name,
+        }
 
 
 def long_test_parts(run, model, opt, hvd, label_offset, threads, classes):
