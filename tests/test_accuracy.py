@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from conftest import CONFIG, REPO, interpreter, planned_jobs, snakemake, write_config
 
-from workflow_scripts.train import harness
+from workflow_scripts.train import long_test
 
 FRAMEWORKS = CONFIG["training"]["frameworks"]
 ACCURACY = CONFIG["training"]["accuracy"]
@@ -37,7 +37,7 @@ def val_labels(work):
 
 
 def predictions(run, epoch, ranks):
-    return {r: harness.read_predictions(harness.predictions_path(run, epoch, r)) for r in range(ranks)}
+    return {r: long_test.read_predictions(long_test.predictions_path(run, epoch, r)) for r in range(ranks)}
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -169,18 +169,18 @@ def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(pipe
 
 def test_schedule_is_seed_002s_step_schedule():
     steps_per_epoch = 1281167 // 1024  # ILSVRC2012 at 8 x 128 images
-    lr = harness.Schedule(0.4, steps_per_epoch, 0, [10, 60], 0.1)
+    lr = long_test.Schedule(0.4, steps_per_epoch, 0, [10, 60], 0.1)
     assert [lr(e * steps_per_epoch) for e in (0, 9, 10, 59, 60, 89)] == pytest.approx(
         [0.4, 0.4, 0.04, 0.04, 0.004, 0.004]
     )
     assert lr(10 * steps_per_epoch - 1) == 0.4
-    warm = harness.Schedule(0.4, 10, 2, [10], 0.1)  # linear warm-up over 2 epochs = 20 steps
+    warm = long_test.Schedule(0.4, 10, 2, [10], 0.1)  # linear warm-up over 2 epochs = 20 steps
     assert [warm(s) for s in (0, 9, 19, 20, 99, 100)] == pytest.approx([0.02, 0.2, 0.4, 0.4, 0.4, 0.04])
 
 
 def test_val_shares_cover_every_record_once():
     for total, world in ((320, 2), (50000, 8), (7, 3), (2, 4)):
-        shares = [harness.val_share(total, r, world) for r in range(world)]
+        shares = [long_test.val_share(total, r, world) for r in range(world)]
         assert sorted(i for s in shares for i in s) == list(range(total))
 
 

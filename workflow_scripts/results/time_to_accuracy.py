@@ -2,7 +2,7 @@
 
     python -m workflow_scripts.results.time_to_accuracy --points JSON --out results/time_to_accuracy.csv
 
-writes time_to_accuracy.csv and .md from the runs' summaries (mode accuracy, train/harness.py's
+writes time_to_accuracy.csv and .md from the runs' summaries (mode accuracy, train/long_test.py's
 LongTest). A run that failed, or has no output, is listed with why.
 """
 

@@ -37,7 +37,7 @@ Where the frameworks differ, as capabilities of their adapters:
                outside their profilers.
 Without a GPU PyTorch's capabilities are off by default, so all three time the same interval.
 
-The long test (mode accuracy, harness.LongTest) counts everything, warm-up included: it takes
+The long test (mode accuracy, long_test.LongTest) counts everything, warm-up included: it takes
 the steps from here (launched and read at once) and times epochs itself.
 """
 
@@ -48,7 +48,7 @@ import time
 
 from ..common.errors import StageError
 from ..common.launch import setup_horovod
-from . import harness
+from . import harness, long_test
 
 
 class Adapter:
@@ -210,7 +210,7 @@ class Loop:
 
     def long_test(self, classes):
         parts = self.adapter.long_test_parts(self.run, classes)
-        return harness.LongTest(self.run).run_epochs(self.train_step, *parts, self.adapter.digest)
+        return long_test.LongTest(self.run).run_epochs(self.train_step, *parts, self.adapter.digest)
 
     def summary(self):
         return {

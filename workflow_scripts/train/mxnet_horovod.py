@@ -35,7 +35,7 @@ from mxnet import autograd, gluon  # noqa: E402
 
 from ..common import kernel_check  # noqa: E402
 from ..common.errors import StageError, run_main  # noqa: E402
-from . import harness, loop  # noqa: E402
+from . import harness, long_test, loop  # noqa: E402
 from .mxnet_loss_scale import step_pieces  # noqa: E402
 
 MEAN, STD = (123.68, 116.28, 103.53), (58.395, 57.12, 57.375)
@@ -97,7 +97,7 @@ def val_records(run, threads, numbered_list):
         label_width=2,
         data_shape=(3, a.image_size, a.image_size),
         batch_size=a.batch_per_gpu,
-        resize=harness.resize_shorter(a.image_size),
+        resize=long_test.resize_shorter(a.image_size),
         rand_crop=False,
         rand_mirror=False,
         shuffle=False,
@@ -270,7 +270,7 @@ class MXNet(loop.HorovodAdapter):
 
 
 def long_test_parts(run, net, trainer, params, ctx, dtype, hvd, threads, classes, numbered):
-    """--mode accuracy: harness.LongTest's learning rate, evaluation and count all-reduce in MXNet."""
+    """--mode accuracy: long_test.LongTest's learning rate, evaluation and count all-reduce in MXNet."""
     k = min(5, classes)
     moving = [p for p in params.values() if p.grad_req == "null"]  # BatchNorm's running means and variances
 

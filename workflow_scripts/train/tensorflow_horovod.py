@@ -16,7 +16,7 @@ import os
 import tensorflow as tf
 
 from ..common.errors import StageError, run_main
-from . import harness, loop
+from . import harness, long_test, loop
 
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
@@ -91,7 +91,7 @@ def val_dataset(run, label_offset, threads):
     if not files:
         raise StageError(f"{a.data} holds no validation-*-of-* TFRecord shards")
     counts = [_records_in(f) for f in files]
-    share = harness.val_share(sum(counts), launch.rank, launch.world_size)
+    share = long_test.val_share(sum(counts), launch.rank, launch.world_size)
     pieces, first = [], 0
     for f, n in zip(files, counts):
         lo, hi = max(share.start, first), min(share.stop, first + n)
@@ -101,7 +101,7 @@ def val_dataset(run, label_offset, threads):
         first += n
     if not pieces:
         return None
-    size, shorter = a.image_size, harness.resize_shorter(a.image_size)
+    size, shorter = a.image_size, long_test.resize_shorter(a.image_size)
 
     def parse(number, record):
         ex = tf.io.parse_single_example(record, FEATURES)
@@ -242,7 +242,7 @@ class TensorFlow(loop.HorovodAdapter):
 
 
 def long_test_parts(run, model, opt, hvd, label_offset, threads, classes):
-    """--mode accuracy: harness.LongTest's learning rate, evaluation and count all-reduce in TensorFlow."""
+    """--mode accuracy: long_test.LongTest's learning rate, evaluation and count all-reduce in TensorFlow."""
     size, k = run.args.image_size, min(5, classes)
     val = val_dataset(run, label_offset, threads)
     moving = model.non_trainable_variables  # BatchNorm's moving means and variances
