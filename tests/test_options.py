@@ -160,12 +160,27 @@ def code_comments(path):
     return re.findall(r"#.*", text) + re.findall(r'"""(.*?)"""', text, re.DOTALL)
 
 
+def full_help():
+    """The trainer's whole --help: the flags of every group, the shared ones included."""
+    proc = subprocess.run(
+        [interpreter("pytorch"), "-m", "workflow_scripts.train.pytorch_ddp", "--help"],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
+    return proc.stdout
+
+
 def test_no_measurement_figures(trainer):
     texts = {
         "config.yaml comment": config_comments(),
         "schema description": list(descriptions(yaml.safe_load(schema.SCHEMA.read_text()))),
         "trainer --help": [f["help"] for f in trainer["flags"].values()],
         "pytorch_options.py": code_comments(REPO / "workflow_scripts" / "train" / "pytorch_options.py"),
+        "pytorch_ddp --help": [full_help()],
     }
     found = [
         f"{where}: {FIGURE.search(t).group(0)!r} in {t.strip()[:120]!r}"
