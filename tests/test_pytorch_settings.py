@@ -64,6 +64,8 @@ def test_dali_queue_and_pools(resolved):
     assert resolved["gpu_dali_small"]["dali_pools_mb"] == [64, 128]
     assert resolved["gpu_gpu_input"]["prefetch"] == 2 and resolved["gpu_gpu_input"]["dali_pools_mb"] == [0, 0]
     assert resolved["cpu"]["dali_pools_mb"] == [0, 0]  # DALI's CPU pipeline has no such pools
+    # The cpu path has no queue of its own (its DataLoader prefetches): none is recorded.
+    assert resolved["cpu"]["prefetch"] == resolved["gpu_cpu_input"]["prefetch"] == 0
     asked = resolved["gpu_dali_asked"]
     assert asked["prefetch"] == 2 and asked["dali_pools_mb"] == [0, 100]
 

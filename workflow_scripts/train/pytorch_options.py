@@ -111,7 +111,11 @@ def resolve(args, device, nodes=1):
         grad_compression=args.grad_compression,
         broadcast_buffers=args.broadcast_buffers == "on",
         loss_lag=int(cuda and source != "dali") if args.loss_lag == "auto" else int(args.loss_lag),
-        prefetch=0 if synthetic else args.prefetch or (DALI_PREFETCH if source == "dali" else GPU_PREFETCH),
+        # Only the gpu and dali paths queue batches of their own (the cpu path's DataLoader has its
+        # own prefetch_factor): the others record none.
+        prefetch=0
+        if synthetic or source == "cpu"
+        else args.prefetch or (DALI_PREFETCH if source == "dali" else GPU_PREFETCH),
         dali_pools_mb=pools if cuda and source == "dali" and not synthetic else (0, 0),
     )
 
