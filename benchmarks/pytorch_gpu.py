@@ -29,7 +29,6 @@ if str(REPO) not in sys.path:  # run as a file, not with -m from the repository
 
 from benchmarks import figures, gpu_parts, plans, printing  # noqa: E402
 from benchmarks.runner import (  # noqa: E402
-    SAFE_ENV,
     TRAINER,
     part_command,
     run_long_test,
@@ -38,6 +37,7 @@ from benchmarks.runner import (  # noqa: E402
     shown,
     trainer_command,
 )
+from workflow_scripts.common.multicast import MULTICAST_OFF as SAFE_ENV  # noqa: E402
 
 
 def _smi(*args, tool="nvidia-smi"):
