@@ -231,7 +231,7 @@ def test_editing_a_long_test_key_reruns_only_the_long_test(pipeline_run):
         assert planned_jobs(pipeline_run) == long_test
         # and the sweep's own keys rerun only the sweep
         write_config(pipeline_run, training__steps=CONFIG["training"]["steps"] + 1)
-        assert not set(planned_jobs(pipeline_run)) & set(long_test)
+        assert not set(planned_jobs(pipeline_run)) & (set(long_test) - {"conclusions"})  # it reads both
     finally:
         write_config(pipeline_run)
     assert planned_jobs(pipeline_run) == {}
