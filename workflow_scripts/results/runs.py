@@ -94,6 +94,17 @@ def record(point):
     }
 
 
+# Where and with what a run ran: every table built from runs carries these.
+PROVENANCE = [
+    "device",
+    "driver",
+    "cuda_driver",
+    "node_names",
+    "slurm_job",
+    "framework_version",
+    "settings_hash",
+    "git_commit",
+]
 COLUMNS = [
     "system",
     "framework",
@@ -115,14 +126,7 @@ COLUMNS = [
     "epochs",
     "data_source",
     "image_size",
-    "device",
-    "driver",
-    "cuda_driver",
-    "node_names",
-    "slurm_job",
-    "framework_version",
-    "settings_hash",
-    "git_commit",
+    *PROVENANCE,
     "gradient_bytes",
     "gradient_bytes_from",
     "_args",

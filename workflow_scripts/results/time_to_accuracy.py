@@ -50,14 +50,7 @@ COLUMNS = [
     "decay",
     "eval_every",
     "image_size",
-    "device",
-    "driver",
-    "cuda_driver",
-    "node_names",
-    "slurm_job",
-    "framework_version",
-    "settings_hash",
-    "git_commit",
+    *run_records.PROVENANCE,
     "run_dir",
 ]
 SHOWN = [

@@ -52,14 +52,7 @@ RUN_COLUMNS = [
     "image_size",
     "status",
     "why",
-    "device",
-    "driver",
-    "cuda_driver",
-    "node_names",
-    "slurm_job",
-    "framework_version",
-    "settings_hash",
-    "git_commit",
+    *run_records.PROVENANCE,
     "run_dir",
 ]
 
