@@ -5,19 +5,11 @@ from pathlib import Path
 
 import pandas as pd
 
-TELEMETRY_SHOWN = [
-    "system",
-    "framework",
-    "precision",
-    "gpus",
-    "input",
-    "node",
-    "metric",
-    "device",
-    "peak_MBps",
-    "mean_MBps",
-    "total_MB",
-]
+# Which series a row is (run, node, metric, device), and its figures.
+SERIES = ["system", "framework", "precision", "gpus", "input", "node", "metric", "device"]
+FIGURES = ["peak_MBps", "mean_MBps", "total_MB"]
+TELEMETRY_SHOWN = SERIES + FIGURES
+COLUMNS = SERIES + ["samples", "seconds"] + FIGURES
 
 
 def telemetry(runs, metrics):
@@ -50,19 +42,5 @@ def telemetry(runs, metrics):
                 )
     return pd.DataFrame(
         rows,
-        columns=[
-            "system",
-            "framework",
-            "precision",
-            "gpus",
-            "input",
-            "node",
-            "metric",
-            "device",
-            "samples",
-            "seconds",
-            "peak_MBps",
-            "mean_MBps",
-            "total_MB",
-        ],
+        columns=COLUMNS,
     )
