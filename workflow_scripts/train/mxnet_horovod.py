@@ -39,6 +39,8 @@ from . import harness, long_test, loop  # noqa: E402
 from .mxnet_loss_scale import step_pieces  # noqa: E402
 
 MEAN, STD = (123.68, 116.28, 103.53), (58.395, 57.12, 57.375)
+# ImageRecordIter's per-channel normalisation words, the same for train and val.
+NORMALIZE = {f"{k}_{c}": v[i] for k, v in (("mean", MEAN), ("std", STD)) for i, c in enumerate("rgb")}
 
 
 def dmlc_path(folder):
@@ -77,12 +79,7 @@ def records(run, ctx_gpu, threads):
         preprocess_threads=threads,
         prefetch_buffer=4,
         round_batch=True,
-        mean_r=MEAN[0],
-        mean_g=MEAN[1],
-        mean_b=MEAN[2],
-        std_r=STD[0],
-        std_g=STD[1],
-        std_b=STD[2],
+        **NORMALIZE,
     )
 
 
@@ -105,12 +102,7 @@ def val_records(run, threads, numbered_list):
         part_index=launch.rank,
         preprocess_threads=threads,
         round_batch=True,  # without it, MXNet 1.9 reports no padding and fills the last batch with garbage
-        mean_r=MEAN[0],
-        mean_g=MEAN[1],
-        mean_b=MEAN[2],
-        std_r=STD[0],
-        std_g=STD[1],
-        std_b=STD[2],
+        **NORMALIZE,
     )
 
 
