@@ -17,6 +17,24 @@ include: "rules/interconnect.smk"
 include: "rules/results.smk"
 
 
+# Seconds of work on files the jobs already wrote (gate files, the val split, tables, figures, the
+# verdict): run where snakemake runs, not queued on a cluster (docs/slurm.md#how-jobs-run).
+localrules:
+    preflight_gate,
+    preflight_table,
+    int8_split,
+    int8_accuracy,
+    int8_throughput,
+    interconnect_table,
+    interconnect_figure,
+    training_tables,
+    training_figures,
+    time_to_accuracy,
+    time_to_accuracy_figure,
+    inference_figures,
+    conclusions,
+
+
 rule all:
     default_target: True
     input:

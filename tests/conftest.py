@@ -168,15 +168,21 @@ def source_catalog(root):
 SNAKEMAKE = str(REPO / ".venv" / "bin" / "snakemake")
 
 
-def write_config(workdir, **overrides):
-    cfg = yaml.safe_load(yaml.safe_dump(CONFIG))
-    cfg["envs"] = {env: interpreter(env) for env in cfg["envs"]}
+def with_overrides(config, **overrides):
+    cfg = yaml.safe_load(yaml.safe_dump(config))
     for dotted, value in overrides.items():
         node = cfg
         *parents, leaf = dotted.split("__")
         for p in parents:
             node = node[p]
         node[leaf] = value
+    return cfg
+
+
+def write_config(workdir, **overrides):
+    """config.yaml with `overrides` ({"a__b": value} sets a.b) in `workdir`, the envs made absolute."""
+    cfg = with_overrides(CONFIG, **overrides)
+    cfg["envs"] = {env: interpreter(env) for env in cfg["envs"]}
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
 
 
@@ -208,11 +214,24 @@ def planned_jobs(workdir, target="all", *args):
     return {rule: n for rule, n in jobs.items() if rule not in ("total", "all", "data", "training")}
 
 
+# pipeline_run's config: the embedded default (its dataset, every stage, every run of the sweep, the
+# long test) with 6 timed steps a run instead of 20: the count proves nothing a test checks. The
+# default itself is planned by test_pipeline.py.
+PIPELINE = {"training__steps": 6}
+PIPELINE_CONFIG = with_overrides(CONFIG, **PIPELINE)
+
+
+def pipeline_config(workdir, **overrides):
+    """Write pipeline_run's config (PIPELINE) with `overrides` to `workdir`: an edit of the run or of a
+    copy of it changes only what the test names."""
+    write_config(workdir, **{**PIPELINE, **overrides})
+
+
 @pytest.fixture(scope="session")
 def pipeline_run(tmp_path_factory):
-    """The embedded default, exactly as the quick start runs it, in a scratch working directory."""
+    """The quick start's `snakemake all` (at PIPELINE's sizes) in a scratch working directory."""
     work = tmp_path_factory.mktemp("pipeline")
-    write_config(work)
+    pipeline_config(work)
     snakemake(work)
     return work
 
@@ -251,6 +270,19 @@ def copy_of_run(run, dest, leave_out=()):
 
     walk(run, dest)
     return dest
+
+
+# pytest-xdist (pyproject.toml: -n auto --dist loadgroup) runs a group's tests on one worker, in order.
+# The tests that read pipeline_run share one run; the SLURM tests share one cluster (fixed ports
+# and /etc/slurm); every other test goes with its module, whose module-scoped fixtures run once.
+GROUPS = {"pipeline_run": "pipeline", "cluster": "slurm", "bound_cluster": "slurm"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+def pytest_collection_modifyitems(items):
+    for item in items:
+        group = next((g for f, g in GROUPS.items() if f in item.fixturenames), item.module.__name__)
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 sys.path.insert(0, str(REPO))

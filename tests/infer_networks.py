@@ -3,9 +3,12 @@ tests/test_int8.py (runs in the torch environment; prints one JSON line).
 
     infer_networks.py WORKDIR LMDB CALIBRATION_TSV IMAGE_SIZE
 
-Per network: seeded random weights saved as a state_dict file (as a user's local weights file),
-loaded back through models.load (source "file"), exported to ONNX, calibrated (entropy) on the
-listed val images, quantized to a Q/DQ model, and both models run by ONNX Runtime on one batch.
+Per network: seeded random weights saved as a state_dict file (as a user's local weights file) and
+loaded back through models.load (source "file"). One network of each family (CHAIN) is then exported
+to ONNX, calibrated (entropy) on the listed val images, quantized to a Q/DQ model, and both models run
+by ONNX Runtime on one batch; a deeper member of a family (SAME_LAYERS) is built of exactly the
+layer types of its family's member that went through the chain (ResNet-50's chain is the pipeline's
+own), so the chain meets nothing new in it.
 Also loads ResNet-50 through the "torchvision" source from a cache directory made here
 (TORCH_HOME), with nothing downloaded.
 """
@@ -27,6 +30,14 @@ work, lmdb, calib_tsv, size = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(s
 torch.set_num_threads(2)
 items = images.read_list(calib_tsv)
 batch = next(images.batches(lmdb, items, size, len(items), 2, "batch"))[0]
+CHAIN = ("vgg16", "googlenet", "alexnet")
+SAME_LAYERS = {"resnet50": "resnet50", "resnet101": "resnet50", "resnet152": "resnet50", "vgg19": "vgg16"}
+
+
+def layer_types(model):
+    return sorted({type(m).__name__ for m in model.modules()})
+
+
 out = {}
 for name in models.NETWORKS:
     start = time.perf_counter()
@@ -34,6 +45,16 @@ for name in models.NETWORKS:
     weights = work / f"{name}.pt"
     torch.save(models.build(name, 16).state_dict(), weights)
     model, info = models.load(name, "file", str(weights))
+    weights.unlink()
+    if name not in CHAIN:
+        family = SAME_LAYERS[name]
+        out[name] = {
+            "weights": info,
+            "classes": models.classes_of(model, name),
+            "layers": layer_types(model),
+            "family_layers": layer_types(models.build(family, 16)),
+        }
+        continue
     fp32, int8, ranges = work / f"{name}.fp32.onnx", work / f"{name}.int8.onnx", work / f"{name}.ranges.json"
     with torch.no_grad():
         err = export.export(model, size, fp32)
@@ -62,7 +83,7 @@ for name in models.NETWORKS:
         "finite": all(bool(np.isfinite(v).all()) for v in logits.values()),
         "seconds": round(time.perf_counter() - start, 1),
     }
-    for f in (weights, fp32, int8):
+    for f in (fp32, int8):
         f.unlink()
 
 # torchvision's source, from a cache that holds the file under torchvision's own name.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import CONFIG, REPO, interpreter, planned_jobs, snakemake, write_config
+from conftest import CONFIG, PIPELINE_CONFIG, REPO, interpreter, pipeline_config, planned_jobs, snakemake, write_config
 
 from workflow_scripts.train import long_test
 
@@ -225,15 +225,15 @@ def test_editing_a_long_test_key_reruns_only_the_long_test(pipeline_run):
         "conclusions": 1,
     }
     try:
-        write_config(pipeline_run, training__accuracy__target_top1=ACCURACY["target_top1"] + 1)
+        pipeline_config(pipeline_run, training__accuracy__target_top1=ACCURACY["target_top1"] + 1)
         assert planned_jobs(pipeline_run) == long_test
-        write_config(pipeline_run, training__accuracy__milestones=[1] if ACCURACY["milestones"] != [1] else [2])
+        pipeline_config(pipeline_run, training__accuracy__milestones=[1] if ACCURACY["milestones"] != [1] else [2])
         assert planned_jobs(pipeline_run) == long_test
         # and the sweep's own keys rerun only the sweep
-        write_config(pipeline_run, training__steps=CONFIG["training"]["steps"] + 1)
+        pipeline_config(pipeline_run, training__steps=PIPELINE_CONFIG["training"]["steps"] + 1)
         assert not set(planned_jobs(pipeline_run)) & (set(long_test) - {"conclusions"})  # it reads both
     finally:
-        write_config(pipeline_run)
+        pipeline_config(pipeline_run)
     assert planned_jobs(pipeline_run) == {}
 
 

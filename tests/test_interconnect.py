@@ -10,7 +10,7 @@ import subprocess
 
 import pandas as pd
 import pytest
-from conftest import CONFIG, REPO, interpreter, planned_jobs, snakemake, write_config
+from conftest import CONFIG, REPO, interpreter, pipeline_config, planned_jobs, snakemake, write_config
 from test_shell_safety import HOSTILE, markers
 
 from workflow_scripts.common.errors import StageError
@@ -89,16 +89,16 @@ def test_interconnect_keys_rerun_only_the_interconnect_and_what_reads_it(pipelin
         "conclusions": 1,  # the verdict table reads scaling.csv
     }
     try:
-        write_config(work, interconnect__iterations=IC["iterations"] + 1)
+        pipeline_config(work, interconnect__iterations=IC["iterations"] + 1)
         assert planned_jobs(work) == reads_allreduce
-        write_config(work, interconnect__max_bytes=2**20)
+        pipeline_config(work, interconnect__max_bytes=2**20)
         assert planned_jobs(work) == reads_allreduce
-        write_config(work, interconnect__collectives=["broadcast"])  # scaling then has nothing to read
+        pipeline_config(work, interconnect__collectives=["broadcast"])  # scaling then has nothing to read
         assert planned_jobs(work) == reads_allreduce
-        write_config(work, systems={"local": {**CONFIG["systems"]["local"], "link_gbps": 12.5}})
+        pipeline_config(work, systems={"local": {**CONFIG["systems"]["local"], "link_gbps": 12.5}})
         assert planned_jobs(work) == {"interconnect_figure": 1}
     finally:
-        write_config(work)
+        pipeline_config(work)
     assert planned_jobs(work) == {}
 
 

@@ -6,7 +6,30 @@ import subprocess
 import time
 
 import yaml
-from conftest import CONFIG, REPO, SNAKEMAKE, interpreter, planned_jobs, snakemake, tree_hashes, write_config
+from conftest import (
+    CONFIG,
+    REPO,
+    SNAKEMAKE,
+    interpreter,
+    pipeline_config,
+    planned_jobs,
+    snakemake,
+    tree_hashes,
+    write_config,
+)
+
+
+def test_the_quick_start_plans_the_jobs_pipeline_run_ran(tmp_path):
+    """pipeline_run (conftest.PIPELINE) differs from the quick start's default only in sizes: a fresh
+    directory of each plans the same jobs of `all`, every stage among them."""
+    (default := tmp_path / "default").mkdir()
+    (suite := tmp_path / "suite").mkdir()
+    write_config(default)
+    pipeline_config(suite)
+    planned = planned_jobs(default)
+    assert planned == planned_jobs(suite)
+    stages = {"tfrecord", "recordio", "lmdb", "preflight_check", "train", "train_accuracy", "interconnect_collectives"}
+    assert stages | {"int8_calibrate", "int8_throughput_run", "training_tables", "conclusions"} <= set(planned), planned
 
 
 def test_embedded_default_converts_to_all_three_formats(pipeline_run):
@@ -29,9 +52,9 @@ def test_embedded_default_converts_to_all_three_formats(pipeline_run):
 def test_config_edit_reruns_only_what_it_affects(pipeline_run):
     work = pipeline_run
     try:
-        write_config(work, conversion__resize_shorter=96)
+        pipeline_config(work, conversion__resize_shorter=96)
         assert planned_jobs(work, "data") == {"tfrecord": 1, "recordio": 1, "lmdb": 1}
-        write_config(work, conversion__tfrecord__train_shards=3)
+        pipeline_config(work, conversion__tfrecord__train_shards=3)
         assert planned_jobs(work, "data") == {"tfrecord": 1}
         # and the TensorFlow runs on it (the sweep's and the long test's), and the tables and figures
         # built from the runs
@@ -46,9 +69,9 @@ def test_config_edit_reruns_only_what_it_affects(pipeline_run):
             "time_to_accuracy": 1,
             "time_to_accuracy_figure": 1,
         }
-        write_config(work, conversion__shuffle_seed=5)
+        pipeline_config(work, conversion__shuffle_seed=5)
         assert planned_jobs(work, "data") == {"index_dataset": 1, "tfrecord": 1, "recordio": 1, "lmdb": 1}
-        write_config(work, dataset__embedded__classes=12)
+        pipeline_config(work, dataset__embedded__classes=12)
         assert planned_jobs(work, "data") == {
             "embedded_dataset": 1,
             "index_dataset": 1,
@@ -57,7 +80,7 @@ def test_config_edit_reruns_only_what_it_affects(pipeline_run):
             "lmdb": 1,
         }
     finally:
-        write_config(work)
+        pipeline_config(work)
 
 
 def test_same_input_and_config_give_byte_identical_outputs(pipeline_run):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import CONFIG, REPO, interpreter, planned_jobs, snakemake, write_config
+from conftest import CONFIG, PIPELINE_CONFIG, REPO, interpreter, pipeline_config, planned_jobs, snakemake, write_config
 
 TABLES = [
     "training_throughput",
@@ -51,7 +51,7 @@ def test_every_table_and_figure_of_the_default(pipeline_run):
 
 def test_throughput_rows_are_the_runs_own_figures(pipeline_run):
     runs = table(pipeline_run, "training_throughput")
-    t = CONFIG["training"]
+    t = PIPELINE_CONFIG["training"]
     assert len(runs) == len(t["frameworks"]) * len(t["precisions"]) * len(t["gpus"]) * len(t["systems"])
     for r in runs.itertuples():
         assert r.status == "ok"
@@ -116,7 +116,7 @@ def test_html_report_holds_every_table_and_figure(pipeline_run):
 
 def test_editing_one_frameworks_batch_reruns_its_runs_and_the_aggregation(pipeline_run):
     try:
-        write_config(pipeline_run, training__batch_per_gpu__mxnet=8)
+        pipeline_config(pipeline_run, training__batch_per_gpu__mxnet=8)
         jobs = planned_jobs(pipeline_run)
         # and its long-test run (same batch per GPU) and the table and figure built from it
         assert {k: v for k, v in jobs.items() if k.startswith(("train", "training", "time_to"))} == {
@@ -129,7 +129,7 @@ def test_editing_one_frameworks_batch_reruns_its_runs_and_the_aggregation(pipeli
         }
         assert "framework=tensorflow" not in snakemake(pipeline_run, "-n").stdout
     finally:
-        write_config(pipeline_run)
+        pipeline_config(pipeline_run)
     assert planned_jobs(pipeline_run) == {}
 
 
@@ -176,24 +176,12 @@ def test_fp16_gain_and_system_comparison_are_ratios_of_the_runs(sweep):
         assert r.a_over_b_percent == pytest.approx((a / b - 1) * 100)
 
 
-def test_table_of_runs_with_different_settings_says_so(sweep, pipeline_run, tmp_path):
+def test_table_of_runs_with_different_settings_says_so(pipeline_run, tmp_path):
+    """A sweep run and the long test's run of PyTorch side by side: their modes differ."""
+    runs = pipeline_run / "results" / "runs" / "local"
     points = [
-        {
-            "system": "a",
-            "framework": "pytorch",
-            "precision": "fp32",
-            "gpus": 1,
-            "nodes": 1,
-            "run_dir": str(sweep / "results" / "runs" / "a" / "pytorch_fp32_1gpu_synthetic"),
-        },
-        {
-            "system": "local",
-            "framework": "pytorch",
-            "precision": "fp32",
-            "gpus": 1,
-            "nodes": 1,
-            "run_dir": str(pipeline_run / "results" / "runs" / "local" / "pytorch_fp32_1gpu"),
-        },
+        {"system": "local", "framework": "pytorch", "precision": "fp32", "gpus": g, "nodes": 1, "run_dir": str(d)}
+        for g, d in ((1, runs / "pytorch_fp32_1gpu"), (2, runs / "accuracy" / "pytorch_fp32_2gpu"))
     ]
     proc = subprocess.run(
         [
@@ -210,7 +198,8 @@ def test_table_of_runs_with_different_settings_says_so(sweep, pipeline_run, tmp_
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "runs were made with different settings" in (tmp_path / "training_throughput.md").read_text()
+    note = (tmp_path / "training_throughput.md").read_text()
+    assert "runs were made with different settings" in note and 'mode ("accuracy", "steps")' in note, note
 
 
 def test_failed_run_is_listed_with_why(tmp_path):

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import CONFIG, REPO, interpreter, snakemake, write_config
+from conftest import CONFIG, PIPELINE_CONFIG, REPO, interpreter, snakemake, write_config
 
 from workflow_scripts.common import launch, page_cache
 
@@ -41,7 +41,7 @@ def test_summary_is_images_timed_over_time_timed_after_warmup(pipeline_run, fram
     run = run_of(pipeline_run, framework)
     summary = json.loads((run / "summary.json").read_text())
     steps = steps_of(run)
-    warmup, timed = CONFIG["training"]["warmup_steps"], CONFIG["training"]["steps"]
+    warmup, timed = PIPELINE_CONFIG["training"]["warmup_steps"], PIPELINE_CONFIG["training"]["steps"]
     assert [s["phase"] for s in steps] == ["warmup"] * warmup + ["timed"] * timed
     global_batch = CONFIG["training"]["batch_per_gpu"][framework] * 2
     after = steps[warmup:]
