@@ -275,14 +275,24 @@ def copy_of_run(run, dest, leave_out=()):
 # pytest-xdist (pyproject.toml: -n auto --dist loadgroup) runs a group's tests on one worker, in order.
 # The tests that read pipeline_run share one run; the SLURM tests share one cluster (fixed ports
 # and /etc/slurm); every other test goes with its module, whose module-scoped fixtures run once.
+# The two long groups are handed out first (--no-loadscope-reorder keeps this order).
 GROUPS = {"pipeline_run": "pipeline", "cluster": "slurm", "bound_cluster": "slurm"}
+FIRST = ("pipeline", "slurm")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
 def pytest_collection_modifyitems(items):
+    group = {}
     for item in items:
-        group = next((g for f, g in GROUPS.items() if f in item.fixturenames), item.module.__name__)
-        item.add_marker(pytest.mark.xdist_group(group))
+        group[item] = next((g for f, g in GROUPS.items() if f in item.fixturenames), item.module.__name__)
+        item.add_marker(pytest.mark.xdist_group(group[item]))
+    items.sort(key=lambda item: FIRST.index(group[item]) if group[item] in FIRST else len(FIRST))
+
+
+def pytest_xdist_auto_num_workers(config):
+    """-n auto: a worker more than the cores, as the SLURM group spends most of its time waiting for
+    the scheduler."""
+    return (os.cpu_count() or 1) + 1
 
 
 sys.path.insert(0, str(REPO))

@@ -4,7 +4,7 @@ tests/test_int8.py (runs in the torch environment; prints one JSON line).
     infer_networks.py WORKDIR LMDB CALIBRATION_TSV IMAGE_SIZE
 
 Per network: seeded random weights saved as a state_dict file (as a user's local weights file) and
-loaded back through models.load (source "file"). One network of each family (CHAIN) is then exported
+loaded back through models.load (source "file"). One network of each kind of layers (CHAIN) is then exported
 to ONNX, calibrated (entropy) on the listed val images, quantized to a Q/DQ model, and both models run
 by ONNX Runtime on one batch; a deeper member of a family (SAME_LAYERS) is built of exactly the
 layer types of its family's member that went through the chain (ResNet-50's chain is the pipeline's
@@ -30,12 +30,21 @@ work, lmdb, calib_tsv, size = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(s
 torch.set_num_threads(2)
 items = images.read_list(calib_tsv)
 batch = next(images.batches(lmdb, items, size, len(items), 2, "batch"))[0]
-CHAIN = ("vgg16", "googlenet", "alexnet")
-SAME_LAYERS = {"resnet50": "resnet50", "resnet101": "resnet50", "resnet152": "resnet50", "vgg19": "vgg16"}
+CHAIN = ("googlenet", "alexnet")
+# VGG is AlexNet's layers (convolutions, ReLU, max pooling, adaptive average pooling, dropout, linear),
+# more of them.
+SAME_LAYERS = {
+    "resnet50": "resnet50",
+    "resnet101": "resnet50",
+    "resnet152": "resnet50",
+    "vgg16": "alexnet",
+    "vgg19": "alexnet",
+}
 
 
 def layer_types(model):
-    return sorted({type(m).__name__ for m in model.modules()})
+    """The kinds of layer below the network's own class."""
+    return sorted({type(m).__name__ for m in model.modules() if m is not model})
 
 
 out = {}

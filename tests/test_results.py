@@ -152,6 +152,7 @@ def sweep(tmp_path_factory):
         training__steps=3,
         training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4},
         training__accuracy__gpus=[],
+        preflight__gate=False,  # the tables are what is tested here, not preflight (test_preflight.py)
     )
     snakemake(
         work,
@@ -235,6 +236,7 @@ def test_input_axis_puts_each_path_beside_the_same_points_synthetic_run(tmp_path
         training__steps=3,
         training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4},
         inference__models={"resnet50": "torchvision"},
+        preflight__gate=False,
     )
     snakemake(tmp_path, "results/input_paths.csv", "results/figures/fig_input_paths.png")
     runs = tmp_path / "results" / "runs" / "local"

@@ -87,6 +87,9 @@ SMALL = {
     "inference__throughput__batch_sizes": [1, 2],
     "inference__throughput__warmup": 1,
     "inference__throughput__repeats": 2,
+    "interconnect__max_bytes": 2**20,
+    "interconnect__warmup": 1,
+    "interconnect__iterations": 3,
 }
 
 
