@@ -34,10 +34,12 @@ rule preflight_check:
         launch=launcher_args,
         args=preflight_args,
         cache_command=TRAIN["cache_clear_command"],
+        cache_scope=TRAIN["cache_clear"],
     shell:
         "{params.py:q} -m workflow_scripts.preflight.job --out {output:q} --system {wildcards.system:q} "
         "--framework {wildcards.framework:q} --python={params.python:q} --data={input.data:q} "
-        "--cache-command={params.cache_command:q} --log {log:q} {params.args:q} -- {params.launch:q}"
+        "--cache-command={params.cache_command:q} --cache-scope={params.cache_scope} --log {log:q} {params.args:q} "
+        "-- {params.launch:q}"
 
 
 rule preflight_table:

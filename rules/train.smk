@@ -41,6 +41,7 @@ rule train:
         args=trainer_args,
         launch=launcher_args,
         cache_command=TRAIN["cache_clear_command"],
+        cache_scope=TRAIN["cache_clear"],
         cuda_cache=TRAIN["cuda_cache_dir"],
         retries=TRAIN["retries"],
     shell:
@@ -52,6 +53,7 @@ rule train:
         "{params.py:q} -m workflow_scripts.train.job --run-dir {params.run_dir:q} "
         "--results-dir {params.results_dir:q} --log {log:q} --attempt {resources.attempt} "
         "--retries {params.retries} --data {input.data:q} --cache-command={params.cache_command:q} "
+        "--cache-scope={params.cache_scope} "
         "--python={params.python:q} --cuda-cache-dir={params.cuda_cache:q} {params.launch:q} "
         "-- {params.trainer} {params.args:q}"
 

@@ -179,9 +179,16 @@ def with_overrides(config, **overrides):
     return cfg
 
 
+# Every test's config: runs evict their dataset only (training.cache_clear: dataset). Dropping the whole
+# page cache before each run would make every parallel worker read its frameworks' libraries from disk
+# again; the node-wide clear is tested by tests/test_training.py and test_preflight.py.
+SUITE = {"training__cache_clear": "dataset"}
+
+
 def write_config(workdir, **overrides):
-    """config.yaml with `overrides` ({"a__b": value} sets a.b) in `workdir`, the envs made absolute."""
-    cfg = with_overrides(CONFIG, **overrides)
+    """config.yaml with SUITE and `overrides` ({"a__b": value} sets a.b) in `workdir`, the envs made
+    absolute."""
+    cfg = with_overrides(CONFIG, **{**SUITE, **overrides})
     cfg["envs"] = {env: interpreter(env) for env in cfg["envs"]}
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
 
@@ -218,7 +225,7 @@ def planned_jobs(workdir, target="all", *args):
 # long test) with 6 timed steps a run instead of 20: the count proves nothing a test checks. The
 # default itself is planned by test_pipeline.py.
 PIPELINE = {"training__steps": 6}
-PIPELINE_CONFIG = with_overrides(CONFIG, **PIPELINE)
+PIPELINE_CONFIG = with_overrides(CONFIG, **SUITE, **PIPELINE)
 
 
 def pipeline_config(workdir, **overrides):

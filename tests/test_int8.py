@@ -152,7 +152,7 @@ def test_accuracy_table_on_the_embedded_default(int8_run):
         assert int(row[f"{p}_top1_correct"]) <= int(row[f"{p}_top5_correct"])
     # The pipeline's own ResNet-50 has learnt (a few dozen steps): top-1 well above the 1-in-16 chance.
     assert float(row["fp32_top1"]) > 2 * 100 * CHANCE, row
-    assert float(row["int8_top1"]) > 3 * 100 * CHANCE, row
+    assert float(row["int8_top1"]) > 2 * 100 * CHANCE, row
     for k in ("top1", "top5"):
         assert float(row[f"diff_{k}"]) == pytest.approx(float(row[f"fp32_{k}"]) - float(row[f"int8_{k}"]), abs=1e-3)
     # INT8 predicts what FP32 predicts for nearly every image.

@@ -24,11 +24,14 @@ def test_the_quick_start_plans_the_jobs_pipeline_run_ran(tmp_path):
     directory of each plans the same jobs of `all`, every stage among them."""
     (default := tmp_path / "default").mkdir()
     (suite := tmp_path / "suite").mkdir()
-    write_config(default)
+    write_config(default, training__cache_clear=CONFIG["training"]["cache_clear"])  # the quick start's own
     pipeline_config(suite)
     planned = planned_jobs(default)
     assert planned == planned_jobs(suite)
     stages = {"tfrecord", "recordio", "lmdb", "preflight_check", "train", "train_accuracy", "interconnect_collectives"}
+    # The quick start clears each node's caches as the study did (the suite: its dataset only, SUITE).
+    shell = snakemake(default, "all", "-n", "-p").stdout
+    assert "--cache-scope=node" in shell and "--cache-scope=dataset" not in shell
     assert stages | {"int8_calibrate", "int8_throughput_run", "training_tables", "conclusions"} <= set(planned), planned
 
 

@@ -88,7 +88,13 @@ def test_a_cpu_only_framework_on_a_gpu_system_is_named(tmp_path):
 
 
 def test_refused_cache_clearing_stops_all_before_any_training_job(tmp_path):
-    write_config(tmp_path, training__frameworks=["pytorch"], training__cache_clear_command="false", **NO_DATA)
+    write_config(
+        tmp_path,
+        training__frameworks=["pytorch"],
+        training__cache_clear="node",
+        training__cache_clear_command="false",
+        **NO_DATA,
+    )
     proc = snakemake(tmp_path, "all", check=False)
     assert proc.returncode != 0
     # once, with its cause, and not retried

@@ -76,6 +76,8 @@ def test_run_records_cache_clearing_and_telemetry(pipeline_run, framework):
     summary = json.loads((run / "summary.json").read_text())
     (cache,) = summary["page_cache"].values()
     assert cache["dataset_evicted"] and cache["after"]["resident_bytes"] == 0 and cache["before"]["files"] > 0
+    # The suite's training.cache_clear reached the job: the dataset alone, the node's caches kept.
+    assert (cache["scope"], cache["method"], cache["dropped_all_caches"]) == ("dataset", "fadvise_dontneed", False)
     (csv,) = run.glob("telemetry.*.csv")
     metrics = {line.split(",")[2] for line in csv.read_text().splitlines()[1:]}
     assert {"read_MBps", "cpu_percent", "cpu_steal_percent", "send_MBps", "recv_MBps"} <= metrics
@@ -164,6 +166,33 @@ def test_cache_clearing_without_root_evicts_the_dataset_and_says_so():
     report = _clear_as_nobody(roots, d / "roots.json")
     assert report["method"] == "fadvise_dontneed" and report["dataset_evicted"] is False
     assert report["after"]["unverifiable_files"] == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping the node's caches needs root")
+def test_node_scope_drops_the_nodes_caches(tmp_path):
+    """training.cache_clear: node, the default and the study's clear: /proc/sys/vm/drop_caches."""
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(1 << 20))
+    f.read_bytes()
+    report = page_cache.clear([f])
+    assert (report["scope"], report["method"], report["dropped_all_caches"]) == ("node", "drop_caches", True)
+    assert report["dataset_evicted"] and page_cache.resident_bytes(f) == 0
+
+
+def test_dataset_scope_evicts_the_dataset_and_touches_nothing_else(tmp_path):
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(1 << 20))
+    f.read_bytes()
+    marker = tmp_path / "ran"
+    drop = tmp_path / "drop_caches"  # where node scope would write: must stay untouched
+    report = page_cache.clear([f], command=f"touch {marker}", drop_caches=str(drop), scope="dataset")
+    assert (report["method"], report["dropped_all_caches"], report["dataset_evicted"]) == (
+        "fadvise_dontneed",
+        False,
+        True,
+    )
+    assert [a["method"] for a in report["attempts"]] == ["fadvise_dontneed"]
+    assert not marker.exists() and not drop.exists() and page_cache.resident_bytes(f) == 0
 
 
 def test_unavailable_drop_caches_or_failing_command_is_never_claimed(tmp_path):

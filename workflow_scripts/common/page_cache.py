@@ -3,7 +3,8 @@ head and compute nodes), and checking that the dataset really left memory.
 
 Methods, in order: a configured command (e.g. a sudo rule); writing 3 to
 /proc/sys/vm/drop_caches (root); else evicting the dataset's own files with
-posix_fadvise(POSIX_FADV_DONTNEED), which needs no privilege. Whatever ran, residency of the
+posix_fadvise(POSIX_FADV_DONTNEED), which needs no privilege. Scope "dataset"
+(config training.cache_clear) goes straight to the last: the node's other caches stay. Whatever ran, residency of the
 dataset files is then measured with mincore(2), so a drop that did not happen is never reported
 as done. Where the dataset's file system keeps a cache of its own (GPFS's pagepool, a FUSE
 daemon's, FS-Cache), mincore cannot show whether a read will be cold: there `dataset_evicted` is
@@ -107,18 +108,26 @@ def evict(files):
             os.close(fd)
 
 
-def clear(paths, command="", drop_caches="/proc/sys/vm/drop_caches", mountinfo=mounts.MOUNTINFO):
-    """Clear the cache for a run over `paths`; returns what ran and what was verified."""
+SCOPES = ("node", "dataset")
+
+
+def clear(paths, command="", drop_caches="/proc/sys/vm/drop_caches", mountinfo=mounts.MOUNTINFO, scope="node"):
+    """Clear the cache for a run over `paths` (scope "node": the node's caches, as the study did;
+    "dataset": the dataset's files only); returns what ran and what was verified."""
+    if scope not in SCOPES:
+        raise ValueError(f"cache clearing scope {scope!r}: one of {', '.join(SCOPES)}")
     files = dataset_files(paths)
-    report = {"before": residency(files), "attempts": []}
+    report = {"before": residency(files), "attempts": [], "scope": scope}
     method = None
-    if command:
+    if scope == "dataset":
+        pass
+    elif command:
         proc = subprocess.run(command, shell=True, capture_output=True, text=True)
         report["attempts"].append(
             {"method": "command", "command": command, "ok": proc.returncode == 0, "error": proc.stderr.strip()[-500:]}
         )
         method = "command" if proc.returncode == 0 else None
-    if method is None:
+    if method is None and scope == "node":
         try:
             os.sync()
             with open(drop_caches, "w") as f:
@@ -157,10 +166,11 @@ def main():
     ap.add_argument("--paths", nargs="*", default=[], help="the dataset files or directories of the run")
     ap.add_argument("--command", default="", help="a configured drop command (e.g. a sudo rule)")
     ap.add_argument("--drop-caches", default="/proc/sys/vm/drop_caches")
+    ap.add_argument("--scope", default="node", choices=SCOPES, help="config training.cache_clear")
     ap.add_argument("--out", required=True, help="JSON report; {node} is replaced by this host's name")
     a = ap.parse_args()
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    report = {"node": node, **clear(a.paths, a.command, a.drop_caches)}
+    report = {"node": node, **clear(a.paths, a.command, a.drop_caches, scope=a.scope)}
     write_json(a.out.replace("{node}", node), report)
     print(
         json.dumps(

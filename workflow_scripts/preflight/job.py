@@ -117,6 +117,7 @@ def main():
     ap.add_argument("--data", default="")
     ap.add_argument("--level", default="sample")
     ap.add_argument("--cache-command", default="")
+    ap.add_argument("--cache-scope", default="node")
     ap.add_argument("--timeout-s", type=float, default=300)
     ap.add_argument("--log", required=True)
     r = ap.add_argument_group("rank.py's options, passed on")
@@ -153,6 +154,7 @@ def main():
             "--level",
             a.level,
             f"--cache-command={a.cache_command}",
+            f"--cache-scope={a.cache_scope}",
             f"--python={a.python}",
         ]
         rank_cmd = [

@@ -28,8 +28,8 @@ CACHE_FIX = (
 )
 
 
-def cache_row(paths, command, node):
-    report = page_cache.clear(paths, command)
+def cache_row(paths, command, node, scope="node"):
+    report = page_cache.clear(paths, command, scope=scope)
     tried = report["attempts"][0]
     if command and not tried["ok"]:
         return row(
@@ -103,11 +103,12 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--data", default="", help="the format's data stage output the runs read (empty: none)")
     ap.add_argument("--cache-command", default="", help="config training.cache_clear_command")
+    ap.add_argument("--cache-scope", default="node", choices=page_cache.SCOPES, help="config training.cache_clear")
     ap.add_argument("--level", default="sample", choices=("quick", "sample", "full"))
     ap.add_argument("--python", default=sys.executable, help="the framework's interpreter as words (reads the format)")
     a = ap.parse_args()
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    rows = [cache_row([a.data] if a.data else [], a.cache_command, node)]
+    rows = [cache_row([a.data] if a.data else [], a.cache_command, node, a.cache_scope)]
     if a.data:
         status, figure, cause, fix = dataset_check(a.data, a.level, shlex.split(a.python))
         rows += [row("dataset", status, figure, cause, fix, node), readable_row(Path(a.data), node)]

@@ -47,6 +47,7 @@ def main():
     ap.add_argument("--retries", type=int, default=0, help="config training.retries")
     ap.add_argument("--data", nargs="*", default=[], help="the dataset the run reads (page-cache clearing)")
     ap.add_argument("--cache-command", default="", help="config training.cache_clear_command")
+    ap.add_argument("--cache-scope", default="node", help="config training.cache_clear")
     launch.add_arguments(ap)
     ap.add_argument("trainer", nargs=argparse.REMAINDER, help="-- MODULE ARGS...: the trainer and its options")
     a = ap.parse_args()
@@ -79,6 +80,7 @@ def main():
             "--paths",
             *a.data,
             f"--command={a.cache_command}",
+            f"--scope={a.cache_scope}",
             "--out",
             str(run / "cache.{node}.json"),
         ],
