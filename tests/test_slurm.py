@@ -105,6 +105,7 @@ def cluster_config(work, **overrides):
             "training__systems": ["cluster"],
             "training__gpus": [2],
             "training__accuracy__gpus": [],
+            "training__cache_clear": "node",  # as on a cluster; the two nodes share this machine's kernel
             "conversion__threads": 2,
             "inference__threads": 2,
             **SMALL,

@@ -140,9 +140,9 @@ def clear(paths, command="", drop_caches="/proc/sys/vm/drop_caches", mountinfo=m
         evict(files)
         method = "fadvise_dontneed"
         report["attempts"].append({"method": "fadvise_dontneed", "ok": True})
-    elif residency(files)["resident_bytes"]:
-        # Pages read back between the drop and the check (another node's task on a shared
-        # kernel, a scanner): evict the dataset's own pages as well.
+    if residency(files)["resident_bytes"]:
+        # Pages read back between the clear and the check (another node's task on a shared
+        # kernel, a scanner): evict the dataset's own pages again.
         evict(files)
         report["attempts"].append({"method": "fadvise_dontneed", "ok": True, "after": method})
     after = residency(files)
