@@ -38,7 +38,7 @@ rule preflight_check:
     shell:
         "{params.py:q} -m workflow_scripts.preflight.job --out {output:q} --system {wildcards.system:q} "
         "--framework {wildcards.framework:q} --python={params.python:q} --data={input.data:q} "
-        "--cache-command={params.cache_command:q} --cache-scope={params.cache_scope} --log {log:q} {params.args:q} "
+        "--cache-command={params.cache_command:q} --cache-scope={params.cache_scope:q} --log {log:q} {params.args:q} "
         "-- {params.launch:q}"
 
 

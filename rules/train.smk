@@ -53,7 +53,7 @@ rule train:
         "{params.py:q} -m workflow_scripts.train.job --run-dir {params.run_dir:q} "
         "--results-dir {params.results_dir:q} --log {log:q} --attempt {resources.attempt} "
         "--retries {params.retries} --data {input.data:q} --cache-command={params.cache_command:q} "
-        "--cache-scope={params.cache_scope} "
+        "--cache-scope={params.cache_scope:q} "
         "--python={params.python:q} --cuda-cache-dir={params.cuda_cache:q} {params.launch:q} "
         "-- {params.trainer} {params.args:q}"
 

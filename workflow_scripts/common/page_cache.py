@@ -3,8 +3,8 @@ head and compute nodes), and checking that the dataset really left memory.
 
 Methods, in order: a configured command (e.g. a sudo rule); writing 3 to
 /proc/sys/vm/drop_caches (root); else evicting the dataset's own files with
-posix_fadvise(POSIX_FADV_DONTNEED), which needs no privilege. Scope "dataset"
-(config training.cache_clear) goes straight to the last: the node's other caches stay. Whatever ran, residency of the
+posix_fadvise(POSIX_FADV_DONTNEED), which needs no privilege. Scope "dataset" (config
+training.cache_clear) goes straight to the last: the node's other caches stay. Whatever ran, residency of the
 dataset files is then measured with mincore(2), so a drop that did not happen is never reported
 as done. Where the dataset's file system keeps a cache of its own (GPFS's pagepool, a FUSE
 daemon's, FS-Cache), mincore cannot show whether a read will be cold: there `dataset_evicted` is
@@ -114,20 +114,16 @@ SCOPES = ("node", "dataset")
 def clear(paths, command="", drop_caches="/proc/sys/vm/drop_caches", mountinfo=mounts.MOUNTINFO, scope="node"):
     """Clear the cache for a run over `paths` (scope "node": the node's caches, as the study did;
     "dataset": the dataset's files only); returns what ran and what was verified."""
-    if scope not in SCOPES:
-        raise ValueError(f"cache clearing scope {scope!r}: one of {', '.join(SCOPES)}")
     files = dataset_files(paths)
     report = {"before": residency(files), "attempts": [], "scope": scope}
-    method = None
-    if scope == "dataset":
-        pass
-    elif command:
+    method, node_wide = None, scope == "node"
+    if node_wide and command:
         proc = subprocess.run(command, shell=True, capture_output=True, text=True)
         report["attempts"].append(
             {"method": "command", "command": command, "ok": proc.returncode == 0, "error": proc.stderr.strip()[-500:]}
         )
         method = "command" if proc.returncode == 0 else None
-    if method is None and scope == "node":
+    if method is None and node_wide:
         try:
             os.sync()
             with open(drop_caches, "w") as f:
@@ -140,12 +136,13 @@ def clear(paths, command="", drop_caches="/proc/sys/vm/drop_caches", mountinfo=m
         evict(files)
         method = "fadvise_dontneed"
         report["attempts"].append({"method": "fadvise_dontneed", "ok": True})
-    if residency(files)["resident_bytes"]:
+    after = residency(files)
+    if after["resident_bytes"]:
         # Pages read back between the clear and the check (another node's task on a shared
         # kernel, a scanner): evict the dataset's own pages again.
         evict(files)
         report["attempts"].append({"method": "fadvise_dontneed", "ok": True, "after": method})
-    after = residency(files)
+        after = residency(files)
     unverifiable = uncheckable(paths, mountinfo)
     report.update(
         {
