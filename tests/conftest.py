@@ -297,9 +297,26 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_xdist_auto_num_workers(config):
-    """-n auto: a worker more than the cores, as the SLURM group spends most of its time waiting for
-    the scheduler."""
-    return (os.cpu_count() or 1) + 1
+    """-n auto: two workers more than the cores. The SLURM group spends most of its time waiting for
+    the scheduler, and the workers below the long groups' priority fill the cores those leave idle."""
+    return (os.cpu_count() or 1) + 2
+
+
+# The pipeline group is the suite's longest chain (the quick start's run, then the tests that read it)
+# and the SLURM group's jobs run while it waits: a worker whose first test belongs to neither runs
+# at a lower priority (os.nice, inherited by what it starts), so it takes the cores those leave
+# idle instead of stretching them. Without workers (-p no:xdist) nothing changes.
+YIELD = 5
+
+
+def pytest_runtest_setup(item):
+    config = item.config
+    if getattr(config, "_dlscale_priority_set", False) or not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    config._dlscale_priority_set = True
+    mark = item.get_closest_marker("xdist_group")
+    if not mark or mark.args[0] not in FIRST:
+        os.nice(YIELD)
 
 
 sys.path.insert(0, str(REPO))
