@@ -330,11 +330,13 @@ def test_weights_that_are_not_there_stop_the_run(int8_run, tmp_path):
     assert str(tmp_path / "empty") in proc.stderr and not (tmp_path / "m.onnx").exists()
 
 
-def test_the_seven_networks_load_and_each_family_exports_calibrates_and_quantizes(int8_run, tmp_path):
-    calib = stage(int8_run) / "split" / "calibration.tsv"
+def test_the_seven_networks_load_and_each_family_exports_calibrates_and_quantizes(small_lmdb, tmp_path):
+    # The first 4 val images as the split stage lists them (position, label), from the index the LMDB
+    # was made from: the chain needs a few real images, not pipeline_run's.
+    val = tsv(small_lmdb.parent / "index" / "val.tsv")[:4]
     few = tmp_path / "few.tsv"
-    few.write_text("".join(calib.read_text().splitlines(keepends=True)[:5]))  # header + 4 images
-    out = last_json(run_py("pytorch", "tests/infer_networks.py", tmp_path, int8_run / "data" / "lmdb", few, 64))
+    few.write_text("position\tlabel\n" + "".join(f"{i}\t{r['label']}\n" for i, r in enumerate(val)))
+    out = last_json(run_py("pytorch", "tests/infer_networks.py", tmp_path, small_lmdb, few, 64))
     assert set(out) == {
         "resnet50",
         "resnet101",

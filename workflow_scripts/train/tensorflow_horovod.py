@@ -195,10 +195,12 @@ class TensorFlow(loop.HorovodAdapter):
         ce = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         # The slots exist before the step is traced: a tf.function that creates variables on its first
         # call is traced twice, and ResNet-50's step with Horovod's all-reduces takes seconds to trace.
+        # No AutoGraph either (here and in the long test's functions): nothing in them branches or loops
+        # on a tensor's value, and converting Horovod's gradient code only lengthens the trace.
         opt.build(model.trainable_variables)
         self.model, self.opt = model, opt
 
-        @tf.function
+        @tf.function(autograph=False)
         def step(x, y):
             with tf.GradientTape() as tape:
                 loss = ce(y, tf.cast(model(x, training=True), tf.float32))
@@ -250,11 +252,11 @@ def long_test_parts(run, model, opt, hvd, label_offset, threads, classes):
     val = val_dataset(run, label_offset, threads)
     moving = model.non_trainable_variables  # BatchNorm's moving means and variances
 
-    @tf.function(input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32)])
+    @tf.function(input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32)], autograph=False)
     def top_k(x):
         return tf.math.top_k(tf.cast(model(x, training=False), tf.float32), k).indices
 
-    @tf.function
+    @tf.function(autograph=False)
     def average_moving_statistics():
         for v, mean in zip(moving, hvd.grouped_allreduce([v.read_value() for v in moving], op=hvd.Average)):
             v.assign(mean)
