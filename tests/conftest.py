@@ -308,15 +308,15 @@ def pytest_xdist_auto_num_workers(config):
 # at a lower priority (os.nice, inherited by what it starts), so it takes the cores those leave
 # idle instead of stretching them. Without workers (-p no:xdist) nothing changes.
 YIELD = 5
+_priority_set = False
 
 
 def pytest_runtest_setup(item):
-    config = item.config
-    if getattr(config, "_dlscale_priority_set", False) or not os.environ.get("PYTEST_XDIST_WORKER"):
+    global _priority_set
+    if _priority_set or not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    config._dlscale_priority_set = True
-    mark = item.get_closest_marker("xdist_group")
-    if not mark or mark.args[0] not in FIRST:
+    _priority_set = True
+    if item.get_closest_marker("xdist_group").args[0] not in FIRST:
         os.nice(YIELD)
 
 
