@@ -196,7 +196,10 @@ class TensorFlow(loop.HorovodAdapter):
         # The slots exist before the step is traced: a tf.function that creates variables on its first
         # call is traced twice, and ResNet-50's step with Horovod's all-reduces takes seconds to trace.
         # No AutoGraph either (here and in the long test's functions): nothing in them branches or loops
-        # on a tensor's value, and converting Horovod's gradient code only lengthens the trace.
+        # on a tensor's value. The gradients are all-reduced one by one, as hvd.DistributedGradientTape
+        # does, so each starts when its gradient is ready; but the run's size is fixed, so whether to
+        # all-reduce is decided here, not by the tape's tf.cond per gradient, which traces both branches
+        # of every one of them.
         opt.build(model.trainable_variables)
         self.model, self.opt = model, opt
 
@@ -205,8 +208,9 @@ class TensorFlow(loop.HorovodAdapter):
             with tf.GradientTape() as tape:
                 loss = ce(y, tf.cast(model(x, training=True), tf.float32))
                 scaled = opt.get_scaled_loss(loss) if hasattr(opt, "get_scaled_loss") else loss
-            tape = hvd.DistributedGradientTape(tape)
             grads = tape.gradient(scaled, model.trainable_variables)
+            if hvd.size() > 1:
+                grads = [hvd.allreduce(g, op=hvd.Average) for g in grads]
             if hasattr(opt, "get_unscaled_gradients"):
                 grads = opt.get_unscaled_gradients(grads)
             opt.apply_gradients(zip(grads, model.trainable_variables))
