@@ -131,9 +131,11 @@ def test_horovod_runs_over_the_chosen_interface(tmp_path):
         "import os; from workflow_scripts.common.launch import detect, setup_horovod; setup_horovod(detect()); "
         "import horovod.tensorflow as hvd, tensorflow as tf; hvd.init(); "
         "s = hvd.allreduce(tf.constant([float(hvd.rank() + 1)]), op=hvd.Sum); "
-        "print('rank', hvd.rank(), 'of', hvd.size(), 'sum', float(s[0]), os.environ['HOROVOD_GLOO_IFACE'], "
-        "os.environ['HOROVOD_GLOO_RENDEZVOUS_ADDR'], flush=True)"
+        "iface, addr = os.environ['HOROVOD_GLOO_IFACE'], os.environ['HOROVOD_GLOO_RENDEZVOUS_ADDR']; "
+        "os.write(1, f'rank {hvd.rank()} of {hvd.size()} sum {float(s[0])} {iface} {addr}\\n'.encode())"
     )
+    # The ranks share one pipe: each line is one write (shorter than PIPE_BUF, so never split by the
+    # other rank's), where print may write its pieces one by one.
     py = interpreter("tensorflow")
     proc = subprocess.run(
         [
