@@ -13,6 +13,11 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 
+# The suite runs more processes than there are cores (its workers; the SLURM test's two nodes share
+# this machine's), so an OpenMP thread (PyTorch's, MXNet's) that spins while it waits for work takes
+# a core another process needs. Passive waiting changes no result, only who gets the cores.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def interpreter(env):
     exe = REPO / CONFIG["envs"][env]
