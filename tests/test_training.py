@@ -66,8 +66,13 @@ def test_summary_is_images_timed_over_time_timed_after_warmup(pipeline_run, fram
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_loss_falls(pipeline_run, framework):
-    losses = [s["loss"] for s in steps_of(run_of(pipeline_run, framework))]
-    assert statistics.fmean(losses[-5:]) < statistics.fmean(losses[:3]), losses
+    """Over the first epoch of the long test, whose steps are the sweep runs' steps at the same
+    learning rate: a sweep run's few steps leave the fall inside the batches' noise. The loss's
+    least-squares line over every step falls."""
+    run = pipeline_run / "results" / "runs" / "local" / "accuracy" / f"{framework}_fp32_2gpu"
+    first = json.loads((run / "epochs.jsonl").read_text().splitlines()[0])["steps"]
+    losses = [s["loss"] for s in steps_of(run)[:first]]
+    assert len(losses) >= 10 and statistics.linear_regression(range(len(losses)), losses).slope < 0, losses
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

@@ -57,8 +57,8 @@ class StepLog:
         Each step also records this thread's CPU time and its time ready to run but not running
         (Linux's run-queue wait): a slow step whose launching thread ran longer or waited for a
         CPU was held up on the host, not by the device."""
-        now = time.perf_counter()
         clocks = thread_clocks()
+        now = time.perf_counter()
         step = len(self.steps)
         rec = {
             "step": step,
@@ -71,12 +71,14 @@ class StepLog:
             **({"device_s": device_s} if device_s is not None else {}),
             **{k: clocks[k] - self._thread[k] for k in clocks if k in self._thread},
         }
-        self._thread = clocks
         self.steps.append(rec)
         if self.write:
             self._f.write(json.dumps(rec) + "\n")
             self._f.flush()
+        # The thread's clocks are read inside each step's wall-clock interval (after its start, before
+        # its end), so its CPU time and run-queue wait never count a preemption its wall time missed.
         self._t = now
+        self._thread = thread_clocks()
         return rec
 
     def close(self):
