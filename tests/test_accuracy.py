@@ -5,6 +5,7 @@ figure, and reruns after an edit."""
 
 import csv
 import json
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -108,6 +109,17 @@ def test_default_reaches_its_target_and_stops_there(pipeline_run, framework):
     # Both ranks stopped together, holding the same weights.
     digests = [json.loads((run / f"rank{r}.json").read_text())["weights_sha256"] for r in (0, 1)]
     assert digests[0] == digests[1] and set(digests[0]) == {"after_step_1", "final"}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_loss_falls(pipeline_run, framework):
+    """Over the long test's first epoch, whose steps are the sweep runs' steps at the same learning
+    rate (a sweep run's few steps leave the fall inside the batches' noise): the loss's least-squares
+    line over every step falls."""
+    run = run_of(pipeline_run, framework)
+    steps = (run / "steps.jsonl").read_text().splitlines()[: epochs_of(run)[0]["steps"]]
+    losses = [json.loads(line)["loss"] for line in steps]
+    assert len(losses) >= 10 and statistics.linear_regression(range(len(losses)), losses).slope < 0, losses
 
 
 def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(pipeline_run, tmp_path):
