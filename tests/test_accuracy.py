@@ -11,7 +11,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import CONFIG, PIPELINE_CONFIG, REPO, interpreter, pipeline_config, planned_jobs, snakemake, write_config
+from conftest import (
+    CONFIG,
+    PIPELINE_CONFIG,
+    REPO,
+    interpreter,
+    pipeline_config,
+    planned_jobs,
+    run_stage,
+    snakemake,
+    write_config,
+)
 
 from workflow_scripts.train import long_test
 
@@ -122,10 +132,24 @@ def test_loss_falls(pipeline_run, framework):
     assert len(losses) >= 10 and statistics.linear_regression(range(len(losses)), losses).slope < 0, losses
 
 
-def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(pipeline_run, tmp_path):
+def two_class_lmdb(work):
+    """Two classes of 8 train and 8 val images each, through the index stage into the LMDB: an epoch
+    is two steps of 2 x 4 images. Half the val images are each class, so a network scores 0% only by
+    naming the wrong class for every one of them (one that names a single class scores 50%)."""
+    from workflow_scripts.data import embedded
+
+    embedded.make(work / "ILSVRC2012", classes=2, train_per_class=8, val_per_class=8, seed=5)
+    run_stage("workflow", "workflow_scripts.data.index", "--root", work / "ILSVRC2012", "--out", work / "index")
+    run_stage("pytorch", "workflow_scripts.data.lmdb_caffe2", "--index", work / "index", "--out", work / "lmdb")
+    return work / "lmdb"
+
+
+def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(tmp_path):
     """Evaluations after epochs 2 and 3 of at most 4 (eval_every 2, and the last); any trained
-    network scores at least 1%, so the run stops after epoch 2, both ranks together."""
+    network scores at least 1% here, so the run stops after epoch 2, both ranks together."""
     py = interpreter("pytorch")
+    data = two_class_lmdb(tmp_path / "data")
+    out = tmp_path / "run"
     proc = subprocess.run(
         [
             interpreter("workflow"),
@@ -138,9 +162,9 @@ def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(pipe
             "-m",
             "workflow_scripts.train.pytorch_ddp",
             "--data",
-            str(pipeline_run / "data" / "lmdb"),
+            str(data),
             "--batch-per-gpu",
-            "16",
+            "4",
             "--image-size",
             "32",
             "--mode",
@@ -154,7 +178,7 @@ def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(pipe
             "--target-top1",
             "1",
             "--out",
-            str(tmp_path),
+            str(out),
             "--telemetry-interval",
             "0",
         ],
@@ -164,18 +188,18 @@ def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(pipe
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    recs, lt = epochs_of(tmp_path), summary_of(tmp_path)["long_test"]
+    recs, lt = epochs_of(out), summary_of(out)["long_test"]
     assert [(r["epoch"], r["top1"] is not None) for r in recs] == [(1, False), (2, True)]
     assert recs[1]["top1"] >= 1 and lt["reached"] is True and lt["epoch_reached"] == 2 and lt["stopped_early"]
     assert (lt["epochs_run"], lt["epochs_planned"]) == (2, 4) and lt["time_to_target_s"] == recs[1]["elapsed_s"]
     assert lt["result"].startswith("reached top-1 >= 1% at epoch 2")
-    assert recs[0]["val_images"] == 0 and recs[0]["lr"] == pytest.approx(0.1 * 32 / 256)
-    assert recs[1]["lr"] == pytest.approx(0.1 * 32 / 256 * 0.1)
-    assert sorted(p.name for p in (tmp_path / "predictions").iterdir()) == [
+    assert recs[0]["val_images"] == 0 and recs[0]["lr"] == pytest.approx(0.1 * 8 / 256)
+    assert recs[1]["lr"] == pytest.approx(0.1 * 8 / 256 * 0.1)
+    assert sorted(p.name for p in (out / "predictions").iterdir()) == [
         "epoch002.rank0.tsv.gz",
         "epoch002.rank1.tsv.gz",
     ]
-    digests = [json.loads((tmp_path / f"rank{r}.json").read_text())["weights_sha256"]["final"] for r in (0, 1)]
+    digests = [json.loads((out / f"rank{r}.json").read_text())["weights_sha256"]["final"] for r in (0, 1)]
     assert digests[0] == digests[1]
 
 
