@@ -73,14 +73,12 @@ def quirky_tree(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="session")
-def small_lmdb(tmp_path_factory):
-    """A 5-class embedded tree (6 train, 2 val images a class) through the index stage into the
-    Caffe2 LMDB: what the PyTorch input paths read."""
+def embedded_lmdb(work, **sizes):
+    """An embedded tree (embedded.make's `sizes`: classes, train_per_class, ...) in `work`, through
+    the index stage into the Caffe2 LMDB (`work`/lmdb, its index beside it)."""
     from workflow_scripts.data import embedded
 
-    work = tmp_path_factory.mktemp("small_lmdb")
-    embedded.make(work / "ILSVRC2012", classes=5, train_per_class=6, val_per_class=2, seed=11)
+    embedded.make(work / "ILSVRC2012", **sizes)
     run_stage(
         "workflow",
         "workflow_scripts.data.index",
@@ -102,6 +100,13 @@ def small_lmdb(tmp_path_factory):
         "2",
     )
     return work / "lmdb"
+
+
+@pytest.fixture(scope="session")
+def small_lmdb(tmp_path_factory):
+    """A 5-class embedded tree (6 train, 2 val images a class) in the Caffe2 LMDB: what the PyTorch
+    input paths read."""
+    return embedded_lmdb(tmp_path_factory.mktemp("small_lmdb"), classes=5, train_per_class=6, val_per_class=2, seed=11)
 
 
 @pytest.fixture(scope="session")

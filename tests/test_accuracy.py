@@ -15,10 +15,10 @@ from conftest import (
     CONFIG,
     PIPELINE_CONFIG,
     REPO,
+    embedded_lmdb,
     interpreter,
     pipeline_config,
     planned_jobs,
-    run_stage,
     snakemake,
     write_config,
 )
@@ -132,23 +132,14 @@ def test_loss_falls(pipeline_run, framework):
     assert len(losses) >= 10 and statistics.linear_regression(range(len(losses)), losses).slope < 0, losses
 
 
-def two_class_lmdb(work):
-    """Two classes of 8 train and 8 val images each, through the index stage into the LMDB: an epoch
-    is two steps of 2 x 4 images. Half the val images are each class, so a network scores 0% only by
-    naming the wrong class for every one of them (one that names a single class scores 50%)."""
-    from workflow_scripts.data import embedded
-
-    embedded.make(work / "ILSVRC2012", classes=2, train_per_class=8, val_per_class=8, seed=5)
-    run_stage("workflow", "workflow_scripts.data.index", "--root", work / "ILSVRC2012", "--out", work / "index")
-    run_stage("pytorch", "workflow_scripts.data.lmdb_caffe2", "--index", work / "index", "--out", work / "lmdb")
-    return work / "lmdb"
-
-
 def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(tmp_path):
     """Evaluations after epochs 2 and 3 of at most 4 (eval_every 2, and the last); any trained
-    network scores at least 1% here, so the run stops after epoch 2, both ranks together."""
+    network scores at least 1% here, so the run stops after epoch 2, both ranks together. The data:
+    two classes of 8 train and 8 val images each (an epoch is two steps of 2 x 4 images). Half the val
+    images are each class, so a network scores 0% only by naming the wrong class for every one of
+    them (one that names a single class scores 50%)."""
     py = interpreter("pytorch")
-    data = two_class_lmdb(tmp_path / "data")
+    data = embedded_lmdb(tmp_path / "data", classes=2, train_per_class=8, val_per_class=8, seed=5)
     out = tmp_path / "run"
     proc = subprocess.run(
         [
