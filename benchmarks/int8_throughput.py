@@ -4,7 +4,9 @@ engine build, timed runs).
 
 The weights are seeded random and the calibration batches seeded noise: speed does not depend
 on what the weights or pixels are (accuracy does; that is the pipeline's Table III). Per batch
-size: `--warmup` runs discarded, `--repeats` runs timed one by one, images/s = batch / median.
+size, as the pipeline's timed job does (workflow_scripts/infer/throughput.py): each precision's
+`--repeats` timed runs in two blocks, FP32, INT8, INT8, FP32, each block after `--warmup` discarded
+runs; images/s = batch / median.
 Run with the torch environment:
 
     .envs/torch/bin/python benchmarks/int8_throughput.py --batch-sizes 1 2 4 8 16 32 64 --threads 2
@@ -73,14 +75,16 @@ def main(argv=None):
     print(
         f"{a.network} {a.image_size}x{a.image_size}, random weights; ONNX Runtime {ort.__version__} on "
         f"{engines.cpu_name()}, {a.threads} threads; INT8: {a.activations} activations, "
-        f"{'per-channel' if a.per_channel else 'per-tensor'} int8 weights, QDQ; {a.warmup} warm-up + "
-        f"{a.repeats} timed runs per point, images/s = batch / median (slowest..fastest run)"
+        f"{'per-channel' if a.per_channel else 'per-tensor'} int8 weights, QDQ; {a.repeats} timed runs per point "
+        f"in blocks {' '.join(p.upper() for p, _ in throughput.blocks(a.repeats))}, each after {a.warmup} warm-up "
+        f"runs, images/s = batch / median (slowest..fastest run)"
     )
     print(f"{'batch':>5}  {'FP32 images/s':>24}  {'INT8 images/s':>24}  {'INT8/FP32':>9}")
     rng = np.random.default_rng(0)
     for bs in a.batch_sizes:
         x = rng.standard_normal((bs, 3, a.image_size, a.image_size), dtype=np.float32)
-        r = {p: throughput.summarize(runner.time_runs(x, a.warmup, a.repeats), bs) for p, runner in runners.items()}
+        times = throughput.time_alternating(runners, x, a.warmup, a.repeats)
+        r = {p: throughput.summarize(times[p], bs) for p in runners}
         cells = [
             f"{r[p]['images_per_s']:8.1f} ({r[p]['images_per_s_worst']:6.1f}..{r[p]['images_per_s_best']:6.1f})"
             for p in ("fp32", "int8")

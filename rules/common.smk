@@ -229,9 +229,26 @@ def run_input(w):
     return w.variant[1:] if w.variant else effective_input(w.system, w.framework, "auto")
 
 
-def run_dir(system, framework, precision, gpus, path=None):
+def repeats(system):
+    """training.repeats: auto is 3 on a system that requests GPUs, so every verdict there rests on an
+    interval over runs (docs/results.md#verdict-guards); 1 on a CPU system, whose figures are no
+    verdict's."""
+    value = TRAIN["repeats"]
+    if value != "auto":
+        return value
+    return 3 if config["systems"][system]["gpu_request"] != "none" else 1
+
+
+def repeat_suffix(repeat):
+    """A point's first run keeps the plain name (a config of one repeat has the run directories it
+    always had); the others end in _rep<k>."""
+    return "" if repeat == 1 else f"_rep{repeat}"
+
+
+def run_dir(system, framework, precision, gpus, path=None, repeat=1):
     path = path or effective_input(system, framework, "auto")
-    return f"{RESULTS}/runs/{system}/{framework}_{precision}_{gpus}gpu{input_suffix(system, framework, path)}"
+    suffix = input_suffix(system, framework, path) + repeat_suffix(repeat)
+    return f"{RESULTS}/runs/{system}/{framework}_{precision}_{gpus}gpu{suffix}"
 
 
 def accuracy_run_dir(system, framework, precision, gpus):
@@ -264,7 +281,7 @@ for _system in TRAIN["systems"]:
         _check_partition(_system, _gpus, "training.accuracy.gpus")
 
 
-def _points(gpu_counts, key, where, inputs):
+def _points(gpu_counts, key, where, inputs, runs=lambda s: 1):
     return [
         {
             "system": s,
@@ -272,20 +289,22 @@ def _points(gpu_counts, key, where, inputs):
             "precision": p,
             "gpus": g,
             "input": i,
+            "repeat": r,
             "nodes": placement(s, g, key)[0],
             "gpu_request": config["systems"][s]["gpu_request"],
-            "run_dir": where(s, f, p, g, i),
+            "run_dir": where(s, f, p, g, i, r),
         }
         for s in TRAIN["systems"]
         for f in TRAIN["frameworks"]
         for p in TRAIN["precisions"]
         for g in gpu_counts
         for i in inputs(s, f)
+        for r in range(1, runs(s) + 1)
     ]
 
 
-# The sweep (the short test): one training run per point and input path.
-SWEEP = _points(TRAIN["gpus"], "training.gpus", run_dir, run_inputs)
+# The sweep (the short test): training.repeats runs per point and input path.
+SWEEP = _points(TRAIN["gpus"], "training.gpus", run_dir, run_inputs, repeats)
 if not SWEEP:
     raise WorkflowError(
         f"config training.inputs = {TRAIN['inputs']}: no framework in training.frameworks has any of "
@@ -296,7 +315,7 @@ if not SWEEP:
 LONG_TEST = _points(
     ACCURACY["gpus"],
     "training.accuracy.gpus",
-    lambda s, f, p, g, i: accuracy_run_dir(s, f, p, g),
+    lambda s, f, p, g, i, r: accuracy_run_dir(s, f, p, g),
     lambda s, f: [effective_input(s, f, "auto")],
 )
 # Every training interpreter the sweep uses exists (or names its container), checked now.
@@ -334,6 +353,8 @@ def _trainer_args(w, path, mode_args):
         "--telemetry-interval",
         TRAIN["telemetry_interval"],
     ]
+    if TRAIN["fp32_math"] != "tf32":  # the default adds no word: it reruns no run made before the key
+        args += ["--fp32-math", TRAIN["fp32_math"]]
     if config["systems"][w.system]["gpu_request"] != "none":
         # No silent CPU fallback: the trainer stops before training without a GPU per task.
         args += ["--require-gpu", "--env-key", TRAIN_ENV[w.system, w.framework][0]]
@@ -482,29 +503,47 @@ def slurm_extra(w):
     puts this string into a shell line as it is, so every word is quoted here."""
     _, per_node = placement(w.system, int(w.gpus))
     sysc = config["systems"][w.system]
-    flags = [f"--ntasks-per-node={per_node}"]
+    flags = [f"--ntasks-per-node={per_node}", *exclusive_flags(w.system)]
     if sysc["gpu_request"] == "gpus-per-node":
         flags.append(_gpu_flag(w.system, per_node))
     return shlex.join(flags + SBATCH_EXTRA[w.system])
 
 
+def system_resource(system, key, unset=None):
+    """A job's resource from a system's config; `unset` where the system leaves it to the cluster
+    (the plugin then passes nothing)."""
+    return config["systems"][system][key] or unset
+
+
 def system_value(key, unset=None):
-    """A training job's resource from its system's config; `unset` where the system leaves it
-    to the cluster (the plugin then passes nothing)."""
-    return lambda w: config["systems"][w.system][key] or unset
+    """system_resource of a training job's own system (its wildcard)."""
+    return lambda w: system_resource(w.system, key, unset)
+
+
+def alone_threads(fallback):
+    """Cores a measuring job (a training or long-test run, the interconnect measurement, a preflight
+    check, an INT8 timed run) asks the local scheduler for: all of them, so that it never runs beside
+    another job of the workflow, whatever the system (docs/training.md#isolation). Two runs side by
+    side would each measure the other, and one's node-wide page-cache clearing would hit the other.
+    Through SLURM a job is sized by its resources instead and takes whole nodes (exclusive_flags)."""
+    if workflow.local_exec:
+        try:
+            return max(workflow.cores, fallback)
+        except WorkflowError:  # no --cores (a dry run)
+            pass
+    return fallback
 
 
 def point_threads(w):
-    """Cores a job at a sweep point (training, interconnect, preflight) asks the local scheduler for.
-    Run locally, a job of a system that requests GPUs takes every core, so it runs alone: two runs on
-    one GPU, or beside each other's input threads, would each measure the other. A CPU system's job
-    takes one core per process. Through SLURM each job is sized by its resources below instead."""
-    if workflow.local_exec and config["systems"][w.system]["gpu_request"] != "none":
-        try:
-            return max(workflow.cores, int(w.gpus))
-        except WorkflowError:  # no --cores (a dry run): the processes
-            pass
-    return int(w.gpus)
+    """A measuring job at a sweep point (training, interconnect, preflight): alone_threads; through
+    SLURM one core per process (cpus_per_task sets each task's CPUs)."""
+    return alone_threads(int(w.gpus))
+
+
+def exclusive_flags(system):
+    """sbatch's --exclusive for a measuring job of `system` unless its config turns it off
+    (systems.<name>.exclusive: a site that forbids whole-node jobs)."""
+    return ["--exclusive"] if config["systems"][system]["exclusive"] else []
 
 
 # What a job of several processes at a sweep point asks SLURM for: a training run, and the

@@ -119,7 +119,7 @@ rule int8_engine:
         "../envs/torch.yaml"
     threads: INFER["threads"]
     resources:
-        gpu=lambda w: 1 if w.engine == "tensorrt" else None,
+        **inference_resources(),
     params:
         py=PY["pytorch"],
         args=engine_args(),
@@ -145,7 +145,7 @@ rule int8_evaluate:
         "../envs/torch.yaml"
     threads: INFER["threads"]
     resources:
-        gpu=lambda w: 1 if w.engine == "tensorrt" else None,
+        **inference_resources(),
     params:
         py=PY["pytorch"],
         image_size=INFER["image_size"],
@@ -183,40 +183,45 @@ rule int8_accuracy:
         "--models {params.models:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"
 
 
-# Timed runs: each job takes inference.threads cores, so a local run with --cores at most that
-# times one engine at a time, on an otherwise idle machine.
+# Timed runs: one job per network, engine and batch size times the FP32 and the INT8 engine
+# alternately in one process, so that their ratio never spans two devices or nodes. It is a
+# measuring job: run locally it takes every core snakemake has, so nothing of the workflow runs
+# beside it; through SLURM it takes its node alone (inference_resources). ONNX Runtime's threads
+# stay inference.threads, capped at those cores: a param, so the timings rerun when the thread
+# count changes, and only then.
 rule int8_throughput_run:
     input:
-        rules.int8_engine.output.engine,
+        fp32=f"{INT8}/{{model}}/{{engine}}/fp32.engine",
+        int8=f"{INT8}/{{model}}/{{engine}}/int8.engine",
     output:
-        f"{INT8}/{{model}}/{{engine}}/throughput/{{precision}}_bs{{bs}}.json",
+        f"{INT8}/{{model}}/{{engine}}/throughput/bs{{bs}}.json",
     log:
-        f"{LOGS}/int8/{{model}}/{{engine}}/throughput_{{precision}}_bs{{bs}}.log",
+        f"{LOGS}/int8/{{model}}/{{engine}}/throughput_bs{{bs}}.log",
     benchmark:
-        f"{LOGS}/int8/{{model}}/{{engine}}/throughput_{{precision}}_bs{{bs}}.bench.tsv"
+        f"{LOGS}/int8/{{model}}/{{engine}}/throughput_bs{{bs}}.bench.tsv"
     conda:
         "../envs/torch.yaml"
-    threads: INFER["threads"]
+    threads: alone_threads(INFER["threads"])
     resources:
-        gpu=lambda w: 1 if w.engine == "tensorrt" else None,
+        **inference_resources(measuring=True),
     params:
         py=PY["pytorch"],
         image_size=INFER["image_size"],
         warmup=THROUGHPUT["warmup"],
         repeats=THROUGHPUT["repeats"],
+        engine_threads=lambda w, threads: min(INFER["threads"], threads),
     shell:
-        "{params.py:q} -m workflow_scripts.infer.throughput --engine {wildcards.engine} --engine-file {input:q} "
-        "--precision {wildcards.precision} --network {wildcards.model} --image-size {params.image_size:q} "
-        "--batch-size {wildcards.bs} --warmup {params.warmup:q} --repeats {params.repeats:q} --threads {threads} "
-        "--out {output:q} > {log:q} 2>&1"
+        "{params.py:q} -m workflow_scripts.infer.throughput --engine {wildcards.engine} --network {wildcards.model} "
+        "--fp32 {input.fp32:q} --int8 {input.int8:q} --image-size {params.image_size:q} "
+        "--batch-size {wildcards.bs} --warmup {params.warmup:q} --repeats {params.repeats:q} "
+        "--threads {params.engine_threads:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule int8_throughput:
     input:
         expand(
-            f"{INT8}/{{model}}/{ENGINE}/throughput/{{precision}}_bs{{bs}}.json",
+            f"{INT8}/{{model}}/{ENGINE}/throughput/bs{{bs}}.json",
             model=THROUGHPUT["models"],
-            precision=["fp32", "int8"],
             bs=BATCH_SIZES,
         ),
     output:

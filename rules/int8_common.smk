@@ -83,8 +83,22 @@ def _check_inference():
             )
 
 
+def inference_system():
+    """The system (under systems:) whose nodes build, score and time the engines: inference.system,
+    or the first of training.systems. One name for all of them, so that a cluster gives every
+    inference job the same kind of node."""
+    name = INFER["system"] or TRAIN["systems"][0]
+    if name not in config["systems"]:
+        raise WorkflowError(
+            f"config inference.system = {name!r} is not defined under config systems (defined: "
+            f"{', '.join(config['systems'])}): name one of them, or leave it \"\" for the first of training.systems"
+        )
+    return name
+
+
 BATCH_SIZES = throughput_batch_sizes()
 _check_inference()
+INFER_SYSTEM = inference_system()
 ACTIVATIONS = activation_type()
 # TensorRT's parser dequantizes INT8 only, so its model keeps float biases; ONNX Runtime's integer
 # kernels take INT32 ones.
@@ -122,6 +136,36 @@ def calibration_args():
 def engine_args():
     trt = INFER["tensorrt"]
     return ["--max-batch", str(trt["max_batch"]), "--workspace-mb", str(trt["workspace_mb"])] if TENSORRT else []
+
+
+def inference_resources(measuring=False):
+    """What an engine build, evaluation or timed job asks SLURM for: inference.system's partition,
+    account, constraint and qos, and with TensorRT one GPU of its gpu_type, requested as the system
+    requests GPUs (a system without a gpu_request: one GPU of any type). A measuring job (the timed
+    runs) also takes its node alone (exclusive_flags), as training runs do. Run locally, none of
+    this applies."""
+    sysc = config["systems"][INFER_SYSTEM]
+    request = sysc["gpu_request"]
+
+    def tensorrt(w):
+        return w.engine == "tensorrt"
+
+    def extra(w):
+        words = exclusive_flags(INFER_SYSTEM) if measuring else []
+        if tensorrt(w) and request == "gpus-per-node":
+            words.append(_gpu_flag(INFER_SYSTEM, 1))
+        return shlex.join(words) if words else None
+
+    return dict(
+        slurm_partition=system_resource(INFER_SYSTEM, "partition"),
+        slurm_account=system_resource(INFER_SYSTEM, "account"),
+        constraint=system_resource(INFER_SYSTEM, "constraint"),
+        qos=system_resource(INFER_SYSTEM, "qos"),
+        # the plugin takes gres only as its own resource, never in slurm_extra
+        gres=lambda w: f"gpu:{_gpus_of_node(INFER_SYSTEM, 1)}" if tensorrt(w) and request == "gres" else None,
+        gpu=lambda w: 1 if tensorrt(w) and request == "none" else None,
+        slurm_extra=extra,
+    )
 
 
 wildcard_constraints:

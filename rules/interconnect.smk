@@ -32,11 +32,16 @@ rule interconnect_collectives:
         launch=geometry_args,
         args=ic_args,
         device=ic_device,
+        nccl_logs=lambda w: f"{ic_dir(w.system, w.gpus)}/nccl_logs/torch",
+    # NCCL's debug files are read once the launcher has returned, not by rank 0 after its last
+    # barrier: a file another node writes is sure to be whole on the shared file system only once
+    # its process has closed it (NFS' close-to-open consistency), and NCCL closes it at exit.
     shell:
         "{params.launcher:q} -m workflow_scripts.train.launch {params.launch:q} "
-        "--cuda-cache-dir={params.cuda_cache:q} -- {params.py:q} "
+        "--cuda-cache-dir={params.cuda_cache:q} --nccl-log-dir={params.nccl_logs:q} -- {params.py:q} "
         "-m workflow_scripts.interconnect.collectives {params.args:q} --device {params.device:q} "
-        "--out {output:q} > {log:q} 2>&1"
+        "--out {output:q} > {log:q} 2>&1 && {params.launcher:q} -m workflow_scripts.common.nccl_log "
+        "{params.nccl_logs:q} --into {output:q} >> {log:q} 2>&1"
 
 
 rule interconnect_nccl_tests:
@@ -65,10 +70,11 @@ rule interconnect_nccl_tests:
         args=ic_args,
         exec=ic_exec,
         srun_mpi=ic_srun_mpi,
+        nccl_logs=lambda w: f"{ic_dir(w.system, w.gpus)}/nccl_logs/nccl_tests",
     shell:
         "{params.py:q} -m workflow_scripts.interconnect.nccl_tests --build={params.build:q} {params.args:q} "
         "{params.launch:q} --exec={params.exec:q} --srun-mpi={params.srun_mpi:q} "
-        "--cuda-cache-dir={params.cuda_cache:q} --out {output:q} > {log:q} 2>&1"
+        "--cuda-cache-dir={params.cuda_cache:q} --nccl-log-dir={params.nccl_logs:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule interconnect_table:

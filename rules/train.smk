@@ -10,11 +10,11 @@ rule train:
         # the pair's preflight passed (rules/preflight.smk)
         preflight=preflight_passed,
     output:
-        f"{RESULTS}/runs/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}/summary.json",
+        f"{RESULTS}/runs/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}{{rep}}/summary.json",
     log:
-        f"{LOGS}/train/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}.log",
+        f"{LOGS}/train/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}{{rep}}.log",
     benchmark:
-        f"{LOGS}/train/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}.bench.tsv"
+        f"{LOGS}/train/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}{{rep}}.bench.tsv"
     wildcard_constraints:
         system="[^/]+",  # runs/<system>/accuracy/... is the long test's
         framework="tensorflow|mxnet|pytorch",
@@ -22,6 +22,8 @@ rule train:
         gpus=r"\d+",
         # the input path, when it is not the framework's default (common.smk, input_suffix)
         variant=r"(_(cpu|gpu|dali|synthetic))?",
+        # a point's second and later runs (training.repeats; common.smk, repeat_suffix)
+        rep=r"(_rep\d+)?",
     retries: TRAIN["retries"]
     conda:
         lambda w: "../envs/torch.yaml" if w.framework == "pytorch" else "../envs/tf-mxnet.yaml"

@@ -150,6 +150,8 @@ def test_accuracy_table_on_the_embedded_default(int8_run):
             assert int(row[f"{p}_{k}_correct"]) == evald[f"{k}_correct"]
             assert float(row[f"{p}_{k}"]) == pytest.approx(100 * evald[f"{k}_correct"] / n, abs=1e-4)
         assert int(row[f"{p}_top1_correct"]) <= int(row[f"{p}_top5_correct"])
+        # What each engine ran on, from its own evaluation.
+        assert (row[f"{p}_device"], row[f"{p}_host"]) == (evald["device"], evald["host"]) and evald["device"]
     # The pipeline's own ResNet-50 has learnt (a few dozen steps): top-1 well above the 1-in-16 chance.
     assert float(row["fp32_top1"]) > 2 * 100 * CHANCE, row
     assert float(row["int8_top1"]) > 2 * 100 * CHANCE, row
@@ -179,36 +181,29 @@ def test_throughput_table(int8_run):
     assert [int(r["batch_size"]) for r in rows] == sizes and {r["model"] for r in rows} == {"resnet50"}
     repeats = CONFIG["inference"]["throughput"]["repeats"]
     for r in rows:
+        # One job timed both precisions of a batch size, in one process: one record.
+        record = json.loads(
+            (stage(int8_run) / "resnet50" / "onnxruntime" / "throughput" / f"bs{r['batch_size']}.json").read_text()
+        )
+        assert record["warmup"] == CONFIG["inference"]["throughput"]["warmup"] and record["repeats"] == repeats
+        assert record["started_at"] < record["ended_at"]
         for p in ("fp32", "int8"):
-            run = json.loads(
-                (
-                    stage(int8_run) / "resnet50" / "onnxruntime" / "throughput" / f"{p}_bs{r['batch_size']}.json"
-                ).read_text()
-            )
+            run = record["precisions"][p]
             # Warm-up runs are not among the timed ones; images/s is the batch over the median.
-            assert (
-                len(run["times_s"]) == run["runs"] == repeats
-                and run["warmup"] == CONFIG["inference"]["throughput"]["warmup"]
-            )
+            assert len(run["times_s"]) == run["runs"] == repeats and run["precision"] == p
             assert run["images_per_s"] == pytest.approx(int(r["batch_size"]) / statistics.median(run["times_s"]))
             assert float(r[f"{p}_images_per_s"]) == pytest.approx(run["images_per_s"], abs=0.01)
             assert float(r[f"{p}_worst"]) <= float(r[f"{p}_images_per_s"]) <= float(r[f"{p}_best"])
+            assert (run["device"], run["host"]) == (r["device"], r["host"])
         assert float(r["int8_over_fp32"]) == pytest.approx(
             float(r["int8_images_per_s"]) / float(r["fp32_images_per_s"]), rel=1e-2
         )
         # Which precision is faster is what the table measures, not what the code guarantees (a busy
-        # machine can reverse it); what it guarantees is that both were timed the same way.
-        fp32, int8 = (
-            json.loads(
-                (
-                    stage(int8_run) / "resnet50" / "onnxruntime" / "throughput" / f"{p}_bs{r['batch_size']}.json"
-                ).read_text()
-            )
-            for p in ("fp32", "int8")
-        )
-        same = ("engine", "batch_size", "image_size", "warmup", "threads", "runs", "device")
+        # machine can reverse it); what it guarantees is that both were timed the same way, alternately.
+        fp32, int8 = (record["precisions"][p] for p in ("fp32", "int8"))
+        same = ("runs", "device", "host", "timing")
         assert {k: fp32[k] for k in same} == {k: int8[k] for k in same}
-        assert (fp32["precision"], int8["precision"]) == ("fp32", "int8")
+        assert [p for p, _ in record["blocks"]] == ["fp32", "int8", "int8", "fp32"] == r["order"].split()
     assert (
         "| Batch size | FP32 images/s | INT8 images/s | INT8/FP32 |"
         in (int8_run / "results" / "int8_throughput.md").read_text()
@@ -220,12 +215,13 @@ def test_config_edits_rerun_only_what_they_affect(int8_run):
     sizes = BATCH_SIZES
     try:
         assert planned(work) == {}
+        # One timed job per batch size, both precisions in it.
         pipeline_config(work, inference__throughput__batch_sizes=sizes + [16])
-        assert planned(work) == {"int8_throughput_run": 2, "int8_throughput": 1}
+        assert planned(work) == {"int8_throughput_run": 1, "int8_throughput": 1}
         pipeline_config(work, inference__throughput__repeats=5)
-        assert planned(work) == {"int8_throughput_run": 2 * len(sizes), "int8_throughput": 1}
+        assert planned(work) == {"int8_throughput_run": len(sizes), "int8_throughput": 1}
         # The calibration count moves the split: calibration onward, and FP32 is scored again on the new
-        # scoring set; the FP32 model, its engine and its timings stay.
+        # scoring set; the FP32 model and its engine stay (its timings go with INT8's, in one job).
         pipeline_config(work, inference__calibration__batches=5)
         assert planned(work) == {
             "int8_split": 1,

@@ -110,11 +110,12 @@ def test_rules_pass_every_key_generically(tmp_path):
 def test_default_argv_unchanged(tmp_path):
     """The default config's words for the keys that existed before the generic mapping, as they
     were and first: a changed order or word would be a params change and rerun every PyTorch run a
-    user already has (a new key, appended, reruns them once, as any new option must)."""
+    user already has (a new key, appended, reruns them once, as any new option must). tf32 left
+    training.pytorch for training.fp32_math, which covers all three frameworks."""
     write_config(tmp_path)
     assert " ".join(pytorch_argv(tmp_path)).startswith(
         "--amp-dtype auto --channels-last auto --compile auto --hw-decoder-load 0.9 --dali-decoder cpu --prefetch 0 "
-        "--dali-pinned-mb auto --dali-device-mb auto --loader-workers 0 --tf32 on --bucket-cap-mb 25 "
+        "--dali-pinned-mb auto --dali-device-mb auto --loader-workers 0 --bucket-cap-mb 25 "
         "--input-lanes 1 --jpeg-decoder torchvision --ddp-graph auto --broadcast-buffers off --grad-compression none"
     )
 

@@ -22,7 +22,9 @@ SYSTEM = {
     "gpus_per_node": 1,
     "max_nodes": 2,
     "partition": slurm_cluster.PARTITION,
-    "cpus_per_task": 2,
+    # One of a node's two CPUs: a job of one CPU would fit beside each run, unless the run holds its
+    # nodes alone (systems.<name>.exclusive, on by default).
+    "cpus_per_task": 1,
     "mem_mb": 3000,
     "time_min": 30,
 }
@@ -150,16 +152,63 @@ def cancel_first_running(words, started, seen, stop):
         time.sleep(1)
 
 
+def submit_beside(words, seen, stop):
+    """Once a run whose comment matches is running, submit a job of one CPU beside it, then note,
+    every second while both are in the queue, each one's state and nodes."""
+    while not stop.is_set():
+        running = [
+            (job, nodes)
+            for job, state, comment, nodes in squeue("%i", "%T", "%k", "%N")
+            if state == "RUNNING" and all(w in comment for w in words)
+        ]
+        if running:
+            break
+        time.sleep(1)
+    else:
+        return
+    job, _ = running[0]
+    beside = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "-N1",
+            "-n1",
+            "-c1",
+            "--mem=100",
+            "-p",
+            slurm_cluster.PARTITION,
+            "--comment",
+            "beside",
+            "--wrap",
+            "sleep 1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
+    while not stop.is_set():
+        queue = {j: (state, nodes) for j, state, nodes in squeue("%i", "%T", "%N")}
+        if job not in queue or beside not in queue:
+            break
+        seen.append({"run": job, "run_state": queue[job], "beside": beside, "beside_state": queue[beside]})
+        time.sleep(1)
+
+
 @pytest.fixture(scope="module")
 def slurm_run(cluster, tmp_path_factory):
     work = tmp_path_factory.mktemp("slurm")
     cluster_config(work)
-    cancelled, stop = [], threading.Event()
+    cancelled, beside, stop = [], [], threading.Event()
     first_log = work / DIRS["log_dir"] / "train" / "cluster" / "pytorch_fp32_2gpu.log.attempt1"
-    watcher = threading.Thread(
-        target=cancel_first_running, args=(("rule_train", "pytorch"), first_log, cancelled, stop), daemon=True
-    )
-    watcher.start()
+    watchers = [
+        threading.Thread(
+            target=cancel_first_running, args=(("rule_train", "pytorch"), first_log, cancelled, stop), daemon=True
+        ),
+        threading.Thread(target=submit_beside, args=(("rule_train", "tensorflow"), beside, stop), daemon=True),
+    ]
+    for w in watchers:
+        w.start()
     proc = run_snakemake(work, "all")
     try:
         out, _ = proc.communicate(timeout=1800)
@@ -168,7 +217,7 @@ def slurm_run(cluster, tmp_path_factory):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, f"snakemake --profile slurm all failed:\n{out[-6000:]}\n{cluster.logs()}"
-    return work, out, cancelled
+    return work, out, cancelled, beside
 
 
 LOCALRULES = re.compile(r"^\s+(\w+),?$", re.M)
@@ -179,13 +228,13 @@ def run_of(work, framework):
 
 
 def test_no_config_string_ran_as_a_command(slurm_run):
-    work, _, _ = slurm_run
+    work, *_ = slurm_run
     assert markers(work) == []
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_ranks_ran_on_two_nodes_and_averaged_their_gradients(slurm_run, framework):
-    work, _, _ = slurm_run
+    work, *_ = slurm_run
     run = run_of(work, framework)
     ranks = [json.loads((run / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert {r["node"] for r in ranks} == {"n1", "n2"}
@@ -205,9 +254,25 @@ def test_ranks_ran_on_two_nodes_and_averaged_their_gradients(slurm_run, framewor
         assert summary["pytorch"]["ddp_graph"] == "split"
 
 
+def test_measuring_jobs_hold_their_nodes_alone(slurm_run):
+    """Every run was submitted with --exclusive (SLURM's own word, recorded in its summary), cleared
+    its nodes' caches node-wide only because of that, and a job of one CPU submitted beside a run
+    that left a CPU free on each node waited instead of sharing them."""
+    work, _, _, beside = slurm_run
+    for framework in FRAMEWORKS:
+        s = json.loads((run_of(work, framework) / "summary.json").read_text())
+        assert s["slurm"]["exclusive"] is True and s["slurm"]["oversubscribe"] == "NO", s["slurm"]
+        assert s["cache_scope"] == {"configured": "node", "used": "node", "why": ""}
+        assert s["isolation"]["isolated"] in (True, False) and set(s["isolation"]["nodes"]) == {"n1", "n2"}
+    assert beside, "the TensorFlow run was never seen running with the job beside it queued"
+    # The run holds both of the cluster's nodes: the job beside it never runs while it does.
+    assert all(not (b["beside_state"][0] == "RUNNING" and b["run_state"][0] == "RUNNING") for b in beside), beside
+    assert any(b["beside_state"][0] == "PENDING" for b in beside), beside
+
+
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_caches_cleared_and_telemetry_on_every_node(slurm_run, framework):
-    work, _, _ = slurm_run
+    work, *_ = slurm_run
     run = run_of(work, framework)
     summary = json.loads((run / "summary.json").read_text())
     assert set(summary["page_cache"]) == {"n1", "n2"}
@@ -218,7 +283,7 @@ def test_caches_cleared_and_telemetry_on_every_node(slurm_run, framework):
 def test_interconnect_measured_across_both_nodes(slurm_run):
     """The interconnect stage at the runs' point (2 GPUs = 2 nodes of 1 task): one world of 2 ranks,
     one on each node, started by srun as the training runs are; its table says inter-node."""
-    work, _, _ = slurm_run
+    work, *_ = slurm_run
     results = work / DIRS["results_dir"]
     raw = json.loads((results / "interconnect" / "cluster" / "2gpu" / "torch.json").read_text())
     assert (raw["world_size"], raw["num_nodes"], sorted(raw["rank_hosts"])) == (2, 2, ["n1", "n2"])
@@ -235,7 +300,7 @@ def test_preflight_passed_on_one_node_and_across_both(slurm_run, framework):
     """Preflight ran before the sweep, launched as training is: each framework's checks on one node
     and, since the sweep crosses nodes, on both, the all-reduce through its own path spanning n1 and
     n2, every check ok or not applicable, and the pair's gate written."""
-    work, _, _ = slurm_run
+    work, *_ = slurm_run
     results = work / DIRS["results_dir"]
     assert (results / "preflight" / "cluster" / f"{framework}.ok").exists()
     one, both = (
@@ -252,7 +317,7 @@ def test_preflight_passed_on_one_node_and_across_both(slurm_run, framework):
 
 
 def test_every_job_went_through_slurm_but_the_localrules(slurm_run):
-    work, out, _ = slurm_run
+    work, out, *_ = slurm_run
     submitted = re.findall(r"has been submitted with SLURM jobid \d+ \(log: \S*/slurm_logs/rule_(\w+)/", out)
     local = set(LOCALRULES.findall((REPO / "Snakefile").read_text().split("localrules:", 1)[1].split("\n\n")[0]))
     assert {"preflight_gate", "training_tables", "conclusions"} <= local, local
@@ -267,7 +332,7 @@ def test_every_job_went_through_slurm_but_the_localrules(slurm_run):
 
 
 def test_cancelled_run_is_retried_and_its_log_kept(slurm_run):
-    work, _, cancelled = slurm_run
+    work, _, cancelled, _ = slurm_run
     assert len(cancelled) == 1, "the watcher never saw the PyTorch run running"
     log = work / DIRS["log_dir"] / "train" / "cluster" / "pytorch_fp32_2gpu.log"
     first = log.with_name(log.name + ".attempt1").read_text()

@@ -191,17 +191,17 @@ def test_throughput_record_and_table_say_how_runs_were_timed(work, tmp_path):
         "--info",
         tmp_path / "fp32.engine.json",
     )
-    out = tmp_path / NETWORK / "onnxruntime" / "throughput" / "fp32_bs1.json"
+    out = tmp_path / NETWORK / "onnxruntime" / "throughput" / "bs1.json"
     out.parent.mkdir(parents=True)
     run_stage(
         "pytorch",
         "workflow_scripts.infer.throughput",
         "--engine",
         "onnxruntime",
-        "--engine-file",
+        "--fp32",
         engine,
-        "--precision",
-        "fp32",
+        "--int8",
+        engine,
         "--network",
         NETWORK,
         "--image-size",
@@ -216,13 +216,14 @@ def test_throughput_record_and_table_say_how_runs_were_timed(work, tmp_path):
         out,
     )
     record = json.loads(out.read_text())
-    assert record["timing"] == "host perf_counter" and len(record["times_s"]) == 2
-    (out.parent / "int8_bs1.json").write_text(out.read_text())
+    for run in record["precisions"].values():
+        assert run["timing"] == "host perf_counter" and len(run["times_s"]) == 2
     rows = tables.throughput_rows(tmp_path, "onnxruntime", [NETWORK], [1])
     assert rows[0]["timing"] == "host perf_counter"
     assert "timed with host perf_counter" in tables.throughput_markdown(rows)
     # A TensorRT record carries what Runner.timing names: the table says so.
-    for p in ("fp32", "int8"):
-        (out.parent / f"{p}_bs1.json").write_text(json.dumps({**record, "timing": tensorrt_engine.Runner.timing}))
+    for run in record["precisions"].values():
+        run["timing"] = tensorrt_engine.Runner.timing
+    out.write_text(json.dumps(record))
     rows = tables.throughput_rows(tmp_path, "onnxruntime", [NETWORK], [1])
     assert rows[0]["timing"] == "cuda-events" and "timed with cuda-events" in tables.throughput_markdown(rows)

@@ -67,6 +67,8 @@ class StepLog:
             "images": images or self.global_batch,
             "loss": float(loss),
             "t_end": now,
+            # wall-clock time of the same moment: the nodes' neighbour samples meet the steps on it
+            "wall_end": time.time(),
             **({"input_wait_s": input_wait_s} if input_wait_s is not None else {}),
             **({"device_s": device_s} if device_s is not None else {}),
             **{k: clocks[k] - self._thread[k] for k in clocks if k in self._thread},

@@ -1,5 +1,6 @@
-"""Which mount a path lives on (/proc/self/mountinfo), and whether clearing the kernel's page
-cache can be checked there.
+"""Which mount a path lives on (/proc/self/mountinfo), whether clearing the kernel's page
+cache can be checked there, and how its file system reaches its servers (Lustre's NIDs, NFS's
+transport).
 
 A mountinfo line (proc(5)): mount ID, parent ID, major:minor, root, mount point, mount options,
 optional fields, "-", file system type, source, super options.
@@ -19,9 +20,19 @@ class Mount:
     fstype: str
     source: str
     options: frozenset  # the mount's and its super block's options, without values
+    devno: str = ""  # major:minor of the mounted device: a disk's where the file system sits on one
+    option_text: str = ""  # the mount's and its super block's options, with their values
+
+    def option(self, key):
+        """The value of option `key` ("" for a flag), or None where the mount has no such option."""
+        for o in self.option_text.split(","):
+            name, _, value = o.partition("=")
+            if name == key:
+                return value
+        return None
 
 
-def _unescape(field):
+def unescape(field):
     # The kernel writes space, tab, newline and backslash in paths as three-digit octal escapes.
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
@@ -35,8 +46,11 @@ def parse_mountinfo(text):
         sep = fields.index("-", 6)
         if len(fields) < sep + 3:
             continue
-        opts = {o.split("=", 1)[0] for o in ",".join([fields[5], *fields[sep + 3 : sep + 4]]).split(",")}
-        mounts.append(Mount(_unescape(fields[4]), fields[sep + 1], _unescape(fields[sep + 2]), frozenset(opts)))
+        text = ",".join([fields[5], *fields[sep + 3 : sep + 4]])
+        opts = {o.split("=", 1)[0] for o in text.split(",")}
+        mounts.append(
+            Mount(unescape(fields[4]), fields[sep + 1], unescape(fields[sep + 2]), frozenset(opts), fields[2], text)
+        )
     return mounts
 
 
@@ -74,3 +88,44 @@ def uncheckable_cache(mount):
             "cachefiles store, which drop_caches and posix_fadvise do not clear"
         )
     return None
+
+
+def lustre_target(source):
+    """(fsname, [LNet networks of the MGS NIDs]) of a Lustre mount's source, e.g.
+    "10.0.0.1@o2ib:10.0.0.2@o2ib:/scratch/sub" -> ("scratch", ["o2ib", "o2ib"]); (None, []) where
+    the source is not in mount.lustre(8)'s form mgsnid[:mgsnid...]:/fsname[/subdir]."""
+    nids, sep, path = source.rpartition(":/")
+    if not sep or not path:
+        return None, []
+    # A network name is a type and an optional number (o2ib, o2ib3, tcp0); the address before the
+    # "@" may itself hold colons (IPv6), so only the "@network" parts are read.
+    return path.split("/")[0], re.findall(r"@([A-Za-z0-9]+)", nids)
+
+
+def ib_transport(mount):
+    """(True | False | "may", why) -- whether the file system's traffic on this node travels over
+    InfiniBand (RDMA verbs), so that the IB ports' byte counters include the dataset's reads."""
+    if mount is None:
+        return False, None
+    if mount.fstype == "lustre":
+        nets = sorted(set(lustre_target(mount.source)[1]))
+        ib = [n for n in nets if n.startswith("o2ib")]
+        if ib:
+            # o2ib is LNet's verbs driver (InfiniBand, or RoCE, whose bytes the same port counters count).
+            return True, f"{mount.mountpoint} is Lustre over {', '.join(ib)}"
+        return False, None
+    if mount.fstype.startswith("nfs"):
+        if mount.option("proto") == "rdma":
+            return True, f"{mount.mountpoint} is NFS over RDMA (proto=rdma)"
+        return False, None
+    if mount.fstype == "gpfs":
+        return "may", (
+            f"{mount.mountpoint} is IBM Storage Scale (GPFS), which uses RDMA where the cluster's "
+            "verbsRdma setting is on, a setting not visible from this node's mount table"
+        )
+    if mount.fstype == "beegfs":
+        return "may", (
+            f"{mount.mountpoint} is BeeGFS, which uses RDMA where its client configuration sets "
+            "connUseRDMA, a setting not visible from this node's mount table"
+        )
+    return False, None

@@ -111,6 +111,20 @@ def evict(files):
 SCOPES = ("node", "dataset")
 
 
+def scope_for(configured, sharing):
+    """(the scope a run clears, why it is not the configured one or ""). A node-wide drop empties
+    every process's cache on the node: only a run that holds its nodes alone may do it. sharing:
+    slurm.job_sharing's answer for the run's job, None outside SLURM (a local run, which the
+    workflow runs alone: rules/common.smk, alone_threads)."""
+    if configured != "node" or sharing is None or sharing["exclusive"]:
+        return configured, ""
+    return "dataset", (
+        f"SLURM job {sharing['job']} does not hold its nodes alone (OverSubscribe={sharing['oversubscribe']}: "
+        "systems.<name>.exclusive is false, or the partition lets jobs share nodes), so a node-wide drop would "
+        "empty other jobs' caches mid-run: only this run's dataset is evicted"
+    )
+
+
 def clear(paths, command="", drop_caches="/proc/sys/vm/drop_caches", mountinfo=mounts.MOUNTINFO, scope="node"):
     """Clear the cache for a run over `paths` (scope "node": the node's caches, as the study did;
     "dataset": the dataset's files only); returns what ran and what was verified."""

@@ -64,7 +64,30 @@ def _topology():
         return ""
 
 
-def node_facts():
+def infiniband_ports(root="/sys/class/infiniband"):
+    """The node's InfiniBand / RoCE ports (what NCCL's IB transport could use), from sysfs: one
+    {name, port, state, link_layer} per <root>/<device>/ports/<port>; [] where there is none."""
+    ports = []
+    for port in sorted(Path(root).glob("*/ports/*")):
+
+        def read(name, port=port):
+            try:
+                return (port / name).read_text().strip()
+            except OSError:
+                return ""
+
+        ports.append(
+            {
+                "name": port.parent.parent.name,
+                "port": int(port.name) if port.name.isdigit() else port.name,
+                "state": read("state"),
+                "link_layer": read("link_layer"),
+            }
+        )
+    return ports
+
+
+def node_facts(infiniband_root="/sys/class/infiniband"):
     import psutil
 
     return {
@@ -75,6 +98,7 @@ def node_facts():
         "kernel": platform.release(),
         **_gpus(),
         "gpu_topology": _topology(),
+        "infiniband": infiniband_ports(infiniband_root),
         "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
     }
 

@@ -86,6 +86,20 @@ def placement_problem(partition, nodes, per_node, cpus_per_task, gpus_per_node, 
     return None
 
 
+def job_sharing(job_id):
+    """SLURM's own word on whether a job holds its nodes alone: {job, oversubscribe, exclusive}
+    from `scontrol show job` (OverSubscribe=NO is sbatch --exclusive; OK, YES, USER, MCS let other
+    jobs onto its nodes), or None where scontrol cannot say."""
+    try:
+        out = _run(["scontrol", "show", "job", "-o", str(job_id)])
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"\bOverSubscribe=(\S+)", out)
+    if not m:
+        return None
+    return {"job": str(job_id), "oversubscribe": m.group(1), "exclusive": m.group(1) == "NO"}
+
+
 def pending(user=None):
     """[(job id, name, comment, state, reason)] of the user's jobs that have not started."""
     out = _run(

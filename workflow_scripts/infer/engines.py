@@ -8,7 +8,9 @@ then open it to run batches (`run`) or time them (`time_runs`).
   tensorrt     one GPU (tensorrt_engine.py): a serialized TensorRT plan.
 """
 
+import os
 import platform
+import socket
 import time
 
 import numpy as np
@@ -31,10 +33,18 @@ def _session_options(threads, optimize):
     return so
 
 
+def host_name():
+    """The node as SLURM names it (the name the pipeline's other records use), else the host name."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 def build(engine, onnx_path, out_path, threads=1, max_batch=256, workspace_mb=4096):
-    """Write the engine file; returns what to record about it."""
+    """Write the engine file; returns what to record about it, with the device and node it was
+    built on (built_on), against which a TensorRT job checks its own GPU before it loads it."""
     if engine == "tensorrt":
-        return tensorrt_engine.build(onnx_path, out_path, max_batch, workspace_mb)
+        info = tensorrt_engine.build(onnx_path, out_path, max_batch, workspace_mb)
+        info["built_on"]["host"] = host_name()
+        return info
     import onnx
     import onnxruntime as ort
 
@@ -49,6 +59,7 @@ def build(engine, onnx_path, out_path, threads=1, max_batch=256, workspace_mb=40
         "onnxruntime": ort.__version__,
         "optimization": "ORT_ENABLE_ALL",
         "ops": dict(sorted(ops.items())),
+        "built_on": {"device": cpu_name(), "host": host_name()},
         "build_s": time.perf_counter() - start,
     }
 
@@ -112,5 +123,5 @@ def add_engine_args(ap):
 
 def open_engine(engine, path, threads=1):
     if engine == "tensorrt":
-        return tensorrt_engine.Runner(path)
+        return tensorrt_engine.Runner(path, host_name())
     return OnnxRuntimeRunner(path, threads)

@@ -63,6 +63,9 @@ def main():
             "top1": top1 / n,
             "top5": top5_hits / n,
             "classes": runner.classes,
+            # What the engine ran on, for the accuracy table (TensorRT kernels differ by GPU model).
+            "device": runner.device,
+            "host": engines.host_name(),
             "batch_size": a.batch_size,
             "image_size": a.image_size,
         },

@@ -4,7 +4,8 @@
               so a positive difference is accuracy INT8 lost, as the study reports it), with the
               image counts, engine, calibration method and weights behind them
   throughput  Fig. 9's data: FP32 and INT8 images/s per batch size (median, fastest, slowest run)
-              and the INT8/FP32 ratio, with how the runs were timed
+              and the INT8/FP32 ratio, with how the runs were timed and the device and node both
+              precisions ran on; a pair timed on two devices or nodes is refused, not tabled
 
 Reads the per-job JSON files under the stage's directory (results/int8/<network>/...); needs
 nothing beyond the standard library.
@@ -16,7 +17,7 @@ import json
 from pathlib import Path
 
 from ..common.atomic import atomic_file
-from ..common.errors import run_main
+from ..common.errors import StageError, run_main
 from .networks import NETWORKS
 
 ACCURACY = (
@@ -38,12 +39,17 @@ ACCURACY = (
     "int8_top5_correct",
     "activations",
     "weights",
+    "fp32_device",
+    "fp32_host",
+    "int8_device",
+    "int8_host",
 )
 THROUGHPUT = (
     "network",
     "model",
     "engine",
     "device",
+    "host",
     "image_size",
     "batch_size",
     "fp32_images_per_s",
@@ -57,6 +63,7 @@ THROUGHPUT = (
     "warmup",
     "threads",
     "timing",
+    "order",
 )
 
 
@@ -86,6 +93,8 @@ def accuracy_rows(root, engine, models):
             "scored_images": n,
             "activations": cache["activations"],
             "weights": w["source"] + (f" {w['file']}" if "file" in w else ""),
+            # Records written before evaluate.py kept them say nothing: left empty, not guessed.
+            **{f"{p}_{k}": ev[p].get(k, "") for p in ("fp32", "int8") for k in ("device", "host")},
         }
         for p in ("fp32", "int8"):
             for k in ("top1", "top5"):
@@ -112,8 +121,14 @@ def accuracy_markdown(rows):
         )
     notes = [""]
     for r in rows:
+        ran = {
+            p: f"{r[f'{p}_device'] or 'unrecorded device'} ({r[f'{p}_host'] or 'unrecorded node'})"
+            for p in ("fp32", "int8")
+        }
         notes.append(
-            f"- {r['network']}: {r['engine']}, weights {r['weights']}; INT8 calibrated ({r['calibration_method']}, "
+            f"- {r['network']}: {r['engine']} "
+            + (f"on {ran['fp32']}" if ran["fp32"] == ran["int8"] else f"(FP32 on {ran['fp32']}, INT8 on {ran['int8']})")
+            + f", weights {r['weights']}; INT8 calibrated ({r['calibration_method']}, "
             f"{r['activations']} activations) on the first {r['calibration_images']} val images, scored on the "
             f"other {r['scored_images']}; top-1 {r['fp32_top1_correct']} vs {r['int8_top1_correct']}, top-5 "
             f"{r['fp32_top5_correct']} vs {r['int8_top5_correct']} images right (FP32 vs INT8)."
@@ -122,22 +137,65 @@ def accuracy_markdown(rows):
     return "\n".join(lines + notes) + "\n"
 
 
+PRECISIONS = ("fp32", "int8")
+
+
+def _pair(root, engine, model, bs):
+    """({precision: that precision's run record}, the file(s) they came from). A record of the one
+    job that times both (throughput.py) is read first; else the two files of the per-precision jobs
+    of before, which a results directory may still hold."""
+    folder = root / model / engine / "throughput"
+    both = folder / f"bs{bs}.json"
+    if both.exists():
+        rec = _json(both)
+        order = " ".join(p for p, _ in rec["blocks"])
+        shared = {k: rec[k] for k in ("image_size", "warmup", "threads")} | {"order": order}
+        return {p: {**shared, **rec["precisions"][p]} for p in PRECISIONS}, str(both)
+    old = {p: folder / f"{p}_bs{bs}.json" for p in PRECISIONS}
+    missing = [str(f) for f in old.values() if not f.exists()]
+    if missing:
+        raise StageError(
+            f"no throughput record {both} for {model} on {engine} at batch {bs} (nor {' and '.join(missing)} of the "
+            f"per-precision jobs of before): run `snakemake int8`"
+        )
+    return {p: _json(f) for p, f in old.items()}, " and ".join(str(f) for f in old.values())
+
+
+def _same_place(runs, source):
+    """(device, node) both precisions ran on, or a StageError naming both and the file: a ratio of two
+    devices' (or two nodes') images/s measures the devices as much as INT8. A node the old
+    per-precision records did not keep is ''."""
+    fp32, int8 = runs["fp32"], runs["int8"]
+    for key, what in (("device", "device"), ("host", "node")):
+        if key == "host" and not (fp32.get(key) and int8.get(key)):
+            continue  # the old per-precision records kept no node
+        if fp32.get(key) != int8.get(key):
+            raise StageError(
+                f"{source}: FP32 was timed on {what} {fp32.get(key)!r} and INT8 on {what} {int8.get(key)!r}; "
+                f"an INT8/FP32 ratio across two {what}s is not INT8's. Delete the file(s) and run `snakemake int8`: "
+                f"one job (rule int8_throughput_run) times both on one {what}"
+            )
+    return fp32["device"], fp32.get("host") or int8.get("host") or ""
+
+
 def throughput_rows(root, engine, models, batch_sizes):
     rows = []
     for m in models:
         for bs in batch_sizes:
-            t = {p: _json(root / m / engine / "throughput" / f"{p}_bs{bs}.json") for p in ("fp32", "int8")}
+            t, source = _pair(root, engine, m, bs)
+            device, host = _same_place(t, source)
             rows.append(
                 {
                     "network": NETWORKS[m],
                     "model": m,
                     "engine": engine,
-                    "device": t["fp32"]["device"],
+                    "device": device,
+                    "host": host,
                     "image_size": t["fp32"]["image_size"],
                     "batch_size": bs,
                     **{
                         f"{p}_{k}": round(t[p][src], 2)
-                        for p in ("fp32", "int8")
+                        for p in PRECISIONS
                         for k, src in (
                             ("images_per_s", "images_per_s"),
                             ("best", "images_per_s_best"),
@@ -149,6 +207,8 @@ def throughput_rows(root, engine, models, batch_sizes):
                     "warmup": t["fp32"]["warmup"],
                     "threads": t["fp32"]["threads"],
                     "timing": _timing(t),
+                    # the blocks' order in the one job; empty for the per-precision jobs of before
+                    "order": t["fp32"].get("order", ""),
                 }
             )
     return rows
@@ -165,10 +225,13 @@ def throughput_markdown(rows):
     for m in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == m]
         r0 = mine[0]
+        blocks = (
+            f"FP32 and INT8 of a batch size timed in one job, in blocks {r0['order'].upper()}; " if r0["order"] else ""
+        )
         out += [
-            f"{r0['network']}, {r0['engine']} on {r0['device']}, {r0['image_size']}x{r0['image_size']} input; "
-            f"images/s = batch / median of {r0['repeats']} timed runs after {r0['warmup']} warm-up runs "
-            f"(slowest..fastest run in brackets), timed with {r0['timing']}.",
+            f"{r0['network']}, {r0['engine']} on {_where(mine)}, {r0['image_size']}x{r0['image_size']} input; "
+            f"{blocks}images/s = batch / median of {r0['repeats']} timed runs after {r0['warmup']} warm-up runs "
+            f"{'a block ' if blocks else ''}(slowest..fastest run in brackets), timed with {r0['timing']}.",
             "",
             "| Batch size | FP32 images/s | INT8 images/s | INT8/FP32 |",
             "|---|---|---|---|",
@@ -181,6 +244,18 @@ def throughput_markdown(rows):
             )
         out.append("")
     return "\n".join(out)
+
+
+def _where(rows):
+    """The device and node of a network's rows: one, or each with its batch sizes (each batch size is
+    its own job, which a cluster may place on another node)."""
+    places = {}
+    for r in rows:
+        place = f"{r['device']} ({r['host']})" if r["host"] else r["device"]
+        places.setdefault(place, []).append(str(r["batch_size"]))
+    if len(places) == 1:
+        return next(iter(places))
+    return "; ".join(f"{place} (batch {', '.join(sizes)})" for place, sizes in places.items())
 
 
 def _write(csv_path, md_path, columns, rows, markdown):

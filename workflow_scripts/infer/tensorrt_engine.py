@@ -10,8 +10,13 @@ switched off, so FP32 means FP32 as on the study's V100).
 Nothing here imports tensorrt or pycuda until an engine is built or run, so the rest of the
 stage works without them; asking for this engine where they or a GPU are missing is an error
 naming the config key, never a silent switch to another engine.
+
+A plan holds kernels chosen for the GPU model that built it: the build records that model, and an
+engine is never deserialized on another one (check_built_for), whose TensorRT would refuse it or
+run it with kernels tuned for the other GPU.
 """
 
+import json
 import time
 from pathlib import Path
 
@@ -57,6 +62,38 @@ def require():
     return trt, cuda
 
 
+# What stops a job whose GPU is not the engine's: both halves of the cure.
+REBUILD = (
+    "set gpu_type or constraint of the system config inference.system names (systems.<name>) so that every "
+    "inference job lands on one GPU model; `snakemake --forcerun int8_engine` then rebuilds the engines"
+)
+
+
+def gpu_model(cuda, index=0):
+    """The GPU a job runs on, as the build records it: name and compute capability (pycuda)."""
+    dev = cuda.Device(index)
+    major, minor = dev.compute_capability()
+    return {"device": dev.name(), "compute_capability": f"{major}.{minor}"}
+
+
+def check_built_for(engine_file, built, running):
+    """Refuse to deserialize `engine_file` on another GPU model than the one that built it.
+    `built` is the engine record's built_on (None in a record from before it was kept), `running`
+    this job's GPU; each {"device": GPU name, "host": node}."""
+    built = built or {}
+    here = f"{running['device']} ({running.get('host') or 'this node'})"
+    if not built.get("device"):
+        raise StageError(
+            f"{engine_file}: its record {engine_file}.json does not say which GPU model built it, so it cannot "
+            f"be checked against this job's {here}; {REBUILD}"
+        )
+    if built["device"] != running["device"]:
+        raise StageError(
+            f"{engine_file} was built on {built['device']} ({built.get('host') or 'unknown node'}) and this job "
+            f"runs on {here}: a TensorRT engine runs only on the GPU model it was built on; {REBUILD}"
+        )
+
+
 def profile_shapes(input_shape, max_batch):
     """(min, opt, max) of the optimisation profile: any batch from 1 to max_batch, tuned for the
     largest (the study's throughput regime)."""
@@ -91,7 +128,7 @@ def run_seconds(marks_ms):
 
 def build(onnx_path, plan_path, max_batch, workspace_mb):
     """Parse the ONNX model into a strongly typed network and build a serialized engine."""
-    trt, _ = require()
+    trt, cuda = require()
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     flags = 0
@@ -121,6 +158,8 @@ def build(onnx_path, plan_path, max_batch, workspace_mb):
         "strongly_typed": True,
         "max_batch": max_batch,
         "workspace_mb": workspace_mb,
+        # The builder times its kernels on GPU 0, the one Runner runs on.
+        "built_on": gpu_model(cuda),
         "build_s": time.perf_counter() - start,
     }
 
@@ -131,15 +170,26 @@ class Runner:
 
     timing = "cuda-events"  # how time_runs measures, for the throughput record
 
-    def __init__(self, plan_path):
+    def __init__(self, plan_path, host="", info_path=None):
         trt, cuda = require()
         self.trt, self.cuda = trt, cuda
+        running = {**gpu_model(cuda), "host": host}
+        # engine.py writes the build's record beside the plan (rule int8_engine: <plan>.json).
+        info_path = Path(info_path or f"{plan_path}.json")
+        try:
+            built = json.loads(info_path.read_text()).get("built_on")
+        except (OSError, ValueError) as exc:
+            raise StageError(f"{plan_path}: cannot read its build record {info_path} ({exc}); {REBUILD}")
+        check_built_for(plan_path, built, running)
         self.context_gpu = cuda.Device(0).retain_primary_context()
         self.context_gpu.push()
         self.runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
         self.engine = self.runtime.deserialize_cuda_engine(Path(plan_path).read_bytes())
         if self.engine is None:
-            raise StageError(f"{plan_path} is not a TensorRT engine of this TensorRT version and GPU: rebuild it")
+            raise StageError(
+                f"{plan_path} is not a TensorRT engine of this TensorRT version ({trt.__version__}) and GPU "
+                f"({running['device']}): `snakemake --forcerun int8_engine` rebuilds it"
+            )
         self.context = self.engine.create_execution_context()
         names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
         self.input = next(n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT)
@@ -148,7 +198,7 @@ class Runner:
         self.max_batch = self.engine.get_tensor_profile_shape(self.input, 0)[2][0]
         self.stream = cuda.Stream()
         self.capacity = 0
-        self.device = cuda.Device(0).name()
+        self.device = running["device"]
 
     @property
     def classes(self):

@@ -1,22 +1,34 @@
-"""Inference images/s of one engine at one batch size (Fig. 9): the batch is made once and put
-where the engine reads it (bound in memory for ONNX Runtime, copied to the GPU for TensorRT),
-`warmup` runs are discarded, then `repeats` runs are timed one by one; images/s is the batch
-size over the median run time, with the fastest and slowest runs beside it. How the runs were
-timed is recorded ("timing"): ONNX Runtime with the host clock around each run, TensorRT with
-CUDA events between back-to-back enqueues (tensorrt_engine.Runner.time_runs).
+"""Inference images/s of one engine's FP32 and INT8 files at one batch size (Fig. 9), timed in one
+job, one process, on one device: an INT8/FP32 ratio compares the precisions and nothing else.
+
+The batch is made once and put where each engine reads it (bound in memory for ONNX Runtime,
+copied to the GPU for TensorRT). The timed runs of each precision are split into two blocks run in
+ABBA order (FP32, INT8, INT8, FP32), so that a drift during the job (a clock settling, a node
+warming up) weighs on both precisions alike; each block first discards `warmup` runs, then times
+its runs as the engine always has ("timing": ONNX Runtime with the host clock around each run,
+TensorRT with CUDA events between back-to-back enqueues, tensorrt_engine.Runner.time_runs).
+images/s is the batch size over the median run time, with the fastest and slowest runs beside it.
+
+The record names, for each precision, the device (GPU model, or CPU model and threads) and the
+node it ran on, and the job's wall-clock start and end: the table refuses a pair from two devices
+or nodes, and the start and end show whether another measuring job ran beside this one.
 
 The input is seeded noise: throughput does not depend on what the pixels show, and no dataset
 read or decode is timed.
 """
 
 import argparse
+import os
 import statistics
+import time
 
 import numpy as np
 
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
 from . import engines
+
+PRECISIONS = ("fp32", "int8")
 
 
 def summarize(times, batch):
@@ -34,42 +46,88 @@ def summarize(times, batch):
     }
 
 
+def blocks(repeats, precisions=PRECISIONS):
+    """[(precision, timed runs), ...] in the order they run: ABBA, each precision's `repeats` runs
+    in two blocks (a single run each where repeats is 1). With A first and last, a drift that is
+    linear in time adds the same to both precisions' sums."""
+    a, b = precisions
+    first, second = -(-repeats // 2), repeats // 2
+    return [(p, n) for p, n in ((a, first), (b, first), (b, second), (a, second)) if n]
+
+
+def time_alternating(runners, x, warmup, repeats):
+    """{precision: seconds of each timed run, in the order run} for the two runners, in blocks()
+    order, each block after `warmup` discarded runs."""
+    times = {p: [] for p in runners}
+    for p, n in blocks(repeats, tuple(runners)):
+        times[p] += runners[p].time_runs(x, warmup, n)
+    return times
+
+
 def main():
+    started_at = time.time()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    engines.add_engine_args(ap)
+    ap.add_argument("--engine", choices=engines.ENGINES, required=True)
+    ap.add_argument("--network", required=True)
+    for p in PRECISIONS:
+        ap.add_argument(f"--{p}", required=True, metavar="ENGINE_FILE", help=f"the {p.upper()} engine file")
     ap.add_argument("--image-size", type=int, required=True)
     ap.add_argument("--batch-size", type=int, required=True)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--threads", type=int, default=1, help="onnxruntime: intra-op threads (the job's cores)")
+    ap.add_argument("--warmup", type=int, default=3, help="runs discarded before each block")
+    ap.add_argument("--repeats", type=int, default=10, help="timed runs of each precision")
+    ap.add_argument("--threads", type=int, default=1, help="onnxruntime: intra-op threads")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     if a.repeats < 1:
         raise StageError("config inference.throughput.repeats must be at least 1")
-    runner = engines.open_engine(a.engine, a.engine_file, a.threads)
-    x = np.random.default_rng(0).standard_normal((a.batch_size, 3, a.image_size, a.image_size), dtype=np.float32)
-    times = runner.time_runs(x, a.warmup, a.repeats)
-    runner.close()
-    result = summarize(times, a.batch_size)
+    runners, where = {}, {}
+    try:
+        for p in PRECISIONS:
+            runners[p] = engines.open_engine(a.engine, getattr(a, p), a.threads)
+            where[p] = {"device": runners[p].device, "host": engines.host_name()}
+        x = np.random.default_rng(0).standard_normal((a.batch_size, 3, a.image_size, a.image_size), dtype=np.float32)
+        times = time_alternating(runners, x, a.warmup, a.repeats)
+    finally:
+        for runner in runners.values():
+            runner.close()
+    ended_at = time.time()
+    results = {
+        p: {
+            "precision": p,
+            "engine_file": getattr(a, p),
+            **where[p],
+            "timing": runners[p].timing,
+            "times_s": times[p],
+            **summarize(times[p], a.batch_size),
+        }
+        for p in PRECISIONS
+    }
     write_json(
         a.out,
         {
             "network": a.network,
-            "precision": a.precision,
             "engine": a.engine,
             "batch_size": a.batch_size,
             "image_size": a.image_size,
             "warmup": a.warmup,
+            "repeats": a.repeats,
             "threads": a.threads,
-            "device": runner.device,
-            "timing": runner.timing,
-            "times_s": times,
-            **result,
+            "blocks": blocks(a.repeats),
+            "started_at": started_at,
+            "ended_at": ended_at,
+            "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
+            "precisions": results,
         },
     )
+    r = {p: results[p] for p in PRECISIONS}
     print(
-        f"throughput: {a.network} {a.precision} on {a.engine}, batch {a.batch_size}: {result['images_per_s']:.1f} "
-        f"images/s (median of {a.repeats}; {result['images_per_s_worst']:.1f}..{result['images_per_s_best']:.1f})"
+        f"throughput: {a.network} on {a.engine} ({r['fp32']['device']}, {r['fp32']['host']}), batch {a.batch_size}: "
+        + "; ".join(
+            f"{p.upper()} {r[p]['images_per_s']:.1f} images/s ({r[p]['images_per_s_worst']:.1f}.."
+            f"{r[p]['images_per_s_best']:.1f})"
+            for p in PRECISIONS
+        )
+        + f"; INT8/FP32 {r['int8']['images_per_s'] / r['fp32']['images_per_s']:.2f}x (median of {a.repeats} each)"
     )
 
 

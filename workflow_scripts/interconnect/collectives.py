@@ -21,6 +21,7 @@ import os
 import socket
 import statistics
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -109,6 +110,7 @@ def size_record(collective, nbytes, per_rank, ranks):
 
 def main(argv=None):
     a = parse_args(argv)
+    started = time.time()
     launch = detect()
     device = _device(a.device, launch.local_rank)
     mine = cpus.of(launch)
@@ -143,6 +145,9 @@ def main(argv=None):
         write_json(
             a.out,
             {
+                # wall-clock start and end of rank 0's measurement: no other job ran beside it
+                "started_at": started,
+                "ended_at": time.time(),
                 "source": "torch.distributed",
                 "backend": backend,
                 "world_size": launch.world_size,

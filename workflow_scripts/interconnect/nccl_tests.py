@@ -26,6 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..common import nccl_log
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
 from ..train import launch
@@ -205,6 +206,8 @@ def main(argv=None):
             "rank_hosts": hosts,
             "device": first[min(first)]["device"],
             "nccl_env": env,
+            # the last binary's, read after the launcher returned (every rank's debug file closed)
+            "nccl": nccl_log.read_logs(a.nccl_log_dir) if a.nccl_log_dir else None,
             "dtype": "float",
             "in_place": True,
             "warmup": a.warmup,

@@ -95,6 +95,47 @@ def verdict(measured, no_overlap, full_overlap):
     )
 
 
+def _nccl_version(record):
+    """The NCCL version (major.minor.patch) a read_logs() result, or a version string, names;
+    None where unknown or where several were seen."""
+    if isinstance(record, dict):
+        found = {v.split("+")[0] for v in record.get("versions") or []}
+        return found.pop() if len(found) == 1 else None
+    return record.split("+")[0] if record else None
+
+
+def library_note(run_nccl, run_framework, measured_raw):
+    """None where the all-reduce that predicts a run was measured with the collective library the
+    run used; else a sentence saying what differs. run_nccl: the run's NCCL as read_logs() gives
+    it (or its version string; None: not recorded); run_framework: pytorch, tensorflow or mxnet;
+    measured_raw: collectives.py's JSON (torch.distributed). PyTorch all-reduces through
+    torch.distributed, TensorFlow and MXNet through Horovod: the same NCCL version is the same
+    library whoever calls it, but Horovod's Gloo is its own build, not torch's."""
+    if not measured_raw:
+        return None
+    through = "torch.distributed" if run_framework == "pytorch" else "Horovod"
+    name = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}.get(run_framework, run_framework)
+    if measured_raw.get("backend") == "gloo":
+        if through == "torch.distributed":
+            return None
+        return (
+            f"the interconnect stage measured torch.distributed's Gloo while this {name} run all-reduced through "
+            f"Horovod's Gloo, another build with its own algorithms: the prediction is torch's, not Horovod's"
+        )
+    measured = _nccl_version(measured_raw.get("nccl")) or _nccl_version(
+        (measured_raw.get("versions") or {}).get("nccl")
+    )
+    ran = _nccl_version(run_nccl)
+    if measured and ran and measured == ran:
+        return None
+    said = f"NCCL {measured}" if measured else "NCCL (version unknown)"
+    used = f"NCCL {ran}" if ran else "NCCL (version not recorded)"
+    return (
+        f"the interconnect stage measured torch.distributed's {said} while this {name} run all-reduced "
+        f"through {through}'s {used}"
+    )
+
+
 def step_s(summary):
     """Seconds per step of a run: its global batch / its images/s (timed steps only)."""
     return summary["global_batch"] / summary["images_per_s"]

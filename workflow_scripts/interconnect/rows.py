@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..common import nccl_log
 from ..common.errors import StageError, run_main
 
 COLUMNS = [
@@ -24,6 +25,7 @@ COLUMNS = [
     "bytes",
     "source",
     "backend",
+    "transport",
     "device",
     "time_statistic",
     "time_s",
@@ -63,6 +65,8 @@ def rows(raw, system="", gpus=None):
         "scope": "intra-node" if raw["num_nodes"] == 1 else "inter-node",
         "source": raw["source"],
         "backend": raw["backend"],
+        # what NCCL said it used (its debug log, merged into the raw JSON as "nccl"); Gloo says nothing
+        "transport": nccl_log.describe(raw.get("nccl"), raw.get("nccl_env")) if raw["backend"] == "nccl" else "",
         "device": raw["device"],
         "time_statistic": statistic,
         "warmup": raw["warmup"],

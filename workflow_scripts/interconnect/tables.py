@@ -26,8 +26,9 @@ HOW = (
     "for all-reduce, = algbw for broadcast (n ranks; NVIDIA nccl-tests' definitions, GB = 1e9 bytes), so "
     "busbw compares with a link's bandwidth. Rows of source nccl-tests are its all_reduce_perf / "
     "broadcast_perf with the same sizes, warm-up and iterations (-b -e -f 2 -w -n), in-place columns; their "
-    "time is nccl-tests' mean per iteration, so they have no min/max. Every call's time on every rank is in "
-    "results/interconnect/<system>/<N>gpu/*.json."
+    "time is nccl-tests' mean per iteration, so they have no min/max. transport is what NCCL's own debug log "
+    "says it used within and between nodes (results/interconnect/<system>/<N>gpu/nccl_logs/). Every call's time "
+    "on every rank is in results/interconnect/<system>/<N>gpu/*.json."
 )
 
 # The markdown copy's columns; the CSV has all of rows.COLUMNS.
@@ -39,7 +40,10 @@ def build(points):
     for p in points:
         for source in ("torch", "nccl_tests"):
             if p.get(source):
-                table += rows(load(p[source]), p["system"], p["gpus"])
+                point = rows(load(p[source]), p["system"], p["gpus"])
+                table += point
+                if point and point[0]["transport"]:
+                    notes.append(f"{p['system']}, {p['gpus']} GPUs, {point[0]['source']}: {point[0]['transport']}")
     if not points:
         notes.append("training.gpus has no GPU count above 1: there is no exchange between GPUs to measure")
     elif not any(p.get("nccl_tests") for p in points):

@@ -22,11 +22,12 @@ import sys
 import time
 from pathlib import Path
 
+from ..common import nccl_log, page_cache, slurm
 from ..common.atomic import write_json
 from ..common.errors import run_main
 from ..train import launch
 from . import markers
-from .rows import FAILED, OK, merge, read_all, row
+from .rows import FAILED, NA, OK, merge, read_all, row
 
 HANG_FIX = (
     "check that every node reaches the others (firewall, the interface the launcher picks: "
@@ -95,6 +96,27 @@ def hang_row(work, expected, timeout_s):
     )
 
 
+def nccl_transport_row(work, nodes, tasks, gpu, env):
+    """Which transport NCCL used between the tasks, from the debug files they wrote into `work`
+    (the launcher's --nccl-log-dir) and the nodes' InfiniBand ports (infiniband.*.json, node.py):
+    failed where NCCL fell back to sockets between nodes that have InfiniBand. env: the ranks'
+    environment (config nccl_env included), where NCCL_IB_DISABLE=1 means sockets were chosen."""
+    if not gpu:
+        return row("nccl_transport", NA, cause="the system requests no GPUs: the tasks all-reduce with Gloo, not NCCL")
+    if tasks == 1:
+        return row("nccl_transport", NA, cause="one task: NCCL connects nothing")
+    parsed = nccl_log.read_logs(work)
+    if parsed is None or not (parsed["within_node"] or parsed["between_nodes"]):
+        _, note = nccl_log.debug_env(work, env)
+        found = "no NCCL debug file" if parsed is None else "its debug files hold no channel lines"
+        return row("nccl_transport", NA, cause=f"NCCL's transport is not recorded: {note or found}")
+    problem = nccl_log.transport_problem(parsed, nodes, read_all(work, "infiniband.*.json"), env)
+    where = ",".join(parsed["hosts"])
+    if problem:
+        return row("nccl_transport", FAILED, nccl_log.describe(parsed, env), problem, nccl_log.FIX, where)
+    return row("nccl_transport", OK, nccl_log.describe(parsed, env), node=where)
+
+
 def rank_args(a):
     words = [
         "--precisions",
@@ -129,6 +151,10 @@ def main():
     r.add_argument("--elements", type=int, default=0, help="0: ResNet-50's gradient size")
     ap.add_argument("launcher", nargs=argparse.REMAINDER)
     a = ap.parse_args()
+    started = time.time()
+    # Node-wide clearing only where the check's job holds its nodes alone, as the training job does.
+    job = os.environ.get("SLURM_JOB_ID")
+    scope, scope_why = page_cache.scope_for(a.cache_scope, slurm.job_sharing(job) if job else None)
     words = a.launcher[1:] if a.launcher[:1] == ["--"] else a.launcher
     geometry = argparse.ArgumentParser()
     launch.add_arguments(geometry)
@@ -154,12 +180,13 @@ def main():
             "--level",
             a.level,
             f"--cache-command={a.cache_command}",
-            f"--cache-scope={a.cache_scope}",
+            f"--cache-scope={scope}",
             f"--python={a.python}",
         ]
         rank_cmd = [
             *base,
             f"--python={a.python}",
+            f"--nccl-log-dir={work}",
             "--",
             *shlex.split(a.python),
             "-m",
@@ -201,6 +228,9 @@ def main():
                 )
             if any(r["status"] == FAILED for r in rows):
                 break
+            if folder is not None:  # after the launcher returned: every rank's NCCL log is closed
+                env = {**os.environ, **launch.config_env(g.env)}
+                rows.append(nccl_transport_row(work, g.nodes, expected, a.require_gpu, env))
     merged = merge(rows)
     failed = [r for r in merged if r["status"] == FAILED]
     write_json(
@@ -214,6 +244,10 @@ def main():
             "seconds": timings,
             "rows": merged,
             "log": a.log,
+            "cache_scope": {"configured": a.cache_scope, "used": scope, "why": scope_why},
+            # wall-clock start and end of this measuring job: no other ran beside it (docs/training.md#isolation)
+            "started_at": started,
+            "ended_at": time.time(),
         },
     )
 

@@ -6,7 +6,8 @@ the workflow's interpreter (as the training job clears page caches from it):
 
 Page-cache clearing (the method that will run before every training job, never a claimed drop
 that did not happen), the dataset against its manifest, and the dataset readable from here.
-Writes DIR/node.<host>.json (a list of rows).
+Writes DIR/node.<host>.json (a list of rows) and DIR/infiniband.<host>.json (the node's
+InfiniBand ports, which the job's nccl_transport check reads).
 """
 
 import argparse
@@ -17,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..common import page_cache
+from ..common import page_cache, provenance
 from ..common.atomic import write_json
 from .rows import FAILED, NA, OK, row
 from .seams import dataset_check
@@ -98,6 +99,13 @@ def readable_row(data, node):
     )
 
 
+def write_infiniband(out, node, root="/sys/class/infiniband"):
+    """The node's InfiniBand ports, for the job's nccl_transport check (job.py): whether sockets
+    between nodes are NCCL's fallback or all there is."""
+    ports = [{**p, "node": node} for p in provenance.infiniband_ports(root)]
+    write_json(Path(out) / f"infiniband.{node}.json", ports)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -115,6 +123,7 @@ def main():
     else:
         why = "the sweep reads no dataset for this framework (synthetic input only)"
         rows += [row("dataset", NA, cause=why, node=node), row("dataset_readable", NA, cause=why, node=node)]
+    write_infiniband(a.out, node)
     write_json(Path(a.out) / f"node.{node}.json", rows)
 
 

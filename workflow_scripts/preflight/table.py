@@ -17,8 +17,9 @@ HOW = (
     "container, srun geometry, SLURM resources) on one node with all its tasks, and on two nodes where the sweep "
     "crosses nodes. Per task: the GPUs the framework sees, a tiny conv net's forward and backward per precision "
     "(seconds of the first call, JIT included), an all-reduce's sum and the time of one of ResNet-50's gradient "
-    "size, CPUs and threads, telemetry sources; per node: page-cache clearing, the dataset against its manifest, "
-    "its files readable. Where several ranks measured a figure, its range over them."
+    "size, CPUs and threads, telemetry sources, the transport NCCL's own log says it used; per node: page-cache "
+    "clearing, the dataset against its manifest, its files readable. Where several ranks measured a figure, its "
+    "range over them."
 )
 
 

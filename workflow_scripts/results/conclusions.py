@@ -31,13 +31,24 @@ TABLES = [
     "time_to_accuracy",
 ]
 HOLDS, FAILS, UNMEASURED = "holds", "does not hold", "not measured by this sweep"
+# No verdict on a figure this tool cannot vouch for (results/guards.py), nor on an interval over the
+# repeats that lies across the study's figure.
+NOT_DECIDED, INCONCLUSIVE = "not decided", "inconclusive"
+VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_DECIDED, UNMEASURED)
+# The one kind of finding a CPU's figure may decide: accuracy does not depend on the device.
+DEVICE_INDEPENDENT = {"int8_accuracy"}
 TITLE = "The study's conclusions on this cluster"
 HOW = (
     "One row per finding of the study (seed 000: the PMBS18 paper, sections IV-VI, and its slides; seed 002: the "
     "scale-up vs scale-out whitepaper's short and long tests), with our counterpart from this run's tables at the "
     "nearest sweep point that exists (point; same_point says whether it is the study's) and a verdict: holds, does "
     "not hold, or not measured by this sweep (why names the config keys that would measure it). Caffe2's findings "
-    "are checked on PyTorch DDP. device says what the point ran on; a CPU point says so."
+    "are checked on PyTorch DDP. device says what the point ran on; a CPU point says so. No verdict rests on a "
+    "figure the tool cannot vouch for: an unstable run (step CV > 2%), one not known to have had its nodes to "
+    "itself, an efficiency above 100% by more than 2%, or, for a performance finding, CPU processes standing in "
+    "for GPUs: such a row says not decided and why, naming the runs. Where a point ran several times "
+    "(training.repeats) its figure is the interval over the runs: inconclusive where that interval lies across "
+    "the study's figure."
 )
 COLUMNS = [
     "id",
@@ -109,10 +120,28 @@ def conclusions(tables, spec):
         except Unmeasured as why:
             row.update(verdict=UNMEASURED, why=str(why), measured="", point="", same_point=False, device="")
         else:
-            note = m.pop("note") or ("" if m["same_point"] else "at the nearest point this sweep has, not the study's")
-            row.update(m, verdict=HOLDS if m.pop("holds") else FAILS, why=note)
+            row.update(decide(m, f["quantity"]))
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def decide(m, quantity):
+    """The row's verdict and why from a measure's result: not decided on caveats (a CPU's figure is
+    one for a performance finding), inconclusive on an interval across the study's figure."""
+    m = dict(m)
+    caveats, holds, cpu = m.pop("caveats"), m.pop("holds"), m.pop("cpu")
+    if cpu and quantity not in DEVICE_INDEPENDENT:
+        caveats = [
+            f"CPU processes stand in for GPUs ({m['device']}): a performance finding is decided only on GPUs",
+            *caveats,
+        ]
+    notes = [m.pop("note") or ("" if m["same_point"] else "at the nearest point this sweep has, not the study's")]
+    if caveats:
+        return {**m, "verdict": NOT_DECIDED, "why": "; ".join([*caveats, *filter(None, notes)])}
+    if holds is None:
+        notes.insert(0, "the interval over the runs lies across the study's figure")
+        return {**m, "verdict": INCONCLUSIVE, "why": "; ".join(filter(None, notes))}
+    return {**m, "verdict": HOLDS if holds else FAILS, "why": "; ".join(filter(None, notes))}
 
 
 def _cell(x):
@@ -135,7 +164,7 @@ def markdown(df, spec):
             + " |"
         )
     counts = df.verdict.value_counts()
-    lines += ["", ", ".join(f"{counts.get(v, 0)} {v}" for v in (HOLDS, FAILS, UNMEASURED)) + "."]
+    lines += ["", ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS) + "."]
     return "\n".join(lines) + "\n"
 
 

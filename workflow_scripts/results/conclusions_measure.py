@@ -1,11 +1,20 @@
 """How each kind of the study's findings is measured from this run's tables (conclusions.py
 assembles the rows): one function per quantity of study_findings.yaml, given the tables, the
 finding and its tolerance; a finding this sweep has no point for raises Unmeasured, naming the
-config keys that would add one."""
+config keys that would add one.
+
+Each result carries the caveats of the figures it rests on (results/guards.py: unstable, not
+isolated, impossible; and CPU processes standing in for GPUs, which only accuracy findings may rest
+on): a result with caveats gets no verdict. Where the sweep ran a point several times, a figure is
+an interval over the runs, and holds is True or False only when the whole interval is on one side
+of the study's figure (less its tolerance): None, inconclusive, where it straddles it.
+"""
 
 import math
 
 import pandas as pd
+
+from . import guards
 
 # The input path a training-derived row is read from when the sweep ran several: the framework's
 # own real-data path first (auto resolves to dali on a GPU, cpu on a CPU); synthetic data only
@@ -63,16 +72,50 @@ def _failed_points(t, framework, precision):
 # at (same: whether that is the study's), the device, whether the finding holds, and a note ---
 
 
-def _result(text, value, point, same, device, holds, note=""):
+def _result(text, value, point, same, device, holds, note="", caveats=(), cpu=False, ran_as=""):
+    """holds: True, False, or None (the interval straddles the study's figure); caveats: why the
+    figures cannot be vouched for; cpu: CPU processes stood in for GPUs; ran_as: what fp32 ran as."""
+    notes = [note] if note else []
+    if "tf32" in str(ran_as):
+        notes.append(
+            "ours ran fp32 as TF32 where the study ran IEEE float32 on V100s (training.fp32_math: strict compares "
+            "like with like)"
+        )
     return {
         "measured": text,
         "measured_value": value,
         "point": point,
         "same_point": bool(same),
         "device": device,
-        "holds": bool(holds),
-        "note": note,
+        "holds": holds if holds is None else bool(holds),
+        "note": "; ".join(notes),
+        "caveats": list(dict.fromkeys(caveats)),
+        "cpu": bool(cpu),
     }
+
+
+def _col(r, name, default=None):
+    """A column of a table row that tables made before it existed lack."""
+    value = getattr(r, name, default)
+    return default if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def _interval(r, column):
+    """(value, low, high) of a figure with its interval over the repeats (a point without one: the
+    value three times)."""
+    v = getattr(r, column)
+    return v, _col(r, f"{column}_low", v), _col(r, f"{column}_high", v)
+
+
+def at_least(low, high, threshold):
+    """True / False / None: the interval wholly at or above threshold, wholly below, or across it."""
+    return True if low >= threshold else False if high < threshold else None
+
+
+def _all(decisions):
+    """One verdict of several: any False is False, all True is True, else None (inconclusive)."""
+    decisions = list(decisions)
+    return False if False in decisions else True if all(d is True for d in decisions) else None
 
 
 def _scaling_point(t, f, framework, precision, gpus, scope=None):
@@ -110,21 +153,35 @@ def _run_device(t, r):
 def scaling(t, f, tol):
     r = _scaling_point(t, f, f["framework"], f["precision"], f["gpus"], f.get("scope"))
     study = f["efficiency"] if "efficiency" in f else f["speedup"] / f["gpus"]
-    device = _run_device(t, r)
+    device = _col(r, "device") or _run_device(t, r)
     point = (
         f"{r.system} {r.framework} {r.precision}, {r.gpus} {_units(device)} on {r.nodes} node(s) ({r.scope}), "
         f"{r.input} input, against {r.baseline_gpus}"
     )
-    text = f"{r.speedup:.2f}x on {r.gpus} (efficiency {r.efficiency:.1%})"
+    eff, low, high = _interval(r, "efficiency")
+    text = f"{r.speedup:.2f}x on {r.gpus} (efficiency {eff:.1%}" + (
+        f", {low:.1%}-{high:.1%} over {int(_col(r, 'repeats', 1))} runs)" if high > low else ")"
+    )
+    # The scaling table names an impossible efficiency among its caveats; checked here too, so that no
+    # table, however written, gets a verdict on one.
+    impossible = guards.impossible(eff, f"{r.system}/{r.framework}_{r.precision}_{r.gpus}gpu ({r.input})")
     return _result(
-        text, r.efficiency, point, int(r.gpus) == f["gpus"], device, r.efficiency >= study * (1 - tol["relative"])
+        text,
+        eff,
+        point,
+        int(r.gpus) == f["gpus"],
+        device,
+        at_least(low, high, study * (1 - tol["relative"])),
+        caveats=guards.split(_col(r, "caveats", "")) + ([impossible] if impossible else []),
+        cpu=guards.cpu_stand_in(device),
+        ran_as=_col(r, "ran_as", ""),
     )
 
 
 def best_scaling(t, f, tol):
     rows = t["scaling"]
     rows = rows[rows.gpus > rows.baseline_gpus]
-    parts, verdicts, points, same = [], [], [], True
+    parts, verdicts, points, same, caveats, ran_as = [], [], [], True, [], []
     for precision in f["precisions"]:
         p = rows[rows.precision == precision]
         frameworks = sorted(set(p.framework))
@@ -134,11 +191,17 @@ def best_scaling(t, f, tol):
         if not common:
             continue
         g = _nearest(sorted(common), f["gpus"])
-        eff = {x: _preferred_input(p[(p.framework == x) & (p.gpus == g)]).efficiency.iloc[0] for x in frameworks}
-        best_other = max(v for x, v in eff.items() if x != f["framework"])
-        verdicts.append(eff[f["framework"]] >= best_other * (1 - tol["relative"]))
+        chosen = {x: next(_preferred_input(p[(p.framework == x) & (p.gpus == g)]).itertuples()) for x in frameworks}
+        eff = {x: _interval(r, "efficiency") for x, r in chosen.items()}
+        others = [v for x, v in eff.items() if x != f["framework"]]
+        mine, rel = eff[f["framework"]], 1 - tol["relative"]
+        # the named framework at least the best of the others: wholly, not at all, or across it
+        best_low, best_high = max(o[1] for o in others), max(o[2] for o in others)
+        verdicts.append(True if mine[1] >= best_high * rel else False if mine[2] < best_low * rel else None)
+        caveats += [c for r in chosen.values() for c in guards.split(_col(r, "caveats", ""))]
+        ran_as += [str(_col(r, "ran_as", "")) for r in chosen.values()]
         parts.append(
-            f"{precision}: " + ", ".join(f"{x} {v:.1%}" for x, v in sorted(eff.items(), key=lambda kv: -kv[1]))
+            f"{precision}: " + ", ".join(f"{x} {v[0]:.1%}" for x, v in sorted(eff.items(), key=lambda kv: -kv[1][0]))
         )
         points.append(f"{precision} at {g}")
         same = same and g == f["gpus"]
@@ -148,14 +211,17 @@ def best_scaling(t, f, tol):
             f"{' or '.join(f['precisions'])}; set training.frameworks (two or more, with "
             f"{f['framework']}) and training.gpus (two counts or more)"
         )
-    device = "; ".join(sorted(set(_devices(t).values())))
+    devices = sorted(set(_devices(t).values()))
     return _result(
         "efficiency " + "; ".join(parts),
         None,
         ", ".join(points) + f" (the largest common point nearest {f['gpus']})",
         same,
-        device,
-        all(verdicts),
+        "; ".join(devices),
+        _all(verdicts),
+        caveats=caveats,
+        cpu=any(guards.cpu_stand_in(d) for d in devices),
+        ran_as=" ".join(ran_as),
     )
 
 
@@ -171,7 +237,23 @@ def stability(t, f, tol):
     worst = runs.loc[runs.step_cv.idxmax()]
     text = f"step CV up to {worst.step_cv:.1%} ({len(runs)} run(s) across nodes)"
     point = f"{worst.system} {worst.framework} {worst.precision}, {worst.gpus} GPUs on {worst.nodes} nodes"
-    return _result(text, worst.step_cv, point, True, worst.device, (runs.step_cv > tol["threshold"]).any())
+    # Instability is this finding's figure, not a caveat of it; a neighbour's load would explain it away.
+    caveats = [
+        c
+        for cell in runs.get("caveats", pd.Series(dtype=str))
+        for c in guards.split(cell)
+        if not c.startswith("unstable")
+    ]
+    return _result(
+        text,
+        worst.step_cv,
+        point,
+        True,
+        worst.device,
+        (runs.step_cv > tol["threshold"]).any(),
+        caveats=caveats,
+        cpu=guards.cpu_stand_in(worst.device),
+    )
 
 
 def system_gap(t, f, tol):
@@ -191,7 +273,10 @@ def system_gap(t, f, tol):
         for r in comp[
             ((comp.system_a == a) & (comp.system_b == b)) | ((comp.system_a == b) & (comp.system_b == a))
         ].itertuples():
-            ratio = (r.a_images_per_s / r.b_images_per_s) if r.system_a == a else (r.b_images_per_s / r.a_images_per_s)
+            ratio = _col(r, "a_over_b", r.a_images_per_s / r.b_images_per_s)
+            low, high = _col(r, "a_over_b_low", ratio), _col(r, "a_over_b_high", ratio)
+            if r.system_a != a:  # the faster system over the slower, whichever of the pair came first
+                ratio, low, high = 1 / ratio, 1 / high, 1 / low
             rows.append(
                 {
                     "pair": f"{a} over {b}",
@@ -199,9 +284,15 @@ def system_gap(t, f, tol):
                     "precision": r.precision,
                     "gpus": r.gpus,
                     "ratio": ratio,
+                    "low": low,
+                    "high": high,
+                    "caveats": _col(r, "caveats", ""),
+                    "ran_as": _col(r, "ran_as", ""),
                 }
             )
-    rows = pd.DataFrame(rows, columns=["pair", "framework", "precision", "gpus", "ratio"])
+    rows = pd.DataFrame(
+        rows, columns=["pair", "framework", "precision", "gpus", "ratio", "low", "high", "caveats", "ran_as"]
+    )
     rows = rows[
         rows.framework.isin(f.get("frameworks", rows.framework))
         & rows.precision.isin(f.get("precisions", rows.precision))
@@ -222,7 +313,10 @@ def system_gap(t, f, tol):
         f"{rows.pair.iloc[0]}, {g} GPUs",
         g == f["gpus"],
         measured,
-        _compare(f, list(rows.ratio), tol),
+        _compare(f, list(zip(rows.ratio, rows.low, rows.high)), tol),
+        caveats=[c for cell in rows.caveats for c in guards.split(cell)],
+        cpu=any(guards.cpu_stand_in(devices[s]) for s in find + other),
+        ran_as=" ".join(map(str, rows.ran_as)),
     )
 
 
@@ -239,36 +333,78 @@ def fp16_gain(t, f, tol):
                 or ["training.frameworks (tensorflow or mxnet)"]
             )
         )
-    ratios = list(rows.fp16_images_per_s / rows.fp32_images_per_s)
-    text = "; ".join(
-        f"{r.framework} {r.gpus}: {r.fp16_images_per_s / r.fp32_images_per_s:.2f}x" for r in rows.itertuples()
+    values = [_interval(r, "fp16_over_fp32") if hasattr(r, "fp16_over_fp32") else (None,) for r in rows.itertuples()]
+    values = [
+        v if v[0] is not None else (r.fp16_images_per_s / r.fp32_images_per_s,) * 3
+        for v, r in zip(values, rows.itertuples())
+    ]
+    text = "; ".join(f"{r.framework} {r.gpus}: {v[0]:.2f}x" for r, v in zip(rows.itertuples(), values))
+    devices = sorted({_devices(t).get(s, "") for s in rows.system})
+    return _result(
+        text,
+        min(v[0] for v in values),
+        "every FP16/FP32 pair of the sweep",
+        True,
+        "; ".join(devices),
+        _compare(f, values, tol),
+        caveats=[c for cell in rows.get("caveats", []) for c in guards.split(cell)],
+        cpu=any(guards.cpu_stand_in(d) for d in devices),
+        ran_as=" ".join(map(str, rows.get("fp32_ran_as", []))),
     )
-    device = "; ".join(sorted({_devices(t).get(s, "") for s in rows.system}))
-    return _result(text, min(ratios), "every FP16/FP32 pair of the sweep", True, device, _compare(f, ratios, tol))
 
 
 def _run_nodes(t):
-    runs = t["training_throughput"]
+    runs = _with_repeat(t["training_throughput"])
     runs = runs[runs.status == "ok"]
-    return runs.set_index(["system", "framework", "precision", "gpus", "input"])[["nodes", "device"]]
+    cols = ["nodes", "device"] + (["caveats"] if "caveats" in runs else [])
+    return runs.set_index(RUN_KEY)[cols]
+
+
+RUN_KEY = ["system", "framework", "precision", "gpus", "input", "repeat"]
+
+
+def _with_repeat(df):
+    """A table made before the repeats were kept: each point ran once."""
+    return df if "repeat" in df else df.assign(repeat=1)
 
 
 def _per_run(table, t, metric, agg):
-    """One value per run of a telemetry table (agg over its nodes of the per-node sum over devices)."""
+    """One value per point of a telemetry table: agg over its nodes of the per-node sum over devices,
+    run by run, then the mean over the point's repeats (their caveats together)."""
+    table = _with_repeat(table)
     df = table[(table.metric == metric) & (table.device != "lo")]
-    key = ["system", "framework", "precision", "gpus", "input"]
-    per_node = df.groupby(key + ["node"]).agg(value=(agg[0], "sum")).reset_index()
-    per_run = per_node.groupby(key).value.agg(agg[1]).reset_index()
-    return per_run.join(_run_nodes(t), on=key, how="inner")
+    per_node = df.groupby(RUN_KEY + ["node"]).agg(value=(agg[0], "sum")).reset_index()
+    per_run = per_node.groupby(RUN_KEY).value.agg(agg[1]).reset_index()
+    joined = per_run.join(_run_nodes(t), on=RUN_KEY, how="inner")
+    if "caveats" not in joined:
+        joined["caveats"] = ""
+    point = RUN_KEY[:-1]
+    return (
+        joined.groupby(point)
+        .agg(
+            value=("value", "mean"),
+            nodes=("nodes", "first"),
+            device=("device", "first"),
+            caveats=("caveats", lambda c: guards.join(x for cell in c for x in guards.split(cell))),
+        )
+        .reset_index()
+    )
+
+
+def _telemetry_caveats(runs):
+    """A telemetry figure counts everything on its nodes: it needs isolated runs (its step CV does
+    not matter to it)."""
+    return [c for cell in runs.caveats for c in guards.split(cell) if not c.startswith("unstable")]
 
 
 def storage_doubling(t, f, tol):
     runs = _per_run(t["storage_throughput"], t, "read_MBps", ("peak_MBps", "sum"))
-    out = []
+    out, used = [], []
     for key, g in runs.groupby(["system", "framework", "precision", "input"]):
         one, two = g[g.nodes == 1], g[g.nodes == 2]
         if len(one) and len(two):
             a, b = one.loc[one.gpus.idxmax()], two.loc[two.gpus.idxmin()]
+            used += [a, b]
             out.append(
                 (
                     f"{key[1]} {key[2]}",
@@ -281,16 +417,26 @@ def storage_doubling(t, f, tol):
         raise Unmeasured(f"no run pair on 1 and 2 nodes in storage_throughput.csv; set {MULTI_NODE_KEYS}")
     ratios = [o[1] for o in out]
     text = "peak read, 2 nodes / 1 node: " + "; ".join(f"{o[0]} {o[1]:.2f}x" for o in out)
-    return _result(text, min(ratios), "; ".join(o[2] for o in out), True, out[0][3], _compare(f, ratios, tol))
+    return _result(
+        text,
+        min(ratios),
+        "; ".join(o[2] for o in out),
+        True,
+        out[0][3],
+        _compare(f, ratios, tol),
+        caveats=_telemetry_caveats(pd.DataFrame(used)),
+        cpu=guards.cpu_stand_in(out[0][3]),
+    )
 
 
 def send_doubling(t, f, tol):
     runs = _per_run(t["network_throughput"], t, "send_MBps", ("mean_MBps", "mean"))
     runs = runs[runs.nodes >= 2]
-    out = []
+    out, used = [], []
     for key, g in runs.groupby(["system", "framework", "precision", "input"]):
         if g.nodes.nunique() >= 2:
             a, b = g.loc[g.nodes.idxmin()], g.loc[g.nodes.idxmax()]
+            used += [a, b]
             out.append((f"{key[1]} {key[2]}", b.value / a.value, f"{key[0]} {a.nodes} vs {b.nodes} nodes", b.device))
     if not out:
         raise Unmeasured(
@@ -299,7 +445,16 @@ def send_doubling(t, f, tol):
         )
     ratios = [o[1] for o in out]
     text = "mean send per node, more nodes / fewer: " + "; ".join(f"{o[0]} {o[1]:.2f}x" for o in out)
-    return _result(text, max(ratios), "; ".join(o[2] for o in out), True, out[0][3], _compare(f, ratios, tol))
+    return _result(
+        text,
+        max(ratios),
+        "; ".join(o[2] for o in out),
+        True,
+        out[0][3],
+        _compare(f, ratios, tol),
+        caveats=_telemetry_caveats(pd.DataFrame(used)),
+        cpu=guards.cpu_stand_in(out[0][3]),
+    )
 
 
 def send_fp16(t, f, tol):
@@ -316,7 +471,16 @@ def send_fp16(t, f, tol):
     text = "mean send per node FP16 / FP32: " + "; ".join(
         f"{s} {g} GPUs {r:.2f}x" for (s, g, _), r in zip(wide.index, ratios)
     )
-    return _result(text, ratios[0], f"{f['framework']} across nodes", True, "", _compare(f, ratios, tol))
+    return _result(
+        text,
+        ratios[0],
+        f"{f['framework']} across nodes",
+        True,
+        "; ".join(sorted(set(runs.device))),
+        _compare(f, ratios, tol),
+        caveats=_telemetry_caveats(runs),
+        cpu=any(guards.cpu_stand_in(d) for d in runs.device),
+    )
 
 
 def int8_speedup(t, f, tol):
@@ -333,14 +497,27 @@ def int8_speedup(t, f, tol):
     cpu = rows.engine.iloc[0] != "tensorrt"
     device = f"{rows.device.iloc[0]} ({rows.engine.iloc[0]}{', CPU' if cpu else ''})"
     text = "; ".join(f"batch {r.batch_size}: {r.int8_over_fp32:.2f}x" for r in rows.itertuples())
+    # Each batch size's ratio with its interval: its slowest INT8 run over the fastest FP32 one, and back.
+    values = [_int8_interval(r) for r in rows.itertuples()]
     return _result(
         text,
         rows.int8_over_fp32.median(),
         "batch sizes " + ", ".join(str(b) for b in rows.batch_size),
         True,
         device,
-        _compare(f, list(rows.int8_over_fp32), tol),
+        _compare(f, values, tol),
+        cpu=cpu,
     )
+
+
+def _int8_interval(r):
+    """(ratio, low, high) of one batch size: the median ratio scaled by the runs' spread on either side."""
+    ratio, spread = r.int8_over_fp32, []
+    for a, b in (("int8_worst", "fp32_best"), ("int8_best", "fp32_worst")):
+        if not (_col(r, a) and _col(r, b)):
+            return (ratio,) * 3
+        spread.append((getattr(r, a) / r.int8_images_per_s) / (getattr(r, b) / r.fp32_images_per_s))
+    return ratio, ratio * spread[0], ratio * spread[1]
 
 
 def int8_accuracy(t, f, tol):
@@ -354,6 +531,7 @@ def int8_accuracy(t, f, tol):
     point = ", ".join(f"{r.network} ({r.scored_images} images)" for r in rows.itertuples())
     device = f"{rows.engine.iloc[0]}" + (", CPU" if rows.engine.iloc[0] != "tensorrt" else "")
     missing = f"on {len(rows)} of the study's 7 networks (inference.models adds the others)" if len(rows) < 7 else ""
+    # An accuracy finding does not depend on the device: a CPU's figure decides it as a GPU's would.
     return _result(text, diff.max(), point, not missing, device, diff.max() <= allowed, missing)
 
 
@@ -377,16 +555,36 @@ def time_to_accuracy(t, f, tol):
             f"dataset.root (ILSVRC2012) and training.accuracy (target_top1, epochs)"
         )
     holds = hours is not None and hours <= f["hours"] * (1 + tol["relative"])
-    return _result(text, hours, point, g == f["gpus"], r.device, holds)
+    caveats = [c for c in guards.split(_col(r, "caveats", "")) if not c.startswith("unstable")]
+    return _result(
+        text,
+        hours,
+        point,
+        g == f["gpus"],
+        r.device,
+        holds,
+        caveats=caveats,
+        cpu=guards.cpu_stand_in(r.device),
+        ran_as=_col(r, "ran_as", ""),
+    )
+
+
+def _one(f, low, high, tol):
+    """True / False / None of one figure's interval against a range or rounded finding."""
+    rel = tol["relative"]
+    if f["kind"] == "range":
+        lo, hi = f["low"] * (1 - rel), f["high"] * (1 + rel)
+        return True if lo <= low and high <= hi else False if high < lo or low > hi else None
+    if f.get("below"):
+        limit = f["value"] * (1 - rel)
+        return True if high < limit else False if low >= limit else None
+    lo, hi = f["value"] * (1 - rel), f["value"] * (1 + rel)
+    return True if lo <= low and high <= hi else False if high < lo or low > hi else None
 
 
 def _compare(f, values, tol):
-    rel = tol["relative"]
-    if f["kind"] == "range":
-        return all(f["low"] * (1 - rel) <= v <= f["high"] * (1 + rel) for v in values)
-    if f.get("below"):
-        return all(v < f["value"] * (1 - rel) for v in values)
-    return all(abs(v / f["value"] - 1) <= rel for v in values)
+    """values: figures, or (figure, low, high) with their intervals over the runs."""
+    return _all(_one(f, *(v[1:] if isinstance(v, tuple) else (v, v)), tol) for v in values)
 
 
 # quantity -> (its function, the table it reads)

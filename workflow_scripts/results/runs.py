@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..interconnect.prediction import gradient_bytes
+from . import guards
 
 # Settings that legitimately differ between the points of one sweep; everything else in a run's
 # arguments must be the same for its numbers to be comparable.
@@ -67,6 +68,26 @@ def provenance(summary):
     }
 
 
+def evidence(s):
+    """What a run ran as and beside what, from its summary (EVIDENCE, but the caveats)."""
+    math, job, nccl = s.get("math") or {}, s.get("job") or {}, s.get("nccl") or {}
+    return {
+        # what the gradients travelled over, NCCL's own words (empty where no NCCL ran)
+        "transport": nccl.get("described", ""),
+        "transport_problem": nccl.get("problem") or "",
+        "nccl_version": ", ".join(nccl.get("versions") or []),
+        "isolated": guards.isolation_word(s),
+        "isolation_why": (s.get("isolation") or {}).get("why", "the run recorded no isolation evidence"),
+        "ran_as": math.get("ran_as", "not recorded"),
+        "fp32_math": math.get("fp32_math", ""),
+        "gpu_state": (s.get("gpu_state") or {}).get("note", ""),
+        "slurm_exclusive": (s.get("slurm") or {}).get("exclusive"),
+        "cache_scope": (s.get("cache_scope") or {}).get("used", ""),
+        "started_at": job.get("started_at"),
+        "ended_at": job.get("ended_at"),
+    }
+
+
 def record(point):
     """A row for one sweep point: point = {system, framework, precision, gpus, nodes, run_dir}."""
     row, s = outcome(point)
@@ -74,8 +95,10 @@ def record(point):
         return row
     args = s["args"]
     grad_bytes, grad_from = gradient_bytes(s, point["framework"], point["precision"])
-    return {
+    row = {
         **row,
+        "repeat": point.get("repeat", 1),
+        **evidence(s),
         "nodes": s["num_nodes"],
         "batch_per_gpu": args["batch_per_gpu"],
         "global_batch": s["global_batch"],
@@ -92,6 +115,7 @@ def record(point):
         "gradient_bytes_from": grad_from,
         **provenance(s),
     }
+    return {**row, "caveats": guards.join(guards.run_caveats(row))}
 
 
 # Where and with what a run ran: every table built from runs carries these.
@@ -105,12 +129,29 @@ PROVENANCE = [
     "settings_hash",
     "git_commit",
 ]
+# What the run ran as and beside what: the verdict guards read these (results/guards.py).
+EVIDENCE = [
+    "transport",
+    "transport_problem",
+    "nccl_version",
+    "isolated",
+    "isolation_why",
+    "ran_as",
+    "fp32_math",
+    "gpu_state",
+    "slurm_exclusive",
+    "cache_scope",
+    "started_at",
+    "ended_at",
+    "caveats",
+]
 COLUMNS = [
     "system",
     "framework",
     "precision",
     "gpus",
     "input",
+    "repeat",
     "nodes",
     "status",
     "why",
@@ -126,6 +167,7 @@ COLUMNS = [
     "epochs",
     "data_source",
     "image_size",
+    *EVIDENCE,
     *PROVENANCE,
     "gradient_bytes",
     "gradient_bytes_from",
@@ -136,7 +178,7 @@ COLUMNS = [
 def load(points):
     """All sweep points, every column present even when no run succeeded (a point made before the
     input axis existed ran its framework's default path: 'auto')."""
-    return pd.DataFrame([{"input": "auto", **record(p)} for p in points]).reindex(columns=COLUMNS)
+    return pd.DataFrame([{"input": "auto", "repeat": 1, **record(p)} for p in points]).reindex(columns=COLUMNS)
 
 
 def _differing(arg_dicts):

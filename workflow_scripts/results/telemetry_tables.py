@@ -1,12 +1,13 @@
 """The storage and network figures of the study (seed 000 Fig. 7, 8) from the runs' telemetry:
 per run, node and device, the peak, mean and total of a MB/s series (training_tables.py writes them)."""
 
+import json
 from pathlib import Path
 
 import pandas as pd
 
 # Which series a row is (run, node, metric, device), and its figures.
-SERIES = ["system", "framework", "precision", "gpus", "input", "node", "metric", "device"]
+SERIES = ["system", "framework", "precision", "gpus", "input", "repeat", "node", "metric", "device"]
 FIGURES = ["peak_MBps", "mean_MBps", "total_MB"]
 TELEMETRY_SHOWN = SERIES + FIGURES
 COLUMNS = SERIES + ["samples", "seconds"] + FIGURES
@@ -30,6 +31,7 @@ def telemetry(runs, metrics):
                         "precision": r.precision,
                         "gpus": r.gpus,
                         "input": r.input,
+                        "repeat": getattr(r, "repeat", 1),
                         "node": node,
                         "metric": metric,
                         "device": device,
@@ -44,3 +46,106 @@ def telemetry(runs, metrics):
         rows,
         columns=COLUMNS,
     )
+
+
+def _node_of(path):
+    # telemetry.<node>.csv / .json, where a host name may itself hold dots
+    return path.name.removeprefix("telemetry.").rsplit(".", 1)[0]
+
+
+def run_storage(run_dir):
+    """{node: what its storage rows measure} for one run: the "storage" object of
+    telemetry.<node>.json (common.telemetry.StorageProbe.describe()), or None for a node whose
+    telemetry.<node>.csv has no JSON beside it (runs from before it was written)."""
+    out = {}
+    for csv in sorted(Path(run_dir).glob("telemetry.*.csv")):
+        out[_node_of(csv)] = None
+    for meta in sorted(Path(run_dir).glob("telemetry.*.json")):
+        try:
+            out[_node_of(meta)] = json.loads(meta.read_text()).get("storage")
+        except ValueError as exc:
+            raise ValueError(f"{meta}: {exc}") from exc
+    return out
+
+
+def _label(run):
+    return f"{run.system}/{Path(run.run_dir).name}"
+
+
+def _where(node, runs):
+    return ", ".join([node, *runs])
+
+
+def _unsupported(node, storage, runs=()):
+    return f"unsupported on {storage.get('fstype') or 'no mount'} ({_where(node, runs)}): {storage.get('why')}"
+
+
+def _not_recorded(node, runs=()):
+    return (
+        f"storage probe not recorded ({_where(node, runs)}): the run has no telemetry.{node}.json, so its "
+        "read_MBps rows may be every local disk summed (device disks:all), not the file system that was read"
+    )
+
+
+def _ib_note(node, storage):
+    if storage.get("ib") is True:
+        return f"IB bytes on {node} include storage traffic: {storage.get('ib_why')}"
+    if storage.get("ib") == "may":
+        return f"IB bytes on {node} may include storage traffic: {storage.get('ib_why')}"
+    return None
+
+
+def _notes(runs, sentence):
+    """sentence(node, storage, runs) for each node of the completed runs; runs that give the same
+    sentence share one, which names them all."""
+    groups = {}
+    for r in runs[runs.status == "ok"].itertuples():
+        for node, storage in run_storage(r.run_dir).items():
+            key = sentence(node, storage, ())
+            if key:
+                groups.setdefault(key, (node, storage, []))[2].append(_label(r))
+    return [sentence(node, storage, labels) for node, storage, labels in groups.values()]
+
+
+def storage_notes(runs):
+    """Fig. 7's notes: "unsupported on <fstype> (<node>, <run>, ...): <why>" where the dataset's
+    file system has no counters the node could read (its runs have no read_MBps rows), and "storage
+    probe not recorded (<node>, <run>, ...)" for runs from before telemetry.<node>.json."""
+
+    def sentence(node, storage, labels):
+        if storage is None:
+            return _not_recorded(node, labels)
+        return None if storage.get("supported") else _unsupported(node, storage, labels)
+
+    return _notes(runs, sentence)
+
+
+def network_notes(runs):
+    """Fig. 8's notes: "IB bytes on <node> include storage traffic: <mount> is Lustre over o2ib"
+    (or NFS over RDMA; "may include" for GPFS and BeeGFS, whose use of RDMA is not visible from
+    the node), once per node and mount."""
+    return _notes(runs, lambda node, storage, labels: storage and _ib_note(node, storage))
+
+
+def _panel_node(run_dir, node):
+    nodes = run_storage(run_dir)
+    node = node if node in nodes else next(iter(nodes), None)
+    return node, nodes.get(node)
+
+
+def storage_panel_note(run_dir, node=None):
+    """Fig. 7's text for one run's panel (for `node`, else the run's first): why it has no storage
+    series, or that what its series measures was not recorded; None where the series is the file
+    system's own."""
+    node, storage = _panel_node(run_dir, node)
+    if node is None:
+        return None
+    if storage is None:
+        return _not_recorded(node)
+    return None if storage.get("supported") else "storage reads not measured: " + _unsupported(node, storage)
+
+
+def network_panel_note(run_dir, node=None):
+    """Fig. 8's text for one run's panel: that its IB bytes include the dataset's reads, where they may."""
+    node, storage = _panel_node(run_dir, node)
+    return _ib_note(node, storage) if storage else None

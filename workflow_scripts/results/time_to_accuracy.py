@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import guards
 from . import runs as run_records
 from .output import write_table
 
@@ -50,6 +51,7 @@ COLUMNS = [
     "decay",
     "eval_every",
     "image_size",
+    *run_records.EVIDENCE,
     *run_records.PROVENANCE,
     "run_dir",
 ]
@@ -65,6 +67,7 @@ SHOWN = [
     "final_top1",
     "final_top5",
     "train_images_per_s",
+    "isolated",
 ]  # the markdown copy's; the CSV has COLUMNS
 
 HOW = (
@@ -75,7 +78,8 @@ HOW = (
     "tables), as time-to-train; empty where the target was not reached. train_s + eval_s = elapsed_s, the whole "
     "run (which stops at that evaluation). train_images_per_s = images trained / train_s. final_* = the last "
     "evaluation. lr = the schedule's starting rate (training.lr scaled to the global batch), multiplied by decay "
-    "at each milestone epoch."
+    "at each milestone epoch. isolated: whether anything else used the run's nodes while it ran "
+    "(docs/training.md#isolation)."
 )
 
 
@@ -91,7 +95,7 @@ def record(point):
             "why": f"{point['run_dir']}/summary.json is not a long-test run (mode {args.get('mode')})",
         }
     sched = lt["schedule"]
-    return {
+    row = {
         **row,
         "nodes": s["num_nodes"],
         "result": lt["result"],
@@ -107,6 +111,9 @@ def record(point):
         "image_size": args["image_size"],
         **run_records.provenance(s),
     }
+    row.update(run_records.evidence(s))
+    # No warm-up is excluded from the long test, so its step CV is no guard: only its isolation is.
+    return {**row, "caveats": guards.join(c for c in guards.run_caveats(row) if not c.startswith("unstable"))}
 
 
 def table(points):

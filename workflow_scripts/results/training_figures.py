@@ -8,11 +8,13 @@ with nothing to show in this sweep says so, and what to add to the config.
 """
 
 import argparse
+import textwrap
 from pathlib import Path
 
 import pandas as pd
 
 from .plotting import PUBLISHED, empty_figure, plt, save_png
+from .telemetry_tables import network_panel_note, storage_panel_note
 
 
 def scaling(table, path):
@@ -20,11 +22,29 @@ def scaling(table, path):
     if table.empty:
         return empty_figure(path, title, "no completed runs")
     systems = sorted(table.system.unique())
+    # A point the tool cannot vouch for (results/guards.py: its caveats in scaling.csv) is drawn hollow
+    # and named: never hidden, never mistaken for a vouched one.
+    vouched = table.vouched.astype(str) == "True" if "vouched" in table else pd.Series(True, index=table.index)
     fig, axes = plt.subplots(1, len(systems), figsize=(6 * len(systems), 4.5), squeeze=False)
     for ax, system in zip(axes[0], systems):
         t = table[table.system == system]
         for (fw, prec, inp), g in t.groupby(["framework", "precision", "input"]):
-            ax.plot(g.gpus, g.speedup, "o-", label=f"{fw} {prec} {inp} (baseline {g.baseline_gpus.iloc[0]} GPU)")
+            (line,) = ax.plot(
+                g.gpus, g.speedup, "-", label=f"{fw} {prec} {inp} (baseline {g.baseline_gpus.iloc[0]} GPU)"
+            )
+            ok = vouched[g.index]
+            ax.plot(g.gpus[ok], g.speedup[ok], "o", color=line.get_color())
+            ax.plot(g.gpus[~ok], g.speedup[~ok], "o", mfc="none", color=line.get_color())
+            if "efficiency_low" in g:  # the interval over the repeats
+                ax.vlines(
+                    g.gpus,
+                    g.efficiency_low * g.gpus / g.baseline_gpus,
+                    g.efficiency_high * g.gpus / g.baseline_gpus,
+                    color=line.get_color(),
+                    lw=1,
+                )
+        if (~vouched[t.index]).any():
+            ax.plot([], [], "o", mfc="none", color="grey", label="not vouched for (scaling.md lists why)")
         top = t.gpus.max()
         base = t.baseline_gpus.min()
         ax.plot([base, top], [1, top / base], "k--", lw=1, label="ideal")
@@ -32,7 +52,9 @@ def scaling(table, path):
             ax.plot(p["gpus"], p["speedup"], "x", ms=8, label=f"study V100-PCIe: {p['framework']} {p['precision']}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
-        ax.set(title=f"{title} - {system}", xlabel="GPUs", ylabel="speedup over baseline")
+        cpu = "device" in t and t.device.astype(str).str.startswith("CPU").all()
+        where = f"{system}: CPU processes stand in for GPUs" if cpu else system
+        ax.set(title=f"{title} - {where}", xlabel="CPU processes" if cpu else "GPUs", ylabel="speedup over baseline")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     save_png(fig, path)
@@ -96,26 +118,37 @@ def input_paths(table, path):
     save_png(fig, path)
 
 
-def _series(runs, table, metrics, path, title, ylabel):
+def _series(runs, table, metrics, path, title, ylabel, note=None):
     """One panel per run: its first node (all nodes behave alike, as the study notes) and that
-    node's busiest device."""
+    node's busiest device. note(run_dir, node) -> text or None: what the panel's series does or
+    does not show (node None: the run has no rows of these metrics); a panel without rows shows
+    its text in place of a plot, so that a series never recorded is not drawn as zeros. Returns
+    the figure drawn (None where there was nothing to draw)."""
     runs = runs[runs.status == "ok"]
     chosen = table[table.metric.isin(metrics)]
-    if chosen.empty or runs.empty:
+    notes = {r.run_dir: note(r.run_dir, None) for r in runs.itertuples()} if note and chosen.empty else {}
+    if runs.empty or (chosen.empty and not any(notes.values())):
         return empty_figure(path, title, "no telemetry in these runs (training.telemetry_interval: 0?)")
     cols = min(3, len(runs))
     rows = -(-len(runs) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False, sharey=True)
     for ax, r in zip(axes.flat, runs.itertuples()):
-        ax.set_title(f"{r.system}/{Path(r.run_dir).name}", fontsize=9)
+        label = f"{r.system}/{Path(r.run_dir).name}"
+        ax.set_title(label, fontsize=9)
         mine = chosen[
             (chosen.system == r.system)
             & (chosen.framework == r.framework)
             & (chosen.precision == r.precision)
             & (chosen.gpus == r.gpus)
             & (chosen.input == r.input)
+            & (chosen.repeat == getattr(r, "repeat", 1) if "repeat" in chosen else True)
         ]
         if mine.empty:
+            text = notes.get(r.run_dir) or (note(r.run_dir, None) if note else None)
+            if text:
+                # Axis off, not ticks off: the panels share their y axis.
+                ax.set_axis_off()
+                ax.text(0.5, 0.5, textwrap.fill(text, 50), ha="center", va="center", fontsize=7, transform=ax.transAxes)
             continue
         node = sorted(mine.node.unique())[0]
         device = mine[mine.node == node].sort_values("total_MB").device.iloc[-1]
@@ -123,6 +156,9 @@ def _series(runs, table, metrics, path, title, ylabel):
         for metric in metrics:
             s = series[(series.metric == metric) & (series.device == device)]
             ax.plot(s.time_s, s.value, label=f"{node} {device} {metric}", lw=1)
+        text = note(r.run_dir, node) if note else None
+        if text:  # under the title, clear of the series
+            ax.set_title(f"{label}\n{textwrap.fill(text, 70)}", fontsize=7)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     for ax in axes.flat[len(runs) :]:
@@ -131,6 +167,7 @@ def _series(runs, table, metrics, path, title, ylabel):
     fig.supxlabel("seconds since the run started")
     fig.supylabel(ylabel)
     save_png(fig, path)
+    return fig
 
 
 def main():
@@ -151,6 +188,7 @@ def main():
         out / "fig7_storage.png",
         "Fig. 7: storage read throughput during training",
         "read MB/s",
+        storage_panel_note,
     )
     _series(
         runs,
@@ -159,6 +197,7 @@ def main():
         out / "fig8_network.png",
         "Fig. 8: network throughput during training (one node)",
         "MB/s",
+        network_panel_note,
     )
 
 

@@ -6,6 +6,12 @@ writes training_throughput, scaling, fp16_vs_fp32, system_comparison, input_path
 storage_throughput and network_throughput (.csv and .md) from the sweep's run directories; with
 the interconnect stage's all-reduces, scaling also holds what communication alone predicts
 (interconnect/prediction.py).
+
+training_throughput has one row per run (each repeat of a point its own); the comparisons have
+one row per point: the mean over its completed repeats with the lowest and highest beside it
+(`_low`, `_high`: the interval a verdict uses), what each precision ran as, and the caveats of
+results/guards.py with `vouched` (none of them), so that no figure the tool cannot vouch for
+looks like one it can.
 """
 
 import argparse
@@ -17,9 +23,10 @@ import pandas as pd
 
 from ..common.errors import StageError, run_main
 from ..interconnect import prediction
+from . import guards
 from . import runs as run_records
 from .output import write_table
-from .telemetry_tables import TELEMETRY_SHOWN, telemetry
+from .telemetry_tables import TELEMETRY_SHOWN, network_notes, storage_notes, telemetry
 
 KEY = ["system", "framework", "precision", "input"]
 PREDICTION = (
@@ -39,6 +46,7 @@ RUN_COLUMNS = [
     "input",
     "nodes",
     "gpus",
+    "repeat",
     "batch_per_gpu",
     "global_batch",
     "images_per_s",
@@ -52,29 +60,86 @@ RUN_COLUMNS = [
     "image_size",
     "status",
     "why",
+    *run_records.EVIDENCE,
     *run_records.PROVENANCE,
     "run_dir",
 ]
 
 
 # What each table's markdown copy shows; the CSV has every column (output.write_table).
-THROUGHPUT_SHOWN = KEY + ["gpus", "images_per_s", "step_cv", "stable", "status"]
+THROUGHPUT_SHOWN = KEY + ["gpus", "repeat", "images_per_s", "step_cv", "stable", "isolated", "ran_as", "status"]
 
 
 def throughput(runs):
-    return runs.reindex(columns=RUN_COLUMNS).sort_values(KEY + ["gpus"], kind="stable")
+    return runs.reindex(columns=RUN_COLUMNS).sort_values(KEY + ["gpus", "repeat"], kind="stable")
+
+
+POINT = KEY + ["gpus"]
+
+
+def points(runs):
+    """One row per sweep point over its completed runs: images/s as their mean, lowest and highest,
+    the largest step CV, isolation over all of them, what the precision ran as, and every run's
+    caveats."""
+    rows = []
+    for key, g in runs[runs.status == "ok"].groupby(POINT, sort=True):
+        ips = g.images_per_s
+        rows.append(
+            {
+                **dict(zip(POINT, key)),
+                "nodes": g.nodes.iloc[0],
+                "global_batch": g.global_batch.iloc[0],
+                "repeats": len(g),
+                "images_per_s": ips.mean(),
+                "images_per_s_low": ips.min(),
+                "images_per_s_high": ips.max(),
+                "step_cv": g.step_cv.max(),
+                "stable": bool(g.stable.all()),
+                "isolated": guards.combine_isolated(g.isolated),
+                "ran_as": ", ".join(sorted(set(g.ran_as.astype(str)))),
+                "device": g.device.iloc[0],
+                "gradient_bytes": g.gradient_bytes.iloc[0],
+                "gradient_bytes_from": g.gradient_bytes_from.iloc[0],
+                "caveats": guards.join(c for cell in g.caveats for c in guards.split(cell)),
+                "transport": ", ".join(sorted(set(g.transport.fillna("").astype(str)) - {""})),
+                "nccl_version": ", ".join(sorted(set(g.nccl_version.fillna("").astype(str)) - {""})),
+                "runs": " ".join(guards.run_name(r) for _, r in g.iterrows()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _unvouched(table, what):
+    """Markdown lines after a table: each row that has caveats, with them."""
+    bad = table[table.caveats.astype(str).str.len() > 0] if len(table) else table
+    if bad.empty:
+        return []
+    lines = [f"## Not vouched for: {len(bad)} of {len(table)} {what}", ""]
+    for r in bad.itertuples():
+        lines.append(f"- {r.row_label}: " + "; ".join(guards.split(r.caveats)))
+    return lines
 
 
 SCALING_COLUMNS = KEY + [
     "gpus",
     "nodes",
     "scope",
+    "repeats",
     "images_per_s",
+    "images_per_s_low",
+    "images_per_s_high",
     "baseline_gpus",
     "baseline_images_per_s",
     "ideal_images_per_s",
     "speedup",
     "efficiency",
+    "efficiency_low",
+    "efficiency_high",
+    "isolated",
+    "ran_as",
+    "device",
+    "vouched",
+    "caveats",
     "step_s",
     "baseline_step_s",
     "gradient_bytes",
@@ -83,6 +148,8 @@ SCALING_COLUMNS = KEY + [
     "efficiency_no_overlap",
     "efficiency_full_overlap",
     "communication_bound",
+    "allreduce_library",
+    "transport",
 ]
 SCALING_SHOWN = KEY + [
     "gpus",
@@ -92,10 +159,11 @@ SCALING_SHOWN = KEY + [
     "efficiency",
     "efficiency_no_overlap",
     "efficiency_full_overlap",
+    "vouched",
 ]
 
 
-def _prediction(r, base, allreduce):
+def _prediction(r, base, allreduce, raws=None):
     """The interconnect's prediction for run r (a row of runs) against its baseline: (columns,
     sentence); no columns, and the sentence says why, where there is none."""
     name = f"{r.system}/{r.framework}_{r.precision}_{r.gpus}gpu"
@@ -116,19 +184,22 @@ def _prediction(r, base, allreduce):
     t1, tn = base.global_batch / base.images_per_s, r.global_batch / r.images_per_s
     no, full = prediction.bounds(t1, t_ar)
     label, sentence = prediction.verdict(t1 / tn, no, full)
+    # The all-reduce was measured with torch.distributed: say so where the run used another library.
+    library = prediction.library_note(r.nccl_version or None, r.framework, (raws or {}).get((r.system, r.gpus)))
     cols = {
         "allreduce_s": t_ar,
         "efficiency_no_overlap": no,
         "efficiency_full_overlap": full,
         "communication_bound": label,
+        "allreduce_library": library or "the run's own",
     }
     return cols, (
         f"{name}: one all-reduce of {r.gradient_bytes / 1e6:.1f} MB takes {t_ar * 1e3:.1f} ms against a "
-        f"1-GPU step of {t1 * 1e3:.1f} ms; {sentence}."
+        f"1-GPU step of {t1 * 1e3:.1f} ms; {sentence}." + (f" Beware: {library}." if library else "")
     )
 
 
-def scaling(runs, allreduce=None):
+def scaling(runs, allreduce=None, raws=None):
     """Speedup and efficiency against the smallest GPU count of each (system, framework,
     precision), as seed 002 computes it: efficiency = measured / (baseline images/s x N / baseline N);
     intra-node while the run fits one node, inter-node beyond. With the interconnect stage's
@@ -136,97 +207,190 @@ def scaling(runs, allreduce=None):
     alone predicts, with no and with full overlap; returns (table, one sentence per run of N > 1)."""
     allreduce = allreduce or {}
     rows, sentences = [], []
-    for key, g in runs[runs.status == "ok"].groupby(KEY):
+    pts = points(runs)
+    for key, g in pts.groupby(KEY) if len(pts) else ():
         g = g.sort_values("gpus")
         base = g.iloc[0]
         for r in g.itertuples():
             ideal = base.images_per_s * r.gpus / base.gpus
+            per = r.gpus / base.gpus
+            efficiency = r.images_per_s / ideal
+            name = f"{r.system}/{r.framework}_{r.precision}_{r.gpus}gpu ({r.input})"
+            caveats = guards.split(r.caveats) + (guards.split(base.caveats) if r.gpus != base.gpus else [])
+            caveats += [c for c in [guards.impossible(efficiency, name)] if c]
             row = {
                 **dict(zip(KEY, key)),
                 "gpus": r.gpus,
                 "nodes": r.nodes,
                 "scope": "intra-node" if r.nodes == 1 else "inter-node",
+                "repeats": r.repeats,
                 "images_per_s": r.images_per_s,
+                "images_per_s_low": r.images_per_s_low,
+                "images_per_s_high": r.images_per_s_high,
                 "baseline_gpus": base.gpus,
                 "baseline_images_per_s": base.images_per_s,
                 "ideal_images_per_s": ideal,
                 "speedup": r.images_per_s / base.images_per_s,
-                "efficiency": r.images_per_s / ideal,
+                "efficiency": efficiency,
+                # the interval over the repeats: the point's slowest run against the baseline's fastest, and back
+                "efficiency_low": r.images_per_s_low / (base.images_per_s_high * per),
+                "efficiency_high": r.images_per_s_high / (base.images_per_s_low * per),
+                "isolated": guards.combine_isolated([r.isolated, base.isolated]),
+                "ran_as": r.ran_as,
+                "device": r.device,
+                "vouched": not caveats,
+                "caveats": guards.join(caveats),
+                "transport": r.transport,
                 "step_s": r.global_batch / r.images_per_s,
                 "baseline_step_s": base.global_batch / base.images_per_s,
                 "gradient_bytes": r.gradient_bytes,
                 "gradient_bytes_from": r.gradient_bytes_from,
             }
             if r.gpus > 1:
-                cols, sentence = _prediction(r, base, allreduce)
+                cols, sentence = _prediction(r, base, allreduce, raws)
                 row.update(cols)
                 sentences.append(sentence)
             rows.append(row)
     return pd.DataFrame(rows, columns=SCALING_COLUMNS), sentences
 
 
-def load_allreduce(points):
-    """points: [{system, gpus, raw}] -> {(system, gpus): [(bytes, median s)]} from the stage's raw JSON."""
+def load_raws(points):
+    """points: [{system, gpus, raw}] -> {(system, gpus): the stage's raw JSON}."""
     out = {}
     for p in points:
         try:
-            raw = json.loads(Path(p["raw"]).read_text())
+            out[(p["system"], int(p["gpus"]))] = json.loads(Path(p["raw"]).read_text())
         except (OSError, ValueError) as exc:
             raise StageError(f"{p['raw']}: the interconnect stage's output cannot be read ({exc})")
-        out[(p["system"], int(p["gpus"]))] = prediction.allreduce_points(raw)
     return out
 
 
+def load_allreduce(points):
+    """points: [{system, gpus, raw}] -> {(system, gpus): [(bytes, median s)]} from the stage's raw JSON."""
+    return {k: prediction.allreduce_points(raw) for k, raw in load_raws(points).items()}
+
+
+FP16_COLUMNS = [
+    "system",
+    "framework",
+    "input",
+    "gpus",
+    "fp32_images_per_s",
+    "fp16_images_per_s",
+    "fp16_gain_percent",
+    "fp16_over_fp32",
+    "fp16_over_fp32_low",
+    "fp16_over_fp32_high",
+    "fp32_ran_as",
+    "fp16_ran_as",
+    "repeats",
+    "device",
+    "vouched",
+    "caveats",
+]
+FP16_SHOWN = FP16_COLUMNS[:7] + ["fp32_ran_as", "fp16_ran_as", "vouched"]
+
+
+def _ratio(a, b):
+    """a over b for two point rows: the ratio of their means and its interval (a's lowest over b's
+    highest, a's highest over b's lowest)."""
+    low, high = a.images_per_s_low / b.images_per_s_high, a.images_per_s_high / b.images_per_s_low
+    return a.images_per_s / b.images_per_s, low, high
+
+
 def fp16_vs_fp32(runs):
-    ok = runs[runs.status == "ok"]
-    wide = ok.pivot_table(index=["system", "framework", "input", "gpus"], columns="precision", values="images_per_s")
-    if not {"fp32", "fp16"} <= set(wide.columns):
-        return pd.DataFrame(
-            columns=[
-                "system",
-                "framework",
-                "input",
-                "gpus",
-                "fp32_images_per_s",
-                "fp16_images_per_s",
-                "fp16_gain_percent",
-            ]
+    pts = points(runs)
+    rows = []
+    for key, g in pts.groupby(["system", "framework", "input", "gpus"]) if len(pts) else ():
+        by = {r.precision: r for r in g.itertuples()}
+        if not {"fp32", "fp16"} <= set(by):
+            continue
+        a, b = by["fp16"], by["fp32"]
+        ratio, low, high = _ratio(a, b)
+        caveats = guards.split(a.caveats) + guards.split(b.caveats)
+        rows.append(
+            {
+                **dict(zip(["system", "framework", "input", "gpus"], key)),
+                "fp32_images_per_s": b.images_per_s,
+                "fp16_images_per_s": a.images_per_s,
+                "fp16_gain_percent": (ratio - 1) * 100,
+                "fp16_over_fp32": ratio,
+                "fp16_over_fp32_low": low,
+                "fp16_over_fp32_high": high,
+                "fp32_ran_as": b.ran_as,
+                "fp16_ran_as": a.ran_as,
+                "repeats": min(a.repeats, b.repeats),
+                "device": b.device,
+                "vouched": not caveats,
+                "caveats": guards.join(caveats),
+            }
         )
-    wide = wide.dropna(subset=["fp32", "fp16"]).reset_index()
-    return pd.DataFrame(
-        {
-            "system": wide.system,
-            "framework": wide.framework,
-            "input": wide.input,
-            "gpus": wide.gpus,
-            "fp32_images_per_s": wide.fp32,
-            "fp16_images_per_s": wide.fp16,
-            "fp16_gain_percent": (wide.fp16 / wide.fp32 - 1) * 100,
-        }
-    )
+    return pd.DataFrame(rows, columns=FP16_COLUMNS)
+
+
+def ran_as_note(runs):
+    """What fp32 and fp16 ran as in this sweep, device by device: a header, not a guess."""
+    ok = runs[runs.status == "ok"]
+    said = []
+    for (precision, device), g in ok.groupby(["precision", "device"]):
+        said.append(f"{precision} ran as {', '.join(sorted(set(g.ran_as.astype(str))))} on {device}")
+    return "; ".join(said) + "." if said else ""
+
+
+SYSTEMS_COLUMNS = [
+    "system_a",
+    "system_b",
+    "framework",
+    "precision",
+    "input",
+    "gpus",
+    "a_images_per_s",
+    "b_images_per_s",
+    "a_over_b_percent",
+    "a_over_b",
+    "a_over_b_low",
+    "a_over_b_high",
+    "a_device",
+    "b_device",
+    "ran_as",
+    "vouched",
+    "caveats",
+]
+SYSTEMS_SHOWN = SYSTEMS_COLUMNS[:9] + ["vouched"]
 
 
 def system_comparison(runs):
     """Every pair of systems, point by point (the study's SXM2 vs PCIe, V100 vs P100)."""
     point_key = ["framework", "precision", "input", "gpus"]
-    ok = runs[runs.status == "ok"].set_index(["system", *point_key]).images_per_s
+    pts = points(runs)
     rows = []
-    for a, b in itertools.combinations(sorted(ok.index.get_level_values("system").unique()), 2):
-        left, right = ok.xs(a, level="system"), ok.xs(b, level="system")
-        for point in sorted(set(left.index) & set(right.index)):
-            rows.append(
-                {
-                    "system_a": a,
-                    "system_b": b,
-                    **dict(zip(point_key, point)),
-                    "a_images_per_s": left[point],
-                    "b_images_per_s": right[point],
-                    "a_over_b_percent": (left[point] / right[point] - 1) * 100,
-                }
-            )
-    return pd.DataFrame(
-        rows, columns=["system_a", "system_b", *point_key, "a_images_per_s", "b_images_per_s", "a_over_b_percent"]
-    )
+    if len(pts):
+        by = {tuple(getattr(r, k) for k in ["system", *point_key]): r for r in pts.itertuples()}
+        systems = sorted(set(pts.system))
+        for a, b in itertools.combinations(systems, 2):
+            for point in sorted({k[1:] for k in by if k[0] == a} & {k[1:] for k in by if k[0] == b}):
+                ra, rb = by[(a, *point)], by[(b, *point)]
+                ratio, low, high = _ratio(ra, rb)
+                caveats = guards.split(ra.caveats) + guards.split(rb.caveats)
+                rows.append(
+                    {
+                        "system_a": a,
+                        "system_b": b,
+                        **dict(zip(point_key, point)),
+                        "a_images_per_s": ra.images_per_s,
+                        "b_images_per_s": rb.images_per_s,
+                        "a_over_b_percent": (ratio - 1) * 100,
+                        "a_over_b": ratio,
+                        "a_over_b_low": low,
+                        "a_over_b_high": high,
+                        "a_device": ra.device,
+                        "b_device": rb.device,
+                        "ran_as": ", ".join(sorted({ra.ran_as, rb.ran_as})),
+                        "vouched": not caveats,
+                        "caveats": guards.join(caveats),
+                    }
+                )
+    return pd.DataFrame(rows, columns=SYSTEMS_COLUMNS)
 
 
 INPUT_PATHS_SHOWN = [
@@ -239,18 +403,33 @@ INPUT_PATHS_SHOWN = [
     "step_cv",
     "stable",
     "of_synthetic_percent",
+    "vouched",
 ]
 
 
 def input_paths(runs):
     """Each input path against synthetic data (compute without I/O), point by point: the study's
     finding that the data path decides throughput as much as the GPU."""
-    ok = runs[runs.status == "ok"]
+    pts = points(runs)
     point = ["system", "framework", "precision", "gpus"]
-    synthetic = ok[ok.input == "synthetic"].set_index(point).images_per_s
+    columns = point + [
+        "input",
+        "images_per_s",
+        "step_cv",
+        "stable",
+        "synthetic_images_per_s",
+        "of_synthetic_percent",
+        "repeats",
+        "vouched",
+        "caveats",
+    ]
+    if pts.empty:
+        return pd.DataFrame(columns=columns)
+    synthetic = {tuple(getattr(r, k) for k in point): r for r in pts[pts.input == "synthetic"].itertuples()}
     rows = []
-    for r in ok.sort_values(point + ["input"]).itertuples():
+    for r in pts.sort_values(point + ["input"]).itertuples():
         ref = synthetic.get(tuple(getattr(r, k) for k in point))
+        caveats = guards.split(r.caveats) + (guards.split(ref.caveats) if ref is not None and ref is not r else [])
         rows.append(
             {
                 **{k: getattr(r, k) for k in point},
@@ -258,15 +437,32 @@ def input_paths(runs):
                 "images_per_s": r.images_per_s,
                 "step_cv": r.step_cv,
                 "stable": r.stable,
-                "synthetic_images_per_s": ref,
-                "of_synthetic_percent": r.images_per_s / ref * 100 if ref else None,
+                "synthetic_images_per_s": ref.images_per_s if ref is not None else None,
+                "of_synthetic_percent": r.images_per_s / ref.images_per_s * 100 if ref is not None else None,
+                "repeats": r.repeats,
+                "vouched": not caveats,
+                "caveats": guards.join(caveats),
             }
         )
-    return pd.DataFrame(
-        rows,
-        columns=point
-        + ["input", "images_per_s", "step_cv", "stable", "synthetic_images_per_s", "of_synthetic_percent"],
-    )
+    return pd.DataFrame(rows, columns=columns)
+
+
+GUARDS = (
+    "vouched: none of the verdict guards applies (docs/results.md#verdict-guards): no run behind the figure is "
+    "unstable (step CV > 2%) or not known to be isolated, and no efficiency is above 100% by more than 2%; the "
+    "figures that are not are listed under the table with why, and no verdict rests on them."
+)
+
+
+def _point_label(r):
+    return f"{r.system}/{r.framework}_{r.precision}_{r.gpus}gpu ({r.input})"
+
+
+def _labelled(table, label):
+    """table with a row_label column (each row's name in the lists of caveats)."""
+    out = table.copy()
+    out["row_label"] = [label(r) for r in table.itertuples()] if len(table) else []
+    return out
 
 
 def main():
@@ -280,70 +476,89 @@ def main():
     ap.add_argument("--out-dir", required=True)
     a = ap.parse_args()
     runs = run_records.load(json.loads(a.points))
-    scaled, sentences = scaling(runs, load_allreduce(json.loads(a.interconnect)))
+    raws = load_raws(json.loads(a.interconnect))
+    scaled, sentences = scaling(runs, {k: prediction.allreduce_points(r) for k, r in raws.items()}, raws)
     out = Path(a.out_dir)
     notes = run_records.mixed_settings(runs)
     bad = runs[runs.status != "ok"]
     notes += [f"{r.system}/{Path(r.run_dir).name} {r.status}: {r.why}" for r in bad.itertuples()]
     timing = (
         "images/s = images processed in the timed steps / their wall time, warm-up steps excluded; "
-        "step_cv = coefficient of variation of the per-step images/s (stable: <= 2%, the study's criterion)."
+        "step_cv = coefficient of variation of the per-step images/s (stable: <= 2%, the study's criterion). "
+        "ran_as: what the precision ran as on the run's device (training.fp32_math)."
     )
+    points_how = (
+        " One row per point: images/s is the mean over its completed runs (training.repeats), _low and _high "
+        "in the CSV their slowest and fastest. " + GUARDS
+    )
+    throughput_table = throughput(runs)
     write_table(
-        throughput(runs),
+        throughput_table,
         out / "training_throughput.csv",
         "Training throughput, one row per run",
-        timing + " Failed or missing runs are listed with why.",
+        timing + " isolated: whether anything else used the run's nodes in its timed window (docs/training.md"
+        "#isolation). Failed or missing runs are listed with why.",
         notes,
         columns=THROUGHPUT_SHOWN,
+        after=_unvouched(_labelled(throughput_table[throughput_table.status == "ok"], guards.run_name), "runs"),
     )
+    predicted = ["## What the interconnect predicts, run by run", "", *(f"- {x}" for x in sentences)]
     write_table(
         scaled,
         out / "scaling.csv",
         "Scaling: speedup and efficiency (Fig. 2)",
         "speedup = images/s at N GPUs / images/s at the baseline (the smallest GPU count run; the study's "
-        "is 1 GPU); efficiency = measured / ideal, ideal = baseline images/s x N / baseline GPUs (seed 002). "
-        "intra-node: the run fits one node; inter-node: it spans nodes. " + timing + " " + PREDICTION,
+        "is 1 GPU); efficiency = measured / ideal, ideal = baseline images/s x N / baseline GPUs (seed 002); "
+        "efficiency_low/_high: the point's slowest run against the baseline's fastest, and back. "
+        "intra-node: the run fits one node; inter-node: it spans nodes. " + timing + points_how + " " + PREDICTION,
         notes,
-        after=["## What the interconnect predicts, run by run", "", *(f"- {x}" for x in sentences)]
-        if sentences
-        else (),
+        after=_unvouched(_labelled(scaled, _point_label), "points") + (predicted if sentences else []),
         columns=SCALING_SHOWN,
     )
+    fp16 = fp16_vs_fp32(runs)
     write_table(
-        fp16_vs_fp32(runs),
+        fp16,
         out / "fp16_vs_fp32.csv",
         "FP16 vs FP32 (Fig. 5)",
         "fp16_gain_percent = (FP16 images/s / FP32 images/s - 1) x 100, same system, framework and GPUs. "
-        "FP16 = mixed precision (bfloat16 on a CPU). " + timing,
+        "As they ran: " + (ran_as_note(runs) or "no completed run.") + " " + timing + points_how,
         notes
         + (
             []
             if {"fp16", "fp32"} <= set(runs.precision)
             else ["this sweep has no FP16/FP32 pair: add both to training.precisions"]
         ),
+        columns=FP16_SHOWN,
+        after=_unvouched(_labelled(fp16, lambda r: f"{r.system}/{r.framework} {r.gpus} GPUs ({r.input})"), "pairs"),
     )
+    systems = system_comparison(runs)
     write_table(
-        system_comparison(runs),
+        systems,
         out / "system_comparison.csv",
         "System vs system (Fig. 4, Fig. 6)",
         "a_over_b_percent = (images/s on system a / images/s on system b - 1) x 100, same framework, "
-        "precision and GPUs. " + timing,
+        "precision and GPUs. " + timing + points_how,
         notes
         + (
             []
             if runs.system.nunique() > 1
             else ["this sweep has one system: list two in training.systems to compare them"]
         ),
+        columns=SYSTEMS_SHOWN,
+        after=_unvouched(
+            _labelled(systems, lambda r: f"{r.system_a} vs {r.system_b}: {r.framework} {r.precision} {r.gpus} GPUs"),
+            "pairs",
+        ),
     )
+    paths = input_paths(runs)
     write_table(
-        input_paths(runs),
+        paths,
         out / "input_paths.csv",
         "Input paths vs synthetic data",
         "Per point, images/s of each input path (training.inputs) and as a share of the same point's "
         "synthetic run (random tensors on the device: the step without I/O). cpu: decoding on the CPU "
         "(TensorFlow tf.data, MXNet ImageRecordIter, PyTorch Pillow workers); gpu: PyTorch nvJPEG in a "
-        "thread; dali: PyTorch NVIDIA DALI (hardware JPEG engine). " + timing,
+        "thread; dali: PyTorch NVIDIA DALI (hardware JPEG engine). " + timing + points_how,
         notes
         + (
             []
@@ -351,14 +566,16 @@ def main():
             else ["this sweep has one input path: list several in training.inputs, e.g. [auto, cpu, gpu, synthetic]"]
         ),
         columns=INPUT_PATHS_SHOWN,
+        after=_unvouched(_labelled(paths, _point_label), "points"),
     )
     write_table(
         telemetry(runs, ["read_MBps"]),
         out / "storage_throughput.csv",
         "Storage read throughput (Fig. 7)",
-        "Per run and node: read MB/s of the dataset's block device or NFS mount, sampled every "
-        "training.telemetry_interval s over the whole run (warm-up included); total_MB integrates it.",
-        notes,
+        "Per run and node: read MB/s of the file system the dataset was read from, from its own counters "
+        "(docs/training.md, telemetry.<node>.csv), sampled every training.telemetry_interval s over the whole run "
+        "(warm-up included); total_MB integrates it.",
+        notes + storage_notes(runs),
         columns=TELEMETRY_SHOWN,
     )
     write_table(
@@ -367,7 +584,7 @@ def main():
         "Network send/receive throughput (Fig. 8)",
         "Per run, node and interface (InfiniBand ports as ib:<hca>/<port>): MB/s sent and received, "
         "sampled every training.telemetry_interval s over the whole run; total_MB integrates it.",
-        notes,
+        notes + network_notes(runs),
         columns=TELEMETRY_SHOWN,
     )
 

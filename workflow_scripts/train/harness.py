@@ -77,6 +77,13 @@ def arg_parser(description):
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--weight-decay", type=float, default=1e-4)
     ap.add_argument("--decode-threads", type=int, default=0, help="0: the framework's rule (see module)")
+    ap.add_argument(
+        "--fp32-math",
+        choices=("tf32", "strict"),
+        default="tf32",
+        help="config training.fp32_math: fp32 on a GPU of compute capability 8.0 or more as TF32 (the frameworks' "
+        "default) or strict IEEE float32 (NVIDIA_TF32_OVERRIDE=0 and the framework's own switch)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--telemetry-interval", type=float, default=1.0, help="seconds; 0 disables")
     ap.add_argument(
@@ -117,6 +124,40 @@ def gpu_problem(launch, where, key, seen, cuda_build, nccl):
             setup,
         )
     return None
+
+
+def apply_fp32_math(args):
+    """Strict fp32 through NVIDIA's own switch, which cuBLAS and cuDNN read when the framework first
+    uses them (after this, before any GPU work): it covers what a framework's own switch does not
+    reach (MXNet has none). The frameworks' switches are set in their adapters too."""
+    if args.fp32_math == "strict":
+        os.environ["NVIDIA_TF32_OVERRIDE"] = "0"
+
+
+def math_record(args, first_kernel, half, tf32_reach):
+    """What the run's precisions ran as on its device, for the summary and the tables: fp32 is TF32
+    on a GPU of compute capability 8.0 or more unless strict (or NVIDIA_TF32_OVERRIDE=0 came with the
+    environment), float32 elsewhere (a CPU, a V100); half: fp16's 16-bit type (None in an fp32 run);
+    tf32_reach: which of the framework's operations TF32 covers."""
+    capability = tuple(first_kernel["capability"]) if first_kernel and first_kernel.get("capability") else None
+    capable = capability is not None and capability >= (8, 0)
+    overridden = os.environ.get("NVIDIA_TF32_OVERRIDE") == "0"
+    tf32 = capable and args.fp32_math == "tf32" and not overridden
+    if not capable:
+        how = "float32: " + ("a CPU" if first_kernel is None else f"{kernel_check.sm(capability)} has no TF32")
+    elif tf32:
+        how = f"TF32 ({tf32_reach})"
+    else:
+        how = "float32: " + ("training.fp32_math strict" if args.fp32_math == "strict" else "NVIDIA_TF32_OVERRIDE=0")
+    return {
+        "fp32_math": args.fp32_math,
+        "fp32": "tf32" if tf32 else "float32",
+        "fp32_how": how,
+        "tf32_capable": capable,
+        "half": half if args.precision == "fp16" else None,
+        # the precision as it ran, in a table cell
+        "ran_as": (f"{half} mixed" if args.precision == "fp16" else "tf32" if tf32 else "float32"),
+    }
 
 
 def read_manifest(data_dir):
@@ -196,6 +237,7 @@ class Run:
         self.first_kernel = {
             "gpu": gpu[0],
             "arch": kernel_check.sm(gpu[1]),
+            "capability": list(gpu[1]) if gpu[1] else None,
             "build": build,
             "seconds": seconds,
             "cuda_jit_cache": {k: os.environ.get(k) for k in ("CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE")},

@@ -6,7 +6,11 @@ cluster, a child of snakemake locally):
         [launcher options] -- workflow_scripts.train.pytorch_ddp --batch-per-gpu 64 ...
 
 It empties the run directory (only ever one that lies inside --results-dir), clears the page
-cache once on every node of the run, then starts the trainer's ranks through the launcher. All of
+cache once on every node of the run (node-wide only where the job holds its nodes alone:
+page_cache.scope_for), then starts the trainer's ranks through the launcher, everything it starts
+marked as the run's (neighbours.MARKER). Once they have exited it adds to the summary what only
+the whole run shows: whether anything else used its nodes in the timed window, the GPUs' state,
+SLURM's word on sharing, when the job ran (run_evidence). All of
 it goes to LOG.attemptN, which survives Snakemake's retries (it deletes LOG before each), and is
 copied to LOG. A failure on the last attempt is recorded as the run's result (status failed, and
 why), so the tables list it rather than the sweep stopping short of them; so is a permanent one
@@ -23,10 +27,13 @@ import shlex
 import shutil
 import socket
 import sys
+import time
+import uuid
 from pathlib import Path
 
+from ..common import neighbours, page_cache, slurm
 from ..common.errors import StageError, run_main
-from . import failure, launch
+from . import failure, launch, run_evidence
 
 
 def checked_run_dir(run_dir, results_dir):
@@ -51,6 +58,7 @@ def main():
     launch.add_arguments(ap)
     ap.add_argument("trainer", nargs=argparse.REMAINDER, help="-- MODULE ARGS...: the trainer and its options")
     a = ap.parse_args()
+    started = time.time()
     trainer = a.trainer[1:] if a.trainer[:1] == ["--"] else a.trainer
     if not trainer:
         ap.error("no trainer module given after --")
@@ -70,6 +78,14 @@ def main():
     )
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
+    # Every process of this attempt (srun, the ranks, their workers) inherits the marker: the nodes'
+    # samplers count them as the run's and everything else as a neighbour.
+    neighbours.mark_run(f"{run}:{a.attempt}:{uuid.uuid4().hex}")
+    job = os.environ.get("SLURM_JOB_ID")
+    sharing = slurm.job_sharing(job) if job else None
+    scope, why = page_cache.scope_for(a.cache_scope, sharing)
+    if why:
+        print(f"job: page cache: {why}", flush=True)
     # Page caches are the host's: cleared from this (the workflow's) interpreter, never from
     # inside a container; the ranks run in the framework's interpreter.
     rc = launch.run(
@@ -80,7 +96,7 @@ def main():
             "--paths",
             *a.data,
             f"--command={a.cache_command}",
-            f"--scope={a.cache_scope}",
+            f"--scope={scope}",
             "--out",
             str(run / "cache.{node}.json"),
         ],
@@ -88,6 +104,8 @@ def main():
         per_node_once=True,
     )
     if rc == 0:
+        # NCCL's initialisation lines into the run directory: which transport it chose (nccl_log)
+        a.nccl_log_dir = a.nccl_log_dir or str(run)
         rc = launch.run([*shlex.split(a.python), "-m", *trainer, "--out", str(run)], a)
     sys.stdout.flush(), sys.stderr.flush()
     cause = failure.permanent(attempt_log.read_text(errors="replace")) if rc != 0 else None
@@ -96,6 +114,20 @@ def main():
             f"job: attempt {a.attempt} failed for a cause another attempt would meet again: recorded now, "
             f"not retried (training.retries {a.retries})",
             flush=True,
+        )
+    if rc == 0:
+        run_evidence.add_to_summary(
+            run,
+            {
+                "job": {
+                    "started_at": started,
+                    "ended_at": time.time(),
+                    "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+                    "attempt": a.attempt,
+                },
+                "slurm": sharing or ({"job": job, "oversubscribe": None, "exclusive": None} if job else None),
+                "cache_scope": {"configured": a.cache_scope, "used": scope, "why": why},
+            },
         )
     shutil.copyfile(attempt_log, log)
     if rc != 0 and (cause or a.attempt > a.retries):

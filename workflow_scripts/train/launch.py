@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from ..common import comm_env, cuda_cache, netif, slurm
+from ..common import comm_env, cuda_cache, nccl_log, netif, slurm
 from ..common.comm_env import SETTABLE
 
 
@@ -175,6 +175,14 @@ def add_arguments(ap):
         help="config nccl_env: set in every rank's environment (NCCL_*, TORCH_SYMM_MEM_*, NVSHMEM_*)",
     )
     ap.add_argument(
+        "--nccl-log-dir",
+        default="",
+        metavar="DIR",
+        help="every rank writes NCCL's initialisation lines (NCCL_DEBUG=INFO) to DIR/nccl.<host>.<pid>.log, "
+        "for common/nccl_log.py to say which transport NCCL used; NCCL variables already set win, and DIR's "
+        "earlier nccl.*.log files are removed",
+    )
+    ap.add_argument(
         "--python",
         default=shlex.quote(sys.executable),
         help="the framework's interpreter as words (a container's exec line): runs the rendezvous server",
@@ -208,6 +216,12 @@ def run(cmd, a, per_node_once=False, stdout=None, env_record=None):
             env.update(extra)
             if a.horovod:
                 env.update(horovod_env(a, stack, hosts, iface, addr, per_node, use_srun))
+            if a.nccl_log_dir:
+                nccl_log.prepare(a.nccl_log_dir)
+                debug, note = nccl_log.debug_env(a.nccl_log_dir, env)
+                env.update(debug)
+                if note:
+                    print(f"launch: NCCL's transport is not recorded: {note}", file=sys.stderr, flush=True)
         if env_record is not None:
             env_record.update(comm_env.recorded(env))
         if use_srun:

@@ -114,6 +114,10 @@ class Adapter:
         """The framework's own summary keys."""
         return {}
 
+    def math(self, run):
+        """(fp16's 16-bit type as it ran, which operations TF32 covers in fp32): harness.math_record's."""
+        raise NotImplementedError
+
     def finish(self, run):
         """After the summary: distributed shut-down."""
 
@@ -223,6 +227,7 @@ class Loop:
 def main(adapter):
     """A trainer's whole run: the same steps in the same order for every framework."""
     args = adapter.add_args(harness.arg_parser(adapter.description)).parse_args()
+    harness.apply_fp32_math(args)
     run = harness.Run(args, adapter.framework, adapter.versions())
     check_gpus(run.launch, args, adapter.name, *adapter.gpus(run))
     adapter.start(run)
@@ -237,5 +242,15 @@ def main(adapter):
     run.record_digest("final", adapter.digest())
     if run.launch.rank == 0:
         adapter.save(run.dir)
-    run.finish({"classes": classes, "train_images": train_images, **loop.summary(), **adapter.summary(run), **extra})
+    math = harness.math_record(args, run.first_kernel, *adapter.math(run))
+    run.finish(
+        {
+            "classes": classes,
+            "train_images": train_images,
+            "math": math,
+            **loop.summary(),
+            **adapter.summary(run),
+            **extra,
+        }
+    )
     adapter.finish(run)

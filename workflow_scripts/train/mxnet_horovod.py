@@ -260,6 +260,11 @@ class MXNet(loop.HorovodAdapter):
             "loss_scale": self.loss_scaler.settings() if self.loss_scaler else None,
         }
 
+    def math(self, run):
+        # MXNet has no TF32 switch of its own: cuDNN's default math takes TF32 for convolutions on such
+        # GPUs; NVIDIA_TF32_OVERRIDE=0 (harness.apply_fp32_math) turns it off.
+        return self.dtype, "cuDNN's convolutions"
+
 
 def long_test_parts(run, net, trainer, params, ctx, dtype, hvd, threads, classes, numbered):
     """--mode accuracy: long_test.LongTest's learning rate, evaluation and count all-reduce in MXNet."""

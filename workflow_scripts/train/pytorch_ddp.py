@@ -2,9 +2,10 @@
 path in the study, PyTorch's now) through one of the input paths of pytorch_input.
 
 Precision. fp32 is float32; on a GPU its matrix products and convolutions use TF32 on the tensor
-cores (--tf32 on). fp16 is mixed precision in the device's 16-bit type (--amp-dtype auto):
-bfloat16 on a CPU and on GPUs that have it (compute capability >= 8.0), where no loss scaling is
-needed; float16 with a GradScaler on older GPUs (the study's V100), or when asked for.
+cores unless --fp32-math strict (config training.fp32_math). fp16 is mixed precision in the
+device's 16-bit type (--amp-dtype auto): bfloat16 on a CPU and on GPUs that have it (compute
+capability >= 8.0), where no loss scaling is needed; float16 with a GradScaler on older GPUs (the
+study's V100), or when asked for.
 
 Speed on a GPU, each 'auto' on for CUDA and off on a CPU (so the CPU default runs as it always
 did): channels_last, torch.compile of the model (CUDA graphs where pytorch_options.compile_mode
@@ -220,6 +221,9 @@ class PyTorch(loop.Adapter):
             "gpu_input": self.data.stats(run.args.warmup_steps + s.prefetch),
             "max_memory_allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
         }
+
+    def math(self, run):
+        return self.s.describe()["amp_dtype"], "matrix products and convolutions"
 
     def finish(self, run):
         if run.launch.world_size > 1:

@@ -105,7 +105,7 @@ def resolve(args, device, nodes=1):
         compile=compile_mode(args.compile, cuda, "synthetic" if synthetic else source, graph),
         # Synthetic data takes no input path: none of the input's settings applied.
         input="synthetic" if synthetic else source,
-        tf32=cuda and args.tf32 == "on",
+        tf32=cuda and args.fp32_math == "tf32",
         bucket_cap_mb=args.bucket_cap_mb,
         ddp_graph=graph,
         grad_compression=args.grad_compression,

@@ -159,6 +159,8 @@ class TensorFlow(loop.HorovodAdapter):
             tf.config.set_visible_devices(self.gpu, "GPU")
             tf.config.experimental.set_memory_growth(self.gpu, True)
             run.check_kernel(first_kernel, gpu_of(self.gpu), build())
+        if run.args.fp32_math == "strict":
+            tf.config.experimental.enable_tensor_float_32_execution(False)
         if run.args.precision == "fp16":
             tf.keras.mixed_precision.set_global_policy("mixed_float16" if gpus else "mixed_bfloat16")
         tf.random.set_seed(run.args.seed)
@@ -248,6 +250,9 @@ class TensorFlow(loop.HorovodAdapter):
             "decode_threads": self.threads if self.decoding else None,
             "policy": tf.keras.mixed_precision.global_policy().name,
         }
+
+    def math(self, run):
+        return tf.keras.mixed_precision.global_policy().compute_dtype, "matrix products and convolutions"
 
 
 def long_test_parts(run, model, opt, hvd, label_offset, threads, classes):

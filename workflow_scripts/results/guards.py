@@ -1,0 +1,82 @@
+"""The verdict guards (docs/results.md#verdict-guards): what makes a figure one this tool cannot
+vouch for. A table shows such a figure with its caveats; a figure is drawn marked; the verdict
+table gives no "holds" or "does not hold" on it, but "not decided" and why, naming the runs.
+
+  unstable      a run's per-step images/s varies by more than the study's 2% (metrics.STABLE_CV)
+  not isolated  something else used a run's nodes in its timed window (common/neighbours.py), or
+                whether it did is unknown
+  impossible    a scaling efficiency above 100% by more than that same 2%: the baseline ran slow
+  CPU stand-in  CPU processes standing in for GPUs: no performance finding rests on them (an accuracy
+                finding does not depend on the device)
+  wrong transport  NCCL all-reduced over TCP sockets between nodes that have InfiniBand (nccl_log)
+"""
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..common.metrics import STABLE_CV
+
+IMPOSSIBLE_MARGIN = STABLE_CV
+SEP = "; "
+
+
+def run_name(row):
+    """system/run directory name, of a record (a dict or a Series) or a table row (a namedtuple)."""
+    system, run_dir = (row["system"], row["run_dir"]) if hasattr(row, "keys") else (row.system, row.run_dir)
+    return f"{system}/{Path(str(run_dir)).name}"
+
+
+def isolation_word(summary):
+    """true | false | unknown, from a summary's isolation record (unknown where none was made)."""
+    iso = summary.get("isolation")
+    if not iso or iso.get("isolated") is None:
+        return "unknown"
+    return "true" if iso["isolated"] else "false"
+
+
+def run_caveats(row):
+    """Why one completed run's figure cannot be vouched for ([] when it can): row is a record of
+    results/runs.py (step_cv, isolated, isolation_why, run_dir, system)."""
+    name, out = run_name(row), []
+    if not pd.isna(row.get("step_cv")) and row["step_cv"] > STABLE_CV:
+        out.append(f"unstable: {name} step CV {row['step_cv']:.1%} > {STABLE_CV:.0%}")
+    if isinstance(row.get("transport_problem"), str) and row["transport_problem"]:
+        # sockets where the nodes have InfiniBand: a figure of the wrong network
+        out.append(f"wrong transport: {name}: {row['transport_problem']}")
+    why = row.get("isolation_why") or "no isolation record"
+    if row.get("isolated") == "false":
+        out.append(f"not isolated: {name}: {why}")
+    elif row.get("isolated") != "true":
+        out.append(f"isolation unknown: {name}: {why}")
+    return out
+
+
+def impossible(efficiency, name):
+    """The caveat of a scaling efficiency no run can reach, or None."""
+    if pd.notna(efficiency) and efficiency > 1 + IMPOSSIBLE_MARGIN:
+        return (
+            f"impossible: {name} efficiency {efficiency:.1%} is above 100% by more than {IMPOSSIBLE_MARGIN:.0%} "
+            "(its baseline ran slower than it can)"
+        )
+    return None
+
+
+def cpu_stand_in(device):
+    return str(device).startswith("CPU")
+
+
+def split(cell):
+    """A table's caveats cell as a list."""
+    if not isinstance(cell, str) or not cell.strip():
+        return []
+    return [c for c in cell.split(SEP) if c]
+
+
+def join(caveats):
+    return SEP.join(dict.fromkeys(caveats))
+
+
+def combine_isolated(words):
+    words = set(words)
+    return "false" if "false" in words else "unknown" if words - {"true"} else "true"
