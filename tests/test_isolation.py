@@ -126,6 +126,18 @@ def test_a_process_on_the_gpus_or_another_slurm_job_is_not_isolated():
     assert evidence([{**sample(95.0), "slurm_jobs": []}] + [sample(100.0 + i) for i in range(1, 11)])["isolated"]
 
 
+def test_gpu_pids_from_another_pid_namespace_are_judged_only_where_the_runs_own_show_up():
+    """A process NVML lists that this node's process table lacks: another container's, where the
+    run's own pids show up on the GPUs (not isolated); where they do not, NVML gives the host's pids
+    (a container) and nothing on the GPUs can be attributed (unknown)."""
+    hidden = [{"gpu": 0, "pid": 999999, "name": "not visible from here", "visible": False, "used_MB": 500.0}]
+    seen = [{**sample(100.0 + i, gpu_others=hidden), "gpu_own_seen": True} for i in range(1, 11)]
+    assert evidence(seen)["isolated"] is False
+    blind = [{**sample(100.0 + i, gpu_others=hidden), "gpu_own_seen": False} for i in range(1, 11)]
+    ev = evidence(blind)
+    assert ev["isolated"] is None and "PID namespace" in ev["why"] and "999999" in ev["why"]
+
+
 def test_a_busy_neighbour_above_the_share_is_named_and_below_it_is_not():
     busy = [sample(100.0 + i, 0.5, [[77, "make", "bob", 0.5]]) for i in range(1, 11)]
     ev = evidence(busy)  # 5 CPU-s in 10 s on 8 CPUs: 6.25%

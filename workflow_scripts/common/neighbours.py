@@ -126,7 +126,11 @@ class NodeSampler:
         return own, kernel, others, named
 
     def _gpu_processes(self, own_pids):
-        nvml, out = self.gpus.nvml, []
+        """(other processes on the node's GPUs, whether any of the run's own showed up there). A pid
+        this node's process table does not show is another PID namespace's (a container's), or
+        NVML gave the host's pids to a process in a container: the second, when none of the run's
+        own pids shows up either (evidence() then cannot judge those)."""
+        nvml, out, own_seen = self.gpus.nvml, [], False
         for i, h in self.gpus.handles.items():
             procs = []
             for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
@@ -139,16 +143,23 @@ class NodeSampler:
                     continue
             for p in procs:
                 if p.pid in own_pids:
+                    own_seen = True
                     continue
                 try:
-                    name = psutil.Process(p.pid).name()
+                    name, visible = psutil.Process(p.pid).name(), True
                 except psutil.Error:
-                    # Not in this node's process table: another container's process (another PID
-                    # namespace) still uses the GPU.
-                    name = "not visible from here"
+                    name, visible = "not visible from here", False
                 used = getattr(p, "usedGpuMemory", None)
-                out.append({"gpu": i, "pid": p.pid, "name": name, "used_MB": used / 2**20 if used else None})
-        return out
+                out.append(
+                    {
+                        "gpu": i,
+                        "pid": p.pid,
+                        "name": name,
+                        "visible": visible,
+                        "used_MB": used / 2**20 if used else None,
+                    }
+                )
+        return out, own_seen
 
     def _register_xid(self):
         nvml = self.gpus.nvml
@@ -222,7 +233,7 @@ class NodeSampler:
         self._busy, self._t = busy, now
         if self.gpus and self.gpus.nvml:
             own_pids = {pid for (pid, _), mine in self._own.items() if mine}
-            line["gpu_others"] = self._gpu_processes(own_pids)
+            line["gpu_others"], line["gpu_own_seen"] = self._gpu_processes(own_pids)
             line["xid"] = self._xids()
             if isinstance(self._events, str):
                 line["xid_unsupported"] = self._events
@@ -252,7 +263,15 @@ def node_evidence(lines, start, end, cpus, interval):
             entry["cpu_s"] += used
     listed = sorted(by_process.values(), key=lambda e: -e["cpu_s"])
     seconds = max(end - start, 1e-9)
-    gpu_others = {(p["gpu"], p["pid"]): p for ln in window for p in ln.get("gpu_others", [])}
+    # An invisible pid counts only where the run's own pids showed up on the GPUs (NVML's pids are
+    # this node's): else NVML may be giving a container the host's pids, and it cannot be told apart.
+    own_seen = any(ln.get("gpu_own_seen") for ln in window)
+    gpu_others = {
+        (p["gpu"], p["pid"]): p for ln in window for p in ln.get("gpu_others", []) if p.get("visible", True) or own_seen
+    }
+    unjudged = {p["pid"] for ln in window for p in ln.get("gpu_others", []) if not p.get("visible", True)} - {
+        pid for _, pid in gpu_others
+    }
     jobs = {j.get("job") or j.get("error"): j for ln in slurm for j in ln["slurm_jobs"]}
     return {
         "samples": len(window),
@@ -263,6 +282,7 @@ def node_evidence(lines, start, end, cpus, interval):
         # every other process a sample listed (LISTED_SHARE), the busiest first
         "other_processes": [{**e, "cpu_s": round(e["cpu_s"], 3)} for e in listed],
         "gpu_others": list(gpu_others.values()),
+        "gpu_pids_unjudged": sorted(unjudged),
         "xid": [x for ln in window for x in ln.get("xid", [])],
         "slurm_jobs": [j for j in jobs.values() if "job" in j],
         "slurm_errors": [j["error"] for j in jobs.values() if "error" in j],
@@ -285,6 +305,12 @@ def evidence(lines_by_node, start, end, cpus_by_node, interval):
             reasons.append(
                 f"{node}: other processes used {ev['others_s']:.1f} CPU-s in {end - start:.1f} s, "
                 f"{ev['others_cpu_share']:.1%} of its {ev['cpus']} CPUs" + (f": {names}" if names else "")
+            )
+        if ev["gpu_pids_unjudged"]:
+            unknown.append(
+                f"{node}: NVML names processes on its GPUs (pids {', '.join(map(str, ev['gpu_pids_unjudged']))}) "
+                "that are not in this node's process table, and none of the run's own: its pids are another PID "
+                "namespace's (a container's), so other processes on the GPUs cannot be told from the run's"
             )
         if ev["gpu_others"]:
             reasons.append(
