@@ -38,7 +38,9 @@ def gpu_tables(tables):
     and isolated (PyTorch's 2-process efficiency brought under 100%), INT8 timed with TensorRT."""
 
     def vouched(df):
-        return df.assign(device=GPU_DEVICE, isolated="true", caveats="", ran_as="float32")
+        # one run per point: a figure is its own interval, whatever a doctored test sets it to
+        once = [c for c in df.columns if c.endswith(("_low", "_high"))]
+        return df.drop(columns=once).assign(device=GPU_DEVICE, isolated="true", caveats="", ran_as="float32")
 
     doctor(tables, "training_throughput", lambda df: vouched(df).assign(step_cv=0.01, stable=True))
     doctor(
@@ -101,9 +103,11 @@ def test_every_finding_has_a_row_on_the_sample(tables):
     assert tf.measured_value == pytest.approx(
         pd.read_csv(tables / "scaling.csv").query("framework == 'tensorflow' and gpus == 2").efficiency.iloc[0]
     )
-    # The issue-39 case: PyTorch DDP's 164% on 2 processes is no "Caffe2 scales well".
-    caffe2 = v.loc["caffe2_scaling_node_fp32"]
-    assert caffe2.verdict == mod.NOT_DECIDED and "impossible" in caffe2.why and "163.6%" in caffe2.why
+    # The issue-39 case: PyTorch DDP's 171.8% on 2 processes is no "Caffe2 scales well", however it
+    # came about, on a CPU or not.
+    doctor(tables, "scaling", lambda df: set_where(df, "efficiency", 1.718, framework="pytorch", gpus=2))
+    caffe2 = verdicts(tables).loc["caffe2_scaling_node_fp32"]
+    assert caffe2.verdict == mod.NOT_DECIDED and "impossible" in caffe2.why and "171.8%" in caffe2.why
     # The INT8 rows a CPU fills: its speed decides nothing, its accuracy does.
     assert v.loc["int8_speedup_small_batches", "verdict"] == mod.NOT_DECIDED
     assert "CPU" in v.loc["int8_speedup_small_batches", "device"]

@@ -333,11 +333,10 @@ def fp16_gain(t, f, tol):
                 or ["training.frameworks (tensorflow or mxnet)"]
             )
         )
-    values = [_interval(r, "fp16_over_fp32") if hasattr(r, "fp16_over_fp32") else (None,) for r in rows.itertuples()]
-    values = [
-        v if v[0] is not None else (r.fp16_images_per_s / r.fp32_images_per_s,) * 3
-        for v, r in zip(values, rows.itertuples())
-    ]
+    values = []
+    for r in rows.itertuples():
+        ratio = _col(r, "fp16_over_fp32") or r.fp16_images_per_s / r.fp32_images_per_s
+        values.append((ratio, _col(r, "fp16_over_fp32_low", ratio), _col(r, "fp16_over_fp32_high", ratio)))
     text = "; ".join(f"{r.framework} {r.gpus}: {v[0]:.2f}x" for r, v in zip(rows.itertuples(), values))
     devices = sorted({_devices(t).get(s, "") for s in rows.system})
     return _result(
@@ -364,8 +363,8 @@ RUN_KEY = ["system", "framework", "precision", "gpus", "input", "repeat"]
 
 
 def _with_repeat(df):
-    """A table made before the repeats were kept: each point ran once."""
-    return df if "repeat" in df else df.assign(repeat=1)
+    """Rows of a table made before the repeats were kept: each point ran once."""
+    return df.assign(repeat=(df["repeat"].fillna(1) if "repeat" in df else 1)).astype({"repeat": int})
 
 
 def _per_run(table, t, metric, agg):
