@@ -59,6 +59,13 @@ def _busy(times):
     return sum(times) - times.idle - getattr(times, "iowait", 0.0)
 
 
+def _user(proc):
+    try:
+        return proc.username()
+    except (psutil.Error, KeyError):  # gone, or a uid with no name
+        return "?"
+
+
 def _kernel_thread(info):
     return info["pid"] == 2 or info["ppid"] == 2
 
@@ -97,7 +104,9 @@ class NodeSampler:
         """(own s, kernel s, others s, [(pid, name, user, s)] of the others) since the last sample."""
         own = kernel = others = 0.0
         named, seen = [], {}
-        for proc in psutil.process_iter(["pid", "ppid", "name", "username", "cpu_times", "create_time"]):
+        # Only /proc/<pid>/stat for every process: its user is read for the ones a sample lists.
+        users = {}
+        for proc in psutil.process_iter(["pid", "ppid", "name", "cpu_times", "create_time"]):
             info = proc.info
             if info["cpu_times"] is None or info["create_time"] is None:
                 continue
@@ -118,12 +127,13 @@ class NodeSampler:
                 own += used
             else:
                 others += used
-                named.append((info["pid"], info["name"] or "?", info["username"] or "?", round(used, 3)))
+                named.append((info["pid"], info["name"] or "?", round(used, 3)))
+                users[info["pid"]] = proc
         self._cpu = seen
         self._own = {k: v for k, v in self._own.items() if k in seen}
         floor = LISTED_SHARE * (now - since) if since is not None else 0.0
-        named = sorted((n for n in named if n[3] >= floor), key=lambda n: -n[3])
-        return own, kernel, others, named
+        listed = sorted((n for n in named if n[2] >= floor), key=lambda n: -n[2])
+        return own, kernel, others, [(pid, name, _user(users[pid]), used) for pid, name, used in listed]
 
     def _gpu_processes(self, own_pids):
         """(other processes on the node's GPUs, whether any of the run's own showed up there). A pid

@@ -414,11 +414,16 @@ def storage_doubling(t, f, tol):
             )
     if not out:
         raise Unmeasured(f"no run pair on 1 and 2 nodes in storage_throughput.csv; set {MULTI_NODE_KEYS}")
+    return _node_pairs(f, tol, out, used, "peak read, 2 nodes / 1 node: ", min)
+
+
+def _node_pairs(f, tol, out, used, what, value):
+    """The result of a telemetry figure compared between node counts: out holds (label, ratio, point,
+    device) per pair, used the point rows behind them; value picks the figure shown (min, max)."""
     ratios = [o[1] for o in out]
-    text = "peak read, 2 nodes / 1 node: " + "; ".join(f"{o[0]} {o[1]:.2f}x" for o in out)
     return _result(
-        text,
-        min(ratios),
+        what + "; ".join(f"{o[0]} {o[1]:.2f}x" for o in out),
+        value(ratios),
         "; ".join(o[2] for o in out),
         True,
         out[0][3],
@@ -442,18 +447,7 @@ def send_doubling(t, f, tol):
             "no runs on two different multi-node counts (e.g. 2 and 4 nodes) in network_throughput.csv; "
             f"set {MULTI_NODE_KEYS}"
         )
-    ratios = [o[1] for o in out]
-    text = "mean send per node, more nodes / fewer: " + "; ".join(f"{o[0]} {o[1]:.2f}x" for o in out)
-    return _result(
-        text,
-        max(ratios),
-        "; ".join(o[2] for o in out),
-        True,
-        out[0][3],
-        _compare(f, ratios, tol),
-        caveats=_telemetry_caveats(pd.DataFrame(used)),
-        cpu=guards.cpu_stand_in(out[0][3]),
-    )
+    return _node_pairs(f, tol, out, used, "mean send per node, more nodes / fewer: ", max)
 
 
 def send_fp16(t, f, tol):
