@@ -1,5 +1,5 @@
 """Fig. 7's storage reads come from the counters of the file system the dataset was read from
-(common.telemetry.StorageProbe, common.mounts), and Fig. 7/8 say where a node has none or where its
+(common.storage_probe.StorageProbe, common.mounts), and Fig. 7/8 say where a node has none or where its
 InfiniBand bytes include the dataset's reads (results.telemetry_tables, results.training_figures).
 
 The probe's counter roots (mountinfo, /proc, /sys with its debugfs, mmpmon) point at trees written
@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pandas as pd
 import psutil
 
-from workflow_scripts.common.telemetry import StorageProbe
+from workflow_scripts.common.storage_probe import StorageProbe
 from workflow_scripts.results import training_figures
 from workflow_scripts.results.telemetry_tables import network_notes, storage_notes, telemetry
 
