@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO, SNAKEMAKE, interpreter, snakemake, write_config
 
 from workflow_scripts.common import netif
+from workflow_scripts.common.launch import Launch, setup_horovod
 from workflow_scripts.train import launch
 
 # A node of a cluster: Ethernet, InfiniBand (IPoIB), a docker bridge without an address.
@@ -332,3 +333,32 @@ def test_nccl_env_reaches_and_is_recorded_by_the_interconnect_and_training(tmp_p
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((run / "summary.json").read_text())["nccl_env"] == NVLS_OFF
+
+
+def test_one_rank_runs_horovod_on_gloo_without_a_rendezvous(tmp_path):
+    """A 1-GPU TensorFlow/MXNet run (the baseline of every scaling figure): a Horovod built with MPI
+    would default to MPI_Init, which aborts in a plain `srun -n1` where MpiDefault=none. One rank
+    gets the Gloo controller, needs no rendezvous, and a user's own choice wins."""
+    env = {}
+    setup_horovod(Launch(world_size=1), env)
+    assert (env["HOROVOD_CONTROLLER"], env["HOROVOD_CPU_OPERATIONS"]) == ("gloo", "gloo")
+    assert "HOROVOD_GLOO_RENDEZVOUS_ADDR" not in env
+    mine = {"HOROVOD_CONTROLLER": "mpi"}
+    setup_horovod(Launch(world_size=1), mine)
+    assert mine["HOROVOD_CONTROLLER"] == "mpi"
+    # The real Horovod of the TensorFlow environment, one process, nothing else set: it runs on Gloo.
+    code = (
+        "import os; from workflow_scripts.common.launch import detect, setup_horovod; setup_horovod(detect()); "
+        "import horovod.tensorflow as hvd; hvd.init(); "
+        "print(hvd.size(), hvd.gloo_enabled(), os.environ['HOROVOD_CONTROLLER'])"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "RANK", "WORLD_SIZE", "SLURM_"))}
+    proc = subprocess.run(
+        [interpreter("tensorflow"), "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(clean, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    assert proc.returncode == 0 and proc.stdout.split() == ["1", "True", "gloo"], proc.stderr[-2000:]

@@ -177,6 +177,7 @@ def submit_beside(words, seen, stop):
             "--mem=100",
             "-p",
             slurm_cluster.PARTITION,
+            "--output=/dev/null",  # not a slurm-<job>.out in the repository
             "--comment",
             "beside",
             "--wrap",

@@ -67,7 +67,14 @@ def setup_horovod(launch, env=None, mpi_built=None):
                 "build it where mpicc is on PATH (envs/setup.sh does so then), or use gloo"
             )
         return
-    if "HOROVOD_RANK" in env or launch.world_size == 1:
+    if "HOROVOD_RANK" in env:
+        return
+    if launch.world_size == 1:
+        # A Horovod built with MPI (where mpicc was on PATH at set-up) defaults to the MPI controller,
+        # and MPI_Init inside a plain `srun -n1` aborts where MpiDefault=none: one process needs no
+        # rendezvous, and Gloo without one runs it alone.
+        env.setdefault("HOROVOD_CONTROLLER", "gloo")
+        env.setdefault("HOROVOD_CPU_OPERATIONS", "gloo")
         return
     env.update(
         launch.horovod_env(env["DLSCALE_RENDEZVOUS_ADDR"], env["DLSCALE_RENDEZVOUS_PORT"], env["DLSCALE_GLOO_IFACE"])

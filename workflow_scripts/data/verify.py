@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..common.errors import StageError, run_main
+from ..common.errors import PermanentError, StageError, run_main
 from . import records
 
 LEVELS = ("quick", "sample", "full")
@@ -215,8 +215,9 @@ def _check_index(index_dir):
 
 
 def require(data_dir):
-    """The training job's check at start: quick, and a StageError with the first problem in one
-    line (the others are one command away)."""
+    """The training job's check at start: quick, and a PermanentError with the first problem in one
+    line (the others are one command away): a dataset that fails its manifest fails every attempt
+    until it is rebuilt, so the training job records it at once instead of running it again."""
     problems = check(data_dir, "quick")
     if problems:
         more = (
@@ -224,7 +225,7 @@ def require(data_dir):
             if len(problems) > 1
             else ""
         )
-        raise StageError(f"the dataset does not match its manifest: {problems[0]}{more}")
+        raise PermanentError(f"the dataset does not match its manifest: {problems[0]}{more}")
 
 
 def main():
