@@ -258,6 +258,19 @@ def accuracy_run_dir(system, framework, precision, gpus):
 ACCURACY = TRAIN["accuracy"]
 
 
+def accuracy_gpus():
+    """training.accuracy.gpus: auto is the embedded default's long test (2 processes, its 3 short
+    epochs) and none on a real dataset, where a long test is hours of a cluster: one runs there only
+    where the config asks for it (docs/long-test.md)."""
+    value = ACCURACY["gpus"]
+    if value != "auto":
+        return value
+    return [2] if EMBEDDED else []
+
+
+LONG_TEST_GPUS = accuracy_gpus()
+
+
 def _check_long_test():
     """A schedule that cannot run as written stops the workflow now, naming the key."""
     epochs, milestones = ACCURACY["epochs"], ACCURACY["milestones"]
@@ -277,7 +290,7 @@ _check_long_test()
 for _system in TRAIN["systems"]:
     for _gpus in TRAIN["gpus"]:
         _check_partition(_system, _gpus)
-    for _gpus in ACCURACY["gpus"]:
+    for _gpus in LONG_TEST_GPUS:
         _check_partition(_system, _gpus, "training.accuracy.gpus")
 
 
@@ -313,7 +326,7 @@ if not SWEEP:
 # Seed 002's long test, beside it: the same systems, frameworks and precisions at its GPU counts,
 # on real data through each framework's default input path.
 LONG_TEST = _points(
-    ACCURACY["gpus"],
+    LONG_TEST_GPUS,
     "training.accuracy.gpus",
     lambda s, f, p, g, i, r: accuracy_run_dir(s, f, p, g),
     lambda s, f: [effective_input(s, f, "auto")],
@@ -474,7 +487,7 @@ def _check_horovod_controller():
     """mpi starts Horovod's ranks through srun's MPI plugin: a machine without srun (outside a
     SLURM job) would run them with the local launcher, which cannot. Refused now, naming the key."""
     horovod = [f for f in TRAIN["frameworks"] if f in ("tensorflow", "mxnet")]
-    several = [g for g in TRAIN["gpus"] + ACCURACY["gpus"] if g > 1]
+    several = [g for g in TRAIN["gpus"] + LONG_TEST_GPUS if g > 1]
     if TRAIN["horovod_controller"] != "mpi" or not horovod or not several or IN_SLURM_JOB:
         return
     if shutil.which("srun") is None:

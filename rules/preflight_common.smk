@@ -8,7 +8,7 @@ def preflight_gpus(system):
     """Task counts of the system's checks: one node (all its tasks, or the sweep's largest run if
     smaller) and, where a run of the sweep or long test takes several nodes, two nodes."""
     per_node = config["systems"][system]["gpus_per_node"]
-    counts = [*TRAIN["gpus"], *ACCURACY["gpus"]]
+    counts = [*TRAIN["gpus"], *LONG_TEST_GPUS]
     out = [min(per_node, max(counts))]
     crossing = [placement(system, g)[1] for g in counts if placement(system, g)[0] > 1]
     return out + ([2 * min(crossing)] if crossing else [])
@@ -42,7 +42,7 @@ def preflight_passed_system(w):
 
 def preflight_data(w):
     """The format the pair's runs read; none where they all run on synthetic input."""
-    reads = any(i != "synthetic" for i in run_inputs(w.system, w.framework)) or bool(ACCURACY["gpus"])
+    reads = any(i != "synthetic" for i in run_inputs(w.system, w.framework)) or bool(LONG_TEST_GPUS)
     return f"{DATA}/{FORMAT_OF[w.framework]}" if reads else []
 
 

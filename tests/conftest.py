@@ -12,6 +12,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
+# The embedded default's long test: training.accuracy.gpus auto is [2] there (none on a real dataset).
+LONG_TEST_GPUS = [2] if CONFIG["training"]["accuracy"]["gpus"] == "auto" else CONFIG["training"]["accuracy"]["gpus"]
 
 # The suite runs more processes than there are cores (its workers; the SLURM test's two nodes share
 # this machine's), so an OpenMP thread (PyTorch's, MXNet's) that spins while it waits for work takes

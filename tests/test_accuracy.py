@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from conftest import (
     CONFIG,
+    LONG_TEST_GPUS,
     PIPELINE_CONFIG,
     REPO,
     embedded_lmdb,
@@ -29,7 +30,7 @@ FRAMEWORKS = CONFIG["training"]["frameworks"]
 ACCURACY = CONFIG["training"]["accuracy"]
 
 
-def run_of(work, framework, gpus=ACCURACY["gpus"][0]):
+def run_of(work, framework, gpus=LONG_TEST_GPUS[0]):
     return work / "results" / "runs" / "local" / "accuracy" / f"{framework}_fp32_{gpus}gpu"
 
 
@@ -58,7 +59,7 @@ def test_accuracy_recounted_from_the_saved_predictions_equals_the_epoch_records(
     evaluated = [r for r in epochs_of(run) if r["top1"] is not None]
     assert evaluated
     for rec in evaluated:
-        scored = [p for ps in predictions(run, rec["epoch"], ACCURACY["gpus"][0]).values() for p in ps]
+        scored = [p for ps in predictions(run, rec["epoch"], LONG_TEST_GPUS[0]).values() for p in ps]
         # Each prediction's label is the index's label of its record: the record numbers are right.
         assert all(labels[record] == label for record, label, _ in scored)
         assert all(len(top5) == 5 and len(set(top5)) == 5 for _, _, top5 in scored)
@@ -93,7 +94,7 @@ def test_epoch_times_add_up_to_the_summary(pipeline_run, framework):
     for r in recs:
         elapsed += r["train_s"] + r["eval_s"]
         assert r["elapsed_s"] == pytest.approx(elapsed)
-        global_batch = CONFIG["training"]["batch_per_gpu"][framework] * ACCURACY["gpus"][0]
+        global_batch = CONFIG["training"]["batch_per_gpu"][framework] * LONG_TEST_GPUS[0]
         assert r["train_images_per_s"] == pytest.approx(r["steps"] * global_batch / r["train_s"])
     assert "no warm-up is excluded" in lt["timing"]
     # Every step is in the run's time: none is set aside as warm-up.
@@ -214,7 +215,7 @@ def test_val_shares_cover_every_record_once():
 def test_table_has_one_row_per_long_test_run_with_the_runs_numbers(pipeline_run):
     table = pd.read_csv(pipeline_run / "results" / "time_to_accuracy.csv")
     t = CONFIG["training"]
-    assert len(table) == len(t["systems"]) * len(t["frameworks"]) * len(t["precisions"]) * len(ACCURACY["gpus"])
+    assert len(table) == len(t["systems"]) * len(t["frameworks"]) * len(t["precisions"]) * len(LONG_TEST_GPUS)
     for row in table.itertuples():
         run = pipeline_run / row.run_dir
         assert Path(row.run_dir).parts[-2] == "accuracy" and row.status == "ok"
@@ -277,3 +278,18 @@ def test_a_long_test_that_cannot_run_stops_at_parse_time_naming_the_key(tmp_path
     write_config(tmp_path, **{key: value})
     proc = snakemake(tmp_path, "-n", check=False)
     assert proc.returncode != 0 and why in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
+
+
+def test_a_real_dataset_plans_no_long_test_unless_asked(tmp_path):
+    """training.accuracy.gpus auto: the embedded default's 3-epoch long test, but on a real dataset
+    (dataset.root) none, since there it is hours of a cluster; asked for, it is planned."""
+    from workflow_scripts.data import embedded
+
+    root = tmp_path / "imagenet"
+    embedded.make(root, classes=2, train_per_class=1, val_per_class=1, quirks=False)
+    write_config(tmp_path, dataset__root=str(root))
+    assert "train_accuracy" not in planned_jobs(tmp_path)
+    write_config(tmp_path, dataset__root=str(root), training__accuracy__gpus=[2])
+    assert planned_jobs(tmp_path)["train_accuracy"] == len(CONFIG["training"]["frameworks"])
+    write_config(tmp_path)  # the embedded default keeps its own
+    assert planned_jobs(tmp_path)["train_accuracy"] == len(CONFIG["training"]["frameworks"]) * len(LONG_TEST_GPUS)

@@ -215,9 +215,9 @@ def test_pytorch_training_on_a_truncated_lmdb_fails_naming_the_file(small_lmdb, 
     proc = _train(data, tmp_path / "cut")
     assert proc.returncode == 2, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith(
-        f"error: {PERMANENT_TAG} the dataset does not match its manifest: {mdb}: size: expected "
-    ), last
+    assert last.startswith(f"error: {PERMANENT_TAG} the dataset does not match its manifest: {mdb}: size: expected "), (
+        last
+    )
     assert last.endswith("Fix: snakemake --forcerun lmdb")
     assert "Bus error" not in proc.stderr and "shared memory" not in proc.stderr
     # What the sweep records as the failed run's reason is that line, and it is recorded at once, as
