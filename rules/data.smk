@@ -33,6 +33,8 @@ rule index_dataset:
     conda:
         "../envs/workflow.yaml"
     threads: CONV["threads"]
+    resources:
+        cpus_per_task=CONV["threads"],
     params:
         py=PY["workflow"],
         root=lambda w, input: input.dataset or DATASET_ROOT,
@@ -57,6 +59,8 @@ rule tfrecord:
     conda:
         "../envs/tf-mxnet.yaml"
     threads: CONV["threads"]
+    resources:
+        cpus_per_task=CONV["threads"],
     params:
         py=PY["tensorflow"],
         encoding=encoding_args(),
@@ -81,6 +85,8 @@ rule recordio:
     conda:
         "../envs/tf-mxnet.yaml"
     threads: CONV["threads"]
+    resources:
+        cpus_per_task=CONV["threads"],
     params:
         py=PY["mxnet"],
         encoding=encoding_args(),
@@ -101,6 +107,8 @@ rule lmdb:
     conda:
         "../envs/torch.yaml"
     threads: CONV["threads"]
+    resources:
+        cpus_per_task=CONV["threads"],
     params:
         py=PY["pytorch"],
         encoding=encoding_args(),

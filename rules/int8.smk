@@ -43,6 +43,8 @@ rule int8_export:
     conda:
         "../envs/torch.yaml"
     threads: INFER["threads"]
+    resources:
+        cpus_per_task=INFER["threads"],
     params:
         py=PY["pytorch"],
         args=export_args,
@@ -67,6 +69,8 @@ rule int8_calibrate:
     conda:
         "../envs/torch.yaml"
     threads: INFER["threads"]
+    resources:
+        cpus_per_task=INFER["threads"],
     params:
         py=PY["pytorch"],
         args=calibration_args(),
@@ -209,7 +213,7 @@ rule int8_throughput_run:
         image_size=INFER["image_size"],
         warmup=THROUGHPUT["warmup"],
         repeats=THROUGHPUT["repeats"],
-        engine_threads=lambda w, threads: min(INFER["threads"], threads),
+        engine_threads=lambda w, threads: min(INFER["threads"], threads) if workflow.local_exec else INFER["threads"],
     shell:
         "{params.py:q} -m workflow_scripts.infer.throughput --engine {wildcards.engine} --network {wildcards.model} "
         "--fp32 {input.fp32:q} --int8 {input.int8:q} --image-size {params.image_size:q} "

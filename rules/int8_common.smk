@@ -157,6 +157,7 @@ def inference_resources(measuring=False):
         return shlex.join(words) if words else None
 
     return dict(
+        cpus_per_task=INFER["threads"],
         slurm_partition=system_resource(INFER_SYSTEM, "partition"),
         slurm_account=system_resource(INFER_SYSTEM, "account"),
         constraint=system_resource(INFER_SYSTEM, "constraint"),

@@ -5,6 +5,7 @@ placement errors at parse time; SLURM's reason for a job that waits; a cancelled
 retried with its log kept."""
 
 import json
+import os
 import re
 import subprocess
 import threading
@@ -377,3 +378,38 @@ def test_waiting_job_is_reported_with_slurms_reason(cluster):
         assert "rule_train_wildcards_x" in line and "reason: JobHeldUser" in line
     finally:
         subprocess.run(["scancel", job], timeout=30)
+
+
+def test_cluster_jobs_ask_slurm_for_their_stages_own_cpus(tmp_path):
+    """`--profile slurm` from a login node smaller than the jobs (the workflow's local profile caps
+    threads at its cores): the data and INT8 jobs still ask SLURM for conversion.threads and
+    inference.threads, not the login node's cores. Dry run: no cluster needed."""
+    wanted = (os.cpu_count() or 1) + 6
+    write_config(tmp_path, conversion__threads=wanted, inference__threads=wanted + 1)
+    proc = subprocess.run(
+        [
+            SNAKEMAKE,
+            "--snakefile",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--profile",
+            str(REPO / "slurm"),
+            "-n",
+            "all",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    asked = {}
+    for job in proc.stdout.split("\n\n"):
+        rule = re.search(r"^rule (\w+):", job, re.M)
+        cpus = re.search(r"cpus_per_task=(\d+)", job)
+        if rule and cpus:
+            asked.setdefault(rule.group(1), set()).add(int(cpus.group(1)))
+    for rule in ("index_dataset", "tfrecord", "recordio", "lmdb"):
+        assert asked[rule] == {wanted}, (rule, asked)
+    for rule in ("int8_export", "int8_calibrate", "int8_engine", "int8_evaluate", "int8_throughput_run"):
+        assert asked[rule] == {wanted + 1}, (rule, asked)
