@@ -313,3 +313,21 @@ def test_no_two_measuring_jobs_of_the_quick_start_ran_at_once(pipeline_run):
     assert {"runs", "preflight", "interconnect", "int8"} <= kinds, kinds
     for (a, _, a_end), (b, b_start, _) in zip(jobs, jobs[1:]):
         assert a_end <= b_start, f"{a} ended at {a_end}, after {b} started at {b_start}"
+
+
+def test_a_gpu_run_without_nvml_is_of_unknown_isolation(tmp_path):
+    """No nvidia-ml-py where a GPU run ran: other processes on its GPUs cannot be seen, so its
+    isolation is unknown, never true; a CPU run needs no NVML."""
+    from workflow_scripts.train import run_evidence
+
+    steps = [
+        {"step": i, "phase": "timed" if i else "warmup", "wall_s": 1.0, "wall_end": 100.0 + i} for i in range(1, 11)
+    ]
+    (tmp_path / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    lines = [{"t": 99.0, "baseline": True, "nvml_unavailable": "NVMLError_LibraryNotFound"}]
+    lines += [sample(100.0 + i) for i in range(1, 12)]
+    (tmp_path / "neighbours.g1.jsonl").write_text("".join(json.dumps(ln) + "\n" for ln in lines))
+    summary = {"args": {"mode": "steps"}, "provenance": {"nodes": {"g1": {"cpus": 8}}}}
+    assert run_evidence.isolation(tmp_path, {**summary, "device_type": "cpu"})["isolated"] is True
+    gpu = run_evidence.isolation(tmp_path, {**summary, "device_type": "gpu"})
+    assert gpu["isolated"] is None and "NVML unavailable" in gpu["why"] and "nvidia-ml-py" in gpu["why"]

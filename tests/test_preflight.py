@@ -175,3 +175,32 @@ def test_a_missing_kernel_is_classified_as_the_builds_architecture():
     assert "no kernel image for this GPU" in cause and "sm" not in fix and "container" in fix
     cause, fix = classify(ValueError("something else"))
     assert cause == "ValueError: something else" and fix == "see the check job's log"
+
+
+def test_a_gpu_system_without_nvidia_ml_py_is_a_warning_that_says_what_goes_missing():
+    """A stock NGC image has no nvidia-ml-py: the runs train without it, so preflight warns (the gate
+    passes warnings), naming the telemetry rows and the isolation evidence that will be missing."""
+    code = (
+        "import json, sys; sys.modules['pynvml'] = None; "  # as if not installed: its import fails
+        "from workflow_scripts.preflight.rank import telemetry_rows; "
+        "print(json.dumps([r for r in telemetry_rows(True) if r['check'] == 'telemetry_nvml']))"
+    )
+    proc = subprocess.run([interpreter("pytorch"), "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (nvml,) = json.loads(proc.stdout)
+    assert nvml["status"] == "warning", nvml
+    assert "no GPU rows" in nvml["cause"] and "isolation will be unknown" in nvml["cause"]
+    assert "nvidia-ml-py" in nvml["fix"]
+
+
+def test_the_gate_passes_warnings_and_stops_at_failures(tmp_path):
+    from workflow_scripts.preflight import gate
+
+    result = {"system": "gpu", "framework": "pytorch", "nodes": 1, "tasks": 2, "log": "x.log"}
+    warned = tmp_path / "warned.json"
+    warned.write_text(json.dumps({**result, "rows": [{"check": "telemetry_nvml", "status": "warning"}]}))
+    assert gate.first_failure([warned]) is None
+    failed = tmp_path / "failed.json"
+    row = {"check": "gpu", "status": "failed", "node": "g1", "cause": "no GPU", "fix": "x"}
+    failed.write_text(json.dumps({**result, "rows": [row]}))
+    assert "check gpu: no GPU" in gate.first_failure([warned, failed])

@@ -240,6 +240,8 @@ class NodeSampler:
             )
         else:
             line["baseline"] = True
+            if self.gpus is not None and self.gpus.nvml is None:
+                line["nvml_unavailable"] = self.gpus.unavailable
         self._busy, self._t = busy, now
         if self.gpus and self.gpus.nvml:
             own_pids = {pid for (pid, _), mine in self._own.items() if mine}

@@ -24,7 +24,7 @@ from ..common.atomic import write_json
 from ..common.launch import detect
 from ..train.harness import gpu_problem
 from .markers import Markers
-from .rows import FAILED, NA, OK, row
+from .rows import FAILED, NA, OK, WARN, row
 from .seams import classify, thread_counts
 
 RESNET50_GRADIENTS = 25_557_032  # ResNet-50's trainable parameters: one step's fp32 gradients
@@ -77,13 +77,16 @@ def telemetry_rows(gpu_system):
         rows.append(row("telemetry_nvml", OK, f"NVML: {pynvml.nvmlDeviceGetCount()} GPU(s)"))
     except Exception as exc:  # no module, no driver, no library: all mean no GPU columns
         cause = f"NVML unavailable ({type(exc).__name__}: {exc})"
+        # The runs train without it (a stock NGC image has no nvidia-ml-py): what goes missing is said.
         rows.append(
             row(
                 "telemetry_nvml",
-                FAILED,
+                WARN,
                 "",
-                cause + ": the GPU telemetry columns would be empty",
-                "install nvidia-ml-py in the framework's environment; check the node's driver",
+                cause + ": the runs' telemetry will have no GPU rows (utilisation, memory, power, clocks and their "
+                "limiters), their gpu_state no limiters or Xid errors, and their isolation will be unknown, since "
+                "other processes on the GPUs cannot be seen: no verdict will rest on them",
+                "install nvidia-ml-py in the framework's environment or image; check the node's driver",
             )
             if gpu_system
             else row("telemetry_nvml", NA, cause=cause + " (the system requests no GPUs)")

@@ -1,10 +1,11 @@
 """One checked item: what was checked, where, its status, the figure measured, the cause and fix.
-Statuses: ok, failed, not applicable."""
+Statuses: ok, failed, not applicable, and warning (the runs work, with something missing: the gate
+passes them, the table says what)."""
 
 import json
 from pathlib import Path
 
-OK, FAILED, NA = "ok", "failed", "not applicable"
+OK, FAILED, NA, WARN = "ok", "failed", "not applicable", "warning"
 FIELDS = ("check", "status", "figure", "value", "unit", "node", "rank", "cause", "fix")
 
 

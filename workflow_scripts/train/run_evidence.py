@@ -111,7 +111,16 @@ def isolation(run_dir, summary):
     nodes = summary.get("provenance", {}).get("nodes", {})
     cpus = {n: facts.get("cpus") for n, facts in nodes.items()}
     intervals = [json.loads(p.read_text()).get("interval", 1.0) for p in run_dir.glob("telemetry.*.json")]
-    return neighbours.evidence(lines, *window, cpus, max(intervals, default=1.0))
+    ev = neighbours.evidence(lines, *window, cpus, max(intervals, default=1.0))
+    blind = {node: ln["nvml_unavailable"] for node, ls in lines.items() for ln in ls if "nvml_unavailable" in ln}
+    if summary.get("device_type") == "gpu" and blind and ev["isolated"] is not False:
+        # Other processes on the GPUs cannot be seen without NVML: the GPU half of the rule is unjudged.
+        ev["isolated"] = None
+        ev["why"] = "; ".join(
+            f"{node}: NVML unavailable ({why}): other processes on its GPUs cannot be seen (install nvidia-ml-py)"
+            for node, why in sorted(blind.items())
+        )
+    return ev
 
 
 def nccl(run_dir, summary):
