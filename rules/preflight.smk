@@ -35,11 +35,13 @@ rule preflight_check:
         args=preflight_args,
         cache_command=TRAIN["cache_clear_command"],
         cache_scope=TRAIN["cache_clear"],
+        # the ranks' CUDA JIT cache, as the training runs have it: their first kernels compile into it
+        cuda_cache=TRAIN["cuda_cache_dir"],
     shell:
         "{params.py:q} -m workflow_scripts.preflight.job --out {output:q} --system {wildcards.system:q} "
         "--framework {wildcards.framework:q} --python={params.python:q} --data={input.data:q} "
         "--cache-command={params.cache_command:q} --cache-scope={params.cache_scope:q} --log {log:q} {params.args:q} "
-        "-- {params.launch:q}"
+        "-- --cuda-cache-dir={params.cuda_cache:q} {params.launch:q}"
 
 
 rule preflight_table:

@@ -166,3 +166,55 @@ def test_summary_says_whether_the_first_steps_start_up_is_timed(tmp_path, warmup
     summary = run.finish()
     assert summary["first_step_timed"] is (warmup == 0) and summary["first_kernel"] is None
     assert summary["warmup_steps"] == warmup and summary["timed_steps"] == 2
+
+
+def test_the_cache_directory_is_bound_into_a_container(tmp_path):
+    """A rank in an Apptainer container: the cache directory (here outside $HOME and the repository)
+    is bound into it, so that CUDA_CACHE_PATH exists inside; the runtime here is a stand-in script
+    that writes down the words it was started with (no container runtime installs on this machine)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    runtime = bin_dir / "apptainer"
+    runtime.write_text(
+        f'#!/bin/sh\n{sys.executable} -c "import json, os, sys; '
+        "open('argv.' + os.environ['RANK'] + '.json', 'w').write(json.dumps(sys.argv[1:]))\" \"$@\"\n"
+    )
+    runtime.chmod(0o755)
+    cache = tmp_path / "scratch" / "cuda-jit"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workflow_scripts.train.launch",
+            "--nproc-per-node=2",
+            "--launcher=local",
+            f"--cuda-cache-dir={cache}",
+            "--",
+            str(runtime),
+            "exec",
+            "--nv",
+            f"--bind={REPO}",
+            "image.sif",
+            "python3",
+            "-m",
+            "workflow_scripts.train.pytorch_ddp",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for rank in (0, 1):
+        argv = json.loads((tmp_path / f"argv.{rank}.json").read_text())
+        binds = [w.removeprefix("--bind=") for w in argv if w.startswith("--bind=")]
+        assert argv[0] == "exec" and any(b.startswith(str(cache)) for b in binds), argv
+        assert argv[argv.index("image.sif") + 1 :] == ["python3", "-m", "workflow_scripts.train.pytorch_ddp"]
+
+
+def test_preflight_passes_the_cache_directory_to_its_ranks(tmp_path):
+    write_config(tmp_path, training__cuda_cache_dir=str(tmp_path / "jit"))
+    out = snakemake(tmp_path, "-n", "-p", "preflight").stdout
+    lines = [ln for ln in out.splitlines() if "workflow_scripts.preflight.job" in ln]
+    assert lines and all(f"--cuda-cache-dir={tmp_path / 'jit'}" in ln for ln in lines), lines

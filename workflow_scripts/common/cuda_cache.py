@@ -94,6 +94,19 @@ def environment(cache_dir, cmd, environ=None):
     return env
 
 
+RUNTIMES = ("apptainer", "singularity")
+
+
+def bound(cmd, env):
+    """`cmd` with the cache directory bound into its container, where it runs in one (Apptainer or
+    Singularity `exec`): a directory outside what the runtime binds by itself ($HOME, the working
+    directory) would otherwise not exist inside, and CUDA would silently cache nothing."""
+    path = env.get("CUDA_CACHE_PATH")
+    if not path or len(cmd) < 2 or Path(cmd[0]).name not in RUNTIMES or cmd[1] != "exec":
+        return cmd
+    return [cmd[0], cmd[1], f"--bind={path}", *cmd[2:]]
+
+
 def add_argument(ap):
     ap.add_argument(
         "--cuda-cache-dir",

@@ -206,6 +206,7 @@ def run(cmd, a, per_node_once=False, stdout=None, env_record=None):
             f"launch: {a.nodes} nodes need srun: run inside a SLURM allocation (snakemake --profile slurm)"
         )
     env = dict(os.environ, **({} if per_node_once else cuda_cache.environment(a.cuda_cache_dir, cmd)))
+    cmd = cmd if per_node_once else cuda_cache.bound(cmd, env)
     here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     with contextlib.ExitStack() as stack:
         if not per_node_once:
