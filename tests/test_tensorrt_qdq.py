@@ -227,3 +227,44 @@ def test_throughput_record_and_table_say_how_runs_were_timed(work, tmp_path):
     out.write_text(json.dumps(record))
     rows = tables.throughput_rows(tmp_path, "onnxruntime", [NETWORK], [1])
     assert rows[0]["timing"] == "cuda-events" and "timed with cuda-events" in tables.throughput_markdown(rows)
+
+
+class FakeClock:
+    """A clock each run moves by run_s (a GPU whose runs take that long), read by warm_up."""
+
+    def __init__(self, run_s):
+        self.now, self.run_s, self.runs = 0.0, run_s, 0
+
+    def execute(self):
+        self.runs += 1
+        self.now += self.run_s
+
+    def __call__(self):
+        return self.now
+
+
+def test_warm_up_and_timing_go_by_duration_as_well_as_by_count():
+    """trtexec's rule (--warmUp 200 ms, --duration 3 s): 3 warm-up runs of 10 ms would leave a GPU's
+    clocks still rising, so the warm-up lasts 200 ms; 10 timed runs of 10 ms would time 0.1 s, so
+    the timed span is about 3 s; a slow run never gets fewer than the counts."""
+    from workflow_scripts.common.timing import timed_runs, warm_up
+
+    fast = FakeClock(0.01)
+    done, seconds, run_s = warm_up(fast.execute, lambda: None, 3, 0.2, clock=fast)
+    assert done == fast.runs == 20 and seconds == pytest.approx(0.2) and run_s == pytest.approx(0.01)
+    assert timed_runs(10, 3.0, run_s) == 300
+    slow = FakeClock(0.5)
+    assert warm_up(slow.execute, lambda: None, 3, 0.2, clock=slow)[0] == 3
+    assert timed_runs(10, 3.0, 0.5) == 10 and timed_runs(10, 0.0, 0.5) == 10
+
+
+def test_the_timed_job_passes_tensorrts_durations_and_only_its(tmp_path):
+    write_config(
+        tmp_path, inference__engine="tensorrt", inference__tensorrt__warmup_ms=250, inference__tensorrt__duration_s=4
+    )
+    out = snakemake(tmp_path, "-n", "-p", "int8").stdout
+    lines = [ln for ln in out.splitlines() if "workflow_scripts.infer.throughput" in ln]
+    assert lines and all("--warmup-s=0.25 --duration-s=4" in ln for ln in lines), lines
+    write_config(tmp_path)
+    out = snakemake(tmp_path, "-n", "-p", "int8").stdout
+    assert "--duration-s" not in out

@@ -1,7 +1,9 @@
 """Per-call timings of a repeated operation, warm-up calls excluded: CUDA events for work queued
 on a GPU, perf_counter for a call that returns when its work is done. Seconds, one per timed call,
-so a caller reports the median and the spread, not a mean that hides the outliers."""
+so a caller reports the median and the spread, not a mean that hides the outliers. Also a warm-up
+and a timed span that go by duration as well as by count, as trtexec's do (INT8 timing)."""
 
+import math
 import time
 
 
@@ -39,3 +41,23 @@ def wall_times(fn, warmup=5, reps=20, before=None):
         fn()
         out.append(time.perf_counter() - t)
     return out
+
+
+def warm_up(execute, sync, runs, seconds, clock=time.perf_counter):
+    """Run `execute` (then `sync`) at least `runs` times and for at least `seconds`, as trtexec's
+    warm-up does, so that the GPU's clocks have risen before anything is timed. Returns (runs done,
+    seconds taken, seconds of the last run)."""
+    start = last = clock()
+    done, run_s = 0, 0.0
+    while done < runs or last - start < seconds:
+        execute()
+        sync()
+        now = clock()
+        run_s, last, done = now - last, now, done + 1
+    return done, last - start, run_s
+
+
+def timed_runs(repeats, seconds, run_s):
+    """How many runs to queue back to back so that at least `repeats` runs and about `seconds` are
+    timed, from the warm-up's last run time."""
+    return max(repeats, math.ceil(seconds / run_s) if run_s > 0 else repeats)

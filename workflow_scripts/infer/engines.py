@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from ..common.timing import timed_runs, warm_up
 from . import tensorrt_engine
 
 ENGINES = ("onnxruntime", "tensorrt")
@@ -91,22 +92,23 @@ class OnnxRuntimeRunner:
     def run(self, x):
         return self.session.run([self.output], {self.input: np.ascontiguousarray(x, dtype=np.float32)})[0]
 
-    def time_runs(self, x, warmup, repeats):
+    def time_runs(self, x, warmup, repeats, warmup_s=0.0, duration_s=0.0):
         """Seconds per run on the host clock around each run (the CPU does the work, so the
         call's return is the run's end), the batch bound once as the session's input (already in
-        memory; no copy or conversion inside the timing)."""
+        memory; no copy or conversion inside the timing); warm-up and timed runs by count and, where
+        given, by duration (timing.warm_up, timing.timed_runs)."""
         binding = self.session.io_binding()
         binding.bind_ortvalue_input(
             self.input, self.ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x, np.float32))
         )
         binding.bind_output(self.output)
-        for _ in range(warmup):
-            self.session.run_with_iobinding(binding)
+        done, warm_s, run_s = warm_up(lambda: self.session.run_with_iobinding(binding), lambda: None, warmup, warmup_s)
         times = []
-        for _ in range(repeats):
+        for _ in range(timed_runs(repeats, duration_s, run_s)):
             start = time.perf_counter()
             self.session.run_with_iobinding(binding)
             times.append(time.perf_counter() - start)
+        self.last = {"warmup_runs": done, "warmup_s": warm_s, "timed_runs": len(times), "timed_s": sum(times)}
         return times
 
     def close(self):

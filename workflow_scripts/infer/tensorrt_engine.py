@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..common.errors import StageError
+from ..common.timing import timed_runs, warm_up
 
 KEY = "inference.engine"
 
@@ -234,27 +235,30 @@ class Runner:
         self.stream.synchronize()
         return np.array(self.h_output)
 
-    def time_runs(self, x, warmup, repeats):
+    def time_runs(self, x, warmup, repeats, warmup_s=0.0, duration_s=0.0):
         """Seconds per run with the batch already on the GPU (copied once, outside the timing),
         timed as trtexec does: CUDA events recorded on the stream between back-to-back enqueues,
         no host synchronisation until the last run is queued. Run i's interval runs from the
         event recorded before its enqueue to the one after it (the next run's start), so the
         intervals tile the whole span: the engine's GPU work for that run plus any time the GPU
         waited for the host to queue it, never a host sync's wake-up or Python's call overhead
-        after the GPU finished."""
+        after the GPU finished. Warm-up and timing also go by duration, as trtexec's do (warm_up,
+        timed_runs): a few runs alone can time a GPU whose clocks are still rising. `last` records
+        what was run."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         self._bind(len(x))
         self.cuda.memcpy_htod(self.d_input, x)
-        for _ in range(warmup):
-            self._execute()
-        self.stream.synchronize()
+        done, warm_s, run_s = warm_up(self._execute, self.stream.synchronize, warmup, warmup_s)
+        repeats = timed_runs(repeats, duration_s, run_s)
         marks = [self.cuda.Event() for _ in range(repeats + 1)]
         marks[0].record(self.stream)
         for mark in marks[1:]:
             self._execute()
             mark.record(self.stream)
         marks[-1].synchronize()
-        return run_seconds([m.time_since(marks[0]) for m in marks])
+        times = run_seconds([m.time_since(marks[0]) for m in marks])
+        self.last = {"warmup_runs": done, "warmup_s": warm_s, "timed_runs": len(times), "timed_s": sum(times)}
+        return times
 
     def close(self):
         self.context_gpu.pop()

@@ -55,13 +55,17 @@ def blocks(repeats, precisions=PRECISIONS):
     return [(p, n) for p, n in ((a, first), (b, first), (b, second), (a, second)) if n]
 
 
-def time_alternating(runners, x, warmup, repeats):
-    """{precision: seconds of each timed run, in the order run} for the two runners, in blocks()
-    order, each block after `warmup` discarded runs."""
-    times = {p: [] for p in runners}
-    for p, n in blocks(repeats, tuple(runners)):
-        times[p] += runners[p].time_runs(x, warmup, n)
-    return times
+def time_alternating(runners, x, warmup, repeats, warmup_s=0.0, duration_s=0.0):
+    """({precision: seconds of each timed run, in the order run}, {precision: [each block's warm-up
+    and timed runs and seconds]}) for the two runners, in blocks() order, each block after at least
+    `warmup` discarded runs and `warmup_s`; each precision's blocks share `duration_s`."""
+    times, spans = {p: [] for p in runners}, {p: [] for p in runners}
+    plan = blocks(repeats, tuple(runners))
+    per_block = {p: sum(1 for q, _ in plan if q == p) for p in runners}
+    for p, n in plan:
+        times[p] += runners[p].time_runs(x, warmup, n, warmup_s, duration_s / per_block[p])
+        spans[p].append(runners[p].last)
+    return times, spans
 
 
 def main():
@@ -76,6 +80,15 @@ def main():
     ap.add_argument("--warmup", type=int, default=3, help="runs discarded before each block")
     ap.add_argument("--repeats", type=int, default=10, help="timed runs of each precision")
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime: intra-op threads")
+    ap.add_argument(
+        "--warmup-s", type=float, default=0.0, help="config inference.tensorrt.warmup_ms: each block's least warm-up"
+    )
+    ap.add_argument(
+        "--duration-s",
+        type=float,
+        default=0.0,
+        help="config inference.tensorrt.duration_s: each precision's least timing",
+    )
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     if a.repeats < 1:
@@ -86,7 +99,7 @@ def main():
             runners[p] = engines.open_engine(a.engine, getattr(a, p), a.threads)
             where[p] = {"device": runners[p].device, "host": engines.host_name()}
         x = np.random.default_rng(0).standard_normal((a.batch_size, 3, a.image_size, a.image_size), dtype=np.float32)
-        times = time_alternating(runners, x, a.warmup, a.repeats)
+        times, spans = time_alternating(runners, x, a.warmup, a.repeats, a.warmup_s, a.duration_s)
     finally:
         for runner in runners.values():
             runner.close()
@@ -97,6 +110,8 @@ def main():
             "engine_file": getattr(a, p),
             **where[p],
             "timing": runners[p].timing,
+            # what each block warmed up and timed (by count, and by duration where asked for)
+            "spans": spans[p],
             "times_s": times[p],
             **summarize(times[p], a.batch_size),
         }
@@ -111,6 +126,8 @@ def main():
             "image_size": a.image_size,
             "warmup": a.warmup,
             "repeats": a.repeats,
+            "warmup_s": a.warmup_s,
+            "duration_s": a.duration_s,
             "threads": a.threads,
             "blocks": blocks(a.repeats),
             "started_at": started_at,
