@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import slurm_cluster
 import yaml
@@ -413,3 +414,79 @@ def test_cluster_jobs_ask_slurm_for_their_stages_own_cpus(tmp_path):
         assert asked[rule] == {wanted}, (rule, asked)
     for rule in ("int8_export", "int8_calibrate", "int8_engine", "int8_evaluate", "int8_throughput_run"):
         assert asked[rule] == {wanted + 1}, (rule, asked)
+
+
+# --- faults that would burn allocations (train/job_stop.py): a time limit, a cancel ---
+
+FAKE_TRAINER = """#!/bin/sh
+# The system "slow"'s PyTorch: its training ranks sleep past the time limit; anything else it runs
+# is the real interpreter's.
+case "$*" in *workflow_scripts.train.pytorch_ddp*) exec sleep 600 ;; esac
+exec {python} "$@"
+"""
+
+
+@pytest.fixture(scope="module")
+def stopped_sweep(cluster, tmp_path_factory):
+    """Three points, one per system, no retries: a and b are real runs, b cancelled once it runs;
+    slow's ranks sleep past its 1-minute limit. Then the same target again, for the table."""
+    work = tmp_path_factory.mktemp("stopped")
+    fake = work / "slow-python"
+    fake.write_text(FAKE_TRAINER.format(python=interpreter("pytorch")))
+    fake.chmod(0o755)
+    one = {**SYSTEM, "max_nodes": 1}
+    cluster_config(
+        work,
+        systems={"a": one, "b": one, "slow": {**one, "time_min": 1, "envs": {"pytorch": str(fake)}}},
+        training__systems=["a", "b", "slow"],
+        training__frameworks=["pytorch"],
+        training__gpus=[1],
+        training__inputs=["synthetic"],
+        training__retries=0,
+        preflight__gate=False,
+    )
+    cancelled, stop = [], threading.Event()
+    started = work / DIRS["log_dir"] / "train" / "b" / "pytorch_fp32_1gpu_synthetic.log.attempt1"
+    watcher = threading.Thread(
+        target=cancel_first_running, args=(("rule_train_wildcards_b_",), started, cancelled, stop), daemon=True
+    )
+    watcher.start()
+    runs = []
+    try:
+        for _ in range(2):  # the second: b again, then the table
+            proc = run_snakemake(work, f"{DIRS['results_dir']}/training_throughput.csv")
+            runs.append((proc.communicate(timeout=1200)[0], proc.returncode))
+    finally:
+        stop.set()
+    return work, runs, cancelled
+
+
+def test_a_time_limit_is_recorded_once_and_never_resubmitted(stopped_sweep):
+    """slow's run is stopped by its job before SLURM's limit, recorded as failed with the cause, and
+    SLURM marks the job COMPLETED: Snakemake resubmits nothing, and the table lists the run with why."""
+    work, runs, _ = stopped_sweep
+    results = work / DIRS["results_dir"]
+    s = json.loads((results / "runs" / "slow" / "pytorch_fp32_1gpu_synthetic" / "summary.json").read_text())
+    assert s["status"] == "failed" and s["permanent"] is True and s["stopped"] == "time limit", s
+    assert "time limit" in s["reason"] and "time_min" in s["reason"]
+    submitted = [re.findall(r"submitted with SLURM jobid (\d+) \(log: \S*/rule_train/slow_", out) for out, _ in runs]
+    assert [len(ids) for ids in submitted] == [1, 0], submitted  # once, in the first run only
+    state = subprocess.run(["scontrol", "show", "job", submitted[0][0]], capture_output=True, text=True, timeout=30)
+    assert "JobState=COMPLETED" in state.stdout, state.stdout
+    table = pd.read_csv(results / "training_throughput.csv").set_index("system")
+    assert table.loc["slow", "status"] == "failed" and "time limit" in table.loc["slow", "why"]
+    assert table.loc["a", "status"] == table.loc["b", "status"] == "ok"
+
+
+def test_one_failed_point_does_not_stop_the_others(stopped_sweep):
+    """b cancelled with no retries left fails its job; the sweep goes on (the profile's keep-going):
+    a and slow still ran in that first invocation, and b's attempt records why it stopped."""
+    work, runs, cancelled = stopped_sweep
+    (first, rc), _ = runs
+    assert cancelled and rc != 0, first[-3000:]
+    runs_dir = work / DIRS["results_dir"] / "runs"
+    assert "rule_train/a_" in first and "rule_train/slow_" in first
+    assert (runs_dir / "slow" / "pytorch_fp32_1gpu_synthetic" / "summary.json").exists()
+    attempt = work / DIRS["log_dir"] / "train" / "b" / "pytorch_fp32_1gpu_synthetic.log.attempt1"
+    record = json.loads(attempt.with_name(attempt.name + ".json").read_text())
+    assert record["stopped"] == "cancelled" and "CANCELLED" in record["reason"], record

@@ -36,18 +36,22 @@ def permanent(log_text):
     return next((ln for ln in lines if PERMANENT_TAG in ln), None) or next((ln for ln in lines if classify(ln)), None)
 
 
-def record(run_dir, log, attempts, exit_code, permanent_cause=None):
+def record(run_dir, log, attempts, exit_code, permanent_cause=None, stopped=None, out=None):
+    """The failed run's summary.json (or `out`); stopped: the cause when the job was stopped from
+    outside (time limit, cancelled, node failure: train/job_stop.py), whose line the log holds."""
     log = Path(log)
     text = log.read_text(errors="replace") if log.exists() else ""
     Path(run_dir).mkdir(parents=True, exist_ok=True)
+    said = next((ln.strip() for ln in reversed(text.splitlines()) if ln.startswith("job: stopped (")), None)
     write_json(
-        Path(run_dir) / "summary.json",
+        Path(out) if out else Path(run_dir) / "summary.json",
         {
             "status": "failed",
-            "reason": permanent_cause[:1200] if permanent_cause else reason(text),
+            "reason": permanent_cause[:1200] if permanent_cause else (said if stopped and said else reason(text)),
             "exit_code": exit_code,
             "attempts": attempts,
             "permanent": permanent_cause is not None,
+            "stopped": stopped,
             "log": str(log),
         },
     )

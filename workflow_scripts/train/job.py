@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ..common import neighbours, page_cache, slurm
 from ..common.errors import StageError, run_main
-from . import failure, launch, run_evidence
+from . import failure, job_stop, launch, run_evidence
 
 
 def checked_run_dir(run_dir, results_dir):
@@ -86,29 +86,47 @@ def main():
     scope, why = page_cache.scope_for(a.cache_scope, sharing)
     if why:
         print(f"job: page cache: {why}", flush=True)
-    # Page caches are the host's: cleared from this (the workflow's) interpreter, never from
-    # inside a container; the ranks run in the framework's interpreter.
-    rc = launch.run(
-        [
-            sys.executable,
-            "-m",
-            "workflow_scripts.common.page_cache",
-            "--paths",
-            *a.data,
-            f"--command={a.cache_command}",
-            f"--scope={scope}",
-            "--out",
-            str(run / "cache.{node}.json"),
-        ],
-        a,
-        per_node_once=True,
-    )
-    if rc == 0:
-        # NCCL's initialisation lines into the run directory: which transport it chose (nccl_log)
-        a.nccl_log_dir = a.nccl_log_dir or str(run)
-        rc = launch.run([*shlex.split(a.python), "-m", *trainer, "--out", str(run)], a)
+    stopped = None
+    job_stop.watch(job, lambda line: print(line, flush=True))
+    try:
+        # Page caches are the host's: cleared from this (the workflow's) interpreter, never from
+        # inside a container; the ranks run in the framework's interpreter.
+        rc = launch.run(
+            [
+                sys.executable,
+                "-m",
+                "workflow_scripts.common.page_cache",
+                "--paths",
+                *a.data,
+                f"--command={a.cache_command}",
+                f"--scope={scope}",
+                "--out",
+                str(run / "cache.{node}.json"),
+            ],
+            a,
+            per_node_once=True,
+        )
+        if rc == 0:
+            # NCCL's initialisation lines into the run directory: which transport it chose (nccl_log)
+            a.nccl_log_dir = a.nccl_log_dir or str(run)
+            rc = launch.run([*shlex.split(a.python), "-m", *trainer, "--out", str(run)], a)
+    except job_stop.Stopped as exc:
+        # Stopped from outside: the ranks down first, then the cause in SLURM's words, recorded.
+        job_stop.stop_children()
+        sys.stdout.flush(), sys.stderr.flush()
+        cause, why = (
+            (exc.cause, exc.why)
+            if exc.cause != "TERM"
+            else job_stop.cause_of(attempt_log.read_text(errors="replace"), job)
+        )
+        stopped = job_stop.Stopped(cause, why)
+        print(f"job: stopped ({cause}): {why}", flush=True)
+        rc = 143
     sys.stdout.flush(), sys.stderr.flush()
-    cause = failure.permanent(attempt_log.read_text(errors="replace")) if rc != 0 else None
+    if stopped:
+        cause = f"{stopped.cause}: {stopped.why}" if stopped.permanent else None
+    else:
+        cause = failure.permanent(attempt_log.read_text(errors="replace")) if rc != 0 else None
     if cause and a.attempt <= a.retries:
         print(
             f"job: attempt {a.attempt} failed for a cause another attempt would meet again: recorded now, "
@@ -130,8 +148,12 @@ def main():
             },
         )
     shutil.copyfile(attempt_log, log)
+    if stopped:
+        # A record beside the attempt's log too: Snakemake deletes a failed job's outputs (a
+        # cancelled job's summary.json among them), and the next attempt empties the run directory.
+        failure.record(run, attempt_log, a.attempt, rc, cause, stopped=stopped.cause, out=f"{attempt_log}.json")
     if rc != 0 and (cause or a.attempt > a.retries):
-        failure.record(run, attempt_log, a.attempt, rc, cause)
+        failure.record(run, attempt_log, a.attempt, rc, cause, stopped=stopped and stopped.cause)
         rc = 0
     sys.exit(rc)
 

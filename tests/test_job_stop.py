@@ -1,0 +1,103 @@
+"""A training job stopped from outside (train/job_stop.py): its cause in SLURM's own words, the
+time limit seen coming from the job's EndTime, and a TERM that stops the ranks and leaves a record
+of why. The same on the tests' SLURM cluster: tests/test_slurm.py."""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from conftest import REPO
+
+from workflow_scripts.train import job_stop
+
+SCONTROL = (
+    "JobId=4242 JobName=rule_train UserId=u(1) JobState={state} Reason={reason} Dependency=(null) "
+    "RunTime=00:00:47 TimeLimit={limit} StartTime=2026-11-26T07:00:00 EndTime={end} Partition=gpu"
+)
+
+
+@pytest.mark.parametrize(
+    "line, cause",
+    [
+        ("slurmstepd: error: *** JOB 4242 ON n1 CANCELLED AT 2026-11-26T07:01:00 DUE TO TIME LIMIT ***", "time limit"),
+        (
+            "slurmstepd: error: *** STEP 4242.1 ON n2 CANCELLED AT 2026-11-26T07:01:00 DUE TO NODE FAILURE ***",
+            "node failure",
+        ),
+        ("srun: error: *** JOB 4242 ON n1 CANCELLED AT 2026-11-26T07:01:00 ***", "cancelled"),
+    ],
+)
+def test_the_cause_is_slurms_own_line(line, cause):
+    found, why = job_stop.cause_of(f"0: step 12\n{line}\n1: bye\n", job=None)
+    assert found == cause and line.split("*** ", 1)[1].split(" ***")[0] in why
+
+
+def test_without_a_line_the_cause_is_the_jobs_state_then_unknown():
+    text = SCONTROL.format(state="NODE_FAIL", reason="NodeDown", limit="01:00:00", end="2026-11-26T08:00:00")
+    assert job_stop.cause_of("no slurm words here", job="4242", text=text) == (
+        "node failure",
+        "SLURM: JobState=NODE_FAIL Reason=NodeDown",
+    )
+    assert job_stop.cause_of("", job=None)[0] == "stopped"
+
+
+def test_the_deadline_is_a_margin_before_the_end():
+    text = SCONTROL.format(state="RUNNING", reason="None", limit="2:00:00", end="2026-11-26T09:00:00")
+    stop_at, end_s, limit_s = job_stop.deadline("4242", text)
+    assert limit_s == 7200 and end_s - stop_at == 300  # a tenth of 2 h, at most 5 minutes
+    short = SCONTROL.format(state="RUNNING", reason="None", limit="00:01:00", end="2026-11-26T07:01:00")
+    assert job_stop.deadline("4242", short)[1] - job_stop.deadline("4242", short)[0] == 15
+    assert job_stop.deadline("4242", SCONTROL.format(state="R", reason="x", limit="UNLIMITED", end="Unknown")) is None
+    assert job_stop._limit_s("1-02:03:04") == ((24 + 2) * 60 + 3) * 60 + 4
+
+
+def _cmdline(proc):
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:  # gone, or a zombie the job has not reaped yet
+        return ""
+
+
+def test_a_term_stops_the_ranks_and_leaves_the_cause(tmp_path):
+    """TERM to a training job whose rank sleeps (a fake trainer): the rank is stopped, the attempt's
+    log and a record beside it say why, and with retries left the job fails (to be run again)."""
+    run, log = tmp_path / "results" / "runs" / "x" / "pytorch_fp32_1gpu", tmp_path / "logs" / "x.log"
+    sleeper = shlex.join([sys.executable, "-c", "import time; time.sleep(600)"])
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workflow_scripts.train.job",
+            f"--run-dir={run}",
+            f"--results-dir={tmp_path / 'results'}",
+            f"--log={log}",
+            "--retries=1",
+            "--cache-command=true",
+            f"--python={sleeper}",
+            "--nproc-per-node=1",
+            "--",
+            "workflow_scripts.train.pytorch_ddp",
+        ],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    deadline = time.time() + 120
+    ranks = []
+    while time.time() < deadline and not ranks:
+        ranks = [p for p in psutil.Process(job.pid).children(recursive=True) if "time.sleep(600)" in _cmdline(p)]
+        time.sleep(0.2)
+    assert ranks, "the fake rank never started"
+    job.send_signal(signal.SIGTERM)
+    assert job.wait(timeout=60) != 0
+    assert not ranks[0].is_running() or ranks[0].status() == psutil.STATUS_ZOMBIE
+    attempt = log.with_name(log.name + ".attempt1")
+    assert "job: stopped (stopped): SIGTERM from outside the job" in attempt.read_text()
+    record = json.loads(attempt.with_name(attempt.name + ".json").read_text())
+    assert record["status"] == "failed" and record["stopped"] == "stopped" and not record["permanent"]
+    assert not (run / "summary.json").exists()  # another attempt will run
