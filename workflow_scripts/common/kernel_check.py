@@ -12,8 +12,11 @@ and the facts of its build; the causes below are shared, and failure.py reads a 
 too, for a kernel that fails later than this check.
 """
 
+import json
 import re
+import sys
 import time
+from pathlib import Path
 
 from .errors import PermanentError
 
@@ -59,6 +62,11 @@ CONTAINERS = {
     "pytorch": "nvcr.io/nvidia/pytorch:<yy.mm>-py3",
 }
 NAMES = {"mxnet": "MXNet", "tensorflow": "TensorFlow", "pytorch": "PyTorch"}
+MODULES = {"mxnet": "mxnet", "tensorflow": "tensorflow", "pytorch": "torch"}
+# The GPU code each route's build holds, recorded by envs/record_arch_lists.py (docs/slurm.md,
+# "Which route for which GPU"): PyTorch's CUDA 13 build (.envs/torch) has none for P100/V100,
+# its CUDA 12.6 build (.envs/torch-cu126) has.
+ARCH_LISTS = Path(__file__).resolve().parents[2] / "envs" / "arch_lists.json"
 
 
 def classify(text):
@@ -72,6 +80,40 @@ def classify(text):
 def sm(capability):
     """(9, 0) -> 'sm_90'."""
     return "sm_{}{}".format(*capability) if capability else "sm_unknown"
+
+
+def routes(framework, capability=None):
+    """The recorded routes of `framework` (envs/arch_lists.json) other than the build running here,
+    with machine code for the GPU of `capability` (any, when it is not known), each as
+    '<interpreter> (<route>: <version>, CUDA <x.y>, code for <archs>; driver R<NNN> or newer)'."""
+    try:
+        recorded = json.loads(ARCH_LISTS.read_text())
+        drivers = recorded["cuda_drivers"]["minor_compat"]
+        entries = recorded["routes"].items()
+    except (OSError, ValueError, KeyError):
+        return []
+    framework = framework.lower()
+    running = getattr(sys.modules.get(MODULES.get(framework, framework)), "__version__", None)
+    found = []
+    for name, r in entries:
+        if r.get("framework") != framework or r.get("version") == running:
+            continue
+        if capability and sm(capability) not in r.get("arch_list", []):
+            continue
+        driver = drivers.get(str(r.get("cuda")).split(".")[0], "?").split(".")[0]
+        found.append(
+            f"{r['environment']} ({name}: {r['version']}, CUDA {r['cuda']}, code for "
+            f"{' '.join(r['arch_list'])}; driver R{driver} or newer)"
+        )
+    return found
+
+
+def fix(cause, framework, key, capability=None):
+    """What fixes `cause` (a CAUSES entry) for `framework` whose interpreter config `key` chose: a
+    recorded route of the framework with code for the GPU first (routes), then the container."""
+    text = cause[3].format(key=key, image=CONTAINERS.get(framework.lower(), "<image>"))
+    other = routes(framework, capability)
+    return f"point config {key} at {' or '.join(other)}; or {text}" if other else text
 
 
 def first_kernel(run, framework, gpu, build, env_key, host=""):
@@ -90,12 +132,12 @@ def first_kernel(run, framework, gpu, build, env_key, host=""):
             raise
         name, capability = gpu
         key = env_key or "envs_gpu"
-        fix = cause[3].format(key=key, image=CONTAINERS.get(framework.lower(), "<image>"))
+        remedy = fix(cause, framework, key, capability)
         first = next((ln.strip() for ln in str(exc).splitlines() if cause[1].search(ln)), text.splitlines()[0])
         raise PermanentError(
             f"{framework} cannot run on {name} ({sm(capability)}){' on ' + host if host else ''}: {cause[0]}: "
             f"{cause[2]}. Build: {build} (config {key}). Its first kernel failed with: {first[:300]}. "
-            f"Fix: {fix}"
+            f"Fix: {remedy}"
         ) from exc
     return time.perf_counter() - start
 
@@ -103,21 +145,20 @@ def first_kernel(run, framework, gpu, build, env_key, host=""):
 def nvml_gpu(index):
     """(name, compute capability) of the task's GPU number `index` (as CUDA numbers the visible
     ones) through NVML, for a framework that does not report them; (f'GPU {index}', None) where
-    NVML cannot say."""
-    import os
+    NVML cannot say. NVML is asked by the GPU's PCI bus id or UUID (gpu_identity.identify), never by
+    `index`: under a device cgroup or with CUDA_VISIBLE_DEVICES set, NVML's GPU `index` is another."""
+    from . import gpu_identity
 
-    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        ident = visible[index] if index < len(visible) else str(index)
-        h = (
-            pynvml.nvmlDeviceGetHandleByIndex(int(ident))
-            if ident.isdigit()
-            else pynvml.nvmlDeviceGetHandleByUUID(ident)
-        )
+        ident = gpu_identity.identify(index) or {}
+        if ident.get("bus_id"):
+            h = pynvml.nvmlDeviceGetHandleByPciBusId(ident["bus_id"])
+        else:
+            h = pynvml.nvmlDeviceGetHandleByUUID(ident["uuid"])
         name = pynvml.nvmlDeviceGetName(h)
         return (name.decode() if isinstance(name, bytes) else name), tuple(pynvml.nvmlDeviceGetCudaComputeCapability(h))
-    except Exception:  # no NVML, an old driver, a MIG or cgroup-hidden device: the message says less
+    except Exception:  # no NVML, an old driver, a GPU neither CUDA nor NVML names: the message says less
         return f"GPU {index}", None

@@ -13,7 +13,10 @@ call's time is the slowest rank's: the collective is done only when every rank h
 median/min/max are over the timed calls; the bandwidths use the median. Rank 0 writes the JSON;
 every rank's own times are in it. Needs only torch (no pandas): it runs on bare GPU hosts too.
 NCCL runs with the environment the launcher gives every rank, as the training runs do (config
-nccl_env; NCCL's own defaults otherwise), recorded in the JSON (nccl_env).
+nccl_env; NCCL's own defaults otherwise), recorded in the JSON (nccl_env). Each rank takes its GPU
+as the training runs do (common/gpu_choice.py: the one next to its CPUs, agreed per node through
+files beside --out, else its local rank's), so the all-reduce measured is between the GPUs the
+runs pair with their ranks; recorded in the JSON (gpu_binding).
 """
 
 import argparse
@@ -22,11 +25,12 @@ import socket
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from ..common import comm_env, cpus
+from ..common import comm_env, cpus, gpu_choice
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
 from ..common.launch import detect
@@ -59,7 +63,8 @@ def parse_args(argv=None):
     return a
 
 
-def _device(choice, local_rank):
+def _device(choice, launch, base):
+    """The rank's device, and on a GPU how it was chosen (gpu_choice's record; None on the CPU)."""
     if choice == "cuda" and not torch.cuda.is_available():
         raise StageError(
             "this system requests GPUs (config systems.<name>.gpu_request) but torch here has no "
@@ -67,10 +72,26 @@ def _device(choice, local_rank):
             f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
         )
     if choice == "cpu" or not torch.cuda.is_available():
-        return torch.device("cpu")
-    device = torch.device("cuda", local_rank)
+        return torch.device("cpu"), None
+    binding = gpu_choice.choose(launch, base, seen=torch.cuda.device_count())
+    print(f"rank {launch.rank}: {gpu_choice.describe(binding)}", file=sys.stderr, flush=True)
+    device = torch.device("cuda", binding["cuda_index"])
     torch.cuda.set_device(device)
-    return device
+    return device, binding
+
+
+def gpu_bindings(records, hosts):
+    """Every rank's GPU and how it was chosen, in the shape of the runs' summaries (gpu_binding in
+    train/harness.py); None on the CPU."""
+    ranks = [{"rank": r, "node": host, **rec} for r, (rec, host) in enumerate(zip(records, hosts)) if rec]
+    if not ranks:
+        return None
+    hows = sorted({r["how"] for r in ranks})
+    return {
+        "how": hows[0] if len(hows) == 1 else "mixed",
+        "status": "warning" if any(r["status"] != "ok" for r in ranks) else "ok",
+        "ranks": ranks,
+    }
 
 
 def measure(collective, buf, count, a, device, launch):
@@ -112,7 +133,7 @@ def main(argv=None):
     a = parse_args(argv)
     started = time.time()
     launch = detect()
-    device = _device(a.device, launch.local_rank)
+    device, binding = _device(a.device, launch, Path(a.out).parent)
     mine = cpus.of(launch)
     if device.type == "cpu":  # the rank's share of its CPUs
         torch.set_num_threads(mine.per_rank)
@@ -126,6 +147,8 @@ def main(argv=None):
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     hosts = [None] * launch.world_size
     dist.all_gather_object(hosts, host)
+    bindings = [None] * launch.world_size
+    dist.all_gather_object(bindings, binding)
     buf = torch.ones(a.sizes[-1] // ELEMENT_BYTES, dtype=torch.float32, device=device)
     results = []
     for collective in a.collectives:
@@ -156,6 +179,7 @@ def main(argv=None):
                 "launch": launch.as_dict(),
                 "cpus": mine.describe(torch=torch.get_num_threads()),  # rank 0's
                 "device": torch.cuda.get_device_name(device) if cuda else f"CPU: {cpu_model()}",
+                "gpu_binding": gpu_bindings(bindings, hosts),
                 "versions": {
                     "torch": torch.__version__,
                     "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else "",

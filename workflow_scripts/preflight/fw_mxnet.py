@@ -34,8 +34,9 @@ class Framework(HorovodRanks):
             "nccl": (hvd.nccl_built(), "Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)"),
         }
 
-    def use_gpu(self):
-        self.gpu, self.ctx = True, mx.gpu(self.launch.local_rank)
+    def use_gpu(self, index=None):
+        """The task's GPU: `index` as CUDA numbers them (rank.py's gpu_choice), else its local rank's."""
+        self.gpu, self.ctx = True, mx.gpu(self.launch.local_rank if index is None else index)
 
     def kernel(self, precision):
         if precision == "fp16" and not self.gpu:

@@ -30,8 +30,9 @@ class Framework:
             "nccl": (dist.is_nccl_available(), "torch.distributed has no NCCL backend"),
         }
 
-    def use_gpu(self):
-        self.gpu, self.device = True, torch.device("cuda", self.launch.local_rank)
+    def use_gpu(self, index=None):
+        """The task's GPU: `index` as CUDA numbers them (rank.py's gpu_choice), else its local rank's."""
+        self.gpu, self.device = True, torch.device("cuda", self.launch.local_rank if index is None else index)
         torch.cuda.set_device(self.device)
 
     def _sync(self):

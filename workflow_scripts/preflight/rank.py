@@ -19,18 +19,19 @@ import math
 import sys
 from pathlib import Path
 
-from ..common import cpus
+from ..common import cpus, gpu_choice
 from ..common.atomic import write_json
 from ..common.launch import detect
 from ..train.harness import gpu_problem
 from .markers import Markers
 from .rows import FAILED, NA, OK, WARN, row
-from .seams import classify, thread_counts
+from .seams import classify, spare_cores, thread_counts
 
 RESNET50_GRADIENTS = 25_557_032  # ResNet-50's trainable parameters: one step's fp32 gradients
 
 
-def gpu_row(info, a, launch, where):
+def gpu_row(info, a, launch, where, index=None):
+    """The GPUs the framework sees, and the task's own (index: gpu_choice's, else its local rank's)."""
     if not a.require_gpu:
         return row("gpu", NA, cause="the system requests no GPUs (the tiny net runs on the CPU)")
     problem = gpu_problem(
@@ -38,7 +39,8 @@ def gpu_row(info, a, launch, where):
     )
     if problem:
         return row("gpu", FAILED, f"{info['count']} GPU(s)", *problem)
-    name = info["names"][launch.local_rank] if info["names"] else f"GPU {launch.local_rank}"
+    index = launch.local_rank if index is None else index
+    name = info["names"][index] if info["names"] else f"GPU {index}"
     wanted = a.gpu_type.lower().replace("-", "").split("_")[0]
     if wanted and info["names"] and wanted not in name.lower().replace("-", "").replace(" ", ""):
         return row(
@@ -51,10 +53,31 @@ def gpu_row(info, a, launch, where):
     return row("gpu", OK, f"{name}; {info['count']} visible for {launch.local_size} task(s)")
 
 
-def cpu_row(a, launch, threads):
-    mine = cpus.of(launch)
+def binding_row(binding):
+    """Which GPU the task took, by CPU affinity or by local rank, and why (common/gpu_choice.py): a
+    warning where it may sit on another NUMA node than the task's CPUs."""
+    figure = gpu_choice.describe(binding, why=False)
+    if binding["status"] == "ok":
+        return row("gpu_binding", OK, f"{figure}: {binding['why']}")
+    return row(
+        "gpu_binding",
+        WARN,
+        figure,
+        f"{binding['why']}: the task's decoding and host-to-device copies may cross sockets (its CPUs "
+        f"{binding['cpus']}, the GPU's {binding['gpu_cpus'] or 'unknown'})",
+        "let SLURM bind each task to CPUs of its own (TaskPlugin task/affinity or task/cgroup), and give the "
+        "framework's environment nvidia-ml-py (docs/faults.md)",
+    )
+
+
+def cpu_row(a, launch, threads, mine=None):
+    """The task's CPUs against the system's cpus_per_task (failed where fewer), and its physical cores
+    against what its framework's thread rule needs on a GPU (a warning where fewer: hyper-threads)."""
+    mine = mine or cpus.of(launch)
     how = "its own" if mine.bound else f"shared by {launch.local_size} task(s): {mine.per_rank} each"
-    figure = f"{mine.allowed} CPU(s), {how}; threads " + ", ".join(f"{k} {v}" for k, v in threads.items())
+    figure = f"{mine.allowed} CPU(s) on {mine.cores} core(s), {how}; threads " + ", ".join(
+        f"{k} {v}" for k, v in threads.items()
+    )
     if a.cpus_per_task and mine.allowed < a.cpus_per_task:
         return row(
             "cpus",
@@ -62,6 +85,23 @@ def cpu_row(a, launch, threads):
             figure,
             f"the task may run on {mine.allowed} CPU(s), the system asks {a.cpus_per_task} per task",
             "check systems.<name>.cpus_per_task against the partition's nodes",
+            value=mine.allowed,
+            unit="CPUs",
+        )
+    spare = spare_cores(a.framework, a.require_gpu)
+    need, short = mine.cores_short(spare) if spare is not None else (0, 0)
+    if short:
+        tpc = mine.threads_per_core
+        ht = f" ({tpc} hardware threads per core: SLURM counts each as a CPU)" if tpc > 1 else ""
+        return row(
+            "cpus",
+            WARN,
+            figure,
+            f"the task has {mine.cores_per_rank} physical core(s){ht}; {a.framework}'s thread rule keeps {spare} "
+            f"for the GPU's own threads and decodes on the rest, {max(0, mine.cores_per_rank - spare)} here, fewer "
+            f"than {cpus.MIN_DECODE_CORES}: the runs will be input-bound and measure the decoding, not the framework",
+            f"raise systems.<name>.cpus_per_task to {need * tpc} or more per task"
+            + (f" (it counts hardware threads: {need * tpc} CPUs are {need} cores here)" if tpc > 1 else ""),
             value=mine.allowed,
             unit="CPUs",
         )
@@ -143,11 +183,17 @@ def checks(a, launch, marks, out):
         cause, fix = classify(exc, a.framework, a.env_key)
         return [row("import", FAILED, cause=f"{where} cannot start: {cause}", fix=fix)]
     marks.enter("devices")
-    rows.append(gpu_row(info, a, launch, where))
+    binding = None
+    if a.require_gpu and info["cuda_build"] and info["count"] >= launch.local_size:
+        # agreed with the node's other tasks, in the check's folder, as the training ranks do
+        binding = gpu_choice.choose(launch, Path(out).parent, seen=info["count"])
+    rows.append(gpu_row(info, a, launch, where, None if binding is None else binding["cuda_index"]))
     if rows[-1]["status"] == FAILED:
         return rows
     if a.require_gpu:
-        fw.use_gpu()
+        fw.use_gpu(None if binding is None else binding["cuda_index"])
+        if binding is not None:
+            rows.append(binding_row(binding))
     marks.enter("kernel")
     for p in dict.fromkeys(["fp32", *a.precisions]):
         try:
@@ -167,7 +213,8 @@ def checks(a, launch, marks, out):
         except Exception as exc:
             cause, fix = classify(exc, a.framework, a.env_key)
             rows.append(row(f"kernel_{p}", FAILED, cause=cause, fix=fix))
-    rows.append(cpu_row(a, launch, thread_counts(a.framework, launch, a.require_gpu)))
+    mine = cpus.of(launch)
+    rows.append(cpu_row(a, launch, thread_counts(a.framework, launch, a.require_gpu, mine), mine))
     if launch.local_rank == 0:
         rows += telemetry_rows(a.require_gpu)
     write_json(out, stamp(rows, launch))  # what is known so far, should the collective hang

@@ -7,8 +7,10 @@ A run directory holds:
   epochs.jsonl             mode accuracy: rank 0's per-epoch records (LongTest)
   predictions/             mode accuracy: epoch<E>.rank<r>.tsv.gz, each rank's top-5 of every val
                            image it scored at epoch E (record, label, top5)
-  rank<r>.json             per rank: host, launch, its CPUs and thread counts (common.cpus), weight
-                           digest after the first step and at the end
+  rank<r>.json             per rank: host, launch, its CPUs and thread counts (common.cpus), its GPU
+                           and how it was chosen (common.gpu_choice), weight digest after the first
+                           step and at the end
+  .gpu_choice/             the ranks' CPU sets, exchanged per node to pair each with its nearest GPU
   telemetry.<node>.csv     one time series per node (written by local rank 0)
   cache.<node>.json        the page-cache report of that node (written before training)
   provenance.<node>.json   that node's CPU, memory, GPUs, driver, CUDA, GPU topology (local rank 0)
@@ -27,7 +29,7 @@ import socket
 import sys
 from pathlib import Path
 
-from ..common import comm_env, cpus, kernel_check, metrics, provenance
+from ..common import comm_env, cpus, gpu_choice, kernel_check, metrics, provenance
 from ..common.atomic import write_json
 from ..common.errors import StageError
 from ..common.launch import detect
@@ -72,6 +74,19 @@ def arg_parser(description):
         type=float,
         default=None,
         help="top-1 in percent: stop after the first evaluation that reaches it (unset: run every epoch)",
+    )
+    g.add_argument(
+        "--checkpoint-dir",
+        default="",
+        help="write the model's and optimizer's state here after every epoch, and resume from it "
+        "(a later job of the same run: train/checkpoint.py); empty: no checkpoints",
+    )
+    g.add_argument(
+        "--max-jobs",
+        type=int,
+        default=1,
+        help="config training.accuracy.max_jobs: the jobs the run may span, each resuming the last "
+        "one's checkpoint (read by train/job.py)",
     )
     ap.add_argument("--lr", type=float, default=0.1, help="learning rate per 256 images (scaled linearly)")
     ap.add_argument("--momentum", type=float, default=0.9)
@@ -194,6 +209,7 @@ def gradients(elements, element_bytes, dtype):
 
 class Run:
     first_kernel = None  # check_kernel's record: rank 0's first op on its GPU
+    gpu_binding = None  # choose_gpu's record: this rank's GPU and how it was chosen
 
     def __init__(self, args, framework, versions):
         self.args, self.framework, self.versions = args, framework, versions
@@ -225,6 +241,37 @@ class Run:
                 self.dir / f"telemetry.{self.node}.csv", args.data or None, args.telemetry_interval
             )
             self.telemetry.start()
+
+    def choose_gpu(self, seen):
+        """This rank's GPU among the `seen` ones the framework numbers 0, 1, ...: the one next to its
+        CPUs, agreed with the node's other ranks, else its local rank's (common/gpu_choice.py, which
+        says why). Said in the log, recorded in rank<r>.json and the summary (gpu_binding);
+        -> its CUDA index."""
+        self.gpu_binding = gpu_choice.choose(self.launch, self.dir, seen=seen)
+        print(f"rank {self.launch.rank}: {gpu_choice.describe(self.gpu_binding)}", file=sys.stderr, flush=True)
+        self._write_rank()
+        return self.gpu_binding["cuda_index"]
+
+    def gpu_bindings(self):
+        """Every rank's GPU and how it was chosen, from the ranks' rank<r>.json (rank 0, at the end);
+        None without GPUs."""
+        if self.gpu_binding is None:
+            return None
+        ranks = []
+        for p in self.dir.glob("rank*.json"):
+            try:
+                r = json.loads(p.read_text())
+            except (OSError, ValueError):
+                continue
+            if r.get("gpu"):
+                ranks.append({"rank": r["rank"], "node": r["node"], **r["gpu"]})
+        ranks.sort(key=lambda r: r["rank"])
+        hows = sorted({r["how"] for r in ranks})
+        return {
+            "how": hows[0] if len(hows) == 1 else "mixed",
+            "status": "warning" if any(r["status"] != "ok" for r in ranks) else "ok",
+            "ranks": ranks,
+        }
 
     def check_kernel(self, kernel, gpu, build):
         """Before training, on this task's GPU: kernel() runs one small op there and reads it back;
@@ -284,6 +331,7 @@ class Run:
                 "launch": self.launch.as_dict(),
                 "cpus": self.cpus.describe(**self.threads),
                 "weights_sha256": self.digests,
+                "gpu": self.gpu_binding,
             },
         )
 
@@ -317,6 +365,9 @@ class Run:
             "telemetry_origin_s": self.telemetry.origin if self.telemetry else None,
             # rank 0's first op on its GPU (None without one): a JIT compile of the build's PTX shows here
             "first_kernel": self.first_kernel,
+            # each rank's GPU (CUDA index, PCI bus id, NUMA node, its CPUs and the GPU's) and whether
+            # CPU affinity or the local rank chose it, and why (common/gpu_choice.py); None without GPUs
+            "gpu_binding": self.gpu_bindings(),
             "provenance": {
                 "nodes": {
                     p.stem.split(".", 1)[1]: json.loads(p.read_text())
