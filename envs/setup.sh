@@ -7,7 +7,10 @@
 # built with NCCL (docs/gpu-environments.md):
 #   .envs/tensorflow-gpu  tensorflow[and-cuda] 2.15.1, CUDA 12   (envs/tensorflow-gpu.txt)
 #   .envs/mxnet-gpu       mxnet-cu117 1.9.1, CUDA 11             (envs/mxnet-gpu.txt)
-# --no-gpu skips them even where a GPU is seen; --gpu-only makes only them.
+#   .envs/torch-cu126     torch 2.7.1, CUDA 12.6: PyTorch for P100/V100 and drivers older than
+#                         R580, which .envs/torch's CUDA 13 build cannot serve (envs/torch-cu126.txt)
+# --no-gpu skips them even where a GPU is seen; --gpu-only makes only them; --torch-cu126 adds
+# .envs/torch-cu126 alone (PyTorch-only sweeps on P100/V100: no Horovod builds).
 # Each gets this repository installed editable, so `python -m workflow_scripts...` works from
 # anywhere. An environment is rebuilt only when its requirements file changed (a stamp records
 # the file's hash); pip's wheel cache is reused across rebuilds.
@@ -15,13 +18,14 @@ set -euo pipefail
 export TF_CPP_MIN_LOG_LEVEL=2  # quiet the import checks below
 cd "$(dirname "$0")/.."
 
-GPU=auto
+GPU=auto TORCH_CU126=no
 for arg in "$@"; do
   case $arg in
     --gpu) GPU=yes ;;
     --gpu-only) GPU=only ;;
     --no-gpu) GPU=no ;;
-    *) echo "usage: bash envs/setup.sh [--gpu|--gpu-only|--no-gpu]" >&2; exit 2 ;;
+    --torch-cu126) TORCH_CU126=yes ;;
+    *) echo "usage: bash envs/setup.sh [--gpu|--gpu-only|--no-gpu] [--torch-cu126]" >&2; exit 2 ;;
   esac
 done
 if [ "$GPU" = auto ]; then
@@ -113,6 +117,15 @@ make_env .venv envs/workflow.txt
 make_env .envs/tf-mxnet envs/tf-mxnet.txt
 install_horovod .envs/tf-mxnet envs/tf-mxnet.txt
 make_env .envs/torch envs/torch.txt
+fi
+
+# PyTorch's CUDA 12 route (docs/slurm.md, "Which route for which GPU"): torch.txt's CUDA 13 build
+# has no code for sm_60/sm_70 and needs driver R580. Checked against the arch list recorded in
+# envs/arch_lists.json, which the docs' route table is tested against (needs no GPU).
+if [ "$GPU" != no ] || [ "$TORCH_CU126" = yes ]; then
+  make_env .envs/torch-cu126 envs/torch-cu126.txt
+  .envs/torch-cu126/bin/python envs/record_arch_lists.py torch-cu126 --check > .envs/torch-cu126/.dlscale-arch-list.json \
+    || { echo "setup: .envs/torch-cu126 is not the build envs/arch_lists.json records (above)" >&2; exit 1; }
 fi
 
 [ "$GPU" = no ] && exit 0

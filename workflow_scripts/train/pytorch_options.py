@@ -18,6 +18,9 @@ DALI_PREFETCH, GPU_PREFETCH = 4, 2  # batches queued ahead of the step (docs/dec
 # 224 px, scaled with batch x pixels (docs/decisions.md#dali_pools).
 DALI_POOLS_MB = (1024, 2048)
 POOL_REFERENCE = 256 * 224 * 224
+# torch.compile's Triton backend refuses GPUs below compute capability 7.0 (P100: inductor's
+# GPUTooOldForTriton at the first compiled step), so compile auto is eager there.
+TRITON_MIN_CAPABILITY = (7, 0)
 
 
 def add_args(ap):
@@ -102,7 +105,13 @@ def resolve(args, device, nodes=1):
         device=device,
         amp_dtype=amp,
         channels_last=on(args.channels_last),
-        compile=compile_mode(args.compile, cuda, "synthetic" if synthetic else source, graph),
+        compile=compile_mode(
+            args.compile,
+            cuda,
+            "synthetic" if synthetic else source,
+            graph,
+            torch.cuda.get_device_capability(device) if cuda else None,
+        ),
         # Synthetic data takes no input path: none of the input's settings applied.
         input="synthetic" if synthetic else source,
         tf32=cuda and args.fp32_math == "tf32",
@@ -120,14 +129,15 @@ def resolve(args, device, nodes=1):
     )
 
 
-def compile_mode(choice, cuda, source, graph):
-    """torch.compile's mode ("" = eager). auto: eager on a CPU; on a GPU CUDA graphs
+def compile_mode(choice, cuda, source, graph, capability=None):
+    """torch.compile's mode ("" = eager). auto: eager on a CPU and on a GPU Triton cannot compile for
+    (capability below TRITON_MIN_CAPABILITY: P100); on a GPU CUDA graphs
     (reduce-overhead), which launch each compiled graph at once where mode default launches the step
     kernel by kernel from Python and the GPU idles whenever that thread falls behind, for synthetic
     data and input dali within one node; mode default for the gpu path (its decoding waited behind
     the graphs), the cpu path (bound by its input) and across nodes (DDP's graph split at its
     buckets). The measurements: docs/decisions.md#compile."""
-    if choice == "off" or (choice == "auto" and not cuda):
+    if choice == "off" or (choice == "auto" and (not cuda or (capability and capability < TRITON_MIN_CAPABILITY))):
         return ""
     if choice != "auto":
         return choice
