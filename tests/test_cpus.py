@@ -123,3 +123,50 @@ def test_a_gpu_system_without_cpus_per_task_is_refused_at_parse_time(tmp_path, r
     )
     proc = snakemake(tmp_path, "-n", "--quiet", "rules", check=False)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+
+
+def _hyperthreaded_node(root, cores, threads=2):
+    """A made-up sysfs topology: `cores` physical cores of `threads` hardware threads each, core c's
+    threads CPUs c, c + cores, ... (Linux's numbering on a two-socket Xeon)."""
+    for core in range(cores):
+        siblings = [core + k * cores for k in range(threads)]
+        for cpu in siblings:
+            d = root / f"cpu{cpu}" / "topology"
+            d.mkdir(parents=True)
+            (d / "thread_siblings_list").write_text(",".join(map(str, siblings)) + "\n")
+
+
+@pytest.mark.parametrize("per_task, cores, decode, status", [(10, 5, 1, "warning"), (20, 10, 6, "ok")])
+def test_hyperthreads_count_as_half_a_core_and_preflight_warns_below_the_rule(
+    tmp_path, per_task, cores, decode, status
+):
+    """The study's node, 40 cores with ThreadsPerCore=2 (80 SLURM CPUs), 4 GPUs: --cpus-per-task=10
+    binds a rank to 5 cores' 10 threads, where TensorFlow's rule (cores - 4) leaves 1 decode thread;
+    preflight warns naming systems.<name>.cpus_per_task, and not for 20 CPUs (10 cores, 6 threads)."""
+    from types import SimpleNamespace
+
+    from workflow_scripts.preflight import rank, rows
+    from workflow_scripts.preflight.seams import thread_counts
+
+    _hyperthreaded_node(tmp_path, 40)
+    half = per_task // 2
+    task_set = [*range(half), *range(40, 40 + half)]  # task/affinity binds both threads of each core
+    launch = Launch(source="slurm", local_size=4, world_size=4, hostname="n1")
+    mine = cpus.of(launch, {"SLURM_CPUS_PER_TASK": str(per_task)}, tmp_path, allowed=task_set, node_cpus=80)
+    assert (mine.allowed, mine.cores, mine.bound, mine.threads_per_core) == (per_task, cores, True, 2)
+    threads = thread_counts("tensorflow", launch, True, mine)
+    assert threads == {"intra_op": per_task, "decode": decode}
+    a = SimpleNamespace(framework="tensorflow", require_gpu=True, cpus_per_task=per_task)
+    r = rank.cpu_row(a, launch, threads, mine)
+    assert r["status"] == status, r
+    assert f"{per_task} CPU(s) on {cores} core(s)" in r["figure"]
+    if status == "warning":
+        assert "5 physical core(s)" in r["cause"] and "input-bound" in r["cause"], r
+        assert "systems.<name>.cpus_per_task to 16" in r["fix"] and "hardware threads" in r["fix"], r
+        # merged over the ranks, one rank's warning is not hidden by the others' ok
+        other = {**rank.cpu_row(a, launch, threads, cpus.CPUs(20, 10, True, 4)), "rank": 1}
+        (merged,) = rows.merge([{**r, "rank": 0}, other])
+        assert merged["status"] == "warning" and "(on 1 of 2)" in merged["cause"], merged
+    # MXNet's rule keeps no cores from decoding: 5 cores are enough; a CPU system is never warned
+    assert rank.cpu_row(SimpleNamespace(**{**vars(a), "framework": "mxnet"}), launch, {}, mine)["status"] == "ok"
+    assert rank.cpu_row(SimpleNamespace(**{**vars(a), "require_gpu": False}), launch, {}, mine)["status"] == "ok"

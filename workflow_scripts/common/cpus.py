@@ -20,6 +20,11 @@ cores - 4 on a GPU (4 threads per GPU go to compute, copies, events and communic
 node's ranks this is the study's "cores - 4 per GPU"), at least 1, and all of its cores on a CPU;
 intra-op and torch threads are the share's CPUs; PyTorch's DataLoader/DALI workers and MXNet's
 decode threads are counted from the share's CPUs in their trainers.
+
+SLURM's CPUs are hardware threads where a node has ThreadsPerCore=2: --cpus-per-task=10 there is 5
+physical cores, and TensorFlow's rule then leaves one decode thread. Preflight warns where a GPU
+rank has fewer cores than its framework's rule keeps from decoding plus MIN_DECODE_CORES
+(CPUs.cores_short).
 """
 
 import os
@@ -29,6 +34,10 @@ from .affinity import CPU_ROOT, core_groups
 
 SPARE_PER_GPU = 4  # the study's threads per GPU kept from decoding
 MXNET_DECODE_PER_GPU = 16  # the study's MXNet decode threads per GPU
+# Fewest physical cores a GPU rank's decoding should have once its rule's spare cores are taken: as
+# many as TensorFlow's rule keeps for the GPU's own threads (the study's 10-core rank decodes on 6).
+# A threshold for preflight's warning, not a measurement.
+MIN_DECODE_CORES = SPARE_PER_GPU
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,16 @@ class CPUs:
     def mxnet_decode_threads(self, gpu):
         return min(MXNET_DECODE_PER_GPU, self.per_rank) if gpu else self.per_rank
 
+    def cores_short(self, spare):
+        """(cores needed, cores lacking) for the rank's rule to keep `spare` cores from decoding and
+        decode on MIN_DECODE_CORES more; lacking is 0 where the share has them."""
+        need = spare + MIN_DECODE_CORES
+        return need, max(0, need - self.cores_per_rank)
+
+    @property
+    def threads_per_core(self):
+        return max(1, round(self.allowed / self.cores)) if self.cores else 1
+
     def describe(self, **threads):
         """For a summary: the set, how it was read, and the counts used on it."""
         return {
@@ -77,13 +96,16 @@ def is_bound(allowed, node_cpus, local_size, source, cpus_per_task=0):
     return True
 
 
-def of(launch, env=None, root=CPU_ROOT):
-    """This process's CPUs, for the rank `launch` (common.launch.Launch) describes."""
+def of(launch, env=None, root=CPU_ROOT, allowed=None, node_cpus=None):
+    """This process's CPUs, for the rank `launch` (common.launch.Launch) describes. allowed and
+    node_cpus (a made-up set and node, for tests): else the process's affinity set and the node's
+    CPU count."""
     env = os.environ if env is None else env
-    allowed = os.sched_getaffinity(0)
+    allowed = os.sched_getaffinity(0) if allowed is None else set(allowed)
     try:
         per_task = int(env.get("SLURM_CPUS_PER_TASK", "0") or 0)
     except ValueError:
         per_task = 0
-    bound = is_bound(len(allowed), os.cpu_count() or len(allowed), launch.local_size, launch.source, per_task)
+    node_cpus = node_cpus or os.cpu_count() or len(allowed)
+    bound = is_bound(len(allowed), node_cpus, launch.local_size, launch.source, per_task)
     return CPUs(len(allowed), len(core_groups(allowed, root)), bound, launch.local_size)

@@ -1,5 +1,5 @@
-"""What the pipeline asks SLURM itself: the nodes of a job, what a partition can hold (checked
-when the workflow is parsed), and why submitted jobs are still waiting.
+"""What the pipeline asks SLURM itself: the nodes of a job, what a partition can hold and which GPU
+types it has (checked when the workflow is parsed), and why submitted jobs are still waiting.
 
     python -m workflow_scripts.common.slurm pending     # this user's waiting jobs, with SLURM's reason
 """
@@ -34,11 +34,18 @@ class Node:
     memory_mb: int
     gpus: int
     state: str
+    gpu_types: tuple = ()  # the GRES types of its GPUs ('gpu:v100:4' -> v100); none where untyped ('gpu:4')
+    gres: str = ""  # sinfo's GRES column as it is
 
 
 def _gpus(gres):
     """GPUs in sinfo's GRES column: 'gpu:4', 'gpu:v100:4(S:0-1)', 'gpu:a:2,gpu:b:2' -> count."""
     return sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[^:,()]+)?:(\d+)", gres or ""))
+
+
+def _gpu_types(gres):
+    """The types in sinfo's GRES column: 'gpu:v100:4(S:0-1)' -> ('v100',), 'gpu:4' -> ()."""
+    return tuple(dict.fromkeys(m.group(1) for m in re.finditer(r"gpu:([^:,()]+):\d+", gres or "")))
 
 
 @functools.cache  # one sinfo per partition, however many sweep points use it
@@ -55,7 +62,9 @@ def partition_nodes(partition):
     nodes = {}
     for line in out.splitlines():
         name, cpus, mem, gres, state = line.split("|")
-        nodes[name] = Node(name, int(cpus.rstrip("+")), int(re.sub(r"\D", "", mem) or 0), _gpus(gres), state)
+        nodes[name] = Node(
+            name, int(cpus.rstrip("+")), int(re.sub(r"\D", "", mem) or 0), _gpus(gres), state, _gpu_types(gres), gres
+        )
     return tuple(nodes.values())
 
 
@@ -86,6 +95,24 @@ def placement_problem(partition, nodes, per_node, cpus_per_task, gpus_per_node, 
     return None
 
 
+def gpu_type_problem(partition, gpu_type):
+    """Why a GPU request of GRES type `gpu_type` could never be met in `partition` (None if one of
+    its nodes has GPUs of that type, or if there is no sinfo or no such partition to ask: then
+    placement_problem says so, or nothing is checked). SLURM would refuse the job at sbatch, or it
+    would wait for ever."""
+    found = partition_nodes(partition)
+    if not found or not gpu_type:
+        return None
+    types = list(dict.fromkeys(t for n in found for t in n.gpu_types))
+    if gpu_type.lower() in (t.lower() for t in types):
+        return None
+    listed = ", ".join(types) if types else "none (GRES: " + ", ".join(dict.fromkeys(n.gres for n in found)) + ")"
+    return (
+        f"partition {partition!r} has no GPUs of GRES type {gpu_type!r}; the GPU types sinfo lists for it "
+        f"(sinfo -N -p {partition} -o %G) are: {listed}"
+    )
+
+
 def job_sharing(job_id):
     """SLURM's own word on whether a job holds its nodes alone: {job, oversubscribe, exclusive}
     from `scontrol show job` (OverSubscribe=NO is sbatch --exclusive; OK, YES, USER, MCS let other
@@ -113,7 +140,15 @@ def main():
     ap.add_argument("what", choices=("pending",))
     ap.add_argument("--user", default=None)
     a = ap.parse_args()
-    rows = pending(a.user)
+    try:
+        rows = pending(a.user)
+    except subprocess.CalledProcessError as exc:  # no controller to ask: squeue's own words, not a traceback
+        said = (exc.stderr or "").strip() or (exc.stdout or "").strip() or f"exited with status {exc.returncode}"
+        sys.exit(f"squeue failed: {said}")
+    except subprocess.TimeoutExpired as exc:
+        sys.exit(f"squeue did not answer in {exc.timeout:g} s: is the SLURM controller reachable?")
+    except OSError as exc:
+        sys.exit(f"squeue could not be run ({exc}): not on a SLURM login node?")
     if not rows:
         print("no pending jobs")
     for job, name, comment, state, reason in rows:

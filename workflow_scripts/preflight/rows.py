@@ -57,6 +57,12 @@ def merge(rows):
                 )
             )
             continue
+        warned = [r for r in same if r["status"] == WARN]
+        if warned:  # a warning of some ranks is not hidden by the others' ok
+            more = f" (on {len(warned)} of {len(same)})" if len(warned) < len(same) else ""
+            nodes = ",".join(dict.fromkeys(r["node"] for r in warned))
+            merged.append({**warned[0], "node": nodes, "rank": None, "cause": warned[0]["cause"] + more})
+            continue
         ok = [r for r in same if r["status"] == OK]
         if not ok:
             merged.append({**same[0], "node": ",".join(dict.fromkeys(r["node"] for r in same)), "rank": None})

@@ -17,19 +17,19 @@ def classify(exc, framework="", env_key=""):
     text = f"{type(exc).__name__}: {exc}".strip()
     cause = kernel_check.classify(text)
     if cause:
-        name, pattern, meaning, fix = cause
+        name, pattern, meaning, _ = cause
         first = next((ln.strip() for ln in str(exc).splitlines() if pattern.search(ln)), text.splitlines()[0])
         return (
             f"{name}: {meaning} ({first[:300]})",
-            fix.format(key=env_key or "envs_gpu", image=kernel_check.CONTAINERS.get(framework, "<image>")),
+            kernel_check.fix(cause, framework, env_key or "envs_gpu"),
         )
     return text.splitlines()[0][:400] if text else type(exc).__name__, "see the check job's log"
 
 
-def thread_counts(framework, launch, gpu=False):
+def thread_counts(framework, launch, gpu=False, mine=None):
     """{name: count} of the threads a trainer of `framework` starts per task, by the trainers' own
-    rules on this task's CPUs (common/cpus.py)."""
-    mine = cpus.of(launch)
+    rules on this task's CPUs (common/cpus.py; `mine`: already read)."""
+    mine = mine or cpus.of(launch)
     if framework == "tensorflow":
         return {"intra_op": mine.per_rank, "decode": mine.tf_decode_threads(gpu)}
     if framework == "mxnet":
@@ -44,6 +44,20 @@ def thread_counts(framework, launch, gpu=False):
         "input": path,
     }
     return counts if gpu else {"torch": mine.per_rank, **counts}
+
+
+def spare_cores(framework, gpu):
+    """Cores of a GPU rank that its trainer's thread rule keeps from decoding (TensorFlow's 4 per
+    GPU, DALI's 4, none for MXNet's 16 per GPU); None on a CPU, where the rules decode on all."""
+    if not gpu:
+        return None
+    if framework == "tensorflow":
+        return cpus.SPARE_PER_GPU
+    if framework == "mxnet":
+        return 0
+    from ..train.pytorch_options import DALI_SPARE_CORES  # the torch environment: this task's own
+
+    return DALI_SPARE_CORES  # preflight's PyTorch path on a GPU is DALI (thread_counts)
 
 
 def dataset_check(data_dir, level, python=(sys.executable,)):
