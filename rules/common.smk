@@ -14,6 +14,7 @@ from workflow_scripts.common.errors import StageError  # noqa: E402
 from workflow_scripts.common import interpreter, slurm  # noqa: E402
 from workflow_scripts.common import schema as config_schema  # noqa: E402
 from workflow_scripts.data import layout as dataset_layout  # noqa: E402
+from workflow_scripts.train import long_test_fit  # noqa: E402
 
 validate(config, workflow.source_path("../schemas/config.schema.yaml"))
 
@@ -67,8 +68,9 @@ for _system, _sysc in config["systems"].items():
         raise WorkflowError(
             f"config systems.{_system}.cpus_per_task = 0 with gpu_request {_sysc['gpu_request']}: "
             f"SLURM would give each GPU's task one CPU for its decoding and framework threads. "
-            f"Fix: set systems.{_system}.cpus_per_task to the node's CPUs divided by its GPUs "
-            f"(e.g. 10 on a node of 40 cores and 4 GPUs)"
+            f"Fix: set systems.{_system}.cpus_per_task to the node's CPUs divided by its GPUs, CPUs as "
+            f"SLURM counts them: hardware threads where ThreadsPerCore=2 (e.g. 20, 10 cores' threads, on a "
+            f"node of 40 cores with 2 threads each and 4 GPUs)"
         )
 
 
@@ -191,6 +193,21 @@ def _check_partition(system, gpus, key="training.gpus"):
         raise WorkflowError(f"config systems.{system} ({key} = {gpus}): {problem}")
 
 
+def _check_gpu_type(system):
+    """Where sinfo answers, a gpu_type the partition's nodes do not list among their GRES types is an
+    error now: sbatch would refuse every job of the system, or leave it waiting. Without sinfo (a
+    laptop) or inside a job nothing is asked."""
+    sysc = config["systems"][system]
+    if not (sysc["partition"] and sysc["gpu_type"]) or sysc["gpu_request"] == "none" or IN_SLURM_JOB:
+        return
+    problem = slurm.gpu_type_problem(sysc["partition"], sysc["gpu_type"])
+    if problem:
+        raise WorkflowError(
+            f"config systems.{system}.gpu_type = {sysc['gpu_type']!r}: {problem}. Fix: set "
+            f'systems.{system}.gpu_type to one of them (as sinfo spells it), or "" for any GPU'
+        )
+
+
 # The input axis (training.inputs): where a run's batches come from. TensorFlow and MXNet have
 # one real-data path each (tf.data, ImageRecordIter: decoding on the CPU); PyTorch has three
 # (cpu: Pillow in DataLoader workers; gpu: nvJPEG in a thread; dali: NVIDIA DALI, the hardware
@@ -287,6 +304,10 @@ def _check_long_test():
 
 
 _check_long_test()
+# The training systems and the inference stage's (inference.system, else the first of them).
+for _system in dict.fromkeys([*TRAIN["systems"], config["inference"]["system"] or TRAIN["systems"][0]]):
+    if _system in config["systems"]:
+        _check_gpu_type(_system)
 for _system in TRAIN["systems"]:
     for _gpus in TRAIN["gpus"]:
         _check_partition(_system, _gpus)
@@ -331,6 +352,35 @@ LONG_TEST = _points(
     lambda s, f, p, g, i, r: accuracy_run_dir(s, f, p, g),
     lambda s, f: [effective_input(s, f, "auto")],
 )
+
+
+def _check_long_test_fits():
+    """Through SLURM: a long test whose epochs cannot fit its jobs, even at the sweep's best measured
+    rate scaled perfectly, stops the workflow now, naming the key (train/long_test_fit.py)."""
+    if workflow.local_exec:
+        return
+    for point in LONG_TEST:
+        s, f = point["system"], point["framework"]
+        manifest = Path(DATA, FORMAT_OF[f], "manifest.json")
+        try:
+            train_images = json.loads(manifest.read_text())["splits"]["train"]["images"]
+        except (OSError, ValueError, KeyError):
+            continue
+        own = ACCURACY["time_min"]
+        said = long_test_fit.problem(
+            point,
+            ACCURACY["epochs"],
+            train_images,
+            long_test_fit.best_rate_per_gpu(f"{RESULTS}/runs", s, f, point["precision"]),
+            own or config["systems"][s]["time_min"],
+            ACCURACY["max_jobs"],
+            "training.accuracy.time_min" if own else f"systems.{s}.time_min",
+        )
+        if said:
+            raise WorkflowError(said)
+
+
+_check_long_test_fits()
 # Every training interpreter the sweep uses exists (or names its container), checked now.
 TRAIN_ENV = {(s, f): framework_env(s, f) for s in TRAIN["systems"] for f in TRAIN["frameworks"]}
 TRAINING_RUNS = [f"{point['run_dir']}/summary.json" for point in SWEEP]
@@ -394,6 +444,12 @@ def trainer_args(w):
     )
 
 
+def checkpoint_dir(w):
+    """The long test's checkpoints (train/checkpoint.py): beside the runs, never inside the run
+    directory, which every attempt empties."""
+    return f"{RESULTS}/checkpoints/{w.system}/accuracy/{w.framework}_{w.precision}_{w.gpus}gpu"
+
+
 def accuracy_args(w):
     """The trainer's command line of a long-test run: training.accuracy, and never the sweep's
     mode, steps or inputs (the long test reads the dataset through the framework's default input
@@ -415,6 +471,10 @@ def accuracy_args(w):
             "--eval-every",
             a["eval_every"],
             *(["--target-top1", a["target_top1"]] if a["target_top1"] is not None else []),
+            "--checkpoint-dir",
+            checkpoint_dir(w),
+            "--max-jobs",
+            a["max_jobs"],
         ],
     )
 
@@ -579,6 +639,11 @@ POINT_RESOURCES = dict(
     tasks_per_gpu=0,
     slurm_extra=slurm_extra,
 )
+# The long test's jobs: its own time limit (training.accuracy.time_min), else the system's.
+ACCURACY_RESOURCES = {
+    **POINT_RESOURCES,
+    "runtime": lambda w: ACCURACY["time_min"] or system_resource(w.system, "time_min", None),
+}
 
 
 def training_data(w):

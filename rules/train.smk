@@ -79,6 +79,12 @@ use rule train as train_accuracy with:
         f"{LOGS}/train/{{system}}/accuracy/{{framework}}_{{precision}}_{{gpus}}gpu.log",
     benchmark:
         f"{LOGS}/train/{{system}}/accuracy/{{framework}}_{{precision}}_{{gpus}}gpu.bench.tsv"
+    # Each job resumes the last one's checkpoint (train/checkpoint.py): up to max_jobs jobs, and
+    # training.retries attempts that saved nothing.
+    retries: TRAIN["retries"] + ACCURACY["max_jobs"] - 1
+    resources:
+        **ACCURACY_RESOURCES,
+        attempt=lambda w, attempt: attempt,
     params:
         # results_dir (output = <results_dir>/runs/<system>/accuracy/<run>/summary.json)
         results_dir=lambda w, output: Path(output[0]).parents[4],

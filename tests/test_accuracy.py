@@ -226,6 +226,7 @@ def test_table_has_one_row_per_long_test_run_with_the_runs_numbers(pipeline_run)
         for key in ("time_to_target_s", "final_top1", "final_top5", "train_s", "eval_s", "elapsed_s"):
             assert getattr(row, key) == pytest.approx(lt[key]), key
         assert row.train_images_per_s == pytest.approx(s["images_timed"] / lt["train_s"])
+        assert row.jobs == 1 and pd.isna(row.resumed_at) and lt["resumed"] is False
         assert str(row.milestones) == " ".join(f"{m:g}" for m in ACCURACY["milestones"]) and row.lr == pytest.approx(
             0.0125
         )

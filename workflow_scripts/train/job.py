@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ..common import neighbours, page_cache, slurm
 from ..common.errors import StageError, run_main
-from . import failure, job_stop, launch, run_evidence
+from . import checkpoint, failure, job_stop, launch, run_evidence
 
 
 def checked_run_dir(run_dir, results_dir):
@@ -86,6 +86,7 @@ def main():
     scope, why = page_cache.scope_for(a.cache_scope, sharing)
     if why:
         print(f"job: page cache: {why}", flush=True)
+    progress = checkpoint.JobProgress(trainer, a.attempt)
     stopped = None
     job_stop.watch(job, lambda line: print(line, flush=True))
     try:
@@ -127,7 +128,10 @@ def main():
         cause = f"{stopped.cause}: {stopped.why}" if stopped.permanent else None
     else:
         cause = failure.permanent(attempt_log.read_text(errors="replace")) if rc != 0 else None
-    if cause and a.attempt <= a.retries:
+    cause, last, line = progress.judge(a.attempt, a.retries, rc, cause, stopped and stopped.cause)
+    if line:
+        print(line, flush=True)
+    if cause and not last:
         print(
             f"job: attempt {a.attempt} failed for a cause another attempt would meet again: recorded now, "
             f"not retried (training.retries {a.retries})",
@@ -152,7 +156,7 @@ def main():
         # A record beside the attempt's log too: Snakemake deletes a failed job's outputs (a
         # cancelled job's summary.json among them), and the next attempt empties the run directory.
         failure.record(run, attempt_log, a.attempt, rc, cause, stopped=stopped.cause, out=f"{attempt_log}.json")
-    if rc != 0 and (cause or a.attempt > a.retries):
+    if rc != 0 and (cause or last):
         failure.record(run, attempt_log, a.attempt, rc, cause, stopped=stopped and stopped.cause)
         rc = 0
     sys.exit(rc)

@@ -11,7 +11,8 @@ attempt, never a blind second one (train/job.py):
   the job stops its ranks, names the cause in SLURM's own words (slurmstepd's "*** JOB ... CANCELLED
   AT ... DUE TO TIME LIMIT ***" line in the log, else the job's state in scontrol) and records it,
   within SLURM's KillWait. A cancelled or failed node may be retried (training.retries); a time
-  limit is not.
+  limit is not, unless the run is a long test that saved an epoch in this job: the next job resumes
+  from it (checkpoint.JobProgress).
 """
 
 import os

@@ -11,12 +11,20 @@ from pathlib import Path
 import numpy as np
 
 from ..common.errors import StageError
+from . import checkpoint
 from .harness import read_manifest
 
 TIMING_NOTE = (
     "elapsed_s counts everything from the first training step on: every step (the first ones, with "
     "their compilation and input start-up, included: no warm-up is excluded), every evaluation and "
-    "the writing of its records, as time-to-train does; train_s + eval_s of the epochs add up to it"
+    "the writing of its records, as time-to-train does; train_s + eval_s of the epochs add up to it. "
+    "Writing a checkpoint after an epoch (checkpoint_s) is not counted"
+)
+RESUMED_NOTE = (
+    "; the run was resumed from a checkpoint (resumed): the time between jobs (the queue, start-up "
+    "before the first step, loading the checkpoint) is not counted, while the first steps of each "
+    "resumed job, with their compilation, are; a resumed job draws its batches in another order "
+    "than an uninterrupted run would"
 )
 
 
@@ -97,18 +105,25 @@ class LongTest:
                 f"({a.batch_per_gpu} x {run.launch.world_size})"
             )
         self.schedule = Schedule(run.lr, self.steps_per_epoch, a.warmup_epochs, a.milestones, a.decay)
-        self.records = []
+        self.records, self.jobs, self.saved = [], [], None
 
-    def run_epochs(self, train_step, set_lr, evaluate, allreduce_sum, digest):
+    def run_epochs(self, train_step, set_lr, evaluate, allreduce_sum, digest, save_state=None, load_state=None):
         """train_step(step) -> the step's loss, mean over the ranks, on the host (the step is done);
         set_lr(lr); evaluate() -> this rank's (records, labels, top-5 classes); allreduce_sum(int
-        array) -> its sum over the ranks; digest() -> the weights' sha256. Returns the summary's
-        long_test block."""
+        array) -> its sum over the ranks; digest() -> the weights' sha256; save_state(dir) /
+        load_state(dir): the framework's model and optimizer state (checkpoint.py; with
+        --checkpoint-dir). Returns the summary's long_test block."""
         run, a, rank = self.run, self.run.args, self.run.launch.rank
+        first = self._resume(load_state, digest) if a.checkpoint_dir else 1
         out = open(run.dir / "epochs.jsonl", "w") if rank == 0 else None
+        for rec in self.records if out else ():
+            out.write(json.dumps(rec) + "\n")
         lr = None
-        start = epoch_start = time.perf_counter()
-        for epoch in range(1, self.epochs + 1):
+        elapsed = self.records[-1]["elapsed_s"] if self.records else 0.0
+        epoch_start = time.perf_counter()
+        for epoch in range(first, self.epochs + 1):
+            if self._done():
+                break
             losses = []
             run.log.start()
             for i in range(self.steps_per_epoch):
@@ -134,17 +149,51 @@ class LongTest:
             }
             if epoch % a.eval_every == 0 or epoch == self.epochs:
                 rec.update(self._evaluate(epoch, evaluate, allreduce_sum))
-            epoch_start = time.perf_counter()
-            rec.update(eval_s=epoch_start - trained, elapsed_s=epoch_start - start)
+            evaluated = time.perf_counter()
+            elapsed += evaluated - epoch_start
+            rec.update(eval_s=evaluated - trained, elapsed_s=elapsed, checkpoint_s=None)
             self.records.append(rec)
+            if a.checkpoint_dir and rank == 0 and epoch < self.epochs and not self._done():
+                rec["checkpoint_s"] = self.saved.save(epoch, self.records, self.jobs, save_state, digest, run.dir)
             if out:
                 out.write(json.dumps(rec) + "\n")
                 out.flush()
-            if a.target_top1 is not None and rec["top1"] is not None and rec["top1"] >= a.target_top1:
-                break
+            epoch_start = time.perf_counter()
         if out:
             out.close()
         return self.summary()
+
+    def _done(self):
+        last, target = (self.records or [{}])[-1], self.run.args.target_top1
+        return target is not None and last.get("top1") is not None and last["top1"] >= target
+
+    def _resume(self, load_state, digest):
+        """-> the first epoch to train: 1, or the one after the checkpoint's (its state loaded on
+        every rank, its records and predictions back in this run's directory)."""
+        run = self.run
+        say = (lambda line: print(line, flush=True)) if run.launch.rank == 0 else (lambda line: None)
+        self.saved = checkpoint.Checkpoint(
+            run.args.checkpoint_dir, checkpoint.identity(run.args, run.launch.world_size), say
+        )
+        state = self.saved.load()
+        self.jobs = [*(state["jobs"] if state else []), {**checkpoint.this_job(), "first_epoch": 1}]
+        if not state:
+            return 1
+        load_state(self.saved.dir / state["weights"])
+        loaded = digest()
+        if loaded != state["weights_sha256"]:
+            raise StageError(
+                f"{self.saved.dir / state['weights']}: the weights loaded on rank {run.launch.rank} differ from the "
+                f"ones saved (sha256 {loaded[:12]} vs {state['weights_sha256'][:12]}): delete {self.saved.dir} to "
+                "start the run from epoch 1"
+            )
+        run.record_digest("resumed", loaded)
+        self.records = state["records"]
+        self.jobs[-1]["first_epoch"] = state["epoch"] + 1
+        if run.launch.rank == 0:
+            self.saved.restore_predictions(run.dir)
+        say(f"long test: resumed from the checkpoint of epoch {state['epoch']} in {self.saved.dir}")
+        return state["epoch"] + 1
 
     def _evaluate(self, epoch, evaluate, allreduce_sum):
         records, labels, top5 = evaluate()
@@ -173,6 +222,9 @@ class LongTest:
             )
         else:
             result = f"did not reach top-1 {a.target_top1:g}% in {len(recs)} epochs (best {best:.2f}%)"
+        resumed = [j["first_epoch"] for j in self.jobs if j["first_epoch"] > 1]
+        if resumed:
+            result += f"; resumed from a checkpoint at epoch {', '.join(map(str, resumed))}"
         return {
             "long_test": {
                 "result": result,
@@ -198,6 +250,9 @@ class LongTest:
                 "train_s": sum(r["train_s"] for r in recs),
                 "eval_s": sum(r["eval_s"] for r in recs),
                 "elapsed_s": recs[-1]["elapsed_s"],
-                "timing": TIMING_NOTE,
+                "checkpoint_s": sum(r.get("checkpoint_s") or 0 for r in recs),
+                "jobs": self.jobs,
+                "resumed": bool(resumed),
+                "timing": TIMING_NOTE + (RESUMED_NOTE if resumed else ""),
             }
         }

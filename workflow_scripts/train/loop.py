@@ -48,7 +48,7 @@ import time
 
 from ..common.errors import StageError
 from ..common.launch import setup_horovod
-from . import harness, long_test
+from . import checkpoint, harness, long_test
 
 
 class Adapter:
@@ -101,6 +101,15 @@ class Adapter:
 
     def long_test_parts(self, run, classes):
         """(set_lr(lr), evaluate() -> (records, labels, top-5), allreduce_sum(int array)): LongTest's."""
+        raise NotImplementedError
+
+    def save_state(self, directory):
+        """Mode accuracy with a checkpoint directory, rank 0: the model's, optimizer's and loss
+        scale's state into `directory` (an empty directory of its own)."""
+        raise NotImplementedError
+
+    def load_state(self, directory):
+        """Every rank: the state save_state wrote, into the model and optimizer just built."""
         raise NotImplementedError
 
     def close(self):
@@ -214,7 +223,9 @@ class Loop:
 
     def long_test(self, classes):
         parts = self.adapter.long_test_parts(self.run, classes)
-        return long_test.LongTest(self.run).run_epochs(self.train_step, *parts, self.adapter.digest)
+        return long_test.LongTest(self.run).run_epochs(
+            self.train_step, *parts, self.adapter.digest, self.adapter.save_state, self.adapter.load_state
+        )
 
     def summary(self):
         return {
@@ -253,4 +264,7 @@ def main(adapter):
             **extra,
         }
     )
+    if args.mode == "accuracy" and args.checkpoint_dir and run.launch.rank == 0:
+        # The run has its summary: a later run of the same arguments starts from epoch 1.
+        checkpoint.Checkpoint(args.checkpoint_dir, None).remove()
     adapter.finish(run)

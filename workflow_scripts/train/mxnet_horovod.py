@@ -14,6 +14,7 @@ given a second label column, the record number.
 """
 
 import atexit
+import json
 import os
 import shutil
 import sys
@@ -147,14 +148,15 @@ class MXNet(loop.HorovodAdapter):
                 "(set training.precisions to [fp32] for mxnet on a CPU)"
             )
         super().start(run)
-        hvd = self.hvd
+        # the GPU next to the rank's CPUs (common/gpu_choice.py), else its local rank's
+        index = run.choose_gpu(mx.context.num_gpus()) if self.gpu else None
         if self.gpu:
             run.check_kernel(
-                lambda: (mx.nd.ones((64, 64), ctx=mx.gpu(hvd.local_rank())) * 0.5).relu().sum().asnumpy(),
-                kernel_check.nvml_gpu(hvd.local_rank()),
+                lambda: (mx.nd.ones((64, 64), ctx=mx.gpu(index)) * 0.5).relu().sum().asnumpy(),
+                kernel_check.nvml_gpu(index),
                 build(),
             )
-        self.ctx = mx.gpu(hvd.local_rank()) if self.gpu else mx.cpu()
+        self.ctx = mx.gpu(index) if self.gpu else mx.cpu()
         self.dtype = "float16" if run.args.precision == "fp16" else "float32"
         mx.random.seed(run.args.seed)
 
@@ -238,6 +240,23 @@ class MXNet(loop.HorovodAdapter):
             classes,
             numbered_val_list(run.args.data, self.tmp.name),
         )
+
+    def save_state(self, directory):
+        self.net.save_parameters(os.path.join(directory, "net.params"))
+        self.trainer.save_states(os.path.join(directory, "trainer.states"))
+        if self.loss_scaler:
+            s = self.loss_scaler
+            with open(os.path.join(directory, "loss_scale.json"), "w") as f:
+                json.dump({"scale": s.scale, "good_steps": s.good_steps, "skipped": s.skipped}, f)
+
+    def load_state(self, directory):
+        self.net.load_parameters(os.path.join(directory, "net.params"), ctx=self.ctx)
+        self.trainer.load_states(os.path.join(directory, "trainer.states"))
+        if self.loss_scaler:
+            with open(os.path.join(directory, "loss_scale.json")) as f:
+                saved = json.load(f)
+            s = self.loss_scaler
+            s.scale, s.good_steps, s.skipped = saved["scale"], saved["good_steps"], saved["skipped"]
 
     def close(self):
         if getattr(self, "tmp", None):

@@ -122,7 +122,9 @@ class PyTorch(loop.Adapter):
 
     def start(self, run):
         args, launch, cuda = run.args, run.launch, self.cuda
-        self.device = device = torch.device("cuda", launch.local_rank) if cuda else torch.device("cpu")
+        # the GPU next to the rank's CPUs (common/gpu_choice.py), else its local rank's
+        gpu = run.choose_gpu(torch.cuda.device_count()) if cuda else None
+        self.device = device = torch.device("cuda", gpu) if cuda else torch.device("cpu")
         if cuda:
             run.check_kernel(
                 lambda: first_kernel(device),
@@ -195,6 +197,20 @@ class PyTorch(loop.Adapter):
 
     def long_test_parts(self, run, classes):
         return long_test_parts(run.args, run, self.trainer, self.s, self.data.workers, classes)
+
+    def save_state(self, directory):
+        t = self.trainer
+        torch.save(
+            {"model": self.model.state_dict(), "optimizer": t.opt.state_dict(), "scaler": t.scaler.state_dict()},
+            os.path.join(directory, "state.pt"),
+        )
+
+    def load_state(self, directory):
+        t = self.trainer
+        state = torch.load(os.path.join(directory, "state.pt"), map_location=self.device, weights_only=True)
+        self.model.load_state_dict(state["model"])
+        t.opt.load_state_dict(state["optimizer"])
+        t.scaler.load_state_dict(state["scaler"])
 
     def close(self):
         self.data.close()
