@@ -21,6 +21,7 @@ include: "rules/results.smk"
 # verdict): run where snakemake runs, not queued on a cluster (docs/slurm.md#how-jobs-run).
 localrules:
     preflight_gate,
+    preflight_data_gate,
     preflight_table,
     int8_split,
     int8_accuracy,

@@ -9,8 +9,6 @@ include: "preflight_common.smk"
 
 
 rule preflight_check:
-    input:
-        data=preflight_data,
     output:
         f"{RESULTS}/preflight/{{system}}/{{framework}}/{{gpus}}gpu.json",
     log:
@@ -21,6 +19,8 @@ rule preflight_check:
         system=r"[^/]+",
         framework="tensorflow|mxnet|pytorch",
         gpus=r"\d+",
+    # before the conversions where both are ready: a broken environment is found in minutes
+    priority: 50
     # A failed check is the answer, not a fluke: the job writes it and never runs again by itself.
     retries: 0
     conda:
@@ -33,20 +33,42 @@ rule preflight_check:
         python=train_python,
         launch=launcher_args,
         args=preflight_args,
+        data="",
         cache_command=TRAIN["cache_clear_command"],
         cache_scope=TRAIN["cache_clear"],
         # the ranks' CUDA JIT cache, as the training runs have it: their first kernels compile into it
         cuda_cache=TRAIN["cuda_cache_dir"],
     shell:
         "{params.py:q} -m workflow_scripts.preflight.job --out {output:q} --system {wildcards.system:q} "
-        "--framework {wildcards.framework:q} --python={params.python:q} --data={input.data:q} "
+        "--framework {wildcards.framework:q} --python={params.python:q} --data={params.data:q} "
         "--cache-command={params.cache_command:q} --cache-scope={params.cache_scope:q} --log {log:q} {params.args:q} "
         "-- --cuda-cache-dir={params.cuda_cache:q} {params.launch:q}"
+
+
+# The dataset, once converted: its manifest, a sample of its records and its files readable, from
+# the pair's first node as its runs see them.
+use rule preflight_check as preflight_data_check with:
+    input:
+        data=preflight_data,
+    output:
+        f"{RESULTS}/preflight/{{system}}/{{framework}}/{{gpus}}gpu.data.json",
+    log:
+        f"{LOGS}/preflight/{{system}}/{{framework}}_{{gpus}}gpu.data.log",
+    benchmark:
+        f"{LOGS}/preflight/{{system}}/{{framework}}_{{gpus}}gpu.data.bench.tsv"
+    priority: 0
+    params:
+        py=PY["workflow"],
+        python=train_python,
+        launch=launcher_args,
+        args=lambda w: [a for a in preflight_args(w) if a != "--data-later"] + ["--only-data"],
+        data=lambda w, input: input.data,
 
 
 rule preflight_table:
     input:
         PREFLIGHT_RESULTS,
+        PREFLIGHT_DATA_RESULTS_NOW,
     output:
         csv=report(f"{RESULTS}/preflight.csv", caption="../report/preflight.rst", category="Preflight"),
         markdown=report(f"{RESULTS}/preflight.md", caption="../report/preflight.rst", category="Preflight"),
@@ -87,7 +109,20 @@ rule preflight_gate:
         "{params.py:q} -m workflow_scripts.preflight.gate --results {input.results:q} --ok {output:q} " "--log {log:q}"
 
 
+use rule preflight_gate as preflight_data_gate with:
+    input:
+        table=ancient(rules.preflight_table.output.csv),
+        results=lambda w: preflight_data_result(w.system, w.framework),
+    output:
+        f"{RESULTS}/preflight/{{system}}/{{framework}}.data.ok",
+    log:
+        f"{LOGS}/preflight/{{system}}/{{framework}}.data.gate.log",
+    benchmark:
+        f"{LOGS}/preflight/{{system}}/{{framework}}.data.gate.bench.tsv"
+
+
 rule preflight:
     input:
         rules.preflight_table.output,
         PREFLIGHT_OKS,
+        PREFLIGHT_DATA_OKS_NOW,

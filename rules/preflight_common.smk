@@ -28,11 +28,36 @@ PREFLIGHT_RESULTS = [
 PREFLIGHT_OKS = [preflight_ok(s, f) for s in TRAIN["systems"] for f in TRAIN["frameworks"]]
 
 
+def preflight_data_result(system, framework):
+    return f"{RESULTS}/preflight/{system}/{framework}/{preflight_gpus(system)[0]}gpu.data.json"
+
+
+def preflight_data_ok(system, framework):
+    return f"{RESULTS}/preflight/{system}/{framework}.data.ok"
+
+
+def reads_data(system, framework):
+    """Whether a pair's runs read its format (else they all run on synthetic input)."""
+    return any(i != "synthetic" for i in run_inputs(system, framework)) or bool(LONG_TEST_GPUS)
+
+
+# The dataset is checked by a job of its own, so that the environment checks need no conversion
+# (hours on ILSVRC2012): `snakemake preflight` checks the data of the formats already converted.
+PAIRS_READING = [(s, f) for s in TRAIN["systems"] for f in TRAIN["frameworks"] if reads_data(s, f)]
+CONVERTED_NOW = [(s, f) for s, f in PAIRS_READING if Path(DATA, FORMAT_OF[f], "manifest.json").exists()]
+PREFLIGHT_DATA_RESULTS_NOW = [preflight_data_result(s, f) for s, f in CONVERTED_NOW]
+PREFLIGHT_DATA_OKS_NOW = [preflight_data_ok(s, f) for s, f in CONVERTED_NOW]
+
+
 # A job waits for its gate, but a preflight run again (and passed again) reruns no finished run:
 # the gate files are ancient() to their jobs.
 def preflight_passed(w):
-    """The gate a training job of (system, framework) waits for (none with preflight.gate false)."""
-    return [ancient(preflight_ok(w.system, w.framework))] if PREFLIGHT["gate"] else []
+    """The gates a training job of (system, framework) waits for: its environment's and, where the
+    pair reads a dataset, its data's (none with preflight.gate false)."""
+    if not PREFLIGHT["gate"]:
+        return []
+    data = [preflight_data_ok(w.system, w.framework)] if reads_data(w.system, w.framework) else []
+    return [ancient(f) for f in [preflight_ok(w.system, w.framework), *data]]
 
 
 def preflight_passed_system(w):
@@ -41,9 +66,8 @@ def preflight_passed_system(w):
 
 
 def preflight_data(w):
-    """The format the pair's runs read; none where they all run on synthetic input."""
-    reads = any(i != "synthetic" for i in run_inputs(w.system, w.framework)) or bool(LONG_TEST_GPUS)
-    return f"{DATA}/{FORMAT_OF[w.framework]}" if reads else []
+    """The format the pair's runs read (the data check's input)."""
+    return f"{DATA}/{FORMAT_OF[w.framework]}"
 
 
 def preflight_args(w):
@@ -64,4 +88,6 @@ def preflight_args(w):
     ]
     if sysc["gpu_request"] != "none":
         args += ["--require-gpu", f"--gpu-type={sysc['gpu_type']}"]
+    if reads_data(w.system, w.framework):
+        args += ["--data-later"]
     return [str(a) for a in args]

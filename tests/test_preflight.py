@@ -13,7 +13,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import CONFIG, REPO, SNAKEMAKE, copy_of_run, interpreter, snakemake, write_config
+from conftest import CONFIG, REPO, SNAKEMAKE, copy_of_run, interpreter, planned_jobs, snakemake, write_config
 
 GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "cpus_per_task": 1}}
 # Checks that need no dataset and no data stage: the sweep on synthetic input, no long test.
@@ -65,9 +65,40 @@ def test_preflight_passes_on_the_embedded_default(passed):
 
 def test_training_waits_for_its_pairs_preflight(passed):
     out = snakemake(passed, "training", "-n", "-p").stdout
-    assert "preflight_check" not in out  # passed: nothing to check again
+    assert "preflight_check" not in out and "preflight_data_check" not in out  # passed: nothing to check again
     for fw in CONFIG["training"]["frameworks"]:
-        assert f"results/preflight/local/{fw}.ok" in out
+        assert f"results/preflight/local/{fw}.ok" in out and f"results/preflight/local/{fw}.data.ok" in out
+
+
+def test_a_first_preflight_on_a_real_dataset_converts_nothing(tmp_path):
+    """A real dataset not yet converted (a fake ILSVRC2012 tree): `snakemake preflight` checks the
+    environments, GPUs, kernels, all-reduce and CPUs alone, and in `all` those checks wait for no
+    conversion; the dataset's own check follows its conversion."""
+    from workflow_scripts.data import embedded
+
+    root = tmp_path / "ILSVRC2012"
+    embedded.make(root, classes=2, train_per_class=2, val_per_class=2, seed=1)
+    write_config(tmp_path, dataset__root=str(root), training__accuracy__gpus=[2])
+    jobs = planned_jobs(tmp_path, "preflight")
+    assert set(jobs) == {"preflight_check", "preflight_table", "preflight_gate", "preflight"}, jobs
+    out = snakemake(tmp_path, "all", "-n").stdout
+    checks = [b for b in out.split("\n\n") if "rule preflight_check:" in b]
+    assert len(checks) == len(CONFIG["training"]["frameworks"]) and not any("input:" in b for b in checks), checks
+    data_checks = [b for b in out.split("\n\n") if "rule preflight_data_check:" in b]
+    assert len(data_checks) == len(checks) and all("input: data/" in b for b in data_checks), data_checks
+
+
+def test_preflight_checks_the_data_once_converted(passed, tmp_path):
+    """Converted data (the embedded default's): `snakemake preflight` includes its check, one job per
+    pair, and the table lists its rows."""
+    work = tmp_path / "work"
+    shutil.copytree(passed, work, symlinks=True)
+    assert planned_jobs(work, "preflight", "--forcerun", "preflight_data_check").get("preflight_data_check") == len(
+        CONFIG["training"]["frameworks"]
+    )
+    snakemake(work, "preflight", "--forcerun", "preflight_data_check")
+    data = [r for r in rows(work) if r["check"] == "dataset"]
+    assert {r["framework"] for r in data if r["status"] == "ok"} == set(CONFIG["training"]["frameworks"]), data
 
 
 def test_a_cpu_only_framework_on_a_gpu_system_is_named(tmp_path):
@@ -159,7 +190,7 @@ def test_a_truncated_lmdb_is_named_with_its_fix(passed, tmp_path):
     mdb = max((work / "data" / "lmdb").rglob("*.mdb"), key=lambda p: p.stat().st_size)
     with open(mdb, "r+b") as f:
         f.truncate(mdb.stat().st_size // 2)
-    proc = snakemake(work, "preflight", "--forcerun", "preflight_check", check=False)
+    proc = snakemake(work, "preflight", "--forcerun", "preflight_data_check", check=False)
     assert proc.returncode != 0
     [line] = failure_lines(proc)
     assert "framework pytorch" in line and "check dataset:" in line and "snakemake --forcerun" in line

@@ -138,6 +138,14 @@ def main():
     ap.add_argument("--python", required=True, help="the framework's interpreter as words")
     ap.add_argument("--data", default="")
     ap.add_argument("--level", default="sample")
+    ap.add_argument(
+        "--data-later", action="store_true", help="the dataset is checked by its own job (node.py's option)"
+    )
+    ap.add_argument(
+        "--only-data",
+        action="store_true",
+        help="the node checks only (page cache, the dataset): the data check, once the dataset exists",
+    )
     ap.add_argument("--cache-command", default="")
     ap.add_argument("--cache-scope", default="node")
     ap.add_argument("--timeout-s", type=float, default=300)
@@ -182,6 +190,7 @@ def main():
             f"--cache-command={a.cache_command}",
             f"--cache-scope={scope}",
             f"--python={a.python}",
+            *(["--data-later"] if a.data_later else []),
         ]
         rank_cmd = [
             *base,
@@ -197,7 +206,8 @@ def main():
             str(work),
             *rank_args(a),
         ]
-        for phase, cmd, folder in (("node checks", node_cmd, None), ("task checks", rank_cmd, work)):
+        phases = [("node checks", node_cmd, None)] + ([] if a.only_data else [("task checks", rank_cmd, work)])
+        for phase, cmd, folder in phases:
             print("preflight:", shlex.join(cmd), file=log, flush=True)
             rc, timings[phase] = supervise(cmd, log, a.timeout_s, folder)
             found = read_all(work, "node.*.json" if folder is None else "rank*.json")
@@ -231,7 +241,10 @@ def main():
             if folder is not None:  # after the launcher returned: every rank's NCCL log is closed
                 env = {**os.environ, **launch.config_env(g.env)}
                 rows.append(nccl_transport_row(work, g.nodes, expected, a.require_gpu, env))
-    merged = merge(rows)
+    # The ranks name the key as systems.<name>.*: this job knows the name.
+    merged = [
+        {**r, "fix": (r.get("fix") or "").replace("systems.<name>.", f"systems.{a.system}.")} for r in merge(rows)
+    ]
     failed = [r for r in merged if r["status"] == FAILED]
     write_json(
         out,
@@ -241,6 +254,7 @@ def main():
             "nodes": g.nodes,
             "tasks": expected,
             "status": FAILED if failed else OK,
+            "part": "data" if a.only_data else "environment",
             "seconds": timings,
             "rows": merged,
             "log": a.log,

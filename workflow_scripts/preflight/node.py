@@ -110,6 +110,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--data", default="", help="the format's data stage output the runs read (empty: none)")
+    ap.add_argument(
+        "--data-later",
+        action="store_true",
+        help="the runs read a dataset, checked by its own job once it is converted (preflight_data_check)",
+    )
     ap.add_argument("--cache-command", default="", help="config training.cache_clear_command")
     ap.add_argument("--cache-scope", default="node", choices=page_cache.SCOPES, help="config training.cache_clear")
     ap.add_argument("--level", default="sample", choices=("quick", "sample", "full"))
@@ -121,7 +126,11 @@ def main():
         status, figure, cause, fix = dataset_check(a.data, a.level, shlex.split(a.python))
         rows += [row("dataset", status, figure, cause, fix, node), readable_row(Path(a.data), node)]
     else:
-        why = "the sweep reads no dataset for this framework (synthetic input only)"
+        why = (
+            "checked by its own job once the dataset is converted (preflight_data_check)"
+            if a.data_later
+            else "the sweep reads no dataset for this framework (synthetic input only)"
+        )
         rows += [row("dataset", NA, cause=why, node=node), row("dataset_readable", NA, cause=why, node=node)]
     write_infiniband(a.out, node)
     write_json(Path(a.out) / f"node.{node}.json", rows)

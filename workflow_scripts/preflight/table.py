@@ -18,8 +18,8 @@ HOW = (
     "crosses nodes. Per task: the GPUs the framework sees, a tiny conv net's forward and backward per precision "
     "(seconds of the first call, JIT included), an all-reduce's sum and the time of one of ResNet-50's gradient "
     "size, CPUs and threads, telemetry sources, the transport NCCL's own log says it used; per node: page-cache "
-    "clearing, the dataset against its manifest, its files readable. Where several ranks measured a figure, its "
-    "range over them."
+    "clearing, the dataset against its manifest, its files readable (by a check job of its own once the dataset "
+    "is converted: until then those rows say so). Where several ranks measured a figure, its range over them."
 )
 
 
