@@ -1,10 +1,13 @@
-"""TensorFlow's side of a preflight task: the tiny net (Keras, mixed precision as the trainer),
-Horovod's all-reduce (NCCL on GPUs, Gloo on the CPU), as tensorflow_horovod uses them."""
+"""TensorFlow's side of a preflight task: the tiny net (Keras, mixed precision as the trainer)
+trained one step by the trainer's own optimizer, loss scaling and step (Keras 2 or 3:
+train/keras_compat.py), Horovod's all-reduce (NCCL on GPUs, Gloo on the CPU), as
+tensorflow_horovod uses them."""
 
 import time
 
-import tensorflow as tf
-
+from ..train import keras_compat
+from ..train.keras_compat import tf  # TensorFlow, imported once TF_USE_LEGACY_KERAS is settled
+from ..train.tensorflow_horovod import make_step, optimizer
 from .horovod_ranks import HorovodRanks
 
 
@@ -33,8 +36,9 @@ class Framework(HorovodRanks):
             "nccl": (hvd.nccl_built(), "Horovod was built without NCCL (HOROVOD_GPU_OPERATIONS=NCCL)"),
         }
 
-    def use_gpu(self):
-        g = self.gpus[self.launch.local_rank]
+    def use_gpu(self, index=None):
+        """The task's GPU: `index` as CUDA numbers them (rank.py's gpu_choice), else its local rank's."""
+        g = self.gpus[self.launch.local_rank if index is None else index]
         tf.config.set_visible_devices(g, "GPU")
         tf.config.experimental.set_memory_growth(g, True)
         self.gpu = True
@@ -53,13 +57,17 @@ class Framework(HorovodRanks):
             ]
         )
         x, y = tf.random.normal([8, 32, 32, 3]), tf.random.uniform([8], 0, 10, tf.int32)
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(
-                tf.keras.losses.sparse_categorical_crossentropy(y, net(x, training=True), from_logits=True)
-            )
-        grads = tape.gradient(loss, net.trainable_variables)
-        float(tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32)) for g in grads]))  # waits for the device
-        return time.perf_counter() - start, float(loss)
+        net.build(x.shape)
+        # The trainer's optimizer and step (float16: in its LossScaleOptimizer, as on a GPU), one process:
+        # Horovod starts later in preflight (the all-reduce check).
+        opt = optimizer(0.1, 0.9, 5e-5, policy == "mixed_float16")
+        step = make_step(net, opt, tf.identity, 1)
+        loss = float(step(x, y))  # waits for the device
+        # What the trainer gives Horovod's broadcast after its first step: TensorFlow's own variables.
+        shared = keras_compat.tf_variables(net.variables) + keras_compat.optimizer_variables(opt)
+        if not all(isinstance(v, tf.Variable) for v in shared):
+            raise TypeError("the trainer's variables for Horovod's broadcast are not all tf.Variables")
+        return time.perf_counter() - start, loss
 
     def allreduce(self, elements, value):
         t = tf.fill([elements], tf.constant(value, tf.float32))

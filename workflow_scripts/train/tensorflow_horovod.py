@@ -3,6 +3,7 @@ tf.data; decode threads = physical cores - 4 per GPU, as the study, counted per 
 it may run on (common.cpus; on a CPU host: all of its share's cores).
 
 FP16 is Keras mixed precision: mixed_float16 with loss scaling on a GPU, mixed_bfloat16 on a CPU.
+Keras 2 or 3, whichever tf.keras is (keras_compat: Keras 2 from tf_keras where it is installed).
 
 The long test (--mode accuracy) scores the validation-* shards with tf.data: each rank reads only
 the records of its share (the shards' DALI index files give their record counts), decodes, resizes
@@ -13,10 +14,9 @@ import functools
 import glob
 import os
 
-import tensorflow as tf
-
 from ..common.errors import StageError, run_main
-from . import harness, long_test, loop
+from . import harness, keras_compat, long_test, loop
+from .keras_compat import tf  # TensorFlow, imported once TF_USE_LEGACY_KERAS is settled (keras_compat)
 
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
@@ -141,9 +141,65 @@ def build():
     )
 
 
+def resnet50(image_size, classes):
+    """The trainer's ResNet-50 (in the global mixed-precision policy), its residual blocks starting
+    as identity (loop.Adapter.build_model)."""
+    model = tf.keras.applications.ResNet50(
+        weights=None, classes=classes, classifier_activation=None, input_shape=(image_size, image_size, 3)
+    )
+    for layer in model.layers:
+        if layer.name.endswith("_3_bn"):  # zero-init residual (loop.Adapter.build_model)
+            layer.gamma.assign(tf.zeros_like(layer.gamma))
+        # Keras' BatchNormalization keeps 0.99 of its moving statistics per step (Gluon and torch:
+        # 0.9): after the few hundred steps of a short long test they would still be mostly their
+        # initial values, and the evaluation would score a network other than the one trained.
+        if isinstance(layer, tf.keras.layers.BatchNormalization):
+            layer.momentum = 0.9
+    return model
+
+
+def optimizer(lr, momentum, weight_decay, loss_scaling):
+    """SGD with momentum and weight decay, in a LossScaleOptimizer where loss_scaling (fp16 on a
+    GPU: float16; a CPU's bfloat16 needs none)."""
+    return keras_compat.sgd(lr, momentum, weight_decay, loss_scaling)
+
+
+def make_step(model, opt, allreduce, size):
+    """The training step, a tf.function (x, y) -> the loss averaged over the ranks. allreduce(t): the
+    mean of a tensor over the `size` ranks (the trainer's: Horovod's; one process: tf.identity).
+    Builds the optimizer's variables now."""
+    ce = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    # The slots exist before the step is traced: a tf.function that creates variables on its first
+    # call is traced twice, and ResNet-50's step with Horovod's all-reduces takes seconds to trace.
+    # No AutoGraph either (here and in the long test's functions): nothing in them branches or loops
+    # on a tensor's value. The gradients are all-reduced one by one, as hvd.DistributedGradientTape
+    # does, so each starts when its gradient is ready; but the run's size is fixed, so whether to
+    # all-reduce is decided here, not by the tape's tf.cond per gradient, which traces both branches
+    # of every one of them. With loss scaling the scaled gradients are all-reduced: every rank then
+    # unscales the same sums and skips the same non-finite steps.
+    opt.build(model.trainable_variables)
+
+    @tf.function(autograph=False)
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = ce(y, tf.cast(model(x, training=True), tf.float32))
+            scaled = keras_compat.scale_loss(opt, loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        if size > 1:
+            grads = [allreduce(g) for g in grads]
+        opt.apply_gradients(zip(keras_compat.unscale_gradients(opt, grads), model.trainable_variables))
+        return allreduce(loss)
+
+    return step
+
+
 class TensorFlow(loop.HorovodAdapter):
     framework, name, description = "tensorflow", "TensorFlow", __doc__.splitlines()[0]
     package = tf
+
+    def versions(self):
+        keras, version = keras_compat.which()
+        return {**super().versions(), "keras": keras, "keras_version": version}
 
     def gpus(self, run):
         # The rank's share of its CPUs (set before TensorFlow initialises its runtime).
@@ -153,8 +209,9 @@ class TensorFlow(loop.HorovodAdapter):
 
     def start(self, run):
         super().start(run)
-        hvd, gpus = self.hvd, self.gpu_list
-        self.gpu = gpus[hvd.local_rank()] if gpus else None
+        gpus = self.gpu_list
+        # the GPU next to the rank's CPUs (common/gpu_choice.py), else its local rank's
+        self.gpu = gpus[run.choose_gpu(len(gpus))] if gpus else None
         if self.gpu:
             tf.config.set_visible_devices(self.gpu, "GPU")
             tf.config.experimental.set_memory_growth(self.gpu, True)
@@ -180,45 +237,9 @@ class TensorFlow(loop.HorovodAdapter):
 
     def build_model(self, run, classes):
         args, hvd = run.args, self.hvd
-        model = tf.keras.applications.ResNet50(
-            weights=None, classes=classes, classifier_activation=None, input_shape=(args.image_size, args.image_size, 3)
-        )
-        for layer in model.layers:
-            if layer.name.endswith("_3_bn"):  # zero-init residual (loop.Adapter.build_model)
-                layer.gamma.assign(tf.zeros_like(layer.gamma))
-            # Keras' BatchNormalization keeps 0.99 of its moving statistics per step (Gluon and torch:
-            # 0.9): after the few hundred steps of a short long test they would still be mostly their
-            # initial values, and the evaluation would score a network other than the one trained.
-            if isinstance(layer, tf.keras.layers.BatchNormalization):
-                layer.momentum = 0.9
-        opt = tf.keras.optimizers.SGD(run.lr, momentum=args.momentum, weight_decay=args.weight_decay)
-        if args.precision == "fp16" and self.gpu:
-            opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
-        ce = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        # The slots exist before the step is traced: a tf.function that creates variables on its first
-        # call is traced twice, and ResNet-50's step with Horovod's all-reduces takes seconds to trace.
-        # No AutoGraph either (here and in the long test's functions): nothing in them branches or loops
-        # on a tensor's value. The gradients are all-reduced one by one, as hvd.DistributedGradientTape
-        # does, so each starts when its gradient is ready; but the run's size is fixed, so whether to
-        # all-reduce is decided here, not by the tape's tf.cond per gradient, which traces both branches
-        # of every one of them.
-        opt.build(model.trainable_variables)
-        self.model, self.opt = model, opt
-
-        @tf.function(autograph=False)
-        def step(x, y):
-            with tf.GradientTape() as tape:
-                loss = ce(y, tf.cast(model(x, training=True), tf.float32))
-                scaled = opt.get_scaled_loss(loss) if hasattr(opt, "get_scaled_loss") else loss
-            grads = tape.gradient(scaled, model.trainable_variables)
-            if hvd.size() > 1:
-                grads = [hvd.allreduce(g, op=hvd.Average) for g in grads]
-            if hasattr(opt, "get_unscaled_gradients"):
-                grads = opt.get_unscaled_gradients(grads)
-            opt.apply_gradients(zip(grads, model.trainable_variables))
-            return hvd.allreduce(loss)
-
-        self.step = step
+        self.model = resnet50(args.image_size, classes)
+        self.opt = optimizer(run.lr, args.momentum, args.weight_decay, args.precision == "fp16" and bool(self.gpu))
+        self.step = make_step(self.model, self.opt, lambda t: hvd.allreduce(t, op=hvd.Average), hvd.size())
 
     def next_batch(self):
         return next(self.batches)
@@ -226,8 +247,8 @@ class TensorFlow(loop.HorovodAdapter):
     def launch(self, batch, step):
         loss = self.step(*batch)
         if step == 0:  # everyone continues from rank 0's weights and optimizer state (eagerly: one trace)
-            self.hvd.broadcast_variables(self.model.variables, root_rank=0)
-            self.hvd.broadcast_variables(self.opt.variables(), root_rank=0)
+            self.hvd.broadcast_variables(keras_compat.tf_variables(self.model.variables), root_rank=0)
+            self.hvd.broadcast_variables(keras_compat.optimizer_variables(self.opt), root_rank=0)
         return lambda: (float(loss), None)
 
     def digest(self):
@@ -237,16 +258,27 @@ class TensorFlow(loop.HorovodAdapter):
         return long_test_parts(run, self.model, self.opt, self.hvd, self.label_offset, self.threads, classes)
 
     def save(self, out):
-        self.model.save_weights(os.path.join(out, "weights.h5"))
+        self.model.save_weights(keras_compat.weights_file(out))
+
+    def save_state(self, directory):
+        tf.train.Checkpoint(model=self.model, optimizer=self.opt).write(os.path.join(directory, "state"))
+
+    def load_state(self, directory):
+        # Every variable the run built must take a saved value (the optimizer's slots exist: built
+        # in build_model), or the run would go on from a half-restored state.
+        saved = tf.train.Checkpoint(model=self.model, optimizer=self.opt).read(os.path.join(directory, "state"))
+        saved.assert_existing_objects_matched()
 
     def summary(self, run):
         # Horovod all-reduces each gradient in its variable's dtype (mixed precision keeps float32 variables).
         variables = self.model.trainable_variables
-        wire = variables[0].dtype
+        wire = keras_compat.dtype(variables[0])
         return {
             "device": self.gpu.name if self.gpu else "cpu",
             "device_type": "gpu" if self.gpu else "cpu",
-            "gradients": harness.gradients(sum(int(v.shape.num_elements()) for v in variables), wire.size, wire.name),
+            "gradients": harness.gradients(
+                sum(tf.TensorShape(v.shape).num_elements() for v in variables), wire.size, wire.name
+            ),
             "decode_threads": self.threads if self.decoding else None,
             "policy": tf.keras.mixed_precision.global_policy().name,
         }
@@ -259,7 +291,7 @@ def long_test_parts(run, model, opt, hvd, label_offset, threads, classes):
     """--mode accuracy: long_test.LongTest's learning rate, evaluation and count all-reduce in TensorFlow."""
     size, k = run.args.image_size, min(5, classes)
     val = val_dataset(run, label_offset, threads)
-    moving = model.non_trainable_variables  # BatchNorm's moving means and variances
+    moving = keras_compat.tf_variables(model.non_trainable_variables)  # BatchNorm's moving means and variances
 
     @tf.function(input_signature=[tf.TensorSpec([None, size, size, 3], tf.float32)], autograph=False)
     def top_k(x):
