@@ -23,6 +23,7 @@ localrules:
     preflight_gate,
     preflight_data_gate,
     preflight_table,
+    preflight_data_table,
     int8_split,
     int8_accuracy,
     int8_throughput,
@@ -41,6 +42,8 @@ rule all:
     input:
         rules.data.input,
         rules.preflight.input,
+        # the data checks' table: `all` converts the data (`preflight` alone, only once converted)
+        rules.preflight_data_table.output if PREFLIGHT_DATA_RESULTS else [],
         rules.training.input,
         rules.int8.input,
         rules.results_tables.input,

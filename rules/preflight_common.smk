@@ -45,7 +45,8 @@ def reads_data(system, framework):
 # (hours on ILSVRC2012): `snakemake preflight` checks the data of the formats already converted.
 PAIRS_READING = [(s, f) for s in TRAIN["systems"] for f in TRAIN["frameworks"] if reads_data(s, f)]
 CONVERTED_NOW = [(s, f) for s, f in PAIRS_READING if Path(DATA, FORMAT_OF[f], "manifest.json").exists()]
-PREFLIGHT_DATA_RESULTS_NOW = [preflight_data_result(s, f) for s, f in CONVERTED_NOW]
+PREFLIGHT_DATA_RESULTS = [preflight_data_result(s, f) for s, f in PAIRS_READING]
+ALL_CONVERTED_NOW = len(CONVERTED_NOW) == len(PAIRS_READING)
 PREFLIGHT_DATA_OKS_NOW = [preflight_data_ok(s, f) for s, f in CONVERTED_NOW]
 
 

@@ -21,8 +21,13 @@ NO_DATA = dict(training__inputs=["synthetic"], training__accuracy__gpus=[])
 
 
 def rows(work):
-    with open(work / "results" / "preflight.csv") as f:
-        return list(csv.DictReader(f))
+    """The rows of preflight's tables: the environment checks' and, once checked, the data's."""
+    out = []
+    for table in ("preflight.csv", "preflight_data.csv"):
+        if (work / "results" / table).exists():
+            with open(work / "results" / table) as f:
+                out += list(csv.DictReader(f))
+    return out
 
 
 def failure_lines(proc):

@@ -110,7 +110,8 @@ def resolve(args, device, nodes=1):
             cuda,
             "synthetic" if synthetic else source,
             graph,
-            torch.cuda.get_device_capability(device) if cuda else None,
+            # (settings are also resolved for a GPU on a machine without one: the tests, a dry look)
+            torch.cuda.get_device_capability(device) if cuda and torch.cuda.is_available() else None,
         ),
         # Synthetic data takes no input path: none of the input's settings applied.
         input="synthetic" if synthetic else source,
