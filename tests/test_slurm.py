@@ -1,4 +1,4 @@
-"""The pipeline on a real two-node SLURM cluster (tests/slurm_cluster.py): `snakemake --profile
+"""The pipeline on a real two-node SLURM cluster (benchmarks/slurm_cluster.py): `snakemake --profile
 slurm all` on the embedded dataset (small images and batches), every training run and the
 interconnect measurement spanning both nodes with one task each, checked from their own outputs;
 placement errors at parse time; SLURM's reason for a job that waits; a cancelled (pre-empted) run
@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import slurm_cluster
 import yaml
 from conftest import REPO, SNAKEMAKE, interpreter, write_config
 from test_shell_safety import MARK, markers
+
+from benchmarks import slurm_cluster
 
 FRAMEWORKS = ("tensorflow", "mxnet", "pytorch")
 SYSTEM = {

@@ -1,4 +1,4 @@
-"""Thread counts under SLURM task binding: on the local cluster (tests/slurm_cluster.py) with
+"""Thread counts under SLURM task binding: on the local cluster (benchmarks/slurm_cluster.py) with
 TaskPlugin=task/affinity, a 2-task PyTorch run (synthetic data, a few steps) started as the
 pipeline starts it (workflow_scripts.train.launch -> srun --cpus-per-task=1) gets one CPU per
 task, and each rank records that CPU and counts its threads on it, not on the node's 2."""
@@ -7,8 +7,9 @@ import json
 import subprocess
 
 import pytest
-import slurm_cluster
 from conftest import REPO, interpreter
+
+from benchmarks import slurm_cluster
 
 
 @pytest.fixture(scope="module")

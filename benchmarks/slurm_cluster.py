@@ -1,5 +1,11 @@
-"""A throw-away two-node SLURM cluster on this machine, for the tests: slurmctld and two slurmd
-(n1, n2) from Debian's packages, munge for authentication, no accounting database.
+"""A throw-away SLURM cluster on this machine, for the tests and the GPU benchmark
+(benchmarks/slurm_gpu.py): slurmctld and one slurmd per node (n1, n2 by default) from Debian's
+packages, munge for authentication, no accounting database.
+
+Debian's packages are either installed (the tests: apt-get) or, on a machine without a package
+registry, unpacked from carried .debs under a folder of their own (`unpack`, `prefix=`), with only
+the libraries the machine lacks on LD_LIBRARY_PATH. A node may hold GPUs (`gres=`): gres.conf lists
+its device files, so SLURM sets each task's CUDA_VISIBLE_DEVICES from what the job asked for.
 
 Each slurmd runs in a network namespace of its own (its "host", on a bridge with slurmctld), with
 its own hostname and its own /etc/hosts (a bind mount in a private mount namespace), so the jobs
@@ -49,6 +55,38 @@ def _sh(*cmd, check=True, timeout=120, **kw):
     return proc
 
 
+def unpack(debs, prefix):
+    """Debian's .debs in `debs` unpacked under `prefix` (never into /); -> the environment that runs
+    them: PATH, SLURM's and munge's libraries, and only those of their libraries this machine lacks."""
+    prefix, extra = Path(prefix), Path(prefix) / "extra"
+    shutil.rmtree(prefix, ignore_errors=True)
+    extra.mkdir(parents=True)
+    for deb in sorted(Path(debs).glob("*.deb")):
+        _sh("dpkg", "-x", str(deb), str(prefix))
+    sbin = prefix / "usr" / "sbin"
+    # Debian names the daemons *-wlm (update-alternatives makes the plain names at install).
+    for name in ("slurmd", "slurmctld", "slurmstepd"):
+        if (sbin / f"{name}-wlm").exists():
+            (sbin / name).unlink(missing_ok=True)
+            (sbin / name).symlink_to(f"{name}-wlm")
+    binaries = [*sbin.iterdir(), *(prefix / "usr" / "bin").iterdir(), *prefix.glob("usr/lib/*/slurm-wlm/*.so")]
+    binaries += [p for d in ("bin", "sbin") if (prefix / d).is_dir() for p in (prefix / d).iterdir()]
+    missing = set()
+    for b in binaries:
+        out = subprocess.run(["ldd", str(b)], capture_output=True, text=True).stdout
+        missing |= {line.split()[0] for line in out.splitlines() if "not found" in line}
+    for lib in sorted(missing):
+        found = next(prefix.rglob(lib), None)
+        if found is None:
+            raise RuntimeError(f"{lib}, which SLURM or munge needs, is in none of the .debs in {debs}")
+        (extra / lib).symlink_to(found)
+    return {
+        # the machine's own tools first: the .debs fill in only what it lacks (iproute2's `ip`, say)
+        "PATH": f"{os.environ.get('PATH', '')}:{prefix}/usr/bin:{sbin}:{prefix}/bin:{prefix}/sbin",
+        "LD_LIBRARY_PATH": str(extra),
+    }
+
+
 def install_packages():
     have = subprocess.run(["dpkg-query", "-W", "-f=${Status}\n", *PACKAGES], capture_output=True, text=True)
     if have.returncode == 0 and have.stdout.count("install ok installed") == len(PACKAGES):
@@ -84,10 +122,14 @@ def _stop_pid(pid, timeout=15):
 
 
 class Cluster:
-    def __init__(self, nodes=("n1", "n2"), cpus=2, memory_mb=12000, task_plugin="task/none"):
+    def __init__(self, nodes=("n1", "n2"), cpus=2, memory_mb=12000, task_plugin="task/none", prefix=None, gres=None):
         """task_plugin: task/none binds nothing (every task sees the node's CPUs); task/affinity binds
-        each task to its --cpus-per-task CPUs, as a production cluster does."""
+        each task to its --cpus-per-task CPUs, as a production cluster does. prefix: where `unpack`
+        put Debian's packages (None: installed with apt-get). gres: {node: (GPU type, [device
+        files])}, e.g. {"n1": ("h100", ["/dev/nvidia0"])}."""
         self.nodes, self.cpus, self.memory_mb, self.task_plugin = nodes, cpus, memory_mb, task_plugin
+        self.prefix, self.gres = prefix, gres or {}
+        self.sbin = f"{prefix}/usr/sbin" if prefix else "/usr/sbin"
         self.base = Path(tempfile.mkdtemp(prefix="dlscale-slurm-", dir="/var/tmp"))
         self.base.chmod(0o755)  # munged runs as user munge and must reach its directory
         self.ctl_host = socket.gethostname().split(".")[0]
@@ -135,23 +177,38 @@ class Cluster:
             f"SlurmctldLogFile={b}/log/slurmctld.log",
             f"SlurmdLogFile={b}/log/slurmd-%n.log",
         ]
+        if self.prefix:
+            lines.append(f"PluginDir={next(Path(self.prefix).glob('usr/lib/*/slurm-wlm'))}")
+        if self.gres:
+            lines.append("GresTypes=gpu")
         for i, n in enumerate(self.nodes):
+            gres = f" Gres=gpu:{self.gres[n][0]}:{len(self.gres[n][1])}" if n in self.gres else ""
             lines.append(
-                f"NodeName={n} NodeAddr={self.addr(i)} CPUs={self.cpus} RealMemory={self.memory_mb} State=UNKNOWN"
+                f"NodeName={n} NodeAddr={self.addr(i)} CPUs={self.cpus} RealMemory={self.memory_mb}{gres} State=UNKNOWN"
             )
         lines.append(f"PartitionName={PARTITION} Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP")
         return "\n".join(lines) + "\n"
 
+    def gres_conf(self):
+        return "".join(
+            f"NodeName={n} Name=gpu Type={t} File={f}\n" for n, (t, files) in self.gres.items() for f in files
+        )
+
     # ------------------------------------------------------------------ start
     def start(self):
-        install_packages()
+        if self.prefix:
+            self._unpacked()
+        else:
+            install_packages()
         for d in ("state/ctld", "run", "log", *(f"state/{n}" for n in self.nodes)):
             self.path(d).mkdir(parents=True, exist_ok=True)
         self._network()
         SLURM_CONF.parent.mkdir(parents=True, exist_ok=True)
         SLURM_CONF.write_text(self.slurm_conf())
+        if self.gres:
+            (SLURM_CONF.parent / "gres.conf").write_text(self.gres_conf())
         self._munge()
-        _sh("/usr/sbin/slurmctld", "-i")
+        _sh(f"{self.sbin}/slurmctld", "-i")
         self._remember("slurmctld", self.path("run", "slurmctld.pid"))
         hosts = self.path("hosts")
         hosts.write_text(
@@ -160,7 +217,7 @@ class Cluster:
             + f"{CTL_ADDR} {self.ctl_host}\n"
         )
         for n in self.nodes:
-            inner = f"mount --bind {hosts} /etc/hosts && hostname {n} && exec /usr/sbin/slurmd -N {n}"
+            inner = f"mount --bind {hosts} /etc/hosts && hostname {n} && exec {self.sbin}/slurmd -N {n}"
             _sh(
                 "nsenter",
                 f"--net=/run/netns/dls-{n}",
@@ -176,6 +233,21 @@ class Cluster:
             self._remember(f"slurmd-{n}", self.path("run", f"slurmd-{n}.pid"))
         self.wait_idle()
         return self
+
+    def _unpacked(self):
+        """What Debian's installed packages would have set up: the munge user, the compiled-in
+        /usr/sbin/slurmstepd that slurmd runs, and (slurmd starts its cgroup/v2 plugin whatever the
+        task plugin) a cgroup.conf for a machine without systemd."""
+        if subprocess.run(["id", "munge"], capture_output=True).returncode:
+            _sh("useradd", "-r", "-s", "/usr/sbin/nologin", "munge")
+        stepd = Path("/usr/sbin/slurmstepd")
+        if not stepd.exists() or MARK in stepd.read_text(errors="replace"):
+            lib = os.environ.get("LD_LIBRARY_PATH", "")
+            stepd.write_text(f'#!/bin/sh\n{MARK}\nLD_LIBRARY_PATH={lib} exec {self.sbin}/slurmstepd-wlm "$@"\n')
+            stepd.chmod(0o755)
+        SLURM_CONF.parent.mkdir(parents=True, exist_ok=True)
+        (SLURM_CONF.parent / "cgroup.conf").write_text(f"{MARK}\nIgnoreSystemd=yes\nCgroupAutomount=yes\n")
+        Path("/sys/fs/cgroup/system.slice").mkdir(exist_ok=True)
 
     def _remember(self, name, pidfile, timeout=20):
         deadline = time.time() + timeout
@@ -214,7 +286,7 @@ class Cluster:
             "-u",
             "munge",
             "--",
-            "/usr/sbin/munged",
+            f"{self.sbin}/munged",
             f"--socket={d}/munge.socket",
             f"--key-file={key}",
             f"--pid-file={d}/munged.pid",
@@ -259,6 +331,8 @@ class Cluster:
         self._unplug()
         if SLURM_CONF.exists() and MARK in SLURM_CONF.read_text():
             SLURM_CONF.unlink()
+            for f in ("gres.conf", "cgroup.conf"):
+                (SLURM_CONF.parent / f).unlink(missing_ok=True)
         shutil.rmtree(self.base, ignore_errors=True)
 
     def _unplug(self):
