@@ -178,7 +178,7 @@ def test_facts_are_deterministic(quirky_converted, tmp_path, fmt):
     )
 
 
-def _train(data, out):
+def _train(data, out, batch=2):
     return subprocess.run(
         [
             interpreter("pytorch"),
@@ -187,7 +187,7 @@ def _train(data, out):
             "--data",
             str(data),
             "--batch-per-gpu",
-            "2",
+            str(batch),
             "--image-size",
             "32",
             "--warmup-steps",
@@ -223,4 +223,17 @@ def test_pytorch_training_on_a_truncated_lmdb_fails_naming_the_file(small_lmdb, 
     # What the sweep records as the failed run's reason is that line, and it is recorded at once, as
     # permanent: another attempt would meet the same file until it is rebuilt.
     assert last in failure.reason(proc.stdout + proc.stderr)
+    assert failure.permanent(proc.stdout + proc.stderr) == last
+
+
+def test_a_dataset_smaller_than_one_global_batch_is_permanent(small_lmdb, tmp_path):
+    """Seen on the GPU machine (docs/benchmarks.md, `snakemake --profile slurm` on GPUs): a long
+    test of 2 x 512 images on 480 was submitted twice. No attempt can pass: it is recorded at once,
+    with the key to change."""
+    images = json.loads((small_lmdb / "manifest.json").read_text())["splits"]["train"]["images"]
+    proc = _train(small_lmdb, tmp_path / "big", batch=images + 1)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert f"holds {images} training images, fewer than one global batch ({images + 1} x 1 ranks)" in last, last
+    assert "Fix: lower training.batch_per_gpu" in last
     assert failure.permanent(proc.stdout + proc.stderr) == last

@@ -17,6 +17,15 @@ class PermanentError(StageError):
         return f"{PERMANENT_TAG} {super().__str__()}"
 
 
+def global_batch_problem(data, images, batch_per_gpu, ranks):
+    """A dataset smaller than one global batch: every attempt fails the same way."""
+    return (
+        f"{data} holds {images} training images, fewer than one global batch ({batch_per_gpu} x {ranks} "
+        f"ranks). Fix: lower training.batch_per_gpu (x training.fp16_batch_factor for fp16) or the GPUs, or use a "
+        f"larger dataset"
+    )
+
+
 def run_main(main):
     """Call a stage's main(); report a StageError as a one-line message, not a traceback."""
     import sys

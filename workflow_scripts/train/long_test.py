@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common.errors import StageError
+from ..common.errors import PermanentError, StageError, global_batch_problem
 from . import checkpoint
 from .harness import read_manifest
 
@@ -100,10 +100,7 @@ class LongTest:
         self.run, self.epochs = run, int(a.epochs)
         self.steps_per_epoch = train_images // run.global_batch
         if not self.steps_per_epoch:
-            raise StageError(
-                f"{a.data}: {train_images} train images are fewer than one global batch "
-                f"({a.batch_per_gpu} x {run.launch.world_size})"
-            )
+            raise PermanentError(global_batch_problem(a.data, train_images, a.batch_per_gpu, run.launch.world_size))
         self.schedule = Schedule(run.lr, self.steps_per_epoch, a.warmup_epochs, a.milestones, a.decay)
         self.records, self.jobs, self.saved = [], [], None
 

@@ -20,7 +20,7 @@ import torch
 from torchvision.transforms import v2 as T
 
 from ..common import cpus
-from ..common.errors import StageError
+from ..common.errors import PermanentError, StageError, global_batch_problem
 from ..data.lmdb_dataset import LMDBImageNet
 from . import gpu_input, long_test
 from .augment import MEAN, RATIO, SCALE, STD
@@ -100,10 +100,7 @@ def build_input(args, s, launch, classes, per_rank=None):
     train = os.path.join(args.data, "train")
     lmdb = LMDBImageNet(train, transform=cpu_transform(args.image_size) if s.input == "cpu" else None)
     if len(lmdb) < args.batch_per_gpu * launch.world_size:
-        raise StageError(
-            f"{train} holds {len(lmdb)} images, fewer than one global batch "
-            f"({args.batch_per_gpu} x {launch.world_size})"
-        )
+        raise PermanentError(global_batch_problem(train, len(lmdb), args.batch_per_gpu, launch.world_size))
     workers = loader_workers(args, s, per_rank or cpus.of(launch).per_rank)
     seed = input_seed(args.seed, launch.rank)
     if s.input == "dali":
