@@ -47,6 +47,7 @@ PROFILE_CHANGES = {  # a cluster without slurmdbd (sacct fails) and short jobs: 
     "slurm-init-seconds-before-status-checks": 5,
 }
 CANCEL = ["rule_train_wildcards_slurm1_", "_fp16_1"]  # the SLURM comment (rule, wildcards) of the point to scancel
+BATCH = 256  # training.batch_per_gpu.pytorch; fp16 runs take it x training.fp16_batch_factor
 FAULT_STEPS = 1500  # past the 1-minute limit at 1 and 2 GPUs (the job stops itself 15 s before it)
 
 
@@ -84,7 +85,7 @@ def overlay(name, n_gpus, gpu_type, cpus, real, steps, slurm=True, nodes=1, **tr
             "inputs": ["synthetic"] if real == "none" else ["synthetic", real],
             "precisions": ["fp16"],
             "image_size": 224,
-            "batch_per_gpu": {"pytorch": 256},
+            "batch_per_gpu": {"pytorch": BATCH},
             "warmup_steps": 10,
             "steps": steps,
             "repeats": 1,
@@ -92,7 +93,7 @@ def overlay(name, n_gpus, gpu_type, cpus, real, steps, slurm=True, nodes=1, **tr
             **training,
         },
         "inference": {"system": name if slurm else ""},
-        # the embedded default's 480 training images are less than one global batch of 2 x 256
+        # the embedded default's 480 training images are fewer than one fp16 global batch (2 x 512)
         "dataset": {"embedded": {"train_per_class": 160}},
     }
 
@@ -242,14 +243,18 @@ def run_part(name, part, work, budget_end, debs, n_gpus, gpu_type):
 
 
 def reference(out, n_gpus, steps, budget_end):
-    """The plain reference at 1 and N GPUs, and the raw all-reduce, each through torchrun."""
-    record = {}
+    """The plain reference at 1 and N GPUs, and the raw all-reduce, each through torchrun, at the
+    images per GPU of the pipeline's fp16 runs (batch_per_gpu x training.fp16_batch_factor)."""
+    config = yaml.safe_load((REPO / "config.yaml").read_text())["training"]
+    batch = BATCH * config["fp16_batch_factor"]
+    record = {"batch_per_gpu": batch}
     for g in sorted({1, n_gpus}):
         if budget_end - time.time() < 90:
             record[f"{g}gpu"] = "skipped (budget)"
             continue
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={g}"]
-        cmd += ["-m", "benchmarks.reference_ddp", "--steps", str(steps), "--out", str(out / f"reference_{g}gpu.json")]
+        cmd += ["-m", "benchmarks.reference_ddp", "--steps", str(steps), "--batch", str(batch)]
+        cmd += ["--out", str(out / f"reference_{g}gpu.json")]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=max(60, budget_end - time.time()))
         print(f"[reference] {g} GPU(s): exit {proc.returncode}", flush=True)
         if proc.returncode:
