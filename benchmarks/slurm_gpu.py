@@ -48,7 +48,7 @@ PROFILE_CHANGES = {  # a cluster without slurmdbd (sacct fails) and short jobs: 
 }
 CANCEL = ["rule_train_wildcards_slurm1_", "_fp16_1"]  # the SLURM comment (rule, wildcards) of the point to scancel
 BATCH = 256  # training.batch_per_gpu.pytorch; fp16 runs take it x training.fp16_batch_factor
-FAULT_STEPS = 1500  # past the 1-minute limit at 1 and 2 GPUs (the job stops itself 15 s before it)
+FAULT_STEPS = 700  # past the 1-minute limit (the job stops itself at 45 s) at 1 and 2 GPUs on an H100/H200
 
 
 def gpus():

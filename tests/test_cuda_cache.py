@@ -11,34 +11,31 @@ import sys
 import pytest
 from conftest import REPO, snakemake, write_config
 
+TRAINER = "workflow_scripts.train.pytorch_ddp"
+
 WRITE_ENV = (
     "import json, os; open('env.' + os.environ['RANK'] + '.json', 'w').write(json.dumps("
     "{k: os.environ.get(k) for k in ('RANK', 'CUDA_CACHE_PATH', 'CUDA_CACHE_MAXSIZE')}))"
 )
 
 
-def launch_ranks(tmp_path, *flags, **env):
-    """The real launcher, two local ranks of a tiny program that writes down what it was given."""
+def run_launcher(tmp_path, flags, program, env=None):
+    """The real launcher with `flags`, two local ranks of `program` (argv), in tmp_path."""
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "workflow_scripts.train.launch",
-            "--nproc-per-node=2",
-            "--launcher=local",
-            *flags,
-            "--",
-            sys.executable,
-            "-c",
-            WRITE_ENV,
-        ],
+        [sys.executable, "-m", "workflow_scripts.train.launch", "--nproc-per-node=2", "--launcher=local", *flags]
+        + ["--", *program],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def launch_ranks(tmp_path, *flags, **env):
+    """Two local ranks of a tiny program that writes down what it was given."""
+    run_launcher(tmp_path, flags, [sys.executable, "-c", WRITE_ENV], env)
     ranks = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("env.*.json"))]
     assert [r["RANK"] for r in ranks] == ["0", "1"]
     return ranks
@@ -181,36 +178,13 @@ def test_the_cache_directory_is_bound_into_a_container(tmp_path):
     )
     runtime.chmod(0o755)
     cache = tmp_path / "scratch" / "cuda-jit"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "workflow_scripts.train.launch",
-            "--nproc-per-node=2",
-            "--launcher=local",
-            f"--cuda-cache-dir={cache}",
-            "--",
-            str(runtime),
-            "exec",
-            "--nv",
-            f"--bind={REPO}",
-            "image.sif",
-            "python3",
-            "-m",
-            "workflow_scripts.train.pytorch_ddp",
-        ],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
+    program = [str(runtime), "exec", "--nv", f"--bind={REPO}", "image.sif", "python3", "-m", TRAINER]
+    run_launcher(tmp_path, [f"--cuda-cache-dir={cache}"], program)
     for rank in (0, 1):
         argv = json.loads((tmp_path / f"argv.{rank}.json").read_text())
         binds = [w.removeprefix("--bind=") for w in argv if w.startswith("--bind=")]
         assert argv[0] == "exec" and any(b.startswith(str(cache)) for b in binds), argv
-        assert argv[argv.index("image.sif") + 1 :] == ["python3", "-m", "workflow_scripts.train.pytorch_ddp"]
+        assert argv[argv.index("image.sif") + 1 :] == ["python3", "-m", TRAINER]
 
 
 def test_preflight_passes_the_cache_directory_to_its_ranks(tmp_path):
