@@ -15,11 +15,13 @@ from workflow_scripts.common import interpreter, slurm  # noqa: E402
 from workflow_scripts.common import schema as config_schema  # noqa: E402
 from workflow_scripts.data import layout as dataset_layout  # noqa: E402
 from workflow_scripts.train import long_test_fit  # noqa: E402
+from workflow_scripts.plan.sweep import FORMAT_OF, TRAINER_OF, ConfigProblem, Sweep  # noqa: E402
+from workflow_scripts.plan.slurm_job import JobShape  # noqa: E402
 
 validate(config, workflow.source_path("../schemas/config.schema.yaml"))
 
 
-def _check_path(key, value, file_pattern=False):
+def check_path(key, value, file_pattern=False):
     """A path from config reaches jobs as one quoted argument; what that cannot carry, or what
     Snakemake would read as something else, is refused now, naming the key."""
     why = None
@@ -48,12 +50,12 @@ def _check_writable(key, value):
 
 
 for _key in ("data_dir", "log_dir", "results_dir"):
-    _check_path(_key, config[_key], file_pattern=True)
+    check_path(_key, config[_key], file_pattern=True)
     _check_writable(_key, config[_key])
 for _key in ("root", "val_labels"):
-    _check_path(f"dataset.{_key}", config["dataset"][_key])
+    check_path(f"dataset.{_key}", config["dataset"][_key])
 if config["training"]["cuda_cache_dir"]:
-    _check_path("training.cuda_cache_dir", config["training"]["cuda_cache_dir"])
+    check_path("training.cuda_cache_dir", config["training"]["cuda_cache_dir"])
     _check_writable("training.cuda_cache_dir", config["training"]["cuda_cache_dir"])
 for _system in config["training"]["systems"]:
     if _system not in config["systems"]:
@@ -96,7 +98,7 @@ def _interpreter(key, value, setup="bash envs/setup.sh"):
     for part in (
         [value] if isinstance(value, str) else [value["container"], value.get("python", ""), *value.get("bind", [])]
     ):
-        _check_path(key, part)
+        check_path(key, part)
     problem = interpreter.problem(value)
     if problem:
         raise WorkflowError(
@@ -157,22 +159,18 @@ def encoding_args():
 
 RESULTS = config["results_dir"]
 TRAIN = config["training"]
-FORMAT_OF = {"tensorflow": "tfrecord", "mxnet": "recordio", "pytorch": "lmdb"}
-TRAINER_OF = {"tensorflow": "tensorflow_horovod", "mxnet": "mxnet_horovod", "pytorch": "pytorch_ddp"}
 
 
-def placement(system, gpus, key="training.gpus"):
-    """(nodes, processes per node) for `gpus` on `system`; an impossible point is a parse-time
-    error, not a job that waits in the queue forever."""
-    sysc = config["systems"][system]
-    per_node = sysc["gpus_per_node"]
-    nodes = -(-gpus // per_node)
-    if nodes > sysc["max_nodes"] or gpus % nodes:
-        raise WorkflowError(
-            f"config {key} = {gpus} cannot be placed on system {system!r}: {per_node} GPUs per "
-            f"node, at most {sysc['max_nodes']} node(s), and the GPUs must split evenly over the nodes"
-        )
-    return nodes, gpus // nodes
+def parse_time(fn, *args, **kwargs):
+    """fn's value; a ConfigProblem becomes the WorkflowError that stops the workflow, naming the key."""
+    try:
+        return fn(*args, **kwargs)
+    except ConfigProblem as problem:
+        raise WorkflowError(str(problem)) from None
+
+
+PLAN = Sweep(config, EMBEDDED)
+placement = PLAN.placement
 
 
 IN_SLURM_JOB = "SLURM_JOB_ID" in os.environ  # the Snakefile is parsed again inside every cluster job
@@ -184,7 +182,7 @@ def _check_partition(system, gpus, key="training.gpus"):
     sysc = config["systems"][system]
     if not sysc["partition"] or IN_SLURM_JOB:
         return
-    nodes, per_node = placement(system, gpus, key)
+    nodes, per_node = parse_time(placement, system, gpus, key)
     gpus_per_node = per_node if sysc["gpu_request"] != "none" else 0
     problem = slurm.placement_problem(
         sysc["partition"], nodes, per_node, sysc["cpus_per_task"], gpus_per_node, sysc["mem_mb"]
@@ -208,37 +206,12 @@ def _check_gpu_type(system):
         )
 
 
-# The input axis (training.inputs): where a run's batches come from. TensorFlow and MXNet have
-# one real-data path each (tf.data, ImageRecordIter: decoding on the CPU); PyTorch has three
-# (cpu: Pillow in DataLoader workers; gpu: nvJPEG in a thread; dali: NVIDIA DALI, the hardware
-# JPEG engine). auto is a framework's best path on the system's device: for PyTorch dali on a
-# GPU (docs/decisions.md#input) and cpu on a CPU. synthetic: random tensors, no I/O.
-INPUT_PATHS = {
-    "tensorflow": ("cpu", "synthetic"),
-    "mxnet": ("cpu", "synthetic"),
-    "pytorch": ("cpu", "gpu", "dali", "synthetic"),
-}
-
-
-def effective_input(system, framework, requested):
-    """The input path `requested` means for this framework on this system, or None where the
-    framework has no such path (the point is left out of the sweep)."""
-    if requested == "auto":
-        gpu = config["systems"][system]["gpu_request"] != "none"
-        return "dali" if framework == "pytorch" and gpu else "cpu"
-    return requested if requested in INPUT_PATHS[framework] else None
-
-
-def run_inputs(system, framework):
-    """The distinct input paths the sweep runs for this framework on this system, in config order."""
-    found = [effective_input(system, framework, i) for i in TRAIN["inputs"]]
-    return list(dict.fromkeys(i for i in found if i))
-
-
-def input_suffix(system, framework, path):
-    """A run of the framework's own default path keeps the plain name, so the sweep of a config
-    without other paths has the same run directories as before the input axis."""
-    return "" if path == effective_input(system, framework, "auto") else f"_{path}"
+effective_input = PLAN.effective_input
+run_inputs = PLAN.run_inputs
+input_suffix = PLAN.input_suffix
+repeats = PLAN.repeats
+run_dir = PLAN.run_dir
+accuracy_run_dir = PLAN.accuracy_run_dir
 
 
 def run_input(w):
@@ -246,64 +219,9 @@ def run_input(w):
     return w.variant[1:] if w.variant else effective_input(w.system, w.framework, "auto")
 
 
-def repeats(system):
-    """training.repeats: auto is 3 on a system that requests GPUs, so every verdict there rests on an
-    interval over runs (docs/results.md#verdict-guards); 1 on a CPU system, whose figures are no
-    verdict's."""
-    value = TRAIN["repeats"]
-    if value != "auto":
-        return value
-    return 3 if config["systems"][system]["gpu_request"] != "none" else 1
-
-
-def repeat_suffix(repeat):
-    """A point's first run keeps the plain name (a config of one repeat has the run directories it
-    always had); the others end in _rep<k>."""
-    return "" if repeat == 1 else f"_rep{repeat}"
-
-
-def run_dir(system, framework, precision, gpus, path=None, repeat=1):
-    path = path or effective_input(system, framework, "auto")
-    suffix = input_suffix(system, framework, path) + repeat_suffix(repeat)
-    return f"{RESULTS}/runs/{system}/{framework}_{precision}_{gpus}gpu{suffix}"
-
-
-def accuracy_run_dir(system, framework, precision, gpus):
-    return f"{RESULTS}/runs/{system}/accuracy/{framework}_{precision}_{gpus}gpu"
-
-
 ACCURACY = TRAIN["accuracy"]
-
-
-def accuracy_gpus():
-    """training.accuracy.gpus: auto is the embedded default's long test (2 processes, its 3 short
-    epochs) and none on a real dataset, where a long test is hours of a cluster: one runs there only
-    where the config asks for it (docs/long-test.md)."""
-    value = ACCURACY["gpus"]
-    if value != "auto":
-        return value
-    return [2] if EMBEDDED else []
-
-
-LONG_TEST_GPUS = accuracy_gpus()
-
-
-def _check_long_test():
-    """A schedule that cannot run as written stops the workflow now, naming the key."""
-    epochs, milestones = ACCURACY["epochs"], ACCURACY["milestones"]
-    if any(b <= a for a, b in zip(milestones, milestones[1:])) or any(m >= epochs for m in milestones):
-        raise WorkflowError(
-            f"config training.accuracy.milestones = {milestones}: epochs at which the learning rate "
-            f"decays, rising, each before the last epoch (training.accuracy.epochs = {epochs})"
-        )
-    if ACCURACY["warmup_epochs"] >= epochs:
-        raise WorkflowError(
-            f"config training.accuracy.warmup_epochs = {ACCURACY['warmup_epochs']}: the warm-up "
-            f"must end before the last epoch (training.accuracy.epochs = {epochs})"
-        )
-
-
-_check_long_test()
+LONG_TEST_GPUS = PLAN.accuracy_gpus()
+parse_time(PLAN.check_long_test)
 # The training systems and the inference stage's (inference.system, else the first of them).
 for _system in dict.fromkeys([*TRAIN["systems"], config["inference"]["system"] or TRAIN["systems"][0]]):
     if _system in config["systems"]:
@@ -315,43 +233,8 @@ for _system in TRAIN["systems"]:
         _check_partition(_system, _gpus, "training.accuracy.gpus")
 
 
-def _points(gpu_counts, key, where, inputs, runs=lambda s: 1):
-    return [
-        {
-            "system": s,
-            "framework": f,
-            "precision": p,
-            "gpus": g,
-            "input": i,
-            "repeat": r,
-            "nodes": placement(s, g, key)[0],
-            "gpu_request": config["systems"][s]["gpu_request"],
-            "run_dir": where(s, f, p, g, i, r),
-        }
-        for s in TRAIN["systems"]
-        for f in TRAIN["frameworks"]
-        for p in TRAIN["precisions"]
-        for g in gpu_counts
-        for i in inputs(s, f)
-        for r in range(1, runs(s) + 1)
-    ]
-
-
-# The sweep (the short test): training.repeats runs per point and input path.
-SWEEP = _points(TRAIN["gpus"], "training.gpus", run_dir, run_inputs, repeats)
-if not SWEEP:
-    raise WorkflowError(
-        f"config training.inputs = {TRAIN['inputs']}: no framework in training.frameworks has any of "
-        f"these input paths ({', '.join(f'{f}: {list(INPUT_PATHS[f])}' for f in TRAIN['frameworks'])})"
-    )
-# Seed 002's long test, beside it: the same systems, frameworks and precisions at its GPU counts,
-# on real data through each framework's default input path.
-LONG_TEST = _points(
-    LONG_TEST_GPUS,
-    "training.accuracy.gpus",
-    lambda s, f, p, g, i, r: accuracy_run_dir(s, f, p, g),
-    lambda s, f: [effective_input(s, f, "auto")],
-)
+SWEEP = parse_time(PLAN.sweep)
+LONG_TEST = parse_time(PLAN.long_test)
 
 
 def _check_long_test_fits():
@@ -490,46 +373,14 @@ def pytorch_args():
     return config_schema.argv(TRAIN["pytorch"], "training.pytorch")
 
 
-def _gpus_of_node(system, per_node):
-    """'4' or 'v100:4': one node's GPU request, or None for a system without GPU requests."""
-    sysc = config["systems"][system]
-    if sysc["gpu_request"] == "none":
-        return None
-    return f"{sysc['gpu_type']}:{per_node}" if sysc["gpu_type"] else str(per_node)
-
-
-def _gpu_flag(system, per_node):
-    """The GPU request of one node as sbatch and srun spell it."""
-    gpus = _gpus_of_node(system, per_node)
-    if gpus is None:
-        return ""
-    return f"--gres=gpu:{gpus}" if config["systems"][system]["gpu_request"] == "gres" else f"--gpus-per-node={gpus}"
-
-
-def comm_args():
-    """What every rank of a training run and of the interconnect stage talks with: config
-    nccl_env as --env NAME=VALUE words, and the network interface where config names one. The
-    defaults add no word, so they rerun nothing."""
-    words = [f"--env={name}={value}" for name, value in sorted(config["nccl_env"].items())]
-    if TRAIN["network_interface"] != "auto":
-        words.append(f"--network-interface={TRAIN['network_interface']}")
-    return words
+SHAPE = JobShape(config, PLAN, SBATCH_EXTRA)
+exclusive_flags = SHAPE.exclusive_flags
+system_resource = SHAPE.resource
 
 
 def geometry_args(w):
-    """Where the processes of one job at a sweep point (system, GPUs) start: the node and task
-    geometry and, inside a SLURM job, the srun flags (the job step's own SLURM_* settings are not
-    inherited), and the ranks' communication settings. A training run and the interconnect
-    measurement at its point share it. One item per argument."""
-    nodes, per_node = placement(w.system, int(w.gpus))
-    sysc = config["systems"][w.system]
-    return [
-        f"--nproc-per-node={per_node}",
-        f"--nodes={nodes}",
-        f"--cpus-per-task={sysc['cpus_per_task']}",
-        f"--srun-args={_gpu_flag(w.system, per_node)}",
-        *comm_args(),
-    ]
+    """plan/slurm_job.py's geometry_args of the job's point (system, GPUs)."""
+    return SHAPE.geometry_args(w.system, int(w.gpus))
 
 
 def horovod_args(w):
@@ -561,38 +412,6 @@ def _check_horovod_controller():
 _check_horovod_controller()
 
 
-def slurm_gres(w):
-    """gpu_request: gres goes through the plugin's own gres resource (it refuses --gres in
-    slurm_extra); tasks_per_gpu = 0 stops it adding --ntasks-per-gpu = all tasks, the
-    multi-GPU trap of snakemake-executor-plugin-slurm issues 316 and 459."""
-    _, per_node = placement(w.system, int(w.gpus))
-    gpus = _gpus_of_node(w.system, per_node)
-    return f"gpu:{gpus}" if gpus and config["systems"][w.system]["gpu_request"] == "gres" else None
-
-
-def slurm_extra(w):
-    """sbatch flags the executor plugin has no resource for: the task geometry, --gpus-per-node
-    (the plugin's own gpu resource would ask for GPUs per job, not per node), extras. The plugin
-    puts this string into a shell line as it is, so every word is quoted here."""
-    _, per_node = placement(w.system, int(w.gpus))
-    sysc = config["systems"][w.system]
-    flags = [f"--ntasks-per-node={per_node}", *exclusive_flags(w.system)]
-    if sysc["gpu_request"] == "gpus-per-node":
-        flags.append(_gpu_flag(w.system, per_node))
-    return shlex.join(flags + SBATCH_EXTRA[w.system])
-
-
-def system_resource(system, key, unset=None):
-    """A job's resource from a system's config; `unset` where the system leaves it to the cluster
-    (the plugin then passes nothing)."""
-    return config["systems"][system][key] or unset
-
-
-def system_value(key, unset=None):
-    """system_resource of a training job's own system (its wildcard)."""
-    return lambda w: system_resource(w.system, key, unset)
-
-
 def alone_threads(fallback):
     """Cores a measuring job (a training or long-test run, the interconnect measurement, a preflight
     check, an INT8 timed run) asks the local scheduler for: all of them, so that it never runs beside
@@ -613,37 +432,18 @@ def point_threads(w):
     return alone_threads(int(w.gpus))
 
 
-def exclusive_flags(system):
-    """sbatch's --exclusive for a measuring job of `system` unless its config turns it off
-    (systems.<name>.exclusive: a site that forbids whole-node jobs)."""
-    return ["--exclusive"] if config["systems"][system]["exclusive"] else []
+def _per_job(resources):
+    """resources(system, gpus) as the rules take them: each one a function of a job's wildcards."""
+    point = SWEEP[0]
+    return {
+        key: (lambda w, key=key: resources(w.system, int(w.gpus))[key])
+        for key in resources(point["system"], point["gpus"])
+    }
 
 
-# What a job of several processes at a sweep point asks SLURM for: a training run, and the
-# interconnect measurement at the same system and GPU count (same nodes, tasks, GPUs, partition),
-# so that the measurement sees the links the run used.
-POINT_RESOURCES = dict(
-    nodes=lambda w: placement(w.system, int(w.gpus))[0],
-    tasks=lambda w: int(w.gpus),
-    # The job step then runs the rule's shell as it is, and the launcher calls srun (one task per
-    # GPU); the plugin accepts mpi only for more than one task.
-    mpi=lambda w: "srun" if int(w.gpus) > 1 else None,
-    cpus_per_task=system_value("cpus_per_task", 1),
-    mem_mb=system_value("mem_mb", 0),
-    runtime=system_value("time_min"),
-    slurm_partition=system_value("partition"),
-    slurm_account=system_value("account"),
-    constraint=system_value("constraint"),
-    qos=system_value("qos"),
-    gres=slurm_gres,
-    tasks_per_gpu=0,
-    slurm_extra=slurm_extra,
-)
-# The long test's jobs: its own time limit (training.accuracy.time_min), else the system's.
-ACCURACY_RESOURCES = {
-    **POINT_RESOURCES,
-    "runtime": lambda w: ACCURACY["time_min"] or system_resource(w.system, "time_min", None),
-}
+# What a job of several processes at a sweep point asks SLURM for (plan/slurm_job.py).
+POINT_RESOURCES = _per_job(SHAPE.point_resources)
+ACCURACY_RESOURCES = _per_job(SHAPE.accuracy_resources)
 
 
 def training_data(w):

@@ -66,11 +66,13 @@ def _check_inference():
                     f"'torchvision' or a weights file"
                 )
             pipeline_run()
-        elif source != "torchvision" and (_check_path(key, source, file_pattern=True) or not Path(source).is_file()):
-            raise WorkflowError(
-                f"config {key} = {source!r}: no such weights file (or use 'torchvision', or 'pipeline' "
-                f"for resnet50)"
-            )
+        elif source != "torchvision":
+            check_path(key, source, file_pattern=True)
+            if not Path(source).is_file():
+                raise WorkflowError(
+                    f"config {key} = {source!r}: no such weights file (or use 'torchvision', or 'pipeline' "
+                    f"for resnet50)"
+                )
     for name in THROUGHPUT["models"]:
         if name not in INFER["models"]:
             raise WorkflowError(f"config inference.throughput.models names {name}, which is not in inference.models")
@@ -153,7 +155,7 @@ def inference_resources(measuring=False):
     def extra(w):
         words = exclusive_flags(INFER_SYSTEM) if measuring else []
         if tensorrt(w) and request == "gpus-per-node":
-            words.append(_gpu_flag(INFER_SYSTEM, 1))
+            words.append(SHAPE.gpu_flag(INFER_SYSTEM, 1))
         return shlex.join(words) if words else None
 
     return dict(
@@ -163,7 +165,7 @@ def inference_resources(measuring=False):
         constraint=system_resource(INFER_SYSTEM, "constraint"),
         qos=system_resource(INFER_SYSTEM, "qos"),
         # the plugin takes gres only as its own resource, never in slurm_extra
-        gres=lambda w: f"gpu:{_gpus_of_node(INFER_SYSTEM, 1)}" if tensorrt(w) and request == "gres" else None,
+        gres=lambda w: f"gpu:{SHAPE.gpus_of_node(INFER_SYSTEM, 1)}" if tensorrt(w) and request == "gres" else None,
         gpu=lambda w: 1 if tensorrt(w) and request == "none" else None,
         slurm_extra=extra,
     )

@@ -21,7 +21,7 @@ for _system in TRAIN["systems"]:
 
 NCCL_TESTS = IC["nccl_tests"]
 if NCCL_TESTS:
-    _check_path("interconnect.nccl_tests", NCCL_TESTS)
+    check_path("interconnect.nccl_tests", NCCL_TESTS)
     from workflow_scripts.interconnect import nccl_tests as _nccl_tests  # noqa: E402
 
     for _collective in IC["collectives"]:

@@ -20,9 +20,9 @@ rule train:
         framework="tensorflow|mxnet|pytorch",
         precision="fp32|fp16",
         gpus=r"\d+",
-        # the input path, when it is not the framework's default (common.smk, input_suffix)
+        # the input path, when it is not the framework's default (workflow_scripts/plan/sweep.py, input_suffix)
         variant=r"(_(cpu|gpu|dali|synthetic))?",
-        # a point's second and later runs (training.repeats; common.smk, repeat_suffix)
+        # a point's second and later runs (training.repeats; workflow_scripts/plan/sweep.py, repeat_suffix)
         rep=r"(_rep\d+)?",
     retries: TRAIN["retries"]
     conda:

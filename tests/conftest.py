@@ -195,6 +195,22 @@ def with_overrides(config, **overrides):
     return cfg
 
 
+def validated(config):
+    """`config` with the schema's defaults filled in, as Snakemake's validate() leaves it when the
+    workflow is parsed (for tests of the plan's modules, which run without Snakemake)."""
+    import jsonschema
+
+    def set_defaults(validator, properties, instance, schema):
+        for key, sub in properties.items():
+            if isinstance(instance, dict) and "default" in sub:
+                instance.setdefault(key, sub["default"])
+        yield from jsonschema.Draft7Validator.VALIDATORS["properties"](validator, properties, instance, schema)
+
+    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
+    jsonschema.validators.extend(jsonschema.Draft7Validator, {"properties": set_defaults})(schema).validate(config)
+    return config
+
+
 # Every test's config: runs evict their dataset only (training.cache_clear: dataset). Dropping the whole
 # page cache before each run would make every parallel worker read its frameworks' libraries from disk
 # again; the node-wide clear is tested by tests/test_training.py and test_preflight.py.
