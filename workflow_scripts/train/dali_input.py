@@ -1,19 +1,17 @@
 """ImageNet batches read, decoded and augmented by NVIDIA DALI, for PyTorch training from the LMDB.
 
-Why: the gpu path (gpu_input) decodes in a Python thread of the training process, and on an H100
-the step ran 6-8 ms slower beside that thread's host and GPU work (docs/benchmarks.md, runs 1-10).
-DALI does the whole input in its own C++ threads, without the interpreter lock. Where it decodes
-(`decoder`):
+Why: the gpu path (gpu_input) decodes in a Python thread of the training process, whose host and
+GPU work slows the step beside it (docs/decisions.md#input). DALI does the whole input in its own
+C++ threads, without the interpreter lock. Where it decodes (`decoder`; the measurements behind the
+default: docs/decisions.md#dali_decoder):
 
   cpu     libjpeg-turbo in DALI's CPU threads, only the crop's region; the crops are copied to the
           GPU, which resizes, flips and normalizes them: a few GPU operations a batch. The default:
-          on an H100 it came closest to the synthetic rate (95.5-101.8% in 20 of 21 runs with 12
-          threads, runs 21-34).
+          the closest to the synthetic rate.
   mixed   the hardware JPEG engine of an A100/H100 (share hw_decoder_load) and nvJPEG on the SMs
           (the rest; all of them on older GPUs). Its decoding costs the SMs little, but it issues
-          a copy and a colour conversion per JPEG on a dozen streams, about 500 small GPU
-          operations a batch, each waiting behind the step's kernels (run 18's trace); beside the
-          step it delivered 4,500-5,250 images/s (83-96% of synthetic, runs 11-23).
+          a copy and a colour conversion per JPEG on a dozen streams, hundreds of small GPU
+          operations a batch, each waiting behind the step's kernels.
 
 Without a GPU the whole pipeline runs on the CPU (libjpeg-turbo): that is how the tests check it.
 
