@@ -130,7 +130,7 @@ def preallocate(pinned_mb, device_mb, device_id):
     Grown during training, each growth waits for the device (DALI's docs: 'Memory Pool
     Preallocation'), and a pause longer than the batches queued holds the step up. The trainer's
     default (pytorch_options.DALI_POOLS_MB: 1 GiB pinned and 2 GiB on the device at batch 256) is
-    part of the setting measured steady on an H100 (docs/benchmarks.md, runs 38-39)."""
+    part of the setting measured steady on an H100 (docs/decisions.md#dali_pools)."""
     if pinned_mb:
         backend.PreallocatePinnedMemory(pinned_mb << 20)
     if device_mb:

@@ -30,7 +30,7 @@ Where the frameworks differ, as capabilities of their adapters:
                read to the next, and the steps after which the clock restarts (and the last) are
                read at once (nothing queued past them). PyTorch on CUDA unless the input is DALI,
                whose decoding then waited for the step in every other step
-               (docs/history/pytorch-gpu-input-paths.md, runs 17-19).
+               (docs/history/pytorch-gpu-input-paths.md).
                Not TensorFlow or MXNet: their GPU builds here were not measured with it.
   device_s     the step's time on the device, from an event before its first kernel to one
                after its loss copy: PyTorch on CUDA only; the other two have no such event
