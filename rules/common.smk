@@ -12,11 +12,11 @@ from snakemake.utils import validate
 sys.path.insert(0, workflow.basedir)
 from workflow_scripts.common.errors import StageError  # noqa: E402
 from workflow_scripts.common import interpreter, slurm  # noqa: E402
-from workflow_scripts.common import schema as config_schema  # noqa: E402
 from workflow_scripts.data import layout as dataset_layout  # noqa: E402
 from workflow_scripts.train import long_test_fit  # noqa: E402
 from workflow_scripts.plan.sweep import FORMAT_OF, TRAINER_OF, ConfigProblem, Sweep  # noqa: E402
 from workflow_scripts.plan.slurm_job import JobShape  # noqa: E402
+from workflow_scripts.plan.commands import TrainerCommands  # noqa: E402
 
 validate(config, workflow.source_path("../schemas/config.schema.yaml"))
 
@@ -270,107 +270,22 @@ TRAINING_RUNS = [f"{point['run_dir']}/summary.json" for point in SWEEP]
 LONG_TEST_RUNS = [f"{point['run_dir']}/summary.json" for point in LONG_TEST]
 
 
-def _trainer_args(w, path, mode_args):
-    """One list item per argument: only what this run's framework and precision use, so editing
-    another framework's setting does not rerun it."""
-    batch = TRAIN["batch_per_gpu"][w.framework] * (TRAIN["fp16_batch_factor"] if w.precision == "fp16" else 1)
-    args = [
-        "--data",
-        f"{DATA}/{FORMAT_OF[w.framework]}",
-        "--data-source",
-        "synthetic" if path == "synthetic" else "real",
-        "--precision",
-        w.precision,
-        "--batch-per-gpu",
-        batch,
-        "--image-size",
-        TRAIN["image_size"],
-        *mode_args,
-        "--lr",
-        TRAIN["lr"],
-        "--momentum",
-        TRAIN["momentum"],
-        "--weight-decay",
-        TRAIN["weight_decay"],
-        "--decode-threads",
-        TRAIN["decode_threads"],
-        "--seed",
-        TRAIN["seed"],
-        "--telemetry-interval",
-        TRAIN["telemetry_interval"],
-    ]
-    if TRAIN["fp32_math"] != "tf32":  # the default adds no word: it reruns no run made before the key
-        args += ["--fp32-math", TRAIN["fp32_math"]]
-    if config["systems"][w.system]["gpu_request"] != "none":
-        # No silent CPU fallback: the trainer stops before training without a GPU per task.
-        args += ["--require-gpu", "--env-key", TRAIN_ENV[w.system, w.framework][0]]
-    if w.framework == "pytorch":
-        args += ["--input", "auto" if path == "synthetic" else path] + pytorch_args()
-    return [str(a) for a in args]
+COMMANDS = TrainerCommands(config, PLAN, {pair: env[0] for pair, env in TRAIN_ENV.items()})
 
 
 def trainer_args(w):
-    """The trainer's command line of a sweep (short test) run."""
-    return _trainer_args(
-        w,
-        run_input(w),
-        [
-            "--mode",
-            TRAIN["mode"],
-            "--warmup-steps",
-            TRAIN["warmup_steps"],
-            "--steps",
-            TRAIN["steps"],
-            "--epochs",
-            TRAIN["epochs"],
-        ],
-    )
-
-
-def checkpoint_dir(w):
-    """The long test's checkpoints (train/checkpoint.py): beside the runs, never inside the run
-    directory, which every attempt empties."""
-    return f"{RESULTS}/checkpoints/{w.system}/accuracy/{w.framework}_{w.precision}_{w.gpus}gpu"
+    """The trainer's command line of a sweep (short test) run (plan/commands.py)."""
+    return COMMANDS.sweep_run(w.system, w.framework, w.precision, run_input(w))
 
 
 def accuracy_args(w):
-    """The trainer's command line of a long-test run: training.accuracy, and never the sweep's
-    mode, steps or inputs (the long test reads the dataset through the framework's default input
-    path), so editing either test's keys reruns only that test's runs."""
-    a = ACCURACY
-    return _trainer_args(
-        w,
-        effective_input(w.system, w.framework, "auto"),
-        [
-            "--mode",
-            "accuracy",
-            "--epochs",
-            a["epochs"],
-            "--warmup-epochs",
-            a["warmup_epochs"],
-            *(["--milestones", *a["milestones"]] if a["milestones"] else []),
-            "--decay",
-            a["decay"],
-            "--eval-every",
-            a["eval_every"],
-            *(["--target-top1", a["target_top1"]] if a["target_top1"] is not None else []),
-            "--checkpoint-dir",
-            checkpoint_dir(w),
-            "--max-jobs",
-            a["max_jobs"],
-        ],
-    )
+    """The trainer's command line of a long-test run (plan/commands.py)."""
+    return COMMANDS.long_test_run(w.system, w.framework, w.precision, w.gpus)
 
 
 def train_python(w):
     """The framework's interpreter of this run, as one string of words for train/job.py."""
     return shlex.join(TRAIN_ENV[w.system, w.framework][1])
-
-
-def pytorch_args():
-    """training.pytorch as pytorch_ddp's flags: every key of the schema's section, --<key-with-dashes>
-    <value> (YAML true/false: on/off), in the schema's order."""
-    return config_schema.argv(TRAIN["pytorch"], "training.pytorch")
 
 
 SHAPE = JobShape(config, PLAN, SBATCH_EXTRA)
@@ -384,10 +299,7 @@ def geometry_args(w):
 
 
 def horovod_args(w):
-    """training.horovod_controller's launcher flags for a TensorFlow or MXNet run."""
-    if TRAIN["horovod_controller"] == "mpi":
-        return ["--horovod-controller=mpi", f"--srun-mpi={config['systems'][w.system]['srun_mpi']}", "--horovod"]
-    return [f"--gloo-timeout={TRAIN['gloo_timeout_s']}", "--horovod"]
+    return COMMANDS.horovod_args(w.system)
 
 
 def launcher_args(w):

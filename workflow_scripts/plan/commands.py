@@ -1,0 +1,99 @@
+"""The trainer's command line of each run the sweep plans (a short-test run, a long-test run) and
+the launcher's Horovod flags, from the config. One list item per argument, and only what a run's
+framework and precision use, so editing another framework's setting does not rerun it."""
+
+from ..common import schema as config_schema
+from .sweep import FORMAT_OF
+
+
+class TrainerCommands:
+    def __init__(self, config, sweep, env_keys):
+        """sweep: the config's plan.sweep.Sweep; env_keys: {(system, framework): the config key of
+        the run's interpreter} (rules/common.smk resolves the interpreters)."""
+        self.config, self.train, self.sweep, self.env_keys = config, config["training"], sweep, env_keys
+
+    def pytorch_args(self):
+        """training.pytorch as pytorch_ddp's flags: every key of the schema's section,
+        --<key-with-dashes> <value> (YAML true/false: on/off), in the schema's order."""
+        return config_schema.argv(self.train["pytorch"], "training.pytorch")
+
+    def _args(self, system, framework, precision, path, mode_args):
+        t = self.train
+        batch = t["batch_per_gpu"][framework] * (t["fp16_batch_factor"] if precision == "fp16" else 1)
+        args = [
+            "--data",
+            f"{self.config['data_dir']}/{FORMAT_OF[framework]}",
+            "--data-source",
+            "synthetic" if path == "synthetic" else "real",
+            "--precision",
+            precision,
+            "--batch-per-gpu",
+            batch,
+            "--image-size",
+            t["image_size"],
+            *mode_args,
+            "--lr",
+            t["lr"],
+            "--momentum",
+            t["momentum"],
+            "--weight-decay",
+            t["weight_decay"],
+            "--decode-threads",
+            t["decode_threads"],
+            "--seed",
+            t["seed"],
+            "--telemetry-interval",
+            t["telemetry_interval"],
+        ]
+        if t["fp32_math"] != "tf32":  # the default adds no word: it reruns no run made before the key
+            args += ["--fp32-math", t["fp32_math"]]
+        if self.config["systems"][system]["gpu_request"] != "none":
+            # No silent CPU fallback: the trainer stops before training without a GPU per task.
+            args += ["--require-gpu", "--env-key", self.env_keys[system, framework]]
+        if framework == "pytorch":
+            args += ["--input", "auto" if path == "synthetic" else path] + self.pytorch_args()
+        return [str(a) for a in args]
+
+    def sweep_run(self, system, framework, precision, path):
+        """The trainer's command line of a sweep (short test) run on input `path`."""
+        t = self.train
+        mode = ["--mode", t["mode"], "--warmup-steps", t["warmup_steps"], "--steps", t["steps"]]
+        return self._args(system, framework, precision, path, [*mode, "--epochs", t["epochs"]])
+
+    def checkpoint_dir(self, system, framework, precision, gpus):
+        """The long test's checkpoints (train/checkpoint.py): beside the runs, never inside the run
+        directory, which every attempt empties."""
+        return f"{self.config['results_dir']}/checkpoints/{system}/accuracy/{framework}_{precision}_{gpus}gpu"
+
+    def long_test_run(self, system, framework, precision, gpus):
+        """The trainer's command line of a long-test run: training.accuracy, and never the sweep's
+        mode, steps or inputs (the long test reads the dataset through the framework's default
+        input path), so editing either test's keys reruns only that test's runs."""
+        a = self.train["accuracy"]
+        mode = [
+            "--mode",
+            "accuracy",
+            "--epochs",
+            a["epochs"],
+            "--warmup-epochs",
+            a["warmup_epochs"],
+            *(["--milestones", *a["milestones"]] if a["milestones"] else []),
+            "--decay",
+            a["decay"],
+            "--eval-every",
+            a["eval_every"],
+            *(["--target-top1", a["target_top1"]] if a["target_top1"] is not None else []),
+            "--checkpoint-dir",
+            self.checkpoint_dir(system, framework, precision, gpus),
+            "--max-jobs",
+            a["max_jobs"],
+        ]
+        path = self.sweep.effective_input(system, framework, "auto")
+        return self._args(system, framework, precision, path, mode)
+
+    def horovod_args(self, system):
+        """training.horovod_controller's launcher flags for a TensorFlow or MXNet run."""
+        t = self.train
+        if t["horovod_controller"] == "mpi":
+            return ["--horovod-controller=mpi", f"--srun-mpi={self.config['systems'][system]['srun_mpi']}", "--horovod"]
+        return [f"--gloo-timeout={t['gloo_timeout_s']}", "--horovod"]
