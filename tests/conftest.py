@@ -42,16 +42,18 @@ def run_stage(env, module, *args, check=True, timeout=600):
     return proc
 
 
-def run_reader(env, script, *args):
-    """Run one of tests/readers/ in a framework's environment; it prints JSON."""
+def run_reader(env, script, *args, python=None, environ=None, timeout=600):
+    """Run one of tests/readers/ in a framework's environment (or the interpreter `python`, with
+    the environment variables `environ`); it prints JSON."""
     proc = subprocess.run(
-        [interpreter(env), str(REPO / "tests" / "readers" / script), *map(str, args)],
+        [python or interpreter(env), str(REPO / "tests" / "readers" / script), *map(str, args)],
         cwd=REPO,
+        env=environ,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
     )
-    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

@@ -14,14 +14,13 @@ Horovod builds against these TensorFlows) run a few real steps on the CPU per pr
 Each also runs preflight's kernel, which trains its tiny net with the same optimizer and step."""
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO, interpreter
+from conftest import REPO, interpreter, run_reader
 
 ENV = REPO / ".envs" / "tf-keras3"
 REQUIREMENTS = REPO / "envs" / "tf-keras3.txt"
@@ -55,16 +54,7 @@ def keras3_env():
 def run_steps(python, *cases, path=(), tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     env.update(PYTHONPATH=os.pathsep.join([str(REPO), *path]), TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(
-        [python, str(REPO / "tests" / "readers" / "tf_keras_step.py"), str(tmp_path), *cases],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, f"tf_keras_step.py failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_reader(None, "tf_keras_step.py", tmp_path, *cases, python=python, environ=env, timeout=900)
 
 
 def check_steps(got, cases):
