@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import pytest
 import yaml
@@ -75,3 +76,30 @@ def test_the_cluster_tells_slurm_of_each_nodes_gpus():
     finally:
         for c in (one, two, plain):
             c.base.rmdir()
+
+
+def test_what_comes_back_leaves_models_out_and_keeps_every_table(tmp_path):
+    """A call returns files of at most 16 MiB: the archive holds no ONNX model, engine or weights
+    (the long part's INT8 models made it too large to return), and the tables come back beside it."""
+    work = tmp_path / "work"
+    for rel, size in {
+        "long/results/conclusions.md": 10,
+        "long/results/int8/resnet50/onnxruntime/fp32.onnx": 1000,
+        "long/results/int8/resnet50/onnxruntime/int8.engine": 1000,
+        "long/results/runs/slurm1/accuracy/pytorch_fp16_2gpu/checkpoint.pt": 1000,
+        "long/results/runs/slurm1/accuracy/pytorch_fp16_2gpu/summary.json": 10,
+        "one/results/scaling.md": 10,
+    }.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text("x" * size)
+    slurm_gpu.tables(tmp_path / "tables.md", work, ["long", "one"])
+    text = (tmp_path / "tables.md").read_text()
+    assert "# long/results/conclusions.md" in text and "# one/results/scaling.md" in text
+    with tarfile.open(tmp_path / "a.tgz", "w:gz") as tar:
+        tar.add(work / "long" / "results", arcname="long/results", filter=slurm_gpu._small)
+    with tarfile.open(tmp_path / "a.tgz") as tar:
+        names = [m.name for m in tar.getmembers() if m.isfile()]
+    assert sorted(names) == [
+        "long/results/conclusions.md",
+        "long/results/runs/slurm1/accuracy/pytorch_fp16_2gpu/summary.json",
+    ]
