@@ -213,13 +213,8 @@ rule int8_throughput_run:
         image_size=INFER["image_size"],
         warmup=THROUGHPUT["warmup"],
         repeats=THROUGHPUT["repeats"],
-        engine_threads=lambda w, threads: min(INFER["threads"], threads) if workflow.local_exec else INFER["threads"],
-        # TensorRT's timing by duration too (trtexec's warm-up and duration); ONNX Runtime's by count
-        durations=lambda w: (
-            [f"--warmup-s={INFER['tensorrt']['warmup_ms'] / 1000}", f"--duration-s={INFER['tensorrt']['duration_s']}"]
-            if w.engine == "tensorrt"
-            else []
-        ),
+        engine_threads=engine_threads,
+        durations=throughput_durations,
     shell:
         "{params.py:q} -m workflow_scripts.infer.throughput --engine {wildcards.engine} --network {wildcards.model} "
         "--fp32 {input.fp32:q} --int8 {input.int8:q} --image-size {params.image_size:q} "

@@ -176,3 +176,15 @@ wildcard_constraints:
     precision="fp32|int8",
     engine="onnxruntime|tensorrt",
     bs=r"\d+",
+
+
+def engine_threads(w, threads):
+    """inference.threads, capped at the cores a local run gave the job."""
+    return min(INFER["threads"], threads) if workflow.local_exec else INFER["threads"]
+
+
+def throughput_durations(w):
+    """TensorRT's timed runs by duration too (trtexec's warm-up and duration); ONNX Runtime's by count."""
+    if w.engine != "tensorrt":
+        return []
+    return [f"--warmup-s={INFER['tensorrt']['warmup_ms'] / 1000}", f"--duration-s={INFER['tensorrt']['duration_s']}"]

@@ -1,0 +1,118 @@
+"""The parse-time checks (workflow_scripts/plan/config_checks.py, cluster_checks.py) as plain
+Python: what each refuses, naming the key, and what it lets through. No Snakemake or SLURM runs
+here; tests/test_slurm.py and tests/test_faults.py see the same messages through the workflow."""
+
+import json
+import sys
+
+import pytest
+from conftest import CONFIG, REPO, validated, with_overrides
+
+from workflow_scripts.plan import cluster_checks, config_checks
+from workflow_scripts.plan.sweep import ConfigProblem, Sweep
+
+pytestmark = pytest.mark.unit
+
+GPU = {"gpus_per_node": 4, "max_nodes": 2, "gpu_request": "gpus-per-node", "cpus_per_task": 8}
+
+
+def config(**overrides):
+    return validated(with_overrides(CONFIG, **overrides))
+
+
+@pytest.mark.parametrize(
+    "value, file_pattern, says",
+    [
+        ("a\nb", False, "control character"),
+        ("data/{x}", True, "wildcards"),
+        ("it's", True, "quotes and backslashes"),
+        ("-data", False, "write ./-data"),
+    ],
+)
+def test_a_path_no_job_can_carry_is_refused_naming_the_key(value, file_pattern, says):
+    with pytest.raises(ConfigProblem, match=f"config data_dir = .*{says}"):
+        config_checks.check_path("data_dir", value, file_pattern)
+
+
+def test_paths_a_job_can_carry_pass():
+    for value in ("data", "/abs/path with space", "it's"):  # a quote is fine where no file pattern is tracked
+        config_checks.check_path("dataset.root", value)
+
+
+def test_an_output_directory_under_a_file_is_refused(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigProblem, match="results_dir = .*exists and is not a directory"):
+        config_checks.check_writable("results_dir", str(tmp_path / "file" / "results"))
+    config_checks.check_writable("results_dir", str(tmp_path / "new" / "results"))
+
+
+def test_a_training_system_that_is_not_defined_is_named():
+    with pytest.raises(ConfigProblem, match="training.systems names 'nowhere'.*defined: local"):
+        config_checks.check_config(config(training__systems=["nowhere"]))
+
+
+def test_a_gpu_system_without_cpus_per_task_is_refused_with_the_fix():
+    c = config(systems={"g": dict(GPU, cpus_per_task=0)}, training__systems=["g"])
+    with pytest.raises(ConfigProblem, match="systems.g.cpus_per_task = 0 with gpu_request gpus-per-node.*Fix"):
+        config_checks.check_config(c)
+
+
+def test_sbatch_extra_is_split_as_words_and_an_open_quote_named():
+    c = config(systems={"g": dict(GPU, sbatch_extra="--comment 'a b' --mail-type=NONE")})
+    assert config_checks.sbatch_words(c, "g") == ["--comment", "a b", "--mail-type=NONE"]
+    c = config(systems={"g": dict(GPU, sbatch_extra="--comment 'a b")})
+    with pytest.raises(ConfigProblem, match="systems.g.sbatch_extra"):
+        config_checks.sbatch_words(c, "g")
+
+
+def test_a_training_run_takes_its_systems_interpreter_then_envs_gpu_then_envs():
+    own = dict(GPU, envs={"pytorch": "/opt/own/python"})
+    c = config(systems={"own": own, "g": GPU, "cpu": {**GPU, "gpu_request": "none"}})
+    assert config_checks.framework_config(c, "own", "pytorch") == ("systems.own.envs.pytorch", "/opt/own/python")
+    assert config_checks.framework_config(c, "g", "pytorch")[0] == "envs_gpu.pytorch"
+    assert config_checks.framework_config(c, "cpu", "pytorch")[0] == "envs.pytorch"
+
+
+def test_a_missing_interpreter_names_the_key_and_the_set_up():
+    with pytest.raises(ConfigProblem, match="config envs.pytorch: .*bash envs/setup.sh --gpu"):
+        config_checks.interpreter_words("envs.pytorch", "/no/such/python", REPO, "bash envs/setup.sh --gpu")
+    assert config_checks.interpreter_words("envs.workflow", sys.executable, REPO)[0] == sys.executable
+
+
+def test_horovod_over_mpi_needs_srun_for_several_gpus():
+    c = config(training__horovod_controller="mpi", training__frameworks=["tensorflow"], training__gpus=[1, 2])
+    with pytest.raises(ConfigProblem, match="horovod_controller = mpi.*tensorflow, 2 GPUs.*no srun"):
+        cluster_checks.check_horovod_controller(c, [], have_srun=False)
+    cluster_checks.check_horovod_controller(c, [], have_srun=True)
+    one = config(training__horovod_controller="mpi", training__frameworks=["tensorflow"], training__gpus=[1])
+    cluster_checks.check_horovod_controller(one, [], have_srun=False)
+
+
+def test_no_partition_asks_the_cluster_nothing():
+    c = config(systems={"g": GPU}, training__systems=["g"], training__gpus=[1, 8])
+    cluster_checks.check_cluster(c, Sweep(c, True).placement, [8])  # no partition: no sinfo, no error
+
+
+def test_a_long_test_that_cannot_fit_its_jobs_is_named(tmp_path):
+    c = config(
+        data_dir=str(tmp_path / "data"),
+        results_dir=str(tmp_path / "results"),
+        systems={"g": dict(GPU, time_min=10)},
+        training__systems=["g"],
+        training__frameworks=["pytorch"],
+        training__accuracy__gpus=[4],
+        training__accuracy__epochs=90,
+        training__accuracy__max_jobs=2,
+    )
+    long_test = Sweep(c, False).long_test()
+    cluster_checks.check_long_test_fits(c, long_test)  # no manifest yet: nothing to judge by
+    manifest = tmp_path / "data" / "lmdb" / "manifest.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"splits": {"train": {"images": 1_281_167}}}))
+    run = tmp_path / "results" / "runs" / "g" / f"pytorch_{long_test[0]['precision']}_1gpu"
+    run.mkdir(parents=True)
+    summary = {"status": "ok", "images_per_s": 400.0, "world_size": 1, "args": {"data_source": "real"}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    # 1,281,167 images at 4 x 400 images/s: 13 min an epoch, more than a 10-minute job holds
+    with pytest.raises(ConfigProblem, match="systems.g.time_min = 10: .*cannot save a single epoch"):
+        cluster_checks.check_long_test_fits(c, long_test)

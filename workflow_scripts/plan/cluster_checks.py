@@ -1,0 +1,95 @@
+"""Parse-time checks that ask the cluster or the sweep's own measurements whether a point can run:
+a partition that can never hold a run, a GPU type its nodes do not have, Horovod's mpi controller
+without srun, a long test that cannot fit its jobs. Each raises ConfigProblem naming the key. They
+ask nothing inside a SLURM job (the Snakefile is parsed again in every job) or where there is no
+SLURM (a laptop): the callers pass in_job and the rules decide."""
+
+import json
+from pathlib import Path
+
+from workflow_scripts.common import slurm
+from workflow_scripts.plan.sweep import FORMAT_OF, ConfigProblem
+from workflow_scripts.train import long_test_fit
+
+
+def check_partition(config, placement, system, gpus, key="training.gpus"):
+    """Whether the system's partition can ever hold this run: a job it cannot place would otherwise
+    wait in the queue for ever."""
+    sysc = config["systems"][system]
+    if not sysc["partition"]:
+        return
+    nodes, per_node = placement(system, gpus, key)
+    gpus_per_node = per_node if sysc["gpu_request"] != "none" else 0
+    problem = slurm.placement_problem(
+        sysc["partition"], nodes, per_node, sysc["cpus_per_task"], gpus_per_node, sysc["mem_mb"]
+    )
+    if problem:
+        raise ConfigProblem(f"config systems.{system} ({key} = {gpus}): {problem}")
+
+
+def check_gpu_type(config, system):
+    """Where sinfo answers, a gpu_type the partition's nodes do not list among their GRES types:
+    sbatch would refuse every job of the system, or leave it waiting. Without sinfo nothing is asked."""
+    sysc = config["systems"][system]
+    if not (sysc["partition"] and sysc["gpu_type"]) or sysc["gpu_request"] == "none":
+        return
+    problem = slurm.gpu_type_problem(sysc["partition"], sysc["gpu_type"])
+    if problem:
+        raise ConfigProblem(
+            f"config systems.{system}.gpu_type = {sysc['gpu_type']!r}: {problem}. Fix: set "
+            f'systems.{system}.gpu_type to one of them (as sinfo spells it), or "" for any GPU'
+        )
+
+
+def check_cluster(config, placement, long_test_gpus):
+    """check_gpu_type for the training systems and the inference stage's (inference.system, else
+    the first of them); check_partition for every point of the sweep and the long test."""
+    training = config["training"]
+    for system in dict.fromkeys([*training["systems"], config["inference"]["system"] or training["systems"][0]]):
+        if system in config["systems"]:
+            check_gpu_type(config, system)
+    for system in training["systems"]:
+        for gpus in training["gpus"]:
+            check_partition(config, placement, system, gpus)
+        for gpus in long_test_gpus:
+            check_partition(config, placement, system, gpus, "training.accuracy.gpus")
+
+
+def check_horovod_controller(config, long_test_gpus, have_srun):
+    """mpi starts Horovod's ranks through srun's MPI plugin: a machine without srun (outside a SLURM
+    job) would run them with the local launcher, which cannot."""
+    training = config["training"]
+    horovod = [f for f in training["frameworks"] if f in ("tensorflow", "mxnet")]
+    several = [g for g in training["gpus"] + list(long_test_gpus) if g > 1]
+    if training["horovod_controller"] != "mpi" or not horovod or not several or have_srun:
+        return
+    raise ConfigProblem(
+        f"config training.horovod_controller = mpi: Horovod's ranks ({', '.join(horovod)}, "
+        f"{max(several)} GPUs) would start through srun's MPI plugin, and this machine has no "
+        f"srun: use gloo for a run without SLURM"
+    )
+
+
+def check_long_test_fits(config, long_test):
+    """A long test whose epochs cannot fit its jobs, even at the sweep's best measured rate scaled
+    perfectly (train/long_test_fit.py). Asked only once the data's manifest exists."""
+    accuracy = config["training"]["accuracy"]
+    for point in long_test:
+        s, f = point["system"], point["framework"]
+        manifest = Path(config["data_dir"], FORMAT_OF[f], "manifest.json")
+        try:
+            train_images = json.loads(manifest.read_text())["splits"]["train"]["images"]
+        except (OSError, ValueError, KeyError):
+            continue
+        own = accuracy["time_min"]
+        said = long_test_fit.problem(
+            point,
+            accuracy["epochs"],
+            train_images,
+            long_test_fit.best_rate_per_gpu(f"{config['results_dir']}/runs", s, f, point["precision"]),
+            own or config["systems"][s]["time_min"],
+            accuracy["max_jobs"],
+            "training.accuracy.time_min" if own else f"systems.{s}.time_min",
+        )
+        if said:
+            raise ConfigProblem(said)

@@ -1,0 +1,114 @@
+"""Parse-time checks of config.yaml beyond its schema: each refuses, naming the key, what would
+otherwise fail mid-run (a path no job can carry, an output directory nobody can write, a system
+that is not defined, an interpreter that is not there). The rules turn a ConfigProblem into
+Snakemake's WorkflowError (rules/common.smk, parse_time)."""
+
+import os
+import shlex
+from pathlib import Path
+
+from workflow_scripts.common import interpreter
+from workflow_scripts.plan.sweep import ConfigProblem
+
+
+def check_path(key, value, file_pattern=False):
+    """A path from config reaches jobs as one quoted argument; what that cannot carry, or what
+    Snakemake would read as something else, is refused now, naming the key."""
+    why = None
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        why = "a newline or other control character in a path is not supported"
+    elif file_pattern and ("{" in value or "}" in value):
+        why = "Snakemake reads braces in its file names as wildcards"
+    elif file_pattern and any(c in value for c in "'\"\\"):
+        # Snakemake writes the files a cluster job waits for into the job's command with Python's
+        # repr(), which a shell would read (in double quotes, $(...) runs).
+        why = (
+            "quotes and backslashes in a file name Snakemake tracks are not supported "
+            "(its cluster jobs would not quote them safely)"
+        )
+    elif value.startswith("-"):
+        why = f"a path starting with '-' would read as an option; write ./{value}"
+    if why:
+        raise ConfigProblem(f"config {key} = {value!r}: {why}")
+
+
+def check_writable(key, value):
+    """An output directory that cannot be written fails now, not after hours of work."""
+    path = Path(value).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigProblem(f"config {key} = {value!r}: {existing} exists and is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigProblem(f"config {key} = {value!r}: {existing} is not writable by this user")
+
+
+def check_config(config):
+    """The paths, the systems training names, and each system's CPUs for its GPUs."""
+    for key in ("data_dir", "log_dir", "results_dir"):
+        check_path(key, config[key], file_pattern=True)
+        check_writable(key, config[key])
+    for key in ("root", "val_labels"):
+        check_path(f"dataset.{key}", config["dataset"][key])
+    if config["training"]["cuda_cache_dir"]:
+        check_path("training.cuda_cache_dir", config["training"]["cuda_cache_dir"])
+        check_writable("training.cuda_cache_dir", config["training"]["cuda_cache_dir"])
+    for system in config["training"]["systems"]:
+        if system not in config["systems"]:
+            raise ConfigProblem(
+                f"config training.systems names {system!r}, which is not defined under config "
+                f"systems (defined: {', '.join(config['systems'])})"
+            )
+    for system, sysc in config["systems"].items():
+        # Without --cpus-per-task SLURM gives each task one CPU, and its bound ranks' decoding and
+        # framework threads (common/cpus.py) all run on it: a GPU run then measures its input, not the GPU.
+        if sysc["gpu_request"] != "none" and sysc["cpus_per_task"] == 0:
+            raise ConfigProblem(
+                f"config systems.{system}.cpus_per_task = 0 with gpu_request {sysc['gpu_request']}: "
+                f"SLURM would give each GPU's task one CPU for its decoding and framework threads. "
+                f"Fix: set systems.{system}.cpus_per_task to the node's CPUs divided by its GPUs, CPUs as "
+                f"SLURM counts them: hardware threads where ThreadsPerCore=2 (e.g. 20, 10 cores' threads, on a "
+                f"node of 40 cores with 2 threads each and 4 GPUs)"
+            )
+
+
+def sbatch_words(config, system):
+    """systems.<name>.sbatch_extra as words: split as a shell would, never run by one."""
+    value = config["systems"][system]["sbatch_extra"]
+    try:
+        return shlex.split(value)
+    except ValueError as exc:
+        raise ConfigProblem(f"config systems.{system}.sbatch_extra = {value!r}: {exc}") from None
+
+
+def interpreter_words(key, value, repo, setup="bash envs/setup.sh"):
+    """An interpreter from config as command words (a container: its runtime's exec line),
+    checked now rather than mid-run."""
+    for part in (
+        [value] if isinstance(value, str) else [value["container"], value.get("python", ""), *value.get("bind", [])]
+    ):
+        check_path(key, part)
+    problem = interpreter.problem(value)
+    if problem:
+        raise ConfigProblem(
+            f"config {key}: {problem}: run '{setup}' or point {key} at an interpreter (or a "
+            f"container) that has the packages of envs/"
+        )
+    return interpreter.words(value, repo)
+
+
+def framework_config(config, system, framework):
+    """(config key, its value): the interpreter a training run of `framework` on `system` uses:
+    the system's own, else envs_gpu for a system that requests GPUs, else envs."""
+    sysc = config["systems"][system]
+    if framework in sysc.get("envs", {}):
+        return f"systems.{system}.envs.{framework}", sysc["envs"][framework]
+    if sysc["gpu_request"] != "none":
+        return f"envs_gpu.{framework}", config["envs_gpu"][framework]
+    return f"envs.{framework}", config["envs"][framework]
+
+
+def framework_env(config, system, framework, repo):
+    """(config key, interpreter words) of framework_config, checked."""
+    key, value = framework_config(config, system, framework)
+    gpu = config["systems"][system]["gpu_request"] != "none"
+    return key, interpreter_words(key, value, repo, "bash envs/setup.sh --gpu" if gpu else "bash envs/setup.sh")
