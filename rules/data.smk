@@ -39,11 +39,11 @@ rule index_dataset:
         py=PY["workflow"],
         root=lambda w, input: input.dataset or DATASET_ROOT,
         val_labels=config["dataset"]["val_labels"],
-        seed=CONV["shuffle_seed"],
+        shuffle_seed=CONV["shuffle_seed"],
         max_rejects=CONV["max_reject_fraction"],
     shell:
         "{params.py:q} -m workflow_scripts.data.index --root {params.root:q} --out {output:q} "
-        "--val-labels={params.val_labels:q} --seed {params.seed} "
+        "--val-labels={params.val_labels:q} --shuffle-seed {params.shuffle_seed} "
         "--max-reject-fraction {params.max_rejects} --threads {threads} > {log:q} 2>&1"
 
 

@@ -34,14 +34,14 @@ rule preflight_check:
         launch=launcher_args,
         args=preflight_args,
         data="",
-        cache_command=TRAIN["cache_clear_command"],
-        cache_scope=TRAIN["cache_clear"],
+        cache_clear_command=TRAIN["cache_clear_command"],
+        cache_clear=TRAIN["cache_clear"],
         # the ranks' CUDA JIT cache, as the training runs have it: their first kernels compile into it
         cuda_cache=TRAIN["cuda_cache_dir"],
     shell:
         "{params.py:q} -m workflow_scripts.preflight.job --out {output:q} --system {wildcards.system:q} "
         "--framework {wildcards.framework:q} --python={params.python:q} --data={params.data:q} "
-        "--cache-command={params.cache_command:q} --cache-scope={params.cache_scope:q} --log {log:q} {params.args:q} "
+        "--cache-clear-command={params.cache_clear_command:q} --cache-clear={params.cache_clear:q} --log {log:q} {params.args:q} "
         "-- --cuda-cache-dir={params.cuda_cache:q} {params.launch:q}"
 
 

@@ -42,8 +42,8 @@ rule train:
         trainer=lambda w: f"workflow_scripts.train.{TRAINER_OF[w.framework]}",
         args=trainer_args,
         launch=launcher_args,
-        cache_command=TRAIN["cache_clear_command"],
-        cache_scope=TRAIN["cache_clear"],
+        cache_clear_command=TRAIN["cache_clear_command"],
+        cache_clear=TRAIN["cache_clear"],
         cuda_cache=TRAIN["cuda_cache_dir"],
         retries=TRAIN["retries"],
     shell:
@@ -54,8 +54,8 @@ rule train:
         # changes no result, so it reruns nothing.
         "{params.py:q} -m workflow_scripts.train.job --run-dir {params.run_dir:q} "
         "--results-dir {params.results_dir:q} --log {log:q} --attempt {resources.attempt} "
-        "--retries {params.retries} --data {input.data:q} --cache-command={params.cache_command:q} "
-        "--cache-scope={params.cache_scope:q} "
+        "--retries {params.retries} --data {input.data:q} --cache-clear-command={params.cache_clear_command:q} "
+        "--cache-clear={params.cache_clear:q} "
         "--python={params.python:q} --cuda-cache-dir={params.cuda_cache:q} {params.launch:q} "
         "-- {params.trainer} {params.args:q}"
 

@@ -212,7 +212,7 @@ def run_job(tmp_path, message, attempt=1, retries=2, code=STAND_IN):
             "--log",
             str(log),
             f"--attempt={attempt}",
-            "--cache-command=true",  # not the host's page cache: not what is tested
+            "--cache-clear-command=true",  # not the host's page cache: not what is tested
             f"--cuda-cache-dir={tmp_path / 'cuda-jit'}",
             f"--retries={retries}",
             f"--python={python}",

@@ -33,7 +33,7 @@ def train_job(tmp_path, steps=12):
             str(tmp_path / "results"),
             "--log",
             str(log),
-            "--cache-scope=dataset",
+            "--cache-clear=dataset",
             f"--python={interpreter('pytorch')}",
             f"--cuda-cache-dir={tmp_path / 'cuda-jit'}",
             "--nproc-per-node=1",

@@ -78,7 +78,7 @@ def test_a_term_stops_the_ranks_and_leaves_the_cause(tmp_path):
             f"--results-dir={tmp_path / 'results'}",
             f"--log={log}",
             "--retries=1",
-            "--cache-command=true",
+            "--cache-clear-command=true",
             f"--python={sleeper}",
             "--nproc-per-node=1",
             "--",

@@ -46,7 +46,7 @@ def job_command(tmp_path, data, framework, attempt):
         f"--log={tmp_path / 'logs' / 'run.log'}",
         f"--attempt={attempt}",
         "--retries=1",
-        "--cache-scope=dataset",
+        "--cache-clear=dataset",
         f"--data={data}",
         f"--python={interpreter(framework)}",
         "--nproc-per-node=2",

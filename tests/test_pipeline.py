@@ -32,7 +32,7 @@ def test_the_quick_start_plans_the_jobs_pipeline_run_ran(tmp_path):
     stages = {"tfrecord", "recordio", "lmdb", "preflight_check", "train", "train_accuracy", "interconnect_collectives"}
     # The quick start clears each node's caches as the study did (the suite: its dataset only, SUITE).
     shell = snakemake(default, "all", "-n", "-p").stdout
-    assert "--cache-scope=node" in shell and "--cache-scope=dataset" not in shell
+    assert "--cache-clear=node" in shell and "--cache-clear=dataset" not in shell
     assert stages | {"int8_calibrate", "int8_throughput_run", "training_tables", "conclusions"} <= set(planned), planned
 
 

@@ -26,6 +26,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .schema import default as config_default
+
 MAXSIZE = 4 * 2**30
 KEY = "training.cuda_cache_dir"
 
@@ -110,7 +112,7 @@ def bound(cmd, env):
 def add_argument(ap):
     ap.add_argument(
         "--cuda-cache-dir",
-        default="",
+        default=config_default("training.cuda_cache_dir"),
         help=f"config {KEY}: where the ranks' CUDA JIT cache lies, one directory per GPU architecture "
         f"and build under it (empty: {default_dir()})",
     )

@@ -25,6 +25,7 @@ import numpy as np
 
 from . import mounts
 from .atomic import write_json
+from .schema import default as config_default
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -175,13 +176,22 @@ def clear(paths, command="", drop_caches="/proc/sys/vm/drop_caches", mountinfo=m
 def main():
     ap = argparse.ArgumentParser(description="Clear the page cache before a run and verify it.")
     ap.add_argument("--paths", nargs="*", default=[], help="the dataset files or directories of the run")
-    ap.add_argument("--command", default="", help="a configured drop command (e.g. a sudo rule)")
+    ap.add_argument(
+        "--cache-clear-command",
+        default=config_default("training.cache_clear_command"),
+        help="a configured drop command (e.g. a sudo rule)",
+    )
     ap.add_argument("--drop-caches", default="/proc/sys/vm/drop_caches")
-    ap.add_argument("--scope", default="node", choices=SCOPES, help="config training.cache_clear")
+    ap.add_argument(
+        "--cache-clear",
+        default=config_default("training.cache_clear"),
+        choices=SCOPES,
+        help="config training.cache_clear",
+    )
     ap.add_argument("--out", required=True, help="JSON report; {node} is replaced by this host's name")
     a = ap.parse_args()
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    report = {"node": node, **clear(a.paths, a.command, a.drop_caches, scope=a.scope)}
+    report = {"node": node, **clear(a.paths, a.cache_clear_command, a.drop_caches, scope=a.cache_clear)}
     write_json(a.out.replace("{node}", node), report)
     print(
         json.dumps(

@@ -105,3 +105,11 @@ def add_arguments(group, dotted):
         default = word(spec["default"]) if words else kind["type"](word(spec["default"]))
         group.add_argument(flag(key), default=default, help=spec.get("description", ""), **kind)
     return group
+
+
+def default(dotted):
+    """The schema's default of a config key, e.g. "inference.tensorrt.max_batch": the flag of a
+    script that takes that key defaults to it, so that the default is written once."""
+    *parents, key = dotted.split(".")
+    node = section(".".join(parents)) if parents else schema()["properties"]
+    return node[key]["default"]

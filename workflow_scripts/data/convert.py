@@ -18,6 +18,7 @@ from pathlib import Path
 from ..common.atomic import atomic_dir, write_json
 from ..common.errors import StageError
 from ..common.parallel import ordered_map
+from ..common.schema import default as config_default
 from . import images, verify
 
 SPLITS = ("train", "val")
@@ -193,6 +194,11 @@ def arg_parser(description):
     ap.add_argument("--index", required=True, help="the index stage's output directory")
     ap.add_argument("--out", required=True)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--resize-shorter", type=int, default=0, help="0: pass the JPEG bytes through")
+    ap.add_argument(
+        "--resize-shorter",
+        type=int,
+        default=config_default("conversion.resize_shorter"),
+        help="0: pass the JPEG bytes through",
+    )
     ap.add_argument("--quality", type=int, default=95, help="JPEG quality when re-encoding")
     return ap

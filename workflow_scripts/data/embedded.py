@@ -19,6 +19,7 @@ from PIL import Image, ImageDraw
 
 from ..common.atomic import atomic_dir
 from ..common.errors import StageError, run_main
+from ..common.schema import default as config_default
 
 SHAPES = ("disc", "square", "triangle", "cross", "ring", "bar")
 HUES = {"red": 0.0, "yellow": 0.16, "green": 0.33, "cyan": 0.5, "blue": 0.64, "magenta": 0.83}
@@ -178,11 +179,11 @@ def make(
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--classes", type=int, default=16)
-    ap.add_argument("--train-per-class", type=int, default=30)
-    ap.add_argument("--val-per-class", type=int, default=20)
-    ap.add_argument("--seed", type=int, default=2018)
-    ap.add_argument("--val-layout", default="synset-list", choices=VAL_LAYOUTS)
+    ap.add_argument("--classes", type=int, default=config_default("dataset.embedded.classes"))
+    ap.add_argument("--train-per-class", type=int, default=config_default("dataset.embedded.train_per_class"))
+    ap.add_argument("--val-per-class", type=int, default=config_default("dataset.embedded.val_per_class"))
+    ap.add_argument("--seed", type=int, default=config_default("dataset.embedded.seed"))
+    ap.add_argument("--val-layout", default=config_default("dataset.embedded.val_layout"), choices=VAL_LAYOUTS)
     ap.add_argument("--no-quirks", action="store_true")
     ap.add_argument("--broken", action="store_true", help="add truncated, empty and non-image files")
     a = ap.parse_args()

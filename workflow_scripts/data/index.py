@@ -18,6 +18,7 @@ from pathlib import Path
 from ..common.atomic import atomic_dir, write_json
 from ..common.errors import StageError, run_main
 from ..common.parallel import ordered_map
+from ..common.schema import default as config_default
 from . import images, layout
 
 COLUMNS = ("relpath", "label", "synset", "format", "mode", "width", "height", "bytes")
@@ -114,12 +115,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", required=True, help="ILSVRC2012 raw layout (train/, val/)")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--val-labels", default="")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-reject-fraction", type=float, default=0.01)
+    ap.add_argument("--val-labels", default=config_default("dataset.val_labels"))
+    ap.add_argument("--shuffle-seed", type=int, default=config_default("conversion.shuffle_seed"))
+    ap.add_argument("--max-reject-fraction", type=float, default=config_default("conversion.max_reject_fraction"))
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     a = ap.parse_args()
-    build(a.root, a.out, a.val_labels, a.seed, a.max_reject_fraction, a.threads)
+    build(a.root, a.out, a.val_labels, a.shuffle_seed, a.max_reject_fraction, a.threads)
 
 
 if __name__ == "__main__":

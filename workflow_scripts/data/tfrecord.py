@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..common.errors import run_main
+from ..common.schema import default as config_default
 from . import convert
 
 # TFRecord framing: uint64 length, uint32 crc of length, data, uint32 crc of data.
@@ -71,7 +72,7 @@ def main():
         "--label-offset",
         type=int,
         choices=(0, 1),
-        default=1,
+        default=config_default("conversion.tfrecord.label_offset"),
         help="added to the 0-based class index: 1 (the default) is TF's builder's convention "
         "(0 = background), 0 stores the index itself",
     )

@@ -34,6 +34,7 @@ from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
 from ..common.atomic import atomic_file
 from ..common.errors import StageError, run_main
+from ..common.schema import default as config_default
 from . import images
 
 METHODS = {
@@ -98,10 +99,15 @@ def main():
     ap.add_argument("--lmdb", required=True, help="the data stage's LMDB directory")
     ap.add_argument("--image-size", type=int, required=True)
     ap.add_argument("--batch-size", type=int, required=True)
-    ap.add_argument("--method", choices=sorted(METHODS), default="entropy")
+    ap.add_argument("--method", choices=sorted(METHODS), default=config_default("inference.calibration.method"))
     ap.add_argument("--bins", type=int, default=2048, help="histogram bins (entropy, percentile)")
-    ap.add_argument("--percentile", type=float, default=99.999)
-    ap.add_argument("--chunk-batches", type=int, default=2, help="batches per collection pass")
+    ap.add_argument("--percentile", type=float, default=config_default("inference.calibration.percentile"))
+    ap.add_argument(
+        "--chunk-batches",
+        type=int,
+        default=config_default("inference.calibration.chunk_batches"),
+        help="batches per collection pass",
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", required=True, help="the calibration ranges (JSON)")
     a = ap.parse_args()

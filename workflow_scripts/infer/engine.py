@@ -6,6 +6,7 @@ import json
 
 from ..common.atomic import atomic_file, write_json
 from ..common.errors import run_main
+from ..common.schema import default as config_default
 from . import engines
 
 
@@ -15,8 +16,18 @@ def main():
     ap.add_argument("--onnx", required=True)
     ap.add_argument("--precision", choices=("fp32", "int8"), required=True)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--max-batch", type=int, default=256, help="tensorrt: the optimisation profile's largest batch")
-    ap.add_argument("--workspace-mb", type=int, default=4096, help="tensorrt: builder workspace")
+    ap.add_argument(
+        "--max-batch",
+        type=int,
+        default=config_default("inference.tensorrt.max_batch"),
+        help="tensorrt: the optimisation profile's largest batch",
+    )
+    ap.add_argument(
+        "--workspace-mb",
+        type=int,
+        default=config_default("inference.tensorrt.workspace_mb"),
+        help="tensorrt: builder workspace",
+    )
     ap.add_argument("--out", required=True, help="the engine file")
     ap.add_argument("--info", required=True, help="JSON record of the build")
     a = ap.parse_args()

@@ -31,6 +31,7 @@ from onnxruntime.quantization.calibrate import load_tensors_data
 
 from ..common.atomic import atomic_file, write_json
 from ..common.errors import run_main
+from ..common.schema import default as config_default
 from . import qdq_rules
 from .calibrate import METHODS
 
@@ -93,7 +94,9 @@ def main():
     ap.add_argument("--onnx", required=True, help="the FP32 model")
     ap.add_argument("--ranges", required=True, help="calibrate.py's output")
     ap.add_argument("--activations", choices=sorted(ACTIVATIONS), required=True)
-    ap.add_argument("--per-channel", type=int, choices=(0, 1), default=1)
+    ap.add_argument(
+        "--per-channel", type=int, choices=(0, 1), default=int(config_default("inference.quantization.per_channel"))
+    )
     ap.add_argument("--bias", choices=BIASES, required=True, help="float for TensorRT, int32 for ONNX Runtime")
     ap.add_argument(
         "--engine",

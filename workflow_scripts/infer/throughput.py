@@ -26,6 +26,7 @@ import numpy as np
 
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
+from ..common.schema import default as config_default
 from . import engines
 
 PRECISIONS = ("fp32", "int8")
@@ -77,8 +78,18 @@ def main():
         ap.add_argument(f"--{p}", required=True, metavar="ENGINE_FILE", help=f"the {p.upper()} engine file")
     ap.add_argument("--image-size", type=int, required=True)
     ap.add_argument("--batch-size", type=int, required=True)
-    ap.add_argument("--warmup", type=int, default=3, help="runs discarded before each block")
-    ap.add_argument("--repeats", type=int, default=10, help="timed runs of each precision")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=config_default("inference.throughput.warmup"),
+        help="runs discarded before each block",
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=config_default("inference.throughput.repeats"),
+        help="timed runs of each precision",
+    )
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime: intra-op threads")
     ap.add_argument(
         "--warmup-s", type=float, default=0.0, help="config inference.tensorrt.warmup_ms: each block's least warm-up"

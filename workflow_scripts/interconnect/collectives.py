@@ -35,6 +35,7 @@ from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
 from ..common.launch import detect
 from ..common.provenance import cpu_model
+from ..common.schema import default as config_default
 from ..common.timing import cuda_times, wall_times
 from .bandwidth import COLLECTIVES, ELEMENT_BYTES, algbw_GBps, busbw_GBps, message_sizes
 
@@ -42,10 +43,12 @@ from .bandwidth import COLLECTIVES, ELEMENT_BYTES, algbw_GBps, busbw_GBps, messa
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--collectives", nargs="+", choices=COLLECTIVES, default=list(COLLECTIVES))
-    ap.add_argument("--min-bytes", type=int, default=8)
+    ap.add_argument("--min-bytes", type=int, default=config_default("interconnect.min_bytes"))
     ap.add_argument("--max-bytes", type=int, default=2**30)
-    ap.add_argument("--warmup", type=int, default=5, help="untimed calls per size")
-    ap.add_argument("--iterations", type=int, default=20, help="timed calls per size")
+    ap.add_argument("--warmup", type=int, default=config_default("interconnect.warmup"), help="untimed calls per size")
+    ap.add_argument(
+        "--iterations", type=int, default=config_default("interconnect.iterations"), help="timed calls per size"
+    )
     ap.add_argument(
         "--device",
         choices=("auto", "cuda", "cpu"),

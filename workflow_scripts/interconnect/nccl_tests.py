@@ -29,6 +29,7 @@ from pathlib import Path
 from ..common import nccl_log
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
+from ..common.schema import default as config_default
 from ..train import launch
 from .bandwidth import COLLECTIVES, message_sizes
 
@@ -167,10 +168,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", required=True, help="config interconnect.nccl_tests")
     ap.add_argument("--collectives", nargs="+", choices=COLLECTIVES, default=list(COLLECTIVES))
-    ap.add_argument("--min-bytes", type=int, default=8)
+    ap.add_argument("--min-bytes", type=int, default=config_default("interconnect.min_bytes"))
     ap.add_argument("--max-bytes", type=int, default=2**30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=config_default("interconnect.warmup"))
+    ap.add_argument("--iterations", type=int, default=config_default("interconnect.iterations"))
     ap.add_argument("--out", required=True)
     ap.add_argument(
         "--exec",

@@ -3,7 +3,7 @@ inside its job (a SLURM job of the training run's resources on a cluster, a chil
 locally):
 
     python -m workflow_scripts.preflight.job --out RESULT.json --system S --framework F \
-        --python 'WORDS' [--data DIR] [--cache-command CMD] [--timeout-s 300] [rank options] \
+        --python 'WORDS' [--data DIR] [--cache-clear-command CMD] [--timeout-s 300] [rank options] \
         -- LAUNCHER OPTIONS (as the training job's: --nproc-per-node, --nodes, --srun-args, --horovod ...)
 
 First the node checks once on every node (node.py, this interpreter), then the task checks on
@@ -25,6 +25,7 @@ from pathlib import Path
 from ..common import nccl_log, page_cache, slurm
 from ..common.atomic import write_json
 from ..common.errors import run_main
+from ..common.schema import default as config_default
 from ..train import launch
 from . import markers
 from .rows import FAILED, NA, OK, merge, read_all, row
@@ -146,9 +147,9 @@ def main():
         action="store_true",
         help="the node checks only (page cache, the dataset): the data check, once the dataset exists",
     )
-    ap.add_argument("--cache-command", default="")
-    ap.add_argument("--cache-scope", default="node")
-    ap.add_argument("--timeout-s", type=float, default=300)
+    ap.add_argument("--cache-clear-command", default=config_default("training.cache_clear_command"))
+    ap.add_argument("--cache-clear", default=config_default("training.cache_clear"))
+    ap.add_argument("--timeout-s", type=float, default=config_default("preflight.timeout_s"))
     ap.add_argument("--log", required=True)
     r = ap.add_argument_group("rank.py's options, passed on")
     r.add_argument("--precisions", nargs="+", default=["fp32"])
@@ -162,7 +163,7 @@ def main():
     started = time.time()
     # Node-wide clearing only where the check's job holds its nodes alone, as the training job does.
     job = os.environ.get("SLURM_JOB_ID")
-    scope, scope_why = page_cache.scope_for(a.cache_scope, slurm.job_sharing(job) if job else None)
+    scope, scope_why = page_cache.scope_for(a.cache_clear, slurm.job_sharing(job) if job else None)
     words = a.launcher[1:] if a.launcher[:1] == ["--"] else a.launcher
     geometry = argparse.ArgumentParser()
     launch.add_arguments(geometry)
@@ -187,8 +188,8 @@ def main():
             f"--data={a.data}",
             "--level",
             a.level,
-            f"--cache-command={a.cache_command}",
-            f"--cache-scope={scope}",
+            f"--cache-clear-command={a.cache_clear_command}",
+            f"--cache-clear={scope}",
             f"--python={a.python}",
             *(["--data-later"] if a.data_later else []),
         ]
@@ -258,7 +259,7 @@ def main():
             "seconds": timings,
             "rows": merged,
             "log": a.log,
-            "cache_scope": {"configured": a.cache_scope, "used": scope, "why": scope_why},
+            "cache_scope": {"configured": a.cache_clear, "used": scope, "why": scope_why},
             # wall-clock start and end of this measuring job: no other ran beside it (docs/training.md#isolation)
             "started_at": started,
             "ended_at": time.time(),

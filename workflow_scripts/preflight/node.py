@@ -1,7 +1,7 @@
 """The per-node checks of one preflight job, once on every node of the check's allocation, in
 the workflow's interpreter (as the training job clears page caches from it):
 
-    python -m workflow_scripts.preflight.node --out DIR [--data FORMAT_DIR] [--cache-command CMD] --level sample \
+    python -m workflow_scripts.preflight.node --out DIR [--data FORMAT_DIR] [--cache-clear-command CMD] --level sample \
         --python 'FRAMEWORK INTERPRETER WORDS'
 
 Page-cache clearing (the method that will run before every training job, never a claimed drop
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..common import page_cache, provenance
 from ..common.atomic import write_json
+from ..common.schema import default as config_default
 from .rows import FAILED, NA, OK, row
 from .seams import dataset_check
 
@@ -115,13 +116,22 @@ def main():
         action="store_true",
         help="the runs read a dataset, checked by its own job once it is converted (preflight_data_check)",
     )
-    ap.add_argument("--cache-command", default="", help="config training.cache_clear_command")
-    ap.add_argument("--cache-scope", default="node", choices=page_cache.SCOPES, help="config training.cache_clear")
+    ap.add_argument(
+        "--cache-clear-command",
+        default=config_default("training.cache_clear_command"),
+        help="config training.cache_clear_command",
+    )
+    ap.add_argument(
+        "--cache-clear",
+        default=config_default("training.cache_clear"),
+        choices=page_cache.SCOPES,
+        help="config training.cache_clear",
+    )
     ap.add_argument("--level", default="sample", choices=("quick", "sample", "full"))
     ap.add_argument("--python", default=sys.executable, help="the framework's interpreter as words (reads the format)")
     a = ap.parse_args()
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    rows = [cache_row([a.data] if a.data else [], a.cache_command, node, a.cache_scope)]
+    rows = [cache_row([a.data] if a.data else [], a.cache_clear_command, node, a.cache_clear)]
     if a.data:
         status, figure, cause, fix = dataset_check(a.data, a.level, shlex.split(a.python))
         rows += [row("dataset", status, figure, cause, fix, node), readable_row(Path(a.data), node)]

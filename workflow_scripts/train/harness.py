@@ -33,6 +33,7 @@ from ..common import comm_env, cpus, gpu_choice, kernel_check, metrics, provenan
 from ..common.atomic import write_json
 from ..common.errors import StageError
 from ..common.launch import detect
+from ..common.schema import default as config_default
 from ..common.telemetry import Telemetry
 from ..data import verify
 
@@ -48,7 +49,7 @@ def arg_parser(description):
     ap.add_argument(
         "--mode",
         choices=("steps", "epochs", "accuracy"),
-        default="steps",
+        default=config_default("training.mode"),
         help="steps: the short test (warm-up + timed steps); epochs: passes over the data; accuracy: "
         "seed 002's long test (epochs with a step LR schedule, top-1/top-5 after each, time to "
         "--target-top1)",
@@ -58,7 +59,10 @@ def arg_parser(description):
     ap.add_argument("--epochs", type=float, default=1.0, help="mode=epochs; mode=accuracy: at most this many (whole)")
     g = ap.add_argument_group("mode accuracy (config training.accuracy)")
     g.add_argument(
-        "--warmup-epochs", type=float, default=0.0, help="the LR rises linearly from lr/steps to lr over these epochs"
+        "--warmup-epochs",
+        type=float,
+        default=config_default("training.accuracy.warmup_epochs"),
+        help="the LR rises linearly from lr/steps to lr over these epochs",
     )
     g.add_argument(
         "--milestones",
@@ -67,12 +71,17 @@ def arg_parser(description):
         default=[],
         help="epochs at which the LR is multiplied by --decay (seed 002: 10 60 of 90)",
     )
-    g.add_argument("--decay", type=float, default=0.1)
-    g.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (and after the last)")
+    g.add_argument("--decay", type=float, default=config_default("training.accuracy.decay"))
+    g.add_argument(
+        "--eval-every",
+        type=int,
+        default=config_default("training.accuracy.eval_every"),
+        help="evaluate every N epochs (and after the last)",
+    )
     g.add_argument(
         "--target-top1",
         type=float,
-        default=None,
+        default=config_default("training.accuracy.target_top1"),
         help="top-1 in percent: stop after the first evaluation that reaches it (unset: run every epoch)",
     )
     g.add_argument(
@@ -84,23 +93,35 @@ def arg_parser(description):
     g.add_argument(
         "--max-jobs",
         type=int,
-        default=1,
+        default=config_default("training.accuracy.max_jobs"),
         help="config training.accuracy.max_jobs: the jobs the run may span, each resuming the last "
         "one's checkpoint (read by train/job.py)",
     )
-    ap.add_argument("--lr", type=float, default=0.1, help="learning rate per 256 images (scaled linearly)")
-    ap.add_argument("--momentum", type=float, default=0.9)
-    ap.add_argument("--weight-decay", type=float, default=1e-4)
-    ap.add_argument("--decode-threads", type=int, default=0, help="0: the framework's rule (see module)")
+    ap.add_argument(
+        "--lr", type=float, default=config_default("training.lr"), help="learning rate per 256 images (scaled linearly)"
+    )
+    ap.add_argument("--momentum", type=float, default=config_default("training.momentum"))
+    ap.add_argument("--weight-decay", type=float, default=config_default("training.weight_decay"))
+    ap.add_argument(
+        "--decode-threads",
+        type=int,
+        default=config_default("training.decode_threads"),
+        help="0: the framework's rule (see module)",
+    )
     ap.add_argument(
         "--fp32-math",
         choices=("tf32", "strict"),
-        default="tf32",
+        default=config_default("training.fp32_math"),
         help="config training.fp32_math: fp32 on a GPU of compute capability 8.0 or more as TF32 (the frameworks' "
         "default) or strict IEEE float32 (NVIDIA_TF32_OVERRIDE=0 and the framework's own switch)",
     )
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--telemetry-interval", type=float, default=1.0, help="seconds; 0 disables")
+    ap.add_argument("--seed", type=int, default=config_default("training.seed"))
+    ap.add_argument(
+        "--telemetry-interval",
+        type=float,
+        default=config_default("training.telemetry_interval"),
+        help="seconds; 0 disables",
+    )
     ap.add_argument(
         "--require-gpu",
         action="store_true",

@@ -2,7 +2,7 @@
 cluster, a child of snakemake locally):
 
     python -m workflow_scripts.train.job --run-dir RUN --results-dir RESULTS --log LOG \
-        --attempt N --retries R [--data PATH ...] [--cache-command CMD] --python 'WORDS' \
+        --attempt N --retries R [--data PATH ...] [--cache-clear-command CMD] --python 'WORDS' \
         [launcher options] -- workflow_scripts.train.pytorch_ddp --batch-per-gpu 64 ...
 
 It empties the run directory (only ever one that lies inside --results-dir), clears the page
@@ -18,7 +18,7 @@ why), so the tables list it rather than the sweep stopping short of them; so is 
 exits 0 so that Snakemake does not resubmit it.
 
 No shell is involved: every path and setting reaches the programs as one argument each. Only
---cache-command, which is meant to be a command, is run by a shell (in page_cache).
+--cache-clear-command, which is meant to be a command, is run by a shell (in page_cache).
 """
 
 import argparse
@@ -33,6 +33,7 @@ from pathlib import Path
 
 from ..common import neighbours, page_cache, slurm
 from ..common.errors import StageError, run_main
+from ..common.schema import default as config_default
 from . import checkpoint, failure, job_stop, launch, run_evidence
 
 
@@ -51,10 +52,14 @@ def main():
     ap.add_argument("--results-dir", required=True, help="config results_dir: the run dir must lie inside it")
     ap.add_argument("--log", required=True)
     ap.add_argument("--attempt", type=int, default=1)
-    ap.add_argument("--retries", type=int, default=0, help="config training.retries")
+    ap.add_argument("--retries", type=int, default=config_default("training.retries"), help="config training.retries")
     ap.add_argument("--data", nargs="*", default=[], help="the dataset the run reads (page-cache clearing)")
-    ap.add_argument("--cache-command", default="", help="config training.cache_clear_command")
-    ap.add_argument("--cache-scope", default="node", help="config training.cache_clear")
+    ap.add_argument(
+        "--cache-clear-command",
+        default=config_default("training.cache_clear_command"),
+        help="config training.cache_clear_command",
+    )
+    ap.add_argument("--cache-clear", default=config_default("training.cache_clear"), help="config training.cache_clear")
     launch.add_arguments(ap)
     ap.add_argument("trainer", nargs=argparse.REMAINDER, help="-- MODULE ARGS...: the trainer and its options")
     a = ap.parse_args()
@@ -83,7 +88,7 @@ def main():
     neighbours.mark_run(f"{run}:{a.attempt}:{uuid.uuid4().hex}")
     job = os.environ.get("SLURM_JOB_ID")
     sharing = slurm.job_sharing(job) if job else None
-    scope, why = page_cache.scope_for(a.cache_scope, sharing)
+    scope, why = page_cache.scope_for(a.cache_clear, sharing)
     if why:
         print(f"job: page cache: {why}", flush=True)
     progress = checkpoint.JobProgress(trainer, a.attempt)
@@ -99,8 +104,8 @@ def main():
                 "workflow_scripts.common.page_cache",
                 "--paths",
                 *a.data,
-                f"--command={a.cache_command}",
-                f"--scope={scope}",
+                f"--cache-clear-command={a.cache_clear_command}",
+                f"--cache-clear={scope}",
                 "--out",
                 str(run / "cache.{node}.json"),
             ],
@@ -148,7 +153,7 @@ def main():
                     "attempt": a.attempt,
                 },
                 "slurm": sharing or ({"job": job, "oversubscribe": None, "exclusive": None} if job else None),
-                "cache_scope": {"configured": a.cache_scope, "used": scope, "why": why},
+                "cache_scope": {"configured": a.cache_clear, "used": scope, "why": why},
             },
         )
     shutil.copyfile(attempt_log, log)

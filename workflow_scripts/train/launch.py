@@ -25,6 +25,7 @@ import time
 
 from ..common import comm_env, cuda_cache, nccl_log, netif, slurm
 from ..common.comm_env import SETTABLE
+from ..common.schema import default as config_default
 
 
 def _free_port():
@@ -150,7 +151,7 @@ def add_arguments(ap):
     ap.add_argument(
         "--horovod-controller",
         choices=("gloo", "mpi"),
-        default="gloo",
+        default=config_default("training.horovod_controller"),
         help="config training.horovod_controller: mpi starts the ranks through srun's MPI plugin "
         "(--srun-mpi) and needs an MPI-built Horovod",
     )
@@ -162,7 +163,7 @@ def add_arguments(ap):
     )
     ap.add_argument(
         "--network-interface",
-        default="auto",
+        default=config_default("training.network_interface"),
         help="config training.network_interface: the interface "
         "the ranks talk over (auto: the route to another node, else the default route)",
     )
