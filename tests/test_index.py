@@ -49,7 +49,7 @@ def test_train_order_is_seeded(quirky_tree, quirky_converted, tmp_path):
             out,
             "--max-reject-fraction",
             "0.2",
-            "--seed",
+            "--shuffle-seed",
             seed,
         )
         return [r["relpath"] for r in _rows(out / "train.tsv")]
