@@ -16,7 +16,8 @@ The history's plans (named after the runs that used them) are in benchmarks/pyto
 commit 69b8f5f: docs/history/ says which run used which.
 """
 
-FORMER = "--compile default --prefetch 2 --dali-pinned-mb 0 --dali-device-mb 0"  # the defaults before run 40
+# The defaults before docs/decisions.md's compile, prefetch and dali_pools entries changed them.
+FORMER = "--compile default --prefetch 2 --dali-pinned-mb 0 --dali-device-mb 0"
 DALI = "--input dali"
 WHOLE = "--ddp-graph whole --broadcast-buffers off"  # one graph per step, no buffer broadcast
 DDP_OWN = "--ddp-graph split --broadcast-buffers on"  # DDP's own defaults

@@ -68,7 +68,7 @@ def arg_parser():
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--precision", choices=("fp32", "fp16"), default="fp16")
     ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--steps", type=int, default=100, help="timed steps (the study's short test)")
+    ap.add_argument("--steps", type=int, default=100, help="timed steps (the scale-out whitepaper's short test)")
     ap.add_argument("--part", choices=sorted(gpu_parts.PARTS), help=argparse.SUPPRESS)
     return ap
 

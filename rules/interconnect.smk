@@ -1,7 +1,7 @@
-# The interconnect stage (seed 004, section III and Fig. 2): all-reduce and broadcast bandwidth by
-# message size at every system and GPU count > 1 of the training sweep, each measured by a job
-# launched exactly as the training run of that point (same launcher, geometry, SLURM resources);
-# its all-reduce of the gradients' size then explains the runs' scaling (scaling.csv).
+# The interconnect stage (the Brookhaven paper, section III and Fig. 2): all-reduce and broadcast
+# bandwidth by message size at every system and GPU count > 1 of the training sweep, each measured
+# by a job launched exactly as the training run of that point (same launcher, geometry, SLURM
+# resources); its all-reduce of the gradients' size then explains the runs' scaling (scaling.csv).
 
 
 include: "interconnect_common.smk"

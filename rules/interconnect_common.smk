@@ -5,8 +5,9 @@ IC = config["interconnect"]
 
 
 def ic_max_bytes(system):
-    """auto: 1 GiB where the system requests GPUs (as seed 004); on a CPU, 128 MiB: the smallest
-    power of 2 above ResNet-50's 102 MB of fp32 gradients, about 25 s for both collectives on 2 cores."""
+    """auto: 1 GiB where the system requests GPUs (the Brookhaven paper's range); on a CPU, 128 MiB:
+    the smallest power of 2 above ResNet-50's 102 MB of fp32 gradients, at a cost the CPU default can
+    carry (docs/decisions.md#interconnect_max_bytes)."""
     if IC["max_bytes"] != "auto":
         return IC["max_bytes"]
     return 2**30 if config["systems"][system]["gpu_request"] != "none" else 2**27

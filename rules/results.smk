@@ -1,5 +1,5 @@
-# The study's tables and figures from the runs (seed 000 Fig. 2, 4-8, Table III, Fig. 9; seed 002's
-# long test, Fig. 35), and the captions `snakemake --report report.html` shows them with.
+# The tables and figures from the runs (the study's Fig. 2, 4-8, Table III, Fig. 9; the scale-out
+# whitepaper's long test, Fig. 35), and the captions `snakemake --report report.html` shows them with.
 
 
 TRAINING_TABLES = [
@@ -145,7 +145,7 @@ rule time_to_accuracy_figure:
         "{params.py:q} -m workflow_scripts.results.accuracy_figure --table {input:q} --out {output:q} > {log:q} 2>&1"
 
 
-# `snakemake long_test`: seed 002's long test alone (its runs, the table and the figure).
+# `snakemake long_test`: the scale-out whitepaper's long test alone (its runs, table and figure).
 rule long_test:
     input:
         rules.time_to_accuracy.output,

@@ -65,10 +65,10 @@ rule training:
         TRAINING_RUNS,
 
 
-# Seed 002's long test (training.accuracy): the same job as the sweep's, in a run directory of
-# its own, the trainer in mode accuracy (epochs with the step schedule, top-1/top-5 per epoch,
-# time to the target). Its arguments are training.accuracy's and the shared training keys, never
-# the sweep's mode or steps, so each test's edits rerun only its own runs.
+# The scale-out whitepaper's long test (training.accuracy): the same job as the sweep's, in a run
+# directory of its own, the trainer in mode accuracy (epochs with the step schedule, top-1/top-5 per
+# epoch, time to the target). Its arguments are training.accuracy's and the shared training keys,
+# never the sweep's mode or steps, so each test's edits rerun only its own runs.
 use rule train as train_accuracy with:
     input:
         data=dataset_of,

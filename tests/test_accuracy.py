@@ -1,7 +1,7 @@
-"""Seed 002's long test on the embedded default (training.accuracy), checked from the runs' own
-outputs: top-1/top-5 recounted from each rank's saved predictions, every val image scored exactly
-once, per-epoch times that add up to the summary's, the run stopping at its target, the table and
-figure, and reruns after an edit."""
+"""The scale-out whitepaper's long test on the embedded default (training.accuracy), checked from
+the runs' own outputs: top-1/top-5 recounted from each rank's saved predictions, every val image
+scored exactly once, per-epoch times that add up to the summary's, the run stopping at its target,
+the table and figure, and reruns after an edit."""
 
 import csv
 import json
@@ -195,7 +195,7 @@ def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(tmp_
     assert digests[0] == digests[1]
 
 
-def test_schedule_is_seed_002s_step_schedule():
+def test_schedule_is_the_whitepapers_step_schedule():
     steps_per_epoch = 1281167 // 1024  # ILSVRC2012 at 8 x 128 images
     lr = long_test.Schedule(0.4, steps_per_epoch, 0, [10, 60], 0.1)
     assert [lr(e * steps_per_epoch) for e in (0, 9, 10, 59, 60, 89)] == pytest.approx(

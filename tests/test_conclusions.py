@@ -147,7 +147,7 @@ def test_every_finding_has_a_row_on_the_sample(tables):
             mod.FAILS,
             mod.HOLDS,
         ),
-        # Fig. 28 (seed 002): 97% within a node.
+        # Fig. 28 (the scale-out whitepaper): 97% within a node.
         (
             "short_test_efficiency_node",
             "scaling",
@@ -432,7 +432,8 @@ def sweep_verdict(tables, runs, finding="short_test_efficiency_node"):
     return verdicts(tables).loc[finding]
 
 
-# TensorFlow within a node: the study's 97% at 4 GPUs (seed 002 Fig. 28); ours 98%, every run vouched.
+# TensorFlow within a node: the scale-out whitepaper's 97% at 4 GPUs (its Fig. 28); ours 98%, every
+# run vouched.
 VOUCHED = [gpu_run("tensorflow", 1, 1000.0), gpu_run("tensorflow", 4, 3920.0)]
 
 

@@ -204,9 +204,9 @@ def test_gpu_pipeline_decodes_where_asked_and_augments_on_the_gpu():
 
 def test_dali_threads_leave_cores_to_the_training_thread():
     """With no --loader-workers, DALI gets a rank's share of the cores less 4 (at least 1): its CPU
-    decoding beside the training thread measured best so on an H100 (docs/benchmarks.md, runs 21-23);
-    the DataLoader paths keep theirs (share - 1; at most 4 for input gpu). Asked of the trainer's own
-    rule for machines of 16 and 32 cores (CI has 2)."""
+    decoding beside the training thread measured best so on an H100
+    (docs/decisions.md#loader_workers); the DataLoader paths keep theirs (share - 1; at most 4 for
+    input gpu). Asked of the trainer's own rule for machines of 16 and 32 cores (CI has 2)."""
     code = """
 import json, os, sys
 from types import SimpleNamespace as NS

@@ -1,7 +1,7 @@
 """What pytorch_ddp's 'auto' options become, per device, input path and node count: the rules
-docs/benchmarks.md measured (runs 38-39: CUDA graphs with synthetic data and DALI within a node,
-DALI four batches ahead with its pools allocated), resolved here without a GPU (a CUDA device
-object needs none; nothing is run on it)."""
+docs/decisions.md gives (#compile: CUDA graphs with synthetic data and DALI within a node;
+#prefetch and #dali_pools: DALI four batches ahead with its pools allocated), resolved here without
+a GPU (a CUDA device object needs none; nothing is run on it)."""
 
 import json
 import subprocess

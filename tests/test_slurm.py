@@ -99,10 +99,10 @@ SMALL = {
 
 
 def cluster_config(work, **overrides):
-    """The embedded dataset on this cluster: one system of 1-task nodes, runs of 2 (both nodes);
-    no job asks for more CPUs than a node has (a local run caps threads at --cores, SLURM does not).
-    Without seed 002's long test (tests/test_accuracy.py runs it locally): it would add minutes of
-    training to this run."""
+    """The embedded dataset on this cluster: one system of 1-task nodes, runs of 2 (both nodes); no
+    job asks for more CPUs than a node has (a local run caps threads at --cores, SLURM does not).
+    Without the scale-out whitepaper's long test (tests/test_accuracy.py runs it locally): it would
+    add minutes of training to this run."""
     write_config(
         work,
         **{

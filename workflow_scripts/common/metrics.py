@@ -4,7 +4,7 @@ Per iteration one JSON line: step, phase (warmup | timed), wall time of the step
 step (global, all ranks), loss, the logging (training) thread's CPU time and run-queue wait in the
 step, and where the framework counts them, the step's wait for its input and its time on the
 device (PyTorch). The summary's images/s is images timed / time timed, over the steps after the
-warm-up (seed 002: 10 warm-up + 100 timed steps); beside it the mean and
+warm-up (the scale-out whitepaper: 10 warm-up + 100 timed steps); beside it the mean and
 coefficient of variation of the per-step images/s, and whether that variation is within the
 study's 2% ("stable").
 """

@@ -1,4 +1,4 @@
-"""Per-node telemetry during a run (study Fig. 7 and 8; seed 004 Fig. 7).
+"""Per-node telemetry during a run (the study's Fig. 7 and 8; the Brookhaven paper's Fig. 7).
 
 At a fixed interval: read MB/s of the file system the dataset lives on, from its own counters
 (Lustre, NFS, GPFS, CephFS or a block device; none where it has none: storage_probe.py), send and

@@ -1,6 +1,6 @@
-"""Bus bandwidth by message size, as seed 004's Fig. 2 draws it: one panel per collective, one line
-per system, GPU count and source, log-scale sizes, and each system's nominal link bandwidth
-(systems.<name>.link_gbps) as a horizontal line where it is set.
+"""Bus bandwidth by message size, as the Brookhaven paper's Fig. 2 draws it: one panel per
+collective, one line per system, GPU count and source, log-scale sizes, and each system's nominal
+link bandwidth (systems.<name>.link_gbps) as a horizontal line where it is set.
 
     python -m workflow_scripts.interconnect.figure --table results/interconnect.csv \\
         --links '{"sxm2": 25}' --out results/figures/interconnect_busbw.png

@@ -1,4 +1,4 @@
-"""The interconnect stage as a table (seed 004, section III):
+"""The interconnect stage as a table (the Brookhaven paper, section III):
 
     python -m workflow_scripts.interconnect.tables --points JSON --out results/interconnect.csv
 
@@ -75,7 +75,7 @@ def main():
     write_table(
         df,
         a.out,
-        "Interconnect: all-reduce and broadcast bandwidth by message size (seed 004, Fig. 2)",
+        "Interconnect: all-reduce and broadcast bandwidth by message size (the Brookhaven paper, Fig. 2)",
         HOW,
         notes,
         columns=SHOWN,

@@ -141,8 +141,8 @@ class Sweep:
         return points
 
     def long_test(self):
-        """Seed 002's long test, beside the sweep: the same systems, frameworks and precisions at its
-        GPU counts, on real data through each framework's default input path."""
+        """The scale-out whitepaper's long test, beside the sweep: the same systems, frameworks and
+        precisions at its GPU counts, on real data through each framework's default input path."""
         return self._points(
             self.accuracy_gpus(),
             "training.accuracy.gpus",

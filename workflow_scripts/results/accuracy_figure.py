@@ -1,5 +1,5 @@
-"""Seed 002's Fig. 35 for the long test: top-1 (and top-5) against elapsed training time, one line
-per run, the target drawn across and each run's arrival at it marked:
+"""The scale-out whitepaper's Fig. 35 for the long test: top-1 (and top-5) against elapsed training
+time, one line per run, the target drawn across and each run's arrival at it marked:
 
     python -m workflow_scripts.results.accuracy_figure --table results/time_to_accuracy.csv \
         --out results/figures/fig35_time_to_accuracy.png

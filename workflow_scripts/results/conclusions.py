@@ -39,8 +39,8 @@ VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_DECIDED, UNMEASURED)
 DEVICE_INDEPENDENT = {"int8_accuracy"}
 TITLE = "The study's conclusions on this cluster"
 HOW = (
-    "One row per finding of the study (seed 000: the PMBS18 paper, sections IV-VI, and its slides; seed 002: the "
-    "scale-up vs scale-out whitepaper's short and long tests), with our counterpart from this run's tables at the "
+    "One row per finding of the study (the PMBS18 paper, sections IV-VI, and its slides) and of the scale-out "
+    "whitepaper (its short and long tests), with our counterpart from this run's tables at the "
     "nearest sweep point that exists (point; same_point says whether it is the study's) and a verdict: holds, does "
     "not hold, or not measured by this sweep (why names the config keys that would measure it). Caffe2's findings "
     "are checked on PyTorch DDP. device says what the point ran on; a CPU point says so. No verdict rests on a "

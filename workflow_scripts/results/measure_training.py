@@ -1,6 +1,7 @@
-"""The verdict table's measures read from the training tables: scaling (Fig. 2, seed 002's short
-test), the framework that scales best, stability across nodes, system against system (Fig. 4, 6),
-FP16 against FP32 (Fig. 5), and the long test's time to accuracy (seed 002 Fig. 35)."""
+"""The verdict table's measures read from the training tables: scaling (Fig. 2, the scale-out
+whitepaper's short test), the framework that scales best, stability across nodes, system against
+system (Fig. 4, 6), FP16 against FP32 (Fig. 5), and the long test's time to accuracy (the scale-out
+whitepaper's Fig. 35)."""
 
 import pandas as pd
 

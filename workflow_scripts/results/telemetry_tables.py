@@ -1,4 +1,4 @@
-"""The storage and network figures of the study (seed 000 Fig. 7, 8) from the runs' telemetry:
+"""The storage and network figures of the study (its Fig. 7, 8) from the runs' telemetry:
 per run, node and device, the peak, mean and total of a MB/s series (training_tables.py writes them)."""
 
 import json

@@ -1,4 +1,5 @@
-"""Seed 002's long test as a table (its Fig. 35-40 as numbers): one row per long-test run.
+"""The scale-out whitepaper's long test as a table (its Fig. 35-40 as numbers): one row per
+long-test run.
 
     python -m workflow_scripts.results.time_to_accuracy --points JSON --out results/time_to_accuracy.csv
 
@@ -141,7 +142,12 @@ def main():
         for r in rows[rows.status != "ok"].itertuples()
     ]
     write_table(
-        rows[COLUMNS], Path(a.out), "Time to accuracy: seed 002's long test (Fig. 35-40)", HOW, notes, columns=SHOWN
+        rows[COLUMNS],
+        Path(a.out),
+        "Time to accuracy: the scale-out whitepaper's long test (Fig. 35-40)",
+        HOW,
+        notes,
+        columns=SHOWN,
     )
 
 

@@ -1,4 +1,5 @@
-"""The training half of the study as tables (seed 000 Fig. 2, 4-8; seed 002's scaling efficiency):
+"""The training half of the study as tables (its Fig. 2, 4-8; the scale-out whitepaper's scaling
+efficiency):
 
     python -m workflow_scripts.results.training_tables --points JSON [--interconnect JSON] --out-dir results
 
@@ -167,11 +168,12 @@ def _prediction(r, base, allreduce, raws=None):
 
 
 def scaling(runs, allreduce=None, raws=None):
-    """Speedup and efficiency against the smallest GPU count of each (system, framework,
-    precision), as seed 002 computes it: efficiency = measured / (baseline images/s x N / baseline N);
-    intra-node while the run fits one node, inter-node beyond. With the interconnect stage's
-    all-reduces (allreduce: {(system, gpus): [(bytes, median s)]}) also the efficiency communication
-    alone predicts, with no and with full overlap; returns (table, one sentence per run of N > 1)."""
+    """Speedup and efficiency against the smallest GPU count of each (system, framework, precision),
+    as the scale-out whitepaper computes it: efficiency = measured / (baseline images/s x N /
+    baseline N); intra-node while the run fits one node, inter-node beyond. With the interconnect
+    stage's all-reduces (allreduce: {(system, gpus): [(bytes, median s)]}) also the efficiency
+    communication alone predicts, with no and with full overlap; returns (table, one sentence per
+    run of N > 1)."""
     allreduce = allreduce or {}
     rows, sentences = [], []
     pts = points(runs)
@@ -280,9 +282,13 @@ def main():
         out / "scaling.csv",
         "Scaling: speedup and efficiency (Fig. 2)",
         "speedup = images/s at N GPUs / images/s at the baseline (the smallest GPU count run; the study's "
-        "is 1 GPU); efficiency = measured / ideal, ideal = baseline images/s x N / baseline GPUs (seed 002); "
-        "efficiency_low/_high: the point's slowest run against the baseline's fastest, and back. "
-        "intra-node: the run fits one node; inter-node: it spans nodes. " + timing + points_how + " " + PREDICTION,
+        "is 1 GPU); efficiency = measured / ideal, ideal = baseline images/s x N / baseline GPUs (the "
+        "scale-out whitepaper); efficiency_low/_high: the point's slowest run against the baseline's "
+        "fastest, and back. intra-node: the run fits one node; inter-node: it spans nodes. "
+        + timing
+        + points_how
+        + " "
+        + PREDICTION,
         notes,
         after=unvouched(labelled(scaled, point_label), "points") + (predicted if sentences else []),
         columns=SCALING_SHOWN,

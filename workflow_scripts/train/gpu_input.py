@@ -1,8 +1,8 @@
 """ImageNet batches decoded and augmented on the GPU, for PyTorch training from the LMDB.
 
-Why: the CPU path (LMDBImageNet + Pillow in DataLoader workers) decodes and resizes every JPEG
-on a CPU core, about 140 images/s per core for ILSVRC-sized images, so 16 cores feed about 2,200
-images/s: under half of what one H100 trains ResNet-50 at in bf16. Here the DataLoader workers
+Why: the CPU path (LMDBImageNet + Pillow in DataLoader workers) decodes and resizes every JPEG on a
+CPU core, and the cores of a node feed one GPU far fewer images/s than it trains ResNet-50 at (the
+figures: docs/decisions.md#input and docs/history/pytorch-gpu-runs.md). Here the DataLoader workers
 only read each record's JPEG bytes (an LMDB lookup and a protobuf parse, microseconds), and the
 training process, in a background thread on its own CUDA stream, one or more batches ahead:
 

@@ -1,6 +1,6 @@
-"""What the three trainers share: their command line, the run directory, the step log and
-summary, telemetry, the per-rank weight digests and the run's provenance. Seed 002's long test
-(mode accuracy) is long_test.py.
+"""What the three trainers share: their command line, the run directory, the step log and summary,
+telemetry, the per-rank weight digests and the run's provenance. The scale-out whitepaper's long
+test (mode accuracy) is long_test.py.
 
 A run directory holds:
   steps.jsonl              rank 0's per-iteration log (global images per step)
@@ -51,7 +51,7 @@ def arg_parser(description):
         choices=("steps", "epochs", "accuracy"),
         default=config_default("training.mode"),
         help="steps: the short test (warm-up + timed steps); epochs: passes over the data; accuracy: "
-        "seed 002's long test (epochs with a step LR schedule, top-1/top-5 after each, time to "
+        "the scale-out whitepaper's long test (epochs with a step LR schedule, top-1/top-5 after each, time to "
         "--target-top1)",
     )
     ap.add_argument("--warmup-steps", type=int, default=10)
@@ -69,7 +69,7 @@ def arg_parser(description):
         type=float,
         nargs="*",
         default=[],
-        help="epochs at which the LR is multiplied by --decay (seed 002: 10 60 of 90)",
+        help="epochs at which the LR is multiplied by --decay (the scale-out whitepaper: 10 60 of 90)",
     )
     g.add_argument("--decay", type=float, default=config_default("training.accuracy.decay"))
     g.add_argument(

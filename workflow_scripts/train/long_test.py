@@ -1,7 +1,7 @@
-"""Seed 002's long test (mode accuracy), the same for the three trainers: the learning-rate
-schedule, each rank's share of the val split, per-epoch evaluation and its records (predictions/,
-epochs.jsonl), stopping at the target top-1. A trainer supplies the step, set_lr, evaluate and
-an all-reduce of counts (loop.py passes them)."""
+"""The scale-out whitepaper's long test (mode accuracy), the same for the three trainers: the
+learning-rate schedule, each rank's share of the val split, per-epoch evaluation and its records
+(predictions/, epochs.jsonl), stopping at the target top-1. A trainer supplies the step, set_lr,
+evaluate and an all-reduce of counts (loop.py passes them)."""
 
 import gzip
 import json
@@ -42,8 +42,9 @@ def val_share(total, rank, world):
 
 class Schedule:
     """The learning rate as a function of the step: an optional linear warm-up (lr x (step + 1) /
-    warm-up steps), then lr multiplied by `decay` at each milestone epoch. Seed 002's: 0.4 for 10
-    epochs, 0.04 to 60, 0.004 to 90 (lr 0.4, milestones 10 60, decay 0.1)."""
+    warm-up steps), then lr multiplied by `decay` at each milestone epoch. The scale-out
+    whitepaper's: 0.4 for 10 epochs, 0.04 to 60, 0.004 to 90 (lr 0.4, milestones 10 60, decay
+    0.1)."""
 
     def __init__(self, lr, steps_per_epoch, warmup_epochs=0.0, milestones=(), decay=0.1):
         self.lr, self.decay = lr, decay
@@ -87,11 +88,11 @@ def count_correct(labels, top5):
 
 
 class LongTest:
-    """Seed 002's long test: whole epochs over the train split with the step schedule, top-1/top-5
-    on the val split after every `--eval-every` epochs and after the last, stopping after the first
-    evaluation that reaches `--target-top1`. Each rank scores its share of the val split with its
-    framework's own validation pipeline; the counts are summed over the ranks, so every rank sees
-    the same top-1 and all stop together."""
+    """The scale-out whitepaper's long test: whole epochs over the train split with the step
+    schedule, top-1/top-5 on the val split after every `--eval-every` epochs and after the last,
+    stopping after the first evaluation that reaches `--target-top1`. Each rank scores its share of
+    the val split with its framework's own validation pipeline; the counts are summed over the
+    ranks, so every rank sees the same top-1 and all stop together."""
 
     def __init__(self, run):
         a = run.args
