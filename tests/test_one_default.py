@@ -4,7 +4,6 @@ own. The few flags below share a key's name without being that key, or keep a de
 by design, each with why. Every key a script names through default() exists."""
 
 import ast
-from pathlib import Path
 
 import pytest
 from conftest import REPO
