@@ -62,8 +62,10 @@ from nvidia.dali import backend, fn, pipeline_def, types
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-from .augment import DALI_DECODERS as DECODERS
+from ..common import schema
 from .augment import MEAN, RATIO, SCALE, STD
+
+DECODERS = tuple(schema.section("training.pytorch")["dali_decoder"]["enum"])
 
 READER = "lmdb"  # the reader's name: the iterator reads the epoch size from it
 SHUFFLE_BUFFER = 4096  # records held for shuffling: about 450 MB of ILSVRC JPEGs per rank

@@ -38,8 +38,10 @@ import torch
 import torch.nn.functional as F
 from torchvision.io import ImageReadMode, decode_jpeg
 
-from .augment import JPEG_DECODERS as DECODERS
+from ..common import schema
 from .augment import MEAN, RATIO, SCALE, STD
+
+DECODERS = tuple(schema.section("training.pytorch")["jpeg_decoder"]["enum"])
 
 # The strided nested tensor used for padding is a stable, tested path; its prototype notice is noise.
 warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors is in prototype stage")

@@ -115,8 +115,8 @@ def build_input(args, s, launch, classes, per_rank=None):
             channels_last=s.channels_last,
             depth=s.prefetch,
             threads=workers,
-            hw_decoder_load=args.hw_decoder_load,
-            decoder=args.dali_decoder,
+            hw_decoder_load=s.hw_decoder_load,
+            decoder=s.dali_decoder,
             pinned_mb=s.dali_pools_mb[0],
             device_mb=s.dali_pools_mb[1],
         )
@@ -145,8 +145,8 @@ def build_input(args, s, launch, classes, per_rank=None):
             seed=seed,
             channels_last=s.channels_last,
             depth=s.prefetch,
-            lanes=args.input_lanes,
-            decoder=args.jpeg_decoder,
+            lanes=s.input_lanes,
+            decoder=s.jpeg_decoder,
         )
         return Input(classes, len(ds), workers, lambda: next(gpu), gpu.close, gpu.stats)
 

@@ -56,6 +56,11 @@ class Settings:
     loss_lag: int = 0  # steps queued past the one whose loss is read
     prefetch: int = GPU_PREFETCH  # input gpu, dali: batches prepared ahead (0: synthetic data, none)
     dali_pools_mb: tuple = (0, 0)  # input dali on a GPU: (pinned, device) MiB allocated before training
+    # the input paths' own options, as given (each one path's; recorded with the run's args)
+    dali_decoder: str = "cpu"
+    hw_decoder_load: float = 0.9
+    jpeg_decoder: str = "torchvision"
+    input_lanes: int = 1
 
     def describe(self):
         return {
@@ -127,6 +132,10 @@ def resolve(args, device, nodes=1):
         if synthetic or source == "cpu"
         else args.prefetch or (DALI_PREFETCH if source == "dali" else GPU_PREFETCH),
         dali_pools_mb=pools if cuda and source == "dali" and not synthetic else (0, 0),
+        dali_decoder=args.dali_decoder,
+        hw_decoder_load=args.hw_decoder_load,
+        jpeg_decoder=args.jpeg_decoder,
+        input_lanes=args.input_lanes,
     )
 
 
