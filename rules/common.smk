@@ -80,7 +80,7 @@ def tfrecord_shards(split):
 
 
 def encoding_args():
-    return ["--resize-shorter", str(CONV["resize_shorter"]), "--quality", str(CONV["jpeg_quality"])]
+    return ["--resize-shorter", str(CONV["resize_shorter"]), "--jpeg-quality", str(CONV["jpeg_quality"])]
 
 
 RESULTS = config["results_dir"]

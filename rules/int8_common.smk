@@ -129,7 +129,7 @@ def calibration_args():
     method = CALIB["method"]
     args = ["--method", method, "--chunk-batches", str(CALIB["chunk_batches"])]
     if method in ("entropy", "percentile"):
-        args += ["--bins", str(CALIB["histogram_bins"])]
+        args += ["--histogram-bins", str(CALIB["histogram_bins"])]
     if method == "percentile":
         args += ["--percentile", str(CALIB["percentile"])]
     return args

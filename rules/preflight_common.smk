@@ -84,7 +84,7 @@ def preflight_args(w):
         f"--env-key={TRAIN_ENV[w.system, w.framework][0]}",
         "--cpus-per-task",
         sysc["cpus_per_task"],
-        "--elements",
+        "--allreduce-elements",
         PREFLIGHT["allreduce_elements"],
     ]
     if sysc["gpu_request"] != "none":

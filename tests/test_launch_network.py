@@ -117,7 +117,7 @@ def test_local_launch_gives_every_worker_the_launchers_interface_and_timeout(tmp
         assert env["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "300"
         assert "NCCL_SOCKET_IFNAME" not in env or env["NCCL_SOCKET_IFNAME"] == os.environ.get("NCCL_SOCKET_IFNAME")
     iface, ip = _ipv4_interface()
-    _, envs = _launch_dump(tmp_path, f"--network-interface={iface}", "--gloo-timeout=600", "--env=NCCL_NVLS_ENABLE=0")
+    _, envs = _launch_dump(tmp_path, f"--network-interface={iface}", "--gloo-timeout-s=600", "--env=NCCL_NVLS_ENABLE=0")
     for env in envs:
         assert (env["HOROVOD_GLOO_IFACE"], env["HOROVOD_GLOO_RENDEZVOUS_ADDR"]) == (iface, ip)
         assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == (f"={iface}", iface)

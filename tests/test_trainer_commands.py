@@ -52,6 +52,6 @@ def test_the_long_test_is_told_its_schedule_and_checkpoints_never_the_sweeps_ste
 
 
 def test_horovods_controller_flags():
-    assert commands().horovod_args("g") == ["--gloo-timeout=300", "--horovod"]
+    assert commands().horovod_args("g") == ["--gloo-timeout-s=300", "--horovod"]
     mpi = commands(training__horovod_controller="mpi").horovod_args("g")
     assert mpi == ["--horovod-controller=mpi", "--srun-mpi=pmix", "--horovod"]

@@ -123,7 +123,7 @@ def _space_error(fmt, out, path, needed, what):
 def run(fmt, write_split, args, extra_manifest=None):
     """Convert both splits with the format's `write_split`; write synsets and the manifest."""
     index = Index(args.index)
-    enc = images.Encoding(args.resize_shorter, args.quality)
+    enc = images.Encoding(args.resize_shorter, args.jpeg_quality)
     needed = space_needed(index, enc)
     start = time.perf_counter()
     with atomic_dir(args.out) as tmp:
@@ -200,5 +200,10 @@ def arg_parser(description):
         default=config_default("conversion.resize_shorter"),
         help="0: pass the JPEG bytes through",
     )
-    ap.add_argument("--quality", type=int, default=95, help="JPEG quality when re-encoding")
+    ap.add_argument(
+        "--jpeg-quality",
+        type=int,
+        default=config_default("conversion.jpeg_quality"),
+        help="JPEG quality when re-encoding",
+    )
     return ap

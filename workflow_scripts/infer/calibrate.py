@@ -100,7 +100,12 @@ def main():
     ap.add_argument("--image-size", type=int, required=True)
     ap.add_argument("--batch-size", type=int, required=True)
     ap.add_argument("--method", choices=sorted(METHODS), default=config_default("inference.calibration.method"))
-    ap.add_argument("--bins", type=int, default=2048, help="histogram bins (entropy, percentile)")
+    ap.add_argument(
+        "--histogram-bins",
+        type=int,
+        default=config_default("inference.calibration.histogram_bins"),
+        help="histogram bins (entropy, percentile)",
+    )
     ap.add_argument("--percentile", type=float, default=config_default("inference.calibration.percentile"))
     ap.add_argument(
         "--chunk-batches",
@@ -111,9 +116,9 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", required=True, help="the calibration ranges (JSON)")
     a = ap.parse_args()
-    if a.method == "entropy" and a.bins < QUANTIZED_BINS:
+    if a.method == "entropy" and a.histogram_bins < QUANTIZED_BINS:
         raise StageError(
-            f"config inference.calibration.histogram_bins = {a.bins}: entropy calibration needs at "
+            f"config inference.calibration.histogram_bins = {a.histogram_bins}: entropy calibration needs at "
             f"least {QUANTIZED_BINS} bins"
         )
     items = images.read_list(a.images)
@@ -125,7 +130,7 @@ def main():
         images.batches(a.lmdb, items, a.image_size, a.batch_size, a.threads, "calibrate"),
         "input",
         a.method,
-        a.bins,
+        a.histogram_bins,
         a.percentile,
         a.chunk_batches,
         a.threads,

@@ -96,4 +96,4 @@ class TrainerCommands:
         t = self.train
         if t["horovod_controller"] == "mpi":
             return ["--horovod-controller=mpi", f"--srun-mpi={self.config['systems'][system]['srun_mpi']}", "--horovod"]
-        return [f"--gloo-timeout={t['gloo_timeout_s']}", "--horovod"]
+        return [f"--gloo-timeout-s={t['gloo_timeout_s']}", "--horovod"]

@@ -128,7 +128,7 @@ def rank_args(a):
         str(a.cpus_per_task),
     ]
     words += ["--require-gpu"] if a.require_gpu else []
-    return words + (["--elements", str(a.elements)] if a.elements else [])
+    return words + (["--allreduce-elements", str(a.allreduce_elements)] if a.allreduce_elements else [])
 
 
 def main():
@@ -157,7 +157,12 @@ def main():
     r.add_argument("--gpu-type", default="")
     r.add_argument("--env-key", default="envs")
     r.add_argument("--cpus-per-task", type=int, default=0)
-    r.add_argument("--elements", type=int, default=0, help="0: ResNet-50's gradient size")
+    r.add_argument(
+        "--allreduce-elements",
+        type=int,
+        default=config_default("preflight.allreduce_elements"),
+        help="0: ResNet-50's gradient size",
+    )
     ap.add_argument("launcher", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     started = time.time()

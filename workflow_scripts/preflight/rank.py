@@ -2,11 +2,11 @@
 framework's interpreter (or container):
 
     python -m workflow_scripts.preflight.rank --framework pytorch --precisions fp32 --out DIR \
-        [--require-gpu --gpu-type v100 --env-key envs_gpu.pytorch] [--cpus-per-task 10] [--elements N]
+        [--require-gpu --gpu-type v100 --env-key envs_gpu.pytorch] [--cpus-per-task 10] [--allreduce-elements N]
 
 The framework sees a GPU per task (of the system's type) and runs a tiny conv net forward and
 backward on it per precision; an all-reduce over all ranks through the framework's own path gives
-the right sum, and one of --elements float32 values is timed; the CPUs this task may run on and
+the right sum, and one of --allreduce-elements float32 values is timed; the CPUs this task may run on and
 the threads the trainer will start; on a node's first task, the telemetry sources. Each phase is
 marked (markers.py) before it starts. Writes DIR/rank<r>.json (rows); exits 1 if a check failed,
 so that the launcher stops the other ranks rather than leaving them in a collective.
@@ -226,7 +226,7 @@ def checks(a, launch, marks, out):
         marks.enter("init")
         fw.init()
         marks.enter("allreduce")
-        return rows + [allreduce_row(fw, launch, a.elements)]
+        return rows + [allreduce_row(fw, launch, a.allreduce_elements)]
     except Exception as exc:  # a refused connection, a collective's error: named, not a traceback
         cause, fix = classify(exc, a.framework, a.env_key)
         return rows + [row("allreduce", FAILED, cause=f"{fw.backend}: {cause}", fix=fix)]
@@ -241,7 +241,9 @@ def main():
     ap.add_argument("--gpu-type", default="", help="config systems.<name>.gpu_type")
     ap.add_argument("--env-key", default="envs", help="the config key that chose this interpreter")
     ap.add_argument("--cpus-per-task", type=int, default=0)
-    ap.add_argument("--elements", type=int, default=RESNET50_GRADIENTS, help="float32 values in the timed all-reduce")
+    ap.add_argument(
+        "--allreduce-elements", type=int, default=RESNET50_GRADIENTS, help="float32 values in the timed all-reduce"
+    )
     a = ap.parse_args()
     launch = detect()
     marks = Markers(a.out, launch.rank, launch.hostname)

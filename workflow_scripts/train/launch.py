@@ -126,7 +126,7 @@ def horovod_env(a, stack, hosts, iface, addr, per_node, use_srun):
         "DLSCALE_RENDEZVOUS_ADDR": addr,
         "DLSCALE_RENDEZVOUS_PORT": str(port),
         "DLSCALE_GLOO_IFACE": iface,
-        "HOROVOD_GLOO_TIMEOUT_SECONDS": str(a.gloo_timeout),
+        "HOROVOD_GLOO_TIMEOUT_SECONDS": str(a.gloo_timeout_s),
     }
 
 
@@ -156,9 +156,9 @@ def add_arguments(ap):
         "(--srun-mpi) and needs an MPI-built Horovod",
     )
     ap.add_argument(
-        "--gloo-timeout",
+        "--gloo-timeout-s",
         type=int,
-        default=300,
+        default=config_default("training.gloo_timeout_s"),
         help="config training.gloo_timeout_s: seconds Horovod's Gloo waits for every rank at start",
     )
     ap.add_argument(
