@@ -87,3 +87,8 @@ def parse_image_record(value: bytes):
     if len(protos.protos) != 2 or protos.protos[0].data_type != STRING or protos.protos[1].data_type != INT32:
         raise ValueError("not a Caffe2 [encoded image, label] TensorProtos record")
     return protos.protos[0].string_data[0], protos.protos[1].int32_data[0]
+
+
+def key(position, count):
+    """An LMDB record's key: its position, zero-padded (Caffe2's image LMDBs sort by key)."""
+    return f"{position:0{max(8, len(str(count)))}d}".encode()

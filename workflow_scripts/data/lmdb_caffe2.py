@@ -5,15 +5,12 @@ import lmdb
 
 from ..common.errors import run_main
 from . import caffe2_proto, convert
+from .caffe2_proto import key
 
 # Address space reserved for the map, not disk: LMDB grows data.mdb only as pages are written.
 MAP_SIZE = 1 << 40
 # Fixed transaction size: the same records always give the same pages, hence the same bytes.
 TXN_RECORDS = 1000
-
-
-def key(position, count):
-    return f"{position:0{max(8, len(str(count)))}d}".encode()
 
 
 def write_split(out, split, records, count):

@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from . import caffe2_proto
-from .lmdb_caffe2 import key
+from .caffe2_proto import key
 
 
 class LMDBImageNet(torch.utils.data.Dataset):

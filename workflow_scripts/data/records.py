@@ -190,7 +190,7 @@ class LMDBFile:
     def read(self, path, positions):
         import lmdb
 
-        from .lmdb_caffe2 import key
+        from .caffe2_proto import key
 
         env = self._open(path)
         try:
