@@ -11,16 +11,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import (
+from helpers import (
     CONFIG,
     LONG_TEST_GPUS,
     PIPELINE_CONFIG,
     REPO,
     embedded_lmdb,
-    interpreter,
+    launched,
     pipeline_config,
     planned_jobs,
     snakemake,
+    trainer_command,
     write_config,
 )
 
@@ -139,46 +140,21 @@ def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(tmp_
     two classes of 8 train and 8 val images each (an epoch is two steps of 2 x 4 images). Half the val
     images are each class, so a network scores 0% only by naming the wrong class for every one of
     them (one that names a single class scores 50%)."""
-    py = interpreter("pytorch")
     data = embedded_lmdb(tmp_path / "data", classes=2, train_per_class=8, val_per_class=8, seed=5)
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            interpreter("workflow"),
-            "-m",
-            "workflow_scripts.train.launch",
-            "--nproc-per-node",
-            "2",
-            "--",
-            py,
-            "-m",
-            "workflow_scripts.train.pytorch_ddp",
-            "--data",
-            str(data),
-            "--batch-per-gpu",
-            "4",
-            "--image-size",
-            "32",
-            "--mode",
-            "accuracy",
-            "--epochs",
-            "4",
-            "--eval-every",
-            "2",
-            "--milestones",
-            "1",
-            "--target-top1",
-            "1",
-            "--out",
-            str(out),
-            "--telemetry-interval",
-            "0",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    trainer = trainer_command(
+        data=data,
+        batch_per_gpu=4,
+        mode="accuracy",
+        warmup_steps=None,
+        steps=None,
+        epochs=4,
+        eval_every=2,
+        milestones=[1],
+        target_top1=1,
+        out=out,
     )
+    proc = subprocess.run(launched(trainer, 2), cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs, lt = epochs_of(out), summary_of(out)["long_test"]
     assert [(r["epoch"], r["top1"] is not None) for r in recs] == [(1, False), (2, True)]

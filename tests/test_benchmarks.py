@@ -8,14 +8,11 @@ import json
 import re
 import shlex
 import subprocess
-from pathlib import Path
 
-from conftest import interpreter
-from test_readme import bash_blocks
+from helpers import REPO, TRAINERS, bash_blocks, interpreter
 
-REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "benchmarks.md"
-TRAINER = "workflow_scripts.train.pytorch_ddp"
+TRAINER = TRAINERS["pytorch"]
 
 # Runs in the torch environment: each job is (what, argv); prints one JSON line of failures.
 DRIVER = r"""

@@ -2,7 +2,7 @@
 so a doctored figure flips it; a finding whose sweep point is missing stays, as not measured,
 naming the config keys; the rule runs on the embedded default's tables and leads the HTML report.
 
-The tables under tests/conclusions_tables/ are the embedded default's, copied from a finished
+The tables under tests/data/conclusions_tables/ are the embedded default's, copied from a finished
 pipeline run (2 CPU processes, FP32, ONNX Runtime INT8)."""
 
 import re
@@ -13,12 +13,12 @@ import sys
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, snakemake, write_config
+from helpers import REPO, snakemake, write_config
 
 from workflow_scripts.results import conclusions as mod
 from workflow_scripts.results import guards, training_tables
 
-SAMPLE = REPO / "tests" / "conclusions_tables"
+SAMPLE = REPO / "tests" / "data" / "conclusions_tables"
 SPEC = yaml.safe_load(mod.FINDINGS.read_text())
 GPU_DEVICE = "2x NVIDIA H100 80GB HBM3"
 DECIDED = {mod.HOLDS, mod.FAILS}

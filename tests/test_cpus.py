@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, snakemake, write_config
+from helpers import REPO, snakemake, write_config
 
 from workflow_scripts.common import cpus
 from workflow_scripts.common.launch import Launch

@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, snakemake, write_config
+from helpers import REPO, TRAINERS, snakemake, trainer_flags, write_config
 
-TRAINER = "workflow_scripts.train.pytorch_ddp"
+TRAINER = TRAINERS["pytorch"]
 
 WRITE_ENV = (
     "import json, os; open('env.' + os.environ['RANK'] + '.json', 'w').write(json.dumps("
@@ -132,20 +132,7 @@ def test_summary_says_whether_the_first_steps_start_up_is_timed(tmp_path, warmup
     for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID"):
         monkeypatch.delenv(k, raising=False)
     args = harness.arg_parser("t").parse_args(
-        [
-            "--data-source",
-            "synthetic",
-            "--batch-per-gpu",
-            "1",
-            "--warmup-steps",
-            str(warmup),
-            "--steps",
-            "2",
-            "--telemetry-interval",
-            "0",
-            "--out",
-            str(tmp_path),
-        ]
+        trainer_flags(image_size=None, data_source="synthetic", batch_per_gpu=1, warmup_steps=warmup, out=tmp_path)
     )
     run = harness.Run(args, "pytorch", {})
 

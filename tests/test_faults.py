@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SNAKEMAKE, interpreter, planned_jobs, run_stage, snakemake, write_config
+from helpers import REPO, SNAKEMAKE, interpreter, planned_jobs, run_stage, snakemake, write_config
 
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.data import embedded, layout

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, interpreter, snakemake, write_config
+from helpers import REPO, TRAINERS, interpreter, snakemake, write_config
 
 from workflow_scripts.results import runs
 
@@ -218,7 +218,7 @@ def run_job(tmp_path, message, attempt=1, retries=2, code=STAND_IN):
             f"--python={python}",
             "--nproc-per-node=1",
             "--",
-            "workflow_scripts.train.mxnet_horovod",
+            TRAINERS["mxnet"],
         ],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),

@@ -14,7 +14,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import CONFIG, REPO, interpreter, snakemake, write_config
+from helpers import CONFIG, REPO, interpreter, snakemake, write_config
 
 RECORD = json.loads((REPO / "envs" / "arch_lists.json").read_text())
 ROUTES = RECORD["routes"]

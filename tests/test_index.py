@@ -2,7 +2,7 @@
 
 import csv
 
-from conftest import run_stage
+from helpers import run_stage
 
 
 def _rows(path):

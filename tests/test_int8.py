@@ -6,13 +6,20 @@ without TensorRT, weights that are not there)."""
 import csv
 import hashlib
 import json
-import os
 import re
 import statistics
-import subprocess
 
 import pytest
-from conftest import CONFIG, REPO, copy_of_run, interpreter, pipeline_config, planned_jobs, snakemake, write_config
+from helpers import (
+    CONFIG,
+    copy_of_run,
+    pipeline_config,
+    planned_jobs,
+    run_script,
+    run_stage,
+    snakemake,
+    write_config,
+)
 
 from workflow_scripts.infer import tensorrt_engine
 
@@ -59,26 +66,8 @@ def table(path):
         return list(csv.DictReader(f))
 
 
-def run_py(env, *args, check=True, env_vars=None, timeout=600):
-    proc = subprocess.run(
-        [interpreter(env), *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env_vars or {})},
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
-
-
-def last_json(proc):
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def planned(work, target=TARGET):
-    """{rule: job count} of a dry run (conftest's planned_jobs, for this stage's target)."""
+    """{rule: job count} of a dry run (helpers' planned_jobs, for this stage's target)."""
     out = snakemake(work, target, "-n", "--quiet", "rules").stdout
     jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", out, re.M)}
     return {rule: n for rule, n in jobs.items() if rule not in ("total", TARGET)}
@@ -105,8 +94,8 @@ def test_calibration_and_scored_images_are_disjoint_and_cover_val_in_order(int8_
 
 def test_int8_model_holds_qdq_nodes_with_8_bit_types_and_runs_integer_kernels(int8_run):
     d = stage(int8_run) / "resnet50"
-    models = last_json(
-        run_py("pytorch", "tests/infer_inspect.py", d / "fp32.onnx", d / "int8.onnx", d / "onnxruntime" / "int8.engine")
+    models = run_script(
+        "pytorch", "infer_inspect.py", d / "fp32.onnx", d / "int8.onnx", d / "onnxruntime" / "int8.engine"
     )
     fp32, int8, engine = (models[str(d / f)] for f in ("fp32.onnx", "int8.onnx", "onnxruntime/int8.engine"))
     assert "QuantizeLinear" not in fp32["ops"] and "DequantizeLinear" not in fp32["ops"]
@@ -252,9 +241,8 @@ def test_config_edits_rerun_only_what_they_affect(int8_run):
 
 def test_tensorrt_without_tensorrt_fails_clearly(int8_run, tmp_path):
     d = stage(int8_run) / "resnet50"
-    proc = run_py(
+    proc = run_stage(
         "pytorch",
-        "-m",
         "workflow_scripts.infer.engine",
         "--engine",
         "tensorrt",
@@ -299,9 +287,8 @@ def test_weights_that_are_not_there_stop_the_run(int8_run, tmp_path):
     assert proc.returncode != 0 and "trains ResNet-50 only" in proc.stdout + proc.stderr
     # torchvision's weights with no cache and no network (a proxy on a closed local port): an error
     # naming the key and the cache, never random weights.
-    proc = run_py(
+    proc = run_stage(
         "pytorch",
-        "-m",
         "workflow_scripts.infer.export",
         "--network",
         "resnet101",
@@ -332,7 +319,7 @@ def test_the_seven_networks_load_and_each_family_exports_calibrates_and_quantize
     val = tsv(small_lmdb.parent / "index" / "val.tsv")[:4]
     few = tmp_path / "few.tsv"
     few.write_text("position\tlabel\n" + "".join(f"{i}\t{r['label']}\n" for i, r in enumerate(val)))
-    out = last_json(run_py("pytorch", "tests/infer_networks.py", tmp_path, small_lmdb, few, 64))
+    out = run_script("pytorch", "infer_networks.py", tmp_path, small_lmdb, few, 64)
     assert set(out) == {
         "resnet50",
         "resnet101",

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import REPO, interpreter, run_stage, snakemake, write_config
+from helpers import REPO, interpreter, run_script, run_stage, snakemake, write_config
 
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.infer import tables, tensorrt_engine
@@ -23,17 +23,10 @@ A100, H100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
     """A tiny network's FP32 and INT8 engines, made by the stage's own export, calibration,
-    quantization and engine build (tests/infer_tiny_pair.py, then engine.py as int8_engine runs it)."""
+    quantization and engine build (tests/helpers/scripts/infer_tiny_pair.py, then engine.py as int8_engine
+    runs it)."""
     work = tmp_path_factory.mktemp("tiny-pair")
-    proc = subprocess.run(
-        [interpreter("pytorch"), str(REPO / "tests" / "infer_tiny_pair.py"), str(work), str(SIZE)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_script("pytorch", "infer_tiny_pair.py", work, SIZE)
     for p in ("fp32", "int8"):
         run_stage(
             "pytorch",

@@ -10,8 +10,8 @@ import subprocess
 
 import pandas as pd
 import pytest
-from conftest import CONFIG, REPO, interpreter, pipeline_config, planned_jobs, snakemake, write_config
-from test_shell_safety import HOSTILE, markers
+from helpers import CONFIG, REPO, interpreter, pipeline_config, planned_jobs, snakemake, write_config
+from helpers.hostile import HOSTILE, markers
 
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.interconnect import nccl_tests

@@ -12,7 +12,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO, interpreter, snakemake, write_config
+from helpers import REPO, TRAINERS, interpreter, snakemake, trainer_flags, write_config
 
 from workflow_scripts.common import neighbours, page_cache
 from workflow_scripts.train import harness
@@ -38,14 +38,8 @@ def train_job(tmp_path, steps=12):
             f"--cuda-cache-dir={tmp_path / 'cuda-jit'}",
             "--nproc-per-node=1",
             "--",
-            "workflow_scripts.train.pytorch_ddp",
-            "--data-source=synthetic",
-            "--classes=4",
-            "--batch-per-gpu=2",
-            "--image-size=32",
-            "--warmup-steps=1",
-            f"--steps={steps}",
-            "--telemetry-interval=0.25",
+            TRAINERS["pytorch"],
+            *trainer_flags(data_source="synthetic", classes=4, batch_per_gpu=2, steps=steps, telemetry_interval=0.25),
         ],
         cwd=REPO,
         capture_output=True,

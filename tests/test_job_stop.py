@@ -12,7 +12,7 @@ import time
 
 import psutil
 import pytest
-from conftest import REPO
+from helpers import REPO, TRAINERS
 
 from workflow_scripts.train import job_stop
 
@@ -82,7 +82,7 @@ def test_a_term_stops_the_ranks_and_leaves_the_cause(tmp_path):
             f"--python={sleeper}",
             "--nproc-per-node=1",
             "--",
-            "workflow_scripts.train.pytorch_ddp",
+            TRAINERS["pytorch"],
         ],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),

@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, interpreter, run_reader
+from helpers import REPO, interpreter, run_script
 
 ENV = REPO / ".envs" / "tf-keras3"
 REQUIREMENTS = REPO / "envs" / "tf-keras3.txt"
@@ -54,7 +54,7 @@ def keras3_env():
 def run_steps(python, *cases, path=(), tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     env.update(PYTHONPATH=os.pathsep.join([str(REPO), *path]), TF_CPP_MIN_LOG_LEVEL="2")
-    return run_reader(None, "tf_keras_step.py", tmp_path, *cases, python=python, environ=env, timeout=900)
+    return run_script(None, "tf_keras_step.py", tmp_path, *cases, python=python, environ=env, timeout=900)
 
 
 def check_steps(got, cases):

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import REPO, SNAKEMAKE, interpreter, snakemake, write_config
+from helpers import REPO, SNAKEMAKE, interpreter, snakemake, trainer_command, write_config
 
 from workflow_scripts.common import netif
 from workflow_scripts.common.launch import Launch, setup_horovod
@@ -303,27 +303,7 @@ def test_nccl_env_reaches_and_is_recorded_by_the_interconnect_and_training(tmp_p
             *base,
             *words,
             "--",
-            py,
-            "-m",
-            "workflow_scripts.train.pytorch_ddp",
-            "--data",
-            str(tmp_path),
-            "--data-source",
-            "synthetic",
-            "--classes",
-            "4",
-            "--batch-per-gpu",
-            "2",
-            "--image-size",
-            "32",
-            "--warmup-steps",
-            "1",
-            "--steps",
-            "1",
-            "--telemetry-interval",
-            "0",
-            "--out",
-            str(run),
+            *trainer_command(data=tmp_path, data_source="synthetic", classes=4, batch_per_gpu=2, steps=1, out=run),
         ],
         cwd=REPO,
         capture_output=True,

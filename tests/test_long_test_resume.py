@@ -10,13 +10,12 @@ import subprocess
 import time
 
 import pytest
-from conftest import CONFIG, REPO, interpreter, run_stage
+from helpers import CONFIG, REPO, TRAINERS, interpreter, run_stage, trainer_flags
 
 from workflow_scripts.train import checkpoint, long_test_fit
 
 FRAMEWORKS = CONFIG["training"]["frameworks"]
 FORMAT = {"tensorflow": "tfrecord", "mxnet": "recordio", "pytorch": "lmdb"}
-TRAINER = {"tensorflow": "tensorflow_horovod", "mxnet": "mxnet_horovod", "pytorch": "pytorch_ddp"}
 EPOCHS = 6
 
 
@@ -52,17 +51,18 @@ def job_command(tmp_path, data, framework, attempt):
         "--nproc-per-node=2",
         *(["--horovod"] if framework != "pytorch" else []),
         "--",
-        f"workflow_scripts.train.{TRAINER[framework]}",
-        f"--data={data}",
-        "--batch-per-gpu=4",
-        "--image-size=32",
-        "--mode=accuracy",
-        f"--epochs={EPOCHS}",
-        "--milestones",
-        "3",
-        "--telemetry-interval=0",
-        f"--checkpoint-dir={results / 'checkpoints' / 'local' / 'accuracy' / f'{framework}_fp32_2gpu'}",
-        "--max-jobs=3",
+        TRAINERS[framework],
+        *trainer_flags(
+            warmup_steps=None,
+            steps=None,
+            data=data,
+            batch_per_gpu=4,
+            mode="accuracy",
+            epochs=EPOCHS,
+            milestones=[3],
+            checkpoint_dir=results / "checkpoints" / "local" / "accuracy" / f"{framework}_fp32_2gpu",
+            max_jobs=3,
+        ),
     ]
 
 

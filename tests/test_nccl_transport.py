@@ -13,7 +13,7 @@ import os
 import shlex
 import subprocess
 
-from conftest import REPO, interpreter, snakemake, write_config
+from helpers import REPO, interpreter, snakemake, write_config
 
 from workflow_scripts.common import nccl_log, provenance
 from workflow_scripts.interconnect import rows as ic_rows

@@ -6,7 +6,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from conftest import run_reader
+from helpers import run_script
 
 from workflow_scripts.common import mounts, page_cache
 
@@ -98,7 +98,7 @@ def test_telemetry_keeps_the_gpus_and_readings_that_work():
     that fails loses that reading; an unexpected error loses that sample, not the sampler thread.
     Runs in the PyTorch environment, whose nvidia-ml-py supplies the error classes (see the
     reader's docstring for why NVML is stood in for)."""
-    got = run_reader("pytorch", "telemetry_failing_gpu.py")
+    got = run_script("pytorch", "telemetry_failing_gpu.py")
     assert set(got["failed"]) == {"1"} and "NVMLError_NoPermission" in got["failed"]["1"]
     assert "gpu1: no NVML handle" in got["log"]
     assert got["alive_before_stop"]

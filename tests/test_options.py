@@ -10,10 +10,8 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO, interpreter, snakemake, write_config
-from test_readme import anchors
+from helpers import REPO, TRAINERS, anchors, interpreter, snakemake, write_config
 
-sys.path.insert(0, str(REPO))
 from workflow_scripts.common import options_table, schema
 
 SECTION = "training.pytorch"
@@ -92,7 +90,7 @@ def other_value(spec):
 
 def pytorch_argv(workdir):
     out = snakemake(workdir, "all", "-n", "-p").stdout
-    line = next(ln for ln in out.splitlines() if "workflow_scripts.train.pytorch_ddp" in ln)
+    line = next(ln for ln in out.splitlines() if TRAINERS["pytorch"] in ln)
     words = line.split()
     return words[words.index("--amp-dtype") :]
 
@@ -164,7 +162,7 @@ def code_comments(path):
 def full_help():
     """The trainer's whole --help: the flags of every group, the shared ones included."""
     proc = subprocess.run(
-        [interpreter("pytorch"), "-m", "workflow_scripts.train.pytorch_ddp", "--help"],
+        [interpreter("pytorch"), "-m", TRAINERS["pytorch"], "--help"],
         cwd="/",
         capture_output=True,
         text=True,

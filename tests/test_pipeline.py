@@ -6,7 +6,7 @@ import subprocess
 import time
 
 import yaml
-from conftest import (
+from helpers import (
     CONFIG,
     LONG_TEST_GPUS,
     REPO,
@@ -21,7 +21,7 @@ from conftest import (
 
 
 def test_the_quick_start_plans_the_jobs_pipeline_run_ran(tmp_path):
-    """pipeline_run (conftest.PIPELINE) differs from the quick start's default only in sizes: a fresh
+    """pipeline_run (helpers.PIPELINE) differs from the quick start's default only in sizes: a fresh
     directory of each plans the same jobs of `all`, every stage among them."""
     (default := tmp_path / "default").mkdir()
     (suite := tmp_path / "suite").mkdir()

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import yaml
-from conftest import CONFIG, REPO, SNAKEMAKE, validated, with_overrides
-from test_job_shape import EXTRA, SYSTEMS
+from helpers import CONFIG, REPO, SNAKEMAKE, validated, with_overrides
+from helpers.systems import EXTRA, SYSTEMS
 
 from workflow_scripts.plan.slurm_job import JobShape
 from workflow_scripts.plan.sweep import Sweep

@@ -13,7 +13,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import CONFIG, REPO, SNAKEMAKE, copy_of_run, interpreter, planned_jobs, snakemake, write_config
+from helpers import CONFIG, REPO, SNAKEMAKE, copy_of_run, interpreter, planned_jobs, snakemake, write_config
 
 GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "cpus_per_task": 1}}
 # Checks that need no dataset and no data stage: the sweep on synthetic input, no long test.

@@ -7,7 +7,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import REPO, interpreter
+from helpers import REPO, interpreter
 
 SCRIPT = """
 import json, sys, torch

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import (
+from helpers import (
     CONFIG,
     LONG_TEST_GPUS,
     PIPELINE_CONFIG,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, SNAKEMAKE, interpreter, write_config
-from test_shell_safety import MARK, markers
+from helpers import REPO, SNAKEMAKE, interpreter, write_config
+from helpers.hostile import MARK, markers
 
 from benchmarks import slurm_cluster
 

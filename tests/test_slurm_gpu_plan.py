@@ -12,7 +12,7 @@ import tarfile
 
 import pytest
 import yaml
-from conftest import REPO, SNAKEMAKE
+from helpers import REPO, SNAKEMAKE
 
 from benchmarks import slurm_cluster, slurm_gpu
 

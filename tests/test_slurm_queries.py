@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, SNAKEMAKE, interpreter, write_config
+from helpers import REPO, SNAKEMAKE, interpreter, write_config
 
 from workflow_scripts.common import slurm
 

@@ -4,7 +4,7 @@ config is the repository's, validated against the schema with its defaults fille
 workflow does when it is parsed."""
 
 import pytest
-from conftest import CONFIG, validated, with_overrides
+from helpers import CONFIG, validated, with_overrides
 
 from workflow_scripts.plan.sweep import ConfigProblem, Sweep
 

@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import run_stage
+from helpers import run_stage
 
 from workflow_scripts.interconnect import tables as interconnect_tables
 from workflow_scripts.results import time_to_accuracy, training_tables

@@ -5,32 +5,20 @@ and how each engine's throughput is timed. No TensorRT or GPU here: what TensorR
 do with the model is judged from the graph."""
 
 import json
-import os
 import shlex
-import subprocess
 
 import pytest
-from conftest import REPO, interpreter, run_stage, snakemake, write_config
+from helpers import run_script, run_stage, snakemake, write_config
 
 from workflow_scripts.infer import tables, tensorrt_engine
 
-HELPER = REPO / "tests" / "infer_qdq_tensorrt.py"
+# The study's network with its classifier bias.
 NETWORK, SIZE = "resnet50", 32
-# The study's network with its classifier bias; sources resolved from this worktree.
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def helper(*args):
-    proc = subprocess.run(
-        [interpreter("pytorch"), str(HELPER), *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=ENV,
-    )
-    assert proc.returncode == 0, f"{args[0]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """infer_qdq_tensorrt.py's `args` in the torch environment: what it printed."""
+    return run_script("pytorch", "infer_qdq_tensorrt.py", *args, timeout=900)
 
 
 def quantize(work, name, *words, check=True):

@@ -1,7 +1,7 @@
 """The trainer's command lines (workflow_scripts/plan/commands.py) as plain Python: what each run
 is told, and only what its framework and precision use. No Snakemake runs here."""
 
-from conftest import CONFIG, validated, with_overrides
+from helpers import CONFIG, validated, with_overrides
 
 from workflow_scripts.plan.commands import TrainerCommands
 from workflow_scripts.plan.sweep import Sweep

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import CONFIG, PIPELINE_CONFIG, REPO, interpreter, snakemake, write_config
+from helpers import CONFIG, PIPELINE_CONFIG, REPO, TRAINERS, interpreter, snakemake, trainer_command, write_config
 
 from workflow_scripts.common import launch, page_cache
 
@@ -87,35 +87,16 @@ def test_synthetic_run_reads_no_dataset_file(pipeline_run, tmp_path):
     files = page_cache.dataset_files([lmdb])
     page_cache.evict(files)
     assert page_cache.residency(files)["resident_bytes"] == 0
-    proc = subprocess.run(
-        [
-            interpreter("pytorch"),
-            "-m",
-            "workflow_scripts.train.pytorch_ddp",
-            "--data",
-            str(lmdb),
-            "--data-source",
-            "synthetic",
-            "--classes",
-            "16",
-            "--batch-per-gpu",
-            "4",
-            "--image-size",
-            "32",
-            "--warmup-steps",
-            "1",
-            "--steps",
-            "3",
-            "--out",
-            str(tmp_path),
-            "--telemetry-interval",
-            "0.2",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    cmd = trainer_command(
+        data=lmdb,
+        data_source="synthetic",
+        classes=16,
+        batch_per_gpu=4,
+        steps=3,
+        out=tmp_path,
+        telemetry_interval=0.2,
     )
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert page_cache.residency(files)["resident_bytes"] == 0, "a synthetic run read the dataset"
     assert json.loads((tmp_path / "summary.json").read_text())["timed_steps"] == 3
@@ -202,25 +183,10 @@ def test_unavailable_drop_caches_or_failing_command_is_never_claimed(tmp_path):
 
 
 def test_mxnet_fp16_on_a_cpu_fails_clearly(tmp_path):
-    proc = subprocess.run(
-        [
-            interpreter("mxnet"),
-            "-m",
-            "workflow_scripts.train.mxnet_horovod",
-            "--data-source",
-            "synthetic",
-            "--precision",
-            "fp16",
-            "--batch-per-gpu",
-            "2",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    cmd = trainer_command(
+        "mxnet", small=False, data_source="synthetic", precision="fp16", batch_per_gpu=2, out=tmp_path
     )
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "mxnet fp16 needs a GPU" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -255,42 +221,14 @@ def test_launch_environment_from_slurm():
     assert launch.expand_nodelist("n[1-2],login,c[001-002,5]") == ["n1", "n2", "login", "c001", "c002", "c5"]
 
 
-TRAINERS = {"tensorflow": "tensorflow_horovod", "mxnet": "mxnet_horovod", "pytorch": "pytorch_ddp"}
-
-
 @pytest.fixture(scope="module")
 def synthetic_runs(tmp_path_factory):
     """Each trainer once on the CPU with synthetic data: one warm-up and two timed steps."""
     runs = {}
-    for framework, module in TRAINERS.items():
+    for framework in TRAINERS:
         out = tmp_path_factory.mktemp(framework)
-        proc = subprocess.run(
-            [
-                interpreter(framework),
-                "-m",
-                f"workflow_scripts.train.{module}",
-                "--data-source",
-                "synthetic",
-                "--classes",
-                "4",
-                "--batch-per-gpu",
-                "2",
-                "--image-size",
-                "32",
-                "--warmup-steps",
-                "1",
-                "--steps",
-                "2",
-                "--telemetry-interval",
-                "0",
-                "--out",
-                str(out),
-            ],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        cmd = trainer_command(framework, data_source="synthetic", classes=4, batch_per_gpu=2, out=out)
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, (framework, proc.stderr[-3000:])
         runs[framework] = (steps_of(out), json.loads((out / "summary.json").read_text()))
     return runs
