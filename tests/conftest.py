@@ -1,7 +1,15 @@
 """The suite's fixtures and hooks. What tests share otherwise (paths, configs, running a stage or
-Snakemake, the trainer's command line) is in tests/helpers/."""
+Snakemake, the trainer's command line) is in tests/helpers/.
 
+Every test is of one kind, a marker (pyproject.toml registers them): unit (starts no process: no
+subprocess, no Snakemake, no cluster), stage (runs a stage's module, a script, a Snakemake dry run
+or another process, but none of the pipeline's jobs), pipeline (runs the pipeline's jobs through
+Snakemake, end to end or some targets, or the SLURM cluster). Collection stops at a test without
+exactly one, and a unit test that starts a process fails."""
+
+import contextlib
 import os
+import subprocess
 
 import pytest
 from helpers import QUIRKY, embedded_lmdb, pipeline_config, run_stage, snakemake
@@ -78,6 +86,72 @@ def pipeline_run(tmp_path_factory):
     return work
 
 
+# ---- kinds --------------------------------------------------------------------------------------
+KINDS = ("unit", "stage", "pipeline")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """A module (or class) with a test of no kind, or of more than one, fails to collect, naming the
+    test: `pytest -m unit` must select every test that runs in seconds, and nothing else."""
+    report = yield
+    wrong = []
+    for item in report.result if report.passed else []:
+        if isinstance(item, pytest.Item):
+            kinds = sorted({m.name for m in item.iter_markers() if m.name in KINDS})
+            if len(kinds) != 1:
+                wrong.append(f"  {item.name}: {', '.join(kinds) or 'no kind'}")
+    if wrong:
+        report.outcome, report.result = "failed", []
+        report.longrepr = (
+            "every test needs exactly one kind: @pytest.mark.unit, stage or pipeline (or the module's "
+            "pytestmark, where all of its tests are of one kind; pyproject.toml's markers say which is "
+            "which):\n" + "\n".join(wrong)
+        )
+    return report
+
+
+class ProcessStarted(RuntimeError):
+    """What starting a process raises in a unit test."""
+
+
+# How Python starts a process: subprocess (and asyncio, which goes through it), os.system and
+# os.popen, fork (multiprocessing, pty), posix_spawn.
+SPAWNERS = [
+    (subprocess.Popen, "_execute_child"),
+    *((os, name) for name in ("system", "fork", "forkpty", "posix_spawn", "posix_spawnp") if hasattr(os, name)),
+]
+
+
+@contextlib.contextmanager
+def no_processes(item):
+    """While a unit test sets up, runs or tears down (its fixtures of every scope included), starting
+    a process raises ProcessStarted; and the test fails even where the code under test caught that."""
+    if item.get_closest_marker("unit") is None:
+        yield
+        return
+    started = []
+
+    def refuse(owner, name):
+        def refused(*args, **kwargs):
+            what = args[1] if owner is subprocess.Popen and len(args) > 1 else args[:1]
+            started.append(f"{getattr(owner, '__name__', owner)}.{name}: {what!r:.200}")
+            raise ProcessStarted(f"a unit test started a process ({started[-1]})")
+
+        return refused
+
+    with pytest.MonkeyPatch.context() as patch:
+        for owner, name in SPAWNERS:
+            patch.setattr(owner, name, refuse(owner, name))
+        yield
+    if started:
+        pytest.fail(
+            f"{item.nodeid} is marked unit but started a process; mark it stage (or pipeline):\n  "
+            + "\n  ".join(started),
+            pytrace=False,
+        )
+
+
 # ---- workers ------------------------------------------------------------------------------------
 # pytest-xdist (pyproject.toml: -n auto --dist loadgroup) runs a group's tests on one worker, in order.
 # The tests that read pipeline_run share one run; the SLURM tests share one cluster (fixed ports
@@ -110,10 +184,29 @@ YIELD = 5
 _priority_set = False
 
 
-def pytest_runtest_setup(item):
+def lower_priority(item):
     global _priority_set
     if _priority_set or not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     _priority_set = True
     if item.get_closest_marker("xdist_group").args[0] not in FIRST:
         os.nice(YIELD)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    lower_priority(item)
+    with no_processes(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with no_processes(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    with no_processes(item):
+        return (yield)

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from helpers import REPO, interpreter, launched, run_script, trainer_command
 
+pytestmark = pytest.mark.stage
+
 # Two-sample Kolmogorov-Smirnov critical value at a 0.1% significance level for 4,000 draws
 # each: c(0.001) * sqrt((n + m) / (n m)) with c = 1.949 (fixed before any run).
 KS_CRITICAL = 1.949 * math.sqrt(2 / 4000)

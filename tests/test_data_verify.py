@@ -15,6 +15,8 @@ from workflow_scripts.common.errors import PERMANENT_TAG
 from workflow_scripts.data import records, verify
 from workflow_scripts.train import failure
 
+pytestmark = pytest.mark.stage
+
 FORMATS = ("tfrecord", "recordio", "lmdb")
 # The environment of the trainer that reads each format: the one a training job checks it in.
 ENV = {"tfrecord": "tensorflow", "recordio": "mxnet", "lmdb": "pytorch"}

@@ -1,7 +1,10 @@
 """Every image and label of a tree with ImageNet's quirks arrives in each format, read back
 with the framework's own reader."""
 
+import pytest
 from helpers import CONFIG, QUIRKY, run_script, source_catalog
+
+pytestmark = pytest.mark.stage
 
 
 def _check_stored(entry, src):

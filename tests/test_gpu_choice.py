@@ -13,6 +13,8 @@ from helpers.gpu_layout import BUS, NEAR, SOCKET0, SOCKET1, block, cyclic, launc
 
 from workflow_scripts.common import gpu_choice, gpu_identity
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("layout", [block, cyclic])
 def test_each_rank_takes_a_gpu_on_its_own_socket_and_no_two_share_one(layout):

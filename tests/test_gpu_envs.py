@@ -19,6 +19,7 @@ def _built(fw):
     return str(GPU_ENVS[fw])
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("fw", GPU_ENVS)
 def test_gpu_environment_is_a_cuda_build_with_horovod_nccl(fw):
     python = _built(fw)
@@ -30,6 +31,7 @@ def test_gpu_environment_is_a_cuda_build_with_horovod_nccl(fw):
     assert record["python"].endswith(python.split("/.envs/")[1])
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize(
     "fw, cause", [("tensorflow", "sees 0 GPU(s)"), ("mxnet", "a CUDA build of MXNet needs the NVIDIA driver")]
 )
@@ -52,6 +54,7 @@ def test_gpu_environment_without_a_gpu_stops_before_training(fw, cause, tmp_path
     assert not (tmp_path / "summary.json").exists()
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("fw", ["pytorch", *GPU_ENVS])
 def test_gpu_capable_environment_has_nvml_bindings_for_telemetry(fw):
     """Without nvidia-ml-py a GPU run's telemetry would hold no GPU rows, silently; here, without a

@@ -10,6 +10,8 @@ from helpers.gpu_layout import BUS, NEAR, SOCKET0, SOCKET1, UUID, block, launch,
 
 from workflow_scripts.common import gpu_choice, gpu_identity, kernel_check
 
+pytestmark = pytest.mark.unit
+
 
 def nvml_list(hidden=()):
     return [

@@ -5,6 +5,8 @@ same crop boxes and flips, over an LMDB with the ImageNet quirks (re-encoded CMY
 import pytest
 from helpers import run_script
 
+pytestmark = pytest.mark.stage
+
 
 @pytest.fixture(scope="module")
 def lmdb(small_lmdb):

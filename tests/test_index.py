@@ -2,7 +2,10 @@
 
 import csv
 
+import pytest
 from helpers import run_stage
+
+pytestmark = pytest.mark.stage
 
 
 def _rows(path):

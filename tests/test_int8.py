@@ -73,6 +73,7 @@ def planned(work, target=TARGET):
     return {rule: n for rule, n in jobs.items() if rule not in ("total", TARGET)}
 
 
+@pytest.mark.pipeline
 def test_calibration_and_scored_images_are_disjoint_and_cover_val_in_order(int8_run):
     split = stage(int8_run) / "split"
     calib, scored = tsv(split / "calibration.tsv"), tsv(split / "scoring.tsv")
@@ -92,6 +93,7 @@ def test_calibration_and_scored_images_are_disjoint_and_cover_val_in_order(int8_
     assert f"over {len(calib)} images" in (int8_run / "logs" / "int8" / "resnet50" / "calibrate.log").read_text()
 
 
+@pytest.mark.pipeline
 def test_int8_model_holds_qdq_nodes_with_8_bit_types_and_runs_integer_kernels(int8_run):
     d = stage(int8_run) / "resnet50"
     models = run_script(
@@ -122,6 +124,7 @@ def test_int8_model_holds_qdq_nodes_with_8_bit_types_and_runs_integer_kernels(in
     assert lo == 0 and relu["zero_point"] == 0 and relu["scale"] == pytest.approx(hi / 255, rel=1e-5)
 
 
+@pytest.mark.pipeline
 def test_accuracy_table_on_the_embedded_default(int8_run):
     (row,) = table(int8_run / "results" / "int8_accuracy.csv")
     assert (row["network"], row["model"], row["engine"], row["calibration_method"]) == (
@@ -164,6 +167,7 @@ def test_accuracy_table_on_the_embedded_default(int8_run):
     assert f"| ResNet-50 | {float(row['fp32_top1']):.2f}% |" in md
 
 
+@pytest.mark.pipeline
 def test_throughput_table(int8_run):
     rows = table(int8_run / "results" / "int8_throughput.csv")
     sizes = BATCH_SIZES
@@ -199,6 +203,7 @@ def test_throughput_table(int8_run):
     )
 
 
+@pytest.mark.pipeline
 def test_config_edits_rerun_only_what_they_affect(int8_run):
     work = int8_run
     sizes = BATCH_SIZES
@@ -239,6 +244,7 @@ def test_config_edits_rerun_only_what_they_affect(int8_run):
         pipeline_config(work)
 
 
+@pytest.mark.pipeline
 def test_tensorrt_without_tensorrt_fails_clearly(int8_run, tmp_path):
     d = stage(int8_run) / "resnet50"
     proc = run_stage(
@@ -265,6 +271,7 @@ def test_tensorrt_without_tensorrt_fails_clearly(int8_run, tmp_path):
     assert proc.returncode != 0 and "inference.quantization.activations = uint8" in proc.stdout + proc.stderr
 
 
+@pytest.mark.unit
 def test_tensorrt_buffers_and_profile_follow_the_model():
     layout = tensorrt_engine.buffer_layout((-1, 3, 224, 224), (-1, 1000), 32)
     assert layout == {
@@ -278,6 +285,7 @@ def test_tensorrt_buffers_and_profile_follow_the_model():
         tensorrt_engine.require()  # no TensorRT where the tests run
 
 
+@pytest.mark.pipeline
 def test_weights_that_are_not_there_stop_the_run(int8_run, tmp_path):
     write_config(tmp_path, inference__models={"resnet50": "pipeline", "vgg16": "weights/vgg16.pth"})
     proc = snakemake(tmp_path, TARGET, "-n", check=False)
@@ -313,6 +321,7 @@ def test_weights_that_are_not_there_stop_the_run(int8_run, tmp_path):
     assert str(tmp_path / "empty") in proc.stderr and not (tmp_path / "m.onnx").exists()
 
 
+@pytest.mark.stage
 def test_the_seven_networks_load_and_each_family_exports_calibrates_and_quantizes(small_lmdb, tmp_path):
     # The first 4 val images as the split stage lists them (position, label), from the index the LMDB
     # was made from: the chain needs a few real images, not pipeline_run's.

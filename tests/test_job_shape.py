@@ -2,11 +2,14 @@
 Python: its task geometry, GPU flags for sbatch and srun, and the executor plugin's resources, for
 each way a system asks for GPUs. No Snakemake runs here."""
 
+import pytest
 from helpers import CONFIG, validated, with_overrides
 from helpers.systems import EXTRA, SYSTEMS
 
 from workflow_scripts.plan.slurm_job import JobShape
 from workflow_scripts.plan.sweep import Sweep
+
+pytestmark = pytest.mark.unit
 
 
 def shape(**overrides):

@@ -6,7 +6,10 @@ fp32 path is run to show the step's pieces leave it as it was."""
 import json
 import subprocess
 
+import pytest
 from helpers import REPO, run_script, trainer_command
+
+pytestmark = pytest.mark.stage
 
 
 def test_overflow_skips_the_step_and_halves_the_scale_and_growth_doubles_it():

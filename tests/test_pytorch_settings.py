@@ -9,6 +9,8 @@ import subprocess
 import pytest
 from helpers import REPO, interpreter
 
+pytestmark = pytest.mark.stage
+
 SCRIPT = """
 import json, sys, torch
 from workflow_scripts.train import harness, pytorch_ddp as p

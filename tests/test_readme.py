@@ -8,7 +8,10 @@ a test runs it. Relative links of README.md and docs/ must name an existing file
 
 import re
 
+import pytest
 from helpers import REPO, anchors, bash_blocks, links
+
+pytestmark = pytest.mark.unit
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 

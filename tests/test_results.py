@@ -20,6 +20,8 @@ from helpers import (
     write_config,
 )
 
+pytestmark = pytest.mark.pipeline
+
 TABLES = [
     "training_throughput",
     "scaling",

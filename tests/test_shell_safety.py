@@ -34,6 +34,7 @@ def snapshot(work, skip):
     return out
 
 
+@pytest.mark.pipeline
 def test_hostile_paths_and_system_strings_work_and_touch_nothing_else(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -70,6 +71,7 @@ def test_hostile_paths_and_system_strings_work_and_touch_nothing_else(tmp_path):
     assert snapshot(work, {*HOSTILE.values(), ".snakemake"}) == before
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize(
     "key, value, why",
     [
@@ -99,6 +101,7 @@ def test_what_cannot_be_carried_is_refused_at_parse_time_naming_the_key(tmp_path
     assert markers(tmp_path) == []
 
 
+@pytest.mark.stage
 def test_a_run_directory_outside_results_is_never_deleted(tmp_path):
     results, outside = tmp_path / "results", tmp_path / "precious"
     outside.mkdir()

@@ -11,6 +11,8 @@ from helpers import REPO, interpreter, trainer_command
 
 from benchmarks import slurm_cluster
 
+pytestmark = pytest.mark.pipeline
+
 
 @pytest.fixture(scope="module")
 def bound_cluster():

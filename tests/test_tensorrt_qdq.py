@@ -79,12 +79,14 @@ def models(work, rule_words):
     return {name: {**found[str(p)], "path": p} for name, p in paths.items()}
 
 
+@pytest.mark.stage
 def test_rule_gives_float_biases_to_tensorrt_and_int32_to_onnxruntime(rule_words):
     words = {engine: " ".join(w) for engine, w in rule_words.items()}
     assert "--activations int8 --bias float --engine tensorrt" in words["tensorrt"], words
     assert "--activations uint8 --bias int32 --engine onnxruntime" in words["onnxruntime"], words
 
 
+@pytest.mark.stage
 def test_tensorrt_model_dequantizes_int8_only(models):
     m = models["tensorrt"]
     print(m["dq_inputs"], m["violations"][:5])
@@ -96,6 +98,7 @@ def test_tensorrt_model_dequantizes_int8_only(models):
     assert set(cache["stored"]) == {"int8"}
 
 
+@pytest.mark.stage
 def test_float_biases_change_no_prediction_on_onnxruntime(models):
     """The TensorRT model still runs on ONNX Runtime's CPU engine, and its top-1 is the one the
     INT32-bias model gave (rounding a bias to input scale x weight scale moves a logit by far less
@@ -107,6 +110,7 @@ def test_float_biases_change_no_prediction_on_onnxruntime(models):
     assert abs(a["same_top1_as_fp32"] - b["same_top1_as_fp32"]) <= 0.05 * a["images"]
 
 
+@pytest.mark.stage
 def test_onnxruntime_model_keeps_int32_biases(models):
     m = models["onnxruntime"]
     assert m["dq_inputs"].get("stored int32", 0) > 0 and m["dq_inputs"]["computed uint8"] > 0, m["dq_inputs"]
@@ -116,6 +120,7 @@ def test_onnxruntime_model_keeps_int32_biases(models):
     assert (cache["bias"], cache["engine"]) == ("int32", "onnxruntime") and cache["stored"]["int32"] > 0
 
 
+@pytest.mark.stage
 def test_quantize_refuses_a_tensorrt_model_that_breaks_the_rules(work, models):
     proc, out, cache = quantize(
         work,
@@ -138,6 +143,7 @@ def test_quantize_refuses_a_tensorrt_model_that_breaks_the_rules(work, models):
     assert "INT32" in proc.stderr and not out.exists() and not cache.exists()
 
 
+@pytest.mark.stage
 def test_checker_names_the_doctored_nodes(work, models):
     made = helper("doctor", models["tensorrt"]["path"], work)
     for name, d in made.items():
@@ -154,6 +160,7 @@ def test_checker_names_the_doctored_nodes(work, models):
     assert run_stage("pytorch", "workflow_scripts.infer.qdq_rules", models["tensorrt"]["path"]).returncode == 0
 
 
+@pytest.mark.unit
 def test_cuda_event_times_become_per_run_seconds():
     # An event before the first run and one after each: the runs tile the span between the first and last.
     assert tensorrt_engine.run_seconds([0.0, 1.5, 3.0, 4.75]) == pytest.approx([0.0015, 0.0015, 0.00175])
@@ -163,6 +170,7 @@ def test_cuda_event_times_become_per_run_seconds():
             tensorrt_engine.run_seconds(bad)
 
 
+@pytest.mark.stage
 def test_throughput_record_and_table_say_how_runs_were_timed(work, tmp_path):
     engine = tmp_path / "fp32.engine"
     run_stage(
@@ -231,6 +239,7 @@ class FakeClock:
         return self.now
 
 
+@pytest.mark.unit
 def test_warm_up_and_timing_go_by_duration_as_well_as_by_count():
     """trtexec's rule (--warmUp 200 ms, --duration 3 s): 3 warm-up runs of 10 ms would leave a GPU's
     clocks still rising, so the warm-up lasts 200 ms; 10 timed runs of 10 ms would time 0.1 s, so
@@ -246,6 +255,7 @@ def test_warm_up_and_timing_go_by_duration_as_well_as_by_count():
     assert timed_runs(10, 3.0, 0.5) == 10 and timed_runs(10, 0.0, 0.5) == 10
 
 
+@pytest.mark.stage
 def test_the_timed_job_passes_tensorrts_durations_and_only_its(tmp_path):
     write_config(
         tmp_path, inference__engine="tensorrt", inference__tensorrt__warmup_ms=250, inference__tensorrt__duration_s=4
