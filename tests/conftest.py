@@ -1,19 +1,18 @@
-import hashlib
-import json
+"""The suite's fixtures and hooks. What tests share otherwise (paths, configs, running a stage or
+Snakemake, the trainer's command line) is in tests/helpers/.
+
+Every test is of one kind, a marker (pyproject.toml registers them): unit (starts no process: no
+subprocess, no Snakemake, no cluster), stage (runs a stage's module, a script, a Snakemake dry run
+or another process, but none of the pipeline's jobs), pipeline (runs the pipeline's jobs through
+Snakemake, end to end or some targets, or the SLURM cluster). Collection stops at a test without
+exactly one, and a unit test that starts a process fails."""
+
+import contextlib
 import os
-import re
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-import yaml
-
-REPO = Path(__file__).resolve().parent.parent
-CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
-# The embedded default's long test: training.accuracy.gpus auto is [2] there (none on a real dataset).
-LONG_TEST_GPUS = [2] if CONFIG["training"]["accuracy"]["gpus"] == "auto" else CONFIG["training"]["accuracy"]["gpus"]
+from helpers import QUIRKY, embedded_lmdb, pipeline_config, run_stage, snakemake
 
 # The suite runs more processes than there are cores (its workers; the SLURM test's two nodes share
 # this machine's), so an OpenMP thread (PyTorch's, MXNet's) that spins while it waits for work takes
@@ -25,47 +24,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HOROVOD_CYCLE_TIME", "10")
 
 
-def interpreter(env):
-    exe = REPO / CONFIG["envs"][env]
-    if not exe.exists():
-        pytest.fail(f"{exe} missing: run 'bash envs/setup.sh' first (the README's test command does)")
-    return str(exe)
-
-
-def run_stage(env, module, *args, check=True, timeout=600):
-    """Run a stage module with its environment's interpreter, as the rules do."""
-    proc = subprocess.run(
-        [interpreter(env), "-m", module, *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{module} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def run_reader(env, script, *args, python=None, environ=None, timeout=600):
-    """Run one of tests/readers/ in a framework's environment (or the interpreter `python`, with
-    the environment variables `environ`); it prints JSON."""
-    proc = subprocess.run(
-        [python or interpreter(env), str(REPO / "tests" / "readers" / script), *map(str, args)],
-        cwd=REPO,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def tree_hashes(path):
-    path = Path(path)
-    return {
-        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(path.rglob("*"))
-        if p.is_file()
-    }
-
-
 @pytest.fixture(scope="session")
 def quirky_tree(tmp_path_factory):
     """A small raw-layout tree with CMYK, PNG-as-JPEG, grayscale, truncated, empty and
@@ -75,35 +33,6 @@ def quirky_tree(tmp_path_factory):
     root = tmp_path_factory.mktemp("quirky") / "ILSVRC2012"
     embedded.make(root, seed=7, broken=True, **QUIRKY)
     return root
-
-
-def embedded_lmdb(work, **sizes):
-    """An embedded tree (embedded.make's `sizes`: classes, train_per_class, ...) in `work`, through
-    the index stage into the Caffe2 LMDB (`work`/lmdb, its index beside it)."""
-    from workflow_scripts.data import embedded
-
-    embedded.make(work / "ILSVRC2012", **sizes)
-    run_stage(
-        "workflow",
-        "workflow_scripts.data.index",
-        "--root",
-        work / "ILSVRC2012",
-        "--out",
-        work / "index",
-        "--threads",
-        "2",
-    )
-    run_stage(
-        "pytorch",
-        "workflow_scripts.data.lmdb_caffe2",
-        "--index",
-        work / "index",
-        "--out",
-        work / "lmdb",
-        "--threads",
-        "2",
-    )
-    return work / "lmdb"
 
 
 @pytest.fixture(scope="session")
@@ -148,172 +77,82 @@ def quirky_converted(quirky_tree, tmp_path_factory):
     return out
 
 
-QUIRKY = dict(classes=5, train_per_class=6, val_per_class=4)
-
-
-def source_catalog(root):
-    """{split: {file name: facts}} for every decodable image of the quirky tree, worked out from
-    the tree itself (folders, label file, the generator's naming), not from the index stage."""
-    from PIL import Image
-
-    root = Path(root)
-    synsets = sorted(p.name for p in (root / "train").iterdir())
-    label = {w: i for i, w in enumerate(synsets)}
-    val_labels = (root / "imagenet_2012_validation_synset_labels.txt").read_text().split()
-    n_val = QUIRKY["classes"] * QUIRKY["val_per_class"]  # broken val files are numbered after these
-    files = {
-        "train": [(p, label[p.parent.name]) for p in (root / "train").rglob("*.JPEG") if "broken" not in p.name],
-        "val": [
-            (p, label[val_labels[n - 1]])
-            for p in (root / "val").glob("*.JPEG")
-            if (n := int(p.stem.rsplit("_", 1)[1])) <= n_val
-        ],
-    }
-    out = {}
-    for split, items in files.items():
-        out[split] = {}
-        for p, lab in items:
-            im = Image.open(p)
-            out[split][p.name] = {
-                "label": lab,
-                "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
-                "rgb_jpeg": im.format == "JPEG" and im.mode == "RGB",
-                "size": list(im.size),
-            }
-    return out
-
-
-SNAKEMAKE = str(REPO / ".venv" / "bin" / "snakemake")
-
-
-def with_overrides(config, **overrides):
-    cfg = yaml.safe_load(yaml.safe_dump(config))
-    for dotted, value in overrides.items():
-        node = cfg
-        *parents, leaf = dotted.split("__")
-        for p in parents:
-            node = node[p]
-        node[leaf] = value
-    return cfg
-
-
-def validated(config):
-    """`config` with the schema's defaults filled in, as Snakemake's validate() leaves it when the
-    workflow is parsed (for tests of the plan's modules, which run without Snakemake)."""
-    import jsonschema
-
-    def set_defaults(validator, properties, instance, schema):
-        for key, sub in properties.items():
-            if isinstance(instance, dict) and "default" in sub:
-                instance.setdefault(key, sub["default"])
-        yield from jsonschema.Draft7Validator.VALIDATORS["properties"](validator, properties, instance, schema)
-
-    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
-    jsonschema.validators.extend(jsonschema.Draft7Validator, {"properties": set_defaults})(schema).validate(config)
-    return config
-
-
-# Every test's config: runs evict their dataset only (training.cache_clear: dataset). Dropping the whole
-# page cache before each run would make every parallel worker read its frameworks' libraries from disk
-# again; the node-wide clear is tested by tests/test_training.py and test_preflight.py.
-SUITE = {"training__cache_clear": "dataset"}
-
-
-def write_config(workdir, **overrides):
-    """config.yaml with SUITE and `overrides` ({"a__b": value} sets a.b) in `workdir`, the envs made
-    absolute."""
-    cfg = with_overrides(CONFIG, **{**SUITE, **overrides})
-    cfg["envs"] = {env: interpreter(env) for env in cfg["envs"]}
-    (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
-
-
-def snakemake(workdir, *args, check=True):
-    proc = subprocess.run(
-        [
-            SNAKEMAKE,
-            "--snakefile",
-            str(REPO / "Snakefile"),
-            "--directory",
-            str(workdir),
-            "--cores",
-            "2",
-            *map(str, args),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    return proc
-
-
-def planned_jobs(workdir, target="all", *args):
-    """{rule: job count} a dry run for `target` would execute."""
-    out = snakemake(workdir, target, "-n", "--quiet", "rules", *args).stdout
-    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", out, re.M)}
-    return {rule: n for rule, n in jobs.items() if rule not in ("total", "all", "data", "training")}
-
-
-# pipeline_run's config: the embedded default (its dataset, every stage, every run of the sweep, the
-# long test) with 6 timed steps a run instead of 20: the count proves nothing a test checks. (Smaller
-# images would prove nothing either, but 48 px left the INT8 stage's 8-step ResNet-50 below twice chance,
-# and 32 px kept the long test from learning.) The default itself is planned by test_pipeline.py.
-PIPELINE = {"training__steps": 6}
-PIPELINE_CONFIG = with_overrides(CONFIG, **SUITE, **PIPELINE)
-
-
-def pipeline_config(workdir, **overrides):
-    """Write pipeline_run's config (PIPELINE) with `overrides` to `workdir`: an edit of the run or of a
-    copy of it changes only what the test names."""
-    write_config(workdir, **{**PIPELINE, **overrides})
-
-
 @pytest.fixture(scope="session")
 def pipeline_run(tmp_path_factory):
-    """The quick start's `snakemake all` (at PIPELINE's sizes) in a scratch working directory."""
+    """The quick start's `snakemake all` (at helpers.PIPELINE's sizes) in a scratch working directory."""
     work = tmp_path_factory.mktemp("pipeline")
     pipeline_config(work)
     snakemake(work)
     return work
 
 
-# Written only by the data and training stages, which a copy's reruns never reach: shared with the copy.
-SHARED_WITH_COPIES = ("data", "results/runs")
+# ---- kinds --------------------------------------------------------------------------------------
+KINDS = ("unit", "stage", "pipeline")
 
 
-def copy_of_run(run, dest, leave_out=()):
-    """A working copy of a finished pipeline directory (`run`, e.g. pipeline_run) at `dest`, for a
-    test that reruns later stages without repeating the dataset and training jobs. The converted
-    data and the training runs are hard links (Snakemake deletes a job's outputs before it runs, so
-    a rerun never writes through a link, and a test that regenerates `run`'s data replaces, not
-    rewrites, the files); logs, benchmarks, tables, Snakemake's metadata and config are copied with
-    their times, so the copy is as up to date as `run`. A `--touch` of `run` also moves the shared
-    files' times: use a copy in the module that makes it (pytest runs modules one after another).
-    Paths matching `leave_out` (glob patterns relative to `run`) are not copied: their jobs run
-    again in the copy."""
-    run, dest = Path(run), Path(dest)
-    skip = {path for pattern in leave_out for path in run.glob(pattern)}
-    shared = {run / p for p in SHARED_WITH_COPIES}
-
-    def walk(src, dst):
-        dst.mkdir(parents=True, exist_ok=True)
-        for item in src.iterdir():
-            if item in skip:
-                continue
-            target = dst / item.name
-            if item in shared:
-                shutil.copytree(item, target, symlinks=True, copy_function=os.link)
-            elif item.is_dir() and not item.is_symlink():
-                walk(item, target)
-                shutil.copystat(item, target)
-            else:
-                shutil.copy2(item, target, follow_symlinks=False)
-
-    walk(run, dest)
-    return dest
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """A module (or class) with a test of no kind, or of more than one, fails to collect, naming the
+    test: `pytest -m unit` must select every test that runs in seconds, and nothing else."""
+    report = yield
+    wrong = []
+    for item in report.result if report.passed else []:
+        if isinstance(item, pytest.Item):
+            kinds = sorted({m.name for m in item.iter_markers() if m.name in KINDS})
+            if len(kinds) != 1:
+                wrong.append(f"  {item.name}: {', '.join(kinds) or 'no kind'}")
+    if wrong:
+        report.outcome, report.result = "failed", []
+        report.longrepr = (
+            "every test needs exactly one kind: @pytest.mark.unit, stage or pipeline (or the module's "
+            "pytestmark, where all of its tests are of one kind; pyproject.toml's markers say which is "
+            "which):\n" + "\n".join(wrong)
+        )
+    return report
 
 
+class ProcessStarted(RuntimeError):
+    """What starting a process raises in a unit test."""
+
+
+# How Python starts a process: subprocess (and asyncio, which goes through it), os.system and
+# os.popen, fork (multiprocessing, pty), posix_spawn.
+SPAWNERS = [
+    (subprocess.Popen, "_execute_child"),
+    *((os, name) for name in ("system", "fork", "forkpty", "posix_spawn", "posix_spawnp") if hasattr(os, name)),
+]
+
+
+@contextlib.contextmanager
+def no_processes(item):
+    """While a unit test sets up, runs or tears down (its fixtures of every scope included), starting
+    a process raises ProcessStarted; and the test fails even where the code under test caught that."""
+    if item.get_closest_marker("unit") is None:
+        yield
+        return
+    started = []
+
+    def refuse(owner, name):
+        def refused(*args, **kwargs):
+            what = args[1] if owner is subprocess.Popen and len(args) > 1 else args[:1]
+            started.append(f"{getattr(owner, '__name__', owner)}.{name}: {what!r:.200}")
+            raise ProcessStarted(f"a unit test started a process ({started[-1]})")
+
+        return refused
+
+    with pytest.MonkeyPatch.context() as patch:
+        for owner, name in SPAWNERS:
+            patch.setattr(owner, name, refuse(owner, name))
+        yield
+    if started:
+        pytest.fail(
+            f"{item.nodeid} is marked unit but started a process; mark it stage (or pipeline):\n  "
+            + "\n  ".join(started),
+            pytrace=False,
+        )
+
+
+# ---- workers ------------------------------------------------------------------------------------
 # pytest-xdist (pyproject.toml: -n auto --dist loadgroup) runs a group's tests on one worker, in order.
 # The tests that read pipeline_run share one run; the SLURM tests share one cluster (fixed ports
 # and /etc/slurm); every other test goes with its module, whose module-scoped fixtures run once.
@@ -345,7 +184,7 @@ YIELD = 5
 _priority_set = False
 
 
-def pytest_runtest_setup(item):
+def lower_priority(item):
     global _priority_set
     if _priority_set or not os.environ.get("PYTEST_XDIST_WORKER"):
         return
@@ -354,4 +193,20 @@ def pytest_runtest_setup(item):
         os.nice(YIELD)
 
 
-sys.path.insert(0, str(REPO))
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    lower_priority(item)
+    with no_processes(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with no_processes(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    with no_processes(item):
+        return (yield)

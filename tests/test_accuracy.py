@@ -11,16 +11,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import (
+from helpers import (
     CONFIG,
     LONG_TEST_GPUS,
     PIPELINE_CONFIG,
     REPO,
     embedded_lmdb,
-    interpreter,
+    launched,
     pipeline_config,
     planned_jobs,
     snakemake,
+    trainer_command,
     write_config,
 )
 
@@ -52,6 +53,7 @@ def predictions(run, epoch, ranks):
     return {r: long_test.read_predictions(long_test.predictions_path(run, epoch, r)) for r in range(ranks)}
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_accuracy_recounted_from_the_saved_predictions_equals_the_epoch_records(pipeline_run, framework):
     run = run_of(pipeline_run, framework)
@@ -69,6 +71,7 @@ def test_accuracy_recounted_from_the_saved_predictions_equals_the_epoch_records(
         assert rec["top5"] == pytest.approx(100 * sum(label in top5 for _, label, top5 in scored) / n)
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_each_rank_scored_a_disjoint_share_and_together_every_val_image_once(pipeline_run, framework):
     run = run_of(pipeline_run, framework)
@@ -82,6 +85,7 @@ def test_each_rank_scored_a_disjoint_share_and_together_every_val_image_once(pip
         assert sorted(shares[0] + shares[1]) == list(range(n_val))
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_epoch_times_add_up_to_the_summary(pipeline_run, framework):
     run = run_of(pipeline_run, framework)
@@ -102,6 +106,7 @@ def test_epoch_times_add_up_to_the_summary(pipeline_run, framework):
     assert len(steps) == lt["epochs_run"] * lt["steps_per_epoch"] and {s["phase"] for s in steps} == {"timed"}
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_default_reaches_its_target_and_stops_there(pipeline_run, framework):
     run = run_of(pipeline_run, framework)
@@ -122,6 +127,7 @@ def test_default_reaches_its_target_and_stops_there(pipeline_run, framework):
     assert digests[0] == digests[1] and set(digests[0]) == {"after_step_1", "final"}
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_loss_falls(pipeline_run, framework):
     """Over the long test's first epoch, whose steps are the sweep runs' steps at the same learning
@@ -133,52 +139,28 @@ def test_loss_falls(pipeline_run, framework):
     assert len(losses) >= 10 and statistics.linear_regression(range(len(losses)), losses).slope < 0, losses
 
 
+@pytest.mark.stage
 def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(tmp_path):
     """Evaluations after epochs 2 and 3 of at most 4 (eval_every 2, and the last); any trained
     network scores at least 1% here, so the run stops after epoch 2, both ranks together. The data:
     two classes of 8 train and 8 val images each (an epoch is two steps of 2 x 4 images). Half the val
     images are each class, so a network scores 0% only by naming the wrong class for every one of
     them (one that names a single class scores 50%)."""
-    py = interpreter("pytorch")
     data = embedded_lmdb(tmp_path / "data", classes=2, train_per_class=8, val_per_class=8, seed=5)
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            interpreter("workflow"),
-            "-m",
-            "workflow_scripts.train.launch",
-            "--nproc-per-node",
-            "2",
-            "--",
-            py,
-            "-m",
-            "workflow_scripts.train.pytorch_ddp",
-            "--data",
-            str(data),
-            "--batch-per-gpu",
-            "4",
-            "--image-size",
-            "32",
-            "--mode",
-            "accuracy",
-            "--epochs",
-            "4",
-            "--eval-every",
-            "2",
-            "--milestones",
-            "1",
-            "--target-top1",
-            "1",
-            "--out",
-            str(out),
-            "--telemetry-interval",
-            "0",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    trainer = trainer_command(
+        data=data,
+        batch_per_gpu=4,
+        mode="accuracy",
+        warmup_steps=None,
+        steps=None,
+        epochs=4,
+        eval_every=2,
+        milestones=[1],
+        target_top1=1,
+        out=out,
     )
+    proc = subprocess.run(launched(trainer, 2), cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs, lt = epochs_of(out), summary_of(out)["long_test"]
     assert [(r["epoch"], r["top1"] is not None) for r in recs] == [(1, False), (2, True)]
@@ -195,6 +177,7 @@ def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(tmp_
     assert digests[0] == digests[1]
 
 
+@pytest.mark.unit
 def test_schedule_is_the_whitepapers_step_schedule():
     steps_per_epoch = 1281167 // 1024  # ILSVRC2012 at 8 x 128 images
     lr = long_test.Schedule(0.4, steps_per_epoch, 0, [10, 60], 0.1)
@@ -206,12 +189,14 @@ def test_schedule_is_the_whitepapers_step_schedule():
     assert [warm(s) for s in (0, 9, 19, 20, 99, 100)] == pytest.approx([0.02, 0.2, 0.4, 0.4, 0.4, 0.04])
 
 
+@pytest.mark.unit
 def test_val_shares_cover_every_record_once():
     for total, world in ((320, 2), (50000, 8), (7, 3), (2, 4)):
         shares = [long_test.val_share(total, r, world) for r in range(world)]
         assert sorted(i for s in shares for i in s) == list(range(total))
 
 
+@pytest.mark.pipeline
 def test_table_has_one_row_per_long_test_run_with_the_runs_numbers(pipeline_run):
     table = pd.read_csv(pipeline_run / "results" / "time_to_accuracy.csv")
     t = CONFIG["training"]
@@ -236,6 +221,7 @@ def test_table_has_one_row_per_long_test_run_with_the_runs_numbers(pipeline_run)
     assert md.startswith("# Time to accuracy") and "nothing excluded" in md
 
 
+@pytest.mark.pipeline
 def test_figure_and_html_report(pipeline_run):
     png = (pipeline_run / "results" / "figures" / "fig35_time_to_accuracy.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
@@ -245,6 +231,7 @@ def test_figure_and_html_report(pipeline_run):
     assert "time_to_accuracy" in html and "fig35_time_to_accuracy" in html and "time-to-train" in html
 
 
+@pytest.mark.pipeline
 def test_editing_a_long_test_key_reruns_only_the_long_test(pipeline_run):
     # The verdict table reads time_to_accuracy.csv (its long-test row): it follows the long test.
     long_test = {
@@ -266,6 +253,7 @@ def test_editing_a_long_test_key_reruns_only_the_long_test(pipeline_run):
     assert planned_jobs(pipeline_run) == {}
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize(
     "key, value, why",
     [
@@ -281,6 +269,7 @@ def test_a_long_test_that_cannot_run_stops_at_parse_time_naming_the_key(tmp_path
     assert proc.returncode != 0 and why in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
 
 
+@pytest.mark.stage
 def test_a_real_dataset_plans_no_long_test_unless_asked(tmp_path):
     """training.accuracy.gpus auto: the embedded default's 3-epoch long test, but on a real dataset
     (dataset.root) none, since there it is hours of a cluster; asked for, it is planned."""

@@ -8,14 +8,12 @@ import json
 import re
 import shlex
 import subprocess
-from pathlib import Path
 
-from conftest import interpreter
-from test_readme import bash_blocks
+import pytest
+from helpers import REPO, TRAINERS, bash_blocks, interpreter
 
-REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "benchmarks.md"
-TRAINER = "workflow_scripts.train.pytorch_ddp"
+TRAINER = TRAINERS["pytorch"]
 
 # Runs in the torch environment: each job is (what, argv); prints one JSON line of failures.
 DRIVER = r"""
@@ -97,6 +95,7 @@ def jobs_of(cmds):
     return jobs, problems
 
 
+@pytest.mark.stage
 def test_every_command_of_docs_benchmarks_names_something_that_exists_and_parses():
     jobs, problems = jobs_of(commands(DOC.read_text()))
     assert any(m == "benchmarks.pytorch_gpu" for m, _ in jobs), "no pytorch_gpu command found in the document"
@@ -118,6 +117,7 @@ def test_every_command_of_docs_benchmarks_names_something_that_exists_and_parses
     assert not problems + [f for f in failures if not f.startswith("refused")]
 
 
+@pytest.mark.unit
 def test_the_command_parser_finds_commands_in_chains_and_continuations():
     text = (
         "## x\n```bash\nexport A=1\nmkdir -p /tmp/c && A=2 python3 benchmarks/pipeline_gpu.py --out $OUT \\\n"

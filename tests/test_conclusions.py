@@ -2,7 +2,7 @@
 so a doctored figure flips it; a finding whose sweep point is missing stays, as not measured,
 naming the config keys; the rule runs on the embedded default's tables and leads the HTML report.
 
-The tables under tests/conclusions_tables/ are the embedded default's, copied from a finished
+The tables under tests/data/conclusions_tables/ are the embedded default's, copied from a finished
 pipeline run (2 CPU processes, FP32, ONNX Runtime INT8)."""
 
 import re
@@ -13,12 +13,12 @@ import sys
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, snakemake, write_config
+from helpers import REPO, snakemake, write_config
 
 from workflow_scripts.results import conclusions as mod
 from workflow_scripts.results import guards, training_tables
 
-SAMPLE = REPO / "tests" / "conclusions_tables"
+SAMPLE = REPO / "tests" / "data" / "conclusions_tables"
 SPEC = yaml.safe_load(mod.FINDINGS.read_text())
 GPU_DEVICE = "2x NVIDIA H100 80GB HBM3"
 DECIDED = {mod.HOLDS, mod.FAILS}
@@ -89,6 +89,7 @@ def add_rows(df, *rows):
     return new if df.empty else pd.concat([df, new], ignore_index=True)
 
 
+@pytest.mark.unit
 def test_every_finding_has_a_row_on_the_sample(tables):
     """The embedded default's tables: CPU processes stand in for GPUs, so no performance finding is
     decided, each saying why with its figure still shown; the accuracy findings, which do not depend
@@ -120,6 +121,7 @@ def test_every_finding_has_a_row_on_the_sample(tables):
         assert re.search(r"\b(training|inference|systems|dataset)\.\w", r.why), (r.Index, r.why)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "finding, name, change, before, after",
     [
@@ -202,6 +204,7 @@ def _run(
     }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("step_cv, verdict", [(0.10, mod.HOLDS), (0.01, mod.FAILS)])
 def test_caffe2_stability_across_nodes(tables, step_cv, verdict):
     assert verdicts(tables).loc["caffe2_unstable_across_nodes", "verdict"] == mod.UNMEASURED
@@ -209,6 +212,7 @@ def test_caffe2_stability_across_nodes(tables, step_cv, verdict):
     assert verdicts(tables).loc["caffe2_unstable_across_nodes", "verdict"] == verdict
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("fp16, verdict", [(18.0, mod.HOLDS), (12.0, mod.FAILS)])
 def test_fp16_gain(gpu_tables, fp16, verdict):
     assert verdicts(gpu_tables).loc["fp16_gain", "verdict"] == mod.UNMEASURED
@@ -231,6 +235,7 @@ def test_fp16_gain(gpu_tables, fp16, verdict):
     assert verdicts(gpu_tables).loc["fp16_gain", "verdict"] == verdict
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("sxm2, verdict", [(105.0, mod.HOLDS), (120.0, mod.FAILS)])
 def test_sxm2_over_pcie_is_read_from_the_devices(tables, sxm2, verdict):
     """The faster system is the one whose device says SXM, whichever of the pair comes first."""
@@ -267,6 +272,7 @@ def test_sxm2_over_pcie_is_read_from_the_devices(tables, sxm2, verdict):
     assert v.loc["sxm2_over_pcie_2nodes", "verdict"] == mod.UNMEASURED
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("peak_2nodes, verdict", [(95.0, mod.HOLDS), (60.0, mod.FAILS)])
 def test_disk_read_doubles(tables, peak_2nodes, verdict):
     """Aggregate peak read over the nodes: 1 node at 50 MB/s against 2 nodes at peak_2nodes each half."""
@@ -296,6 +302,7 @@ def test_disk_read_doubles(tables, peak_2nodes, verdict):
     assert verdicts(tables).loc["disk_read_doubles", "verdict"] == verdict
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("hours, verdict", [(7.0, mod.HOLDS), (9.0, mod.FAILS)])
 def test_long_test_counts_only_on_ilsvrc2012(tables, hours, verdict):
     v = verdicts(tables).loc["long_test_time"]
@@ -308,6 +315,7 @@ def test_long_test_counts_only_on_ilsvrc2012(tables, hours, verdict):
     assert verdicts(tables).loc["long_test_time", "verdict"] == verdict
 
 
+@pytest.mark.unit
 def test_int8_large_batches_measured_once_the_sweep_has_them(gpu_tables):
     v = verdicts(gpu_tables).loc["int8_speedup_large_batches"]
     assert v.verdict == mod.UNMEASURED and "inference.throughput.batch_sizes" in v.why
@@ -319,6 +327,7 @@ def test_int8_large_batches_measured_once_the_sweep_has_them(gpu_tables):
     assert verdicts(gpu_tables).loc["int8_speedup_large_batches", "verdict"] == mod.HOLDS
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "remove, finding, key",
     [
@@ -338,6 +347,7 @@ def test_a_missing_point_is_not_measured_naming_the_keys(tables, remove, finding
     assert "training.precisions (add fp16)" in v.loc["tensorflow_scaling_fp16", "why"]
 
 
+@pytest.mark.stage
 def test_a_missing_table_names_its_file(tables):
     (tables / "int8_throughput.csv").unlink()
     proc = subprocess.run(
@@ -358,6 +368,7 @@ def test_a_missing_table_names_its_file(tables):
     assert proc.returncode == 2 and "int8_throughput.csv" in proc.stderr
 
 
+@pytest.mark.pipeline
 def test_the_rule_on_the_embedded_defaults_tables(tmp_path):
     """The rule alone (--allowed-rules: the tables it reads are the sample's, not re-made)."""
     write_config(tmp_path)
@@ -374,6 +385,7 @@ def test_the_rule_on_the_embedded_defaults_tables(tmp_path):
     assert "2 CPU processes" in md and "not measured by this sweep" in md
 
 
+@pytest.mark.stage
 def test_conclusions_lead_the_report_and_are_part_of_all(tmp_path):
     """Snakemake's report lists its categories sorted by name (localeCompare in the report's menu)."""
     rules = "\n".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk")))
@@ -437,11 +449,13 @@ def sweep_verdict(tables, runs, finding="short_test_efficiency_node"):
 VOUCHED = [gpu_run("tensorflow", 1, 1000.0), gpu_run("tensorflow", 4, 3920.0)]
 
 
+@pytest.mark.unit
 def test_a_vouched_sweep_gets_its_verdict(tables):
     v = sweep_verdict(tables, VOUCHED)
     assert v.verdict == mod.HOLDS and v.measured_value == pytest.approx(0.98)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "run, change, says",
     [
@@ -469,6 +483,7 @@ def test_no_verdict_on_a_figure_the_tool_cannot_vouch_for(tables, run, change, s
     assert v.measured and pd.notna(v.measured_value)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "four_gpus, verdict",
     [
@@ -486,6 +501,7 @@ def test_repeats_decide_by_their_interval(tables, four_gpus, verdict):
         assert "across the study's figure" in v.why and "over 3 runs" in v.measured
 
 
+@pytest.mark.unit
 def test_tf32_is_said_where_the_study_ran_float32(tables):
     runs = [gpu_run("tensorflow", g, ips, ran_as="tf32") for g, ips in ((1, 1000.0), (4, 3920.0))]
     v = sweep_verdict(tables, runs)

@@ -6,7 +6,7 @@ import json
 import sys
 
 import pytest
-from conftest import CONFIG, REPO, validated, with_overrides
+from helpers import CONFIG, REPO, validated, with_overrides
 
 from workflow_scripts.plan import cluster_checks, config_checks
 from workflow_scripts.plan.sweep import ConfigProblem, Sweep

@@ -8,12 +8,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, snakemake, write_config
+from helpers import REPO, snakemake, write_config
 
 from workflow_scripts.common import cpus
 from workflow_scripts.common.launch import Launch
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "allowed, node, local_size, source, per_task, bound",
     [
@@ -32,6 +33,7 @@ def test_bound_or_shared(allowed, node, local_size, source, per_task, bound):
     assert cpus.is_bound(allowed, node, local_size, source, per_task) is bound
 
 
+@pytest.mark.unit
 def test_the_studys_rules_per_rank():
     # The README's node: 40 cores, 4 GPUs. Bound to 10 cores each, or all four ranks on the node
     # unbound: each rank decodes with 10 - 4 threads (the node: 40 - 4 per GPU), 10 intra-op.
@@ -64,6 +66,7 @@ def test_the_studys_rules_per_rank():
     }
 
 
+@pytest.mark.stage
 def test_read_from_the_affinity_set_and_the_cores_in_it(tmp_path):
     """of() counts the process's affinity set, and physical cores in it from the kernel's
     topology (a made-up one here: CPUs 0 and 1 hyperthreads of one core)."""
@@ -89,6 +92,7 @@ def test_read_from_the_affinity_set_and_the_cores_in_it(tmp_path):
     assert cpus.of(Launch()).allowed == len(os.sched_getaffinity(0))
 
 
+@pytest.mark.unit
 def test_no_trainer_counts_threads_from_the_node():
     """Every thread count of the trainers and the interconnect stage comes from common.cpus."""
     files = sorted((REPO / "workflow_scripts" / "train").glob("*.py")) + [
@@ -103,6 +107,7 @@ def test_no_trainer_counts_threads_from_the_node():
     assert found == []
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("request_kind", ["gpus-per-node", "gres"])
 def test_a_gpu_system_without_cpus_per_task_is_refused_at_parse_time(tmp_path, request_kind):
     """sbatch's default of one CPU per task would leave each GPU's rank one CPU for all its
@@ -136,6 +141,7 @@ def _hyperthreaded_node(root, cores, threads=2):
             (d / "thread_siblings_list").write_text(",".join(map(str, siblings)) + "\n")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("per_task, cores, decode, status", [(10, 5, 1, "warning"), (20, 10, 6, "ok")])
 def test_hyperthreads_count_as_half_a_core_and_preflight_warns_below_the_rule(
     tmp_path, per_task, cores, decode, status

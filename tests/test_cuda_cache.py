@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, snakemake, write_config
+from helpers import REPO, TRAINERS, snakemake, trainer_flags, write_config
 
-TRAINER = "workflow_scripts.train.pytorch_ddp"
+TRAINER = TRAINERS["pytorch"]
 
 WRITE_ENV = (
     "import json, os; open('env.' + os.environ['RANK'] + '.json', 'w').write(json.dumps("
@@ -51,6 +51,7 @@ def arch_dir():
     return "+".join(sorted({"sm_" + c.replace(".", "") for c in caps}))
 
 
+@pytest.mark.stage
 def test_every_rank_gets_a_cache_per_architecture_and_build_under_the_configured_directory(tmp_path):
     ranks = launch_ranks(tmp_path, f"--cuda-cache-dir={tmp_path / 'jit cache'}")
     paths = {r["CUDA_CACHE_PATH"] for r in ranks}
@@ -64,12 +65,14 @@ def test_every_rank_gets_a_cache_per_architecture_and_build_under_the_configured
     assert {r["CUDA_CACHE_MAXSIZE"] for r in ranks} == {"4294967296"}
 
 
+@pytest.mark.stage
 def test_without_a_directory_the_users_cache_dir_is_used_not_nv(tmp_path):
     ranks = launch_ranks(tmp_path, XDG_CACHE_HOME=str(tmp_path / "xdg"))
     path = ranks[0]["CUDA_CACHE_PATH"]
     assert path.startswith(str(tmp_path / "xdg" / "dlscale" / "cuda-jit") + os.sep) and ".nv" not in path
 
 
+@pytest.mark.stage
 def test_a_users_own_cache_settings_win(tmp_path):
     mine = str(tmp_path / "my-cache")
     ranks = launch_ranks(
@@ -79,6 +82,7 @@ def test_a_users_own_cache_settings_win(tmp_path):
     assert not (tmp_path / "jit").exists()
 
 
+@pytest.mark.unit
 def test_builds_get_their_own_directories():
     from workflow_scripts.common.cuda_cache import build_key
 
@@ -91,6 +95,7 @@ def test_builds_get_their_own_directories():
     assert build_key(["/c/.envs/torch/bin/python", "-c", "print(1)", "-m", "x"]).startswith("torch-")
 
 
+@pytest.mark.stage
 def test_the_workflow_passes_the_configured_directory_to_training_and_interconnect(tmp_path):
     jit = tmp_path / "jit $dir"
     write_config(tmp_path, training__cuda_cache_dir=str(jit))
@@ -101,6 +106,7 @@ def test_the_workflow_passes_the_configured_directory_to_training_and_interconne
     assert all(f"--cuda-cache-dir='{jit}'" in ln for ln in lines), lines
 
 
+@pytest.mark.stage
 def test_container_definition_sets_the_cache_without_overriding_the_launchers():
     text = (REPO / "envs" / "containers" / "dlscale-gpu.def").read_text()
     env = text.split("%environment", 1)[1]
@@ -123,6 +129,7 @@ def test_container_definition_sets_the_cache_without_overriding_the_launchers():
     assert proc.stdout.strip().startswith("/home/u/.cache/dlscale/cuda-jit/"), proc
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("warmup", [0, 1])
 def test_summary_says_whether_the_first_steps_start_up_is_timed(tmp_path, warmup, monkeypatch):
     """TensorFlow's kernels for an A100/H100 are JIT-compiled at their first use, in the first step:
@@ -132,20 +139,7 @@ def test_summary_says_whether_the_first_steps_start_up_is_timed(tmp_path, warmup
     for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID"):
         monkeypatch.delenv(k, raising=False)
     args = harness.arg_parser("t").parse_args(
-        [
-            "--data-source",
-            "synthetic",
-            "--batch-per-gpu",
-            "1",
-            "--warmup-steps",
-            str(warmup),
-            "--steps",
-            "2",
-            "--telemetry-interval",
-            "0",
-            "--out",
-            str(tmp_path),
-        ]
+        trainer_flags(image_size=None, data_source="synthetic", batch_per_gpu=1, warmup_steps=warmup, out=tmp_path)
     )
     run = harness.Run(args, "pytorch", {})
 
@@ -165,6 +159,7 @@ def test_summary_says_whether_the_first_steps_start_up_is_timed(tmp_path, warmup
     assert summary["warmup_steps"] == warmup and summary["timed_steps"] == 2
 
 
+@pytest.mark.stage
 def test_the_cache_directory_is_bound_into_a_container(tmp_path):
     """A rank in an Apptainer container: the cache directory (here outside $HOME and the repository)
     is bound into it, so that CUDA_CACHE_PATH exists inside; the runtime here is a stand-in script
@@ -187,6 +182,7 @@ def test_the_cache_directory_is_bound_into_a_container(tmp_path):
         assert argv[argv.index("image.sif") + 1 :] == ["python3", "-m", TRAINER]
 
 
+@pytest.mark.stage
 def test_preflight_passes_the_cache_directory_to_its_ranks(tmp_path):
     write_config(tmp_path, training__cuda_cache_dir=str(tmp_path / "jit"))
     out = snakemake(tmp_path, "-n", "-p", "preflight").stdout

@@ -8,7 +8,9 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import REPO, interpreter, run_reader
+from helpers import REPO, interpreter, launched, run_script, trainer_command
+
+pytestmark = pytest.mark.stage
 
 # Two-sample Kolmogorov-Smirnov critical value at a 0.1% significance level for 4,000 draws
 # each: c(0.001) * sqrt((n + m) / (n m)) with c = 1.949 (fixed before any run).
@@ -22,7 +24,7 @@ def lmdb(small_lmdb):
 
 @pytest.fixture(scope="module")
 def got(lmdb, tmp_path_factory):
-    return run_reader("pytorch", "dali_input_check.py", lmdb, tmp_path_factory.mktemp("dali_check"))
+    return run_script("pytorch", "dali_input_check.py", lmdb, tmp_path_factory.mktemp("dali_check"))
 
 
 def _labels(batches):
@@ -126,39 +128,11 @@ def test_resize_is_the_antialiased_bilinear_of_the_other_paths(got):
     assert got["resize"]["up_512"]["interpolate"]["max"] < 1e-3  # enlarging, no ring either
 
 
-def _train(lmdb, out, *extra, ranks=2):
-    cmd = [
-        interpreter("pytorch"),
-        "-m",
-        "workflow_scripts.train.pytorch_ddp",
-        "--data",
-        str(lmdb),
-        "--input",
-        "dali",
-        "--batch-per-gpu",
-        "3",
-        "--image-size",
-        "32",
-        "--warmup-steps",
-        "1",
-        "--steps",
-        "2",
-        "--telemetry-interval",
-        "0",
-        "--out",
-        str(out),
-        *extra,
-    ]
+def _train(lmdb, out, ranks=2, **flags):
+    """pytorch_ddp on the DALI path (`flags` over it), on `ranks` processes."""
+    cmd = trainer_command(**{"data": lmdb, "input": "dali", "batch_per_gpu": 3, "out": out, **flags})
     if ranks > 1:
-        cmd = [
-            interpreter("pytorch"),
-            "-m",
-            "workflow_scripts.train.launch",
-            "--nproc-per-node",
-            str(ranks),
-            "--",
-            *cmd,
-        ]
+        cmd = launched(cmd, ranks, python=interpreter("pytorch"))
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
 
 
@@ -176,13 +150,13 @@ def test_training_with_dali_input(lmdb, tmp_path):
 
 
 def test_bad_dali_options_are_named(lmdb, tmp_path):
-    proc = _train(lmdb, tmp_path / "a", "--hw-decoder-load", "1.5", ranks=1)
+    proc = _train(lmdb, tmp_path / "a", hw_decoder_load="1.5", ranks=1)
     assert proc.returncode != 0 and "--hw-decoder-load" in proc.stderr and "1.5" in proc.stderr
-    proc = _train(lmdb, tmp_path / "c", "--dali-decoder", "gpu", ranks=1)
+    proc = _train(lmdb, tmp_path / "c", dali_decoder="gpu", ranks=1)
     assert proc.returncode == 2 and "--dali-decoder" in proc.stderr and "'gpu'" in proc.stderr
-    proc = _train(lmdb, tmp_path / "b", "--prefetch", "-1", ranks=1)
+    proc = _train(lmdb, tmp_path / "b", prefetch="-1", ranks=1)
     assert proc.returncode == 2 and "--prefetch -1" in proc.stderr
-    proc = _train(lmdb, tmp_path / "d", "--dali-device-mb", "-1", ranks=1)
+    proc = _train(lmdb, tmp_path / "d", dali_device_mb="-1", ranks=1)
     assert proc.returncode == 2 and "--dali-device-mb -1: an integer, at least 0, or auto" in proc.stderr, proc.stderr[
         -2000:
     ]
@@ -192,7 +166,7 @@ def test_gpu_pipeline_decodes_where_asked_and_augments_on_the_gpu():
     """The GPU pipeline's graph (defined without a GPU; CI has none): --dali-decoder cpu decodes in
     DALI's CPU threads and hands the crops to the GPU, mixed decodes on the GPU (hardware engine +
     nvJPEG); either way resize and normalize run on the GPU, and the rest of the graph is the same."""
-    got = run_reader("pytorch", "dali_placement.py")
+    got = run_script("pytorch", "dali_placement.py")
     ops = {decoder: dict(graph) for decoder, graph in got.items()}
     assert ops["cpu"]["decoders__ImageRandomCrop"] == "cpu"
     assert ops["mixed"]["decoders__ImageRandomCrop"] == "mixed"
@@ -240,19 +214,7 @@ def test_fetching_ahead_and_reading_losses_late_change_when_not_which(lmdb, tmp_
     losses = {}
     for name, ahead, lag in (("plain", "off", "0"), ("ahead", "on", "0"), ("lag", "on", "1")):
         proc = _train(
-            lmdb,
-            tmp_path / name,
-            "--input",
-            source,
-            "--fetch-ahead",
-            ahead,
-            "--loss-lag",
-            lag,
-            "--steps",
-            "4",
-            "--loader-workers",
-            "1",
-            ranks=1,
+            lmdb, tmp_path / name, input=source, fetch_ahead=ahead, loss_lag=lag, steps=4, loader_workers=1, ranks=1
         )
         assert proc.returncode == 0, proc.stderr[-4000:]
         summary = json.loads((tmp_path / name / "summary.json").read_text())

@@ -9,11 +9,13 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import REPO, interpreter, run_reader, run_stage, tree_hashes
+from helpers import REPO, run_script, run_stage, trainer_command, tree_hashes
 
 from workflow_scripts.common.errors import PERMANENT_TAG
 from workflow_scripts.data import records, verify
 from workflow_scripts.train import failure
+
+pytestmark = pytest.mark.stage
 
 FORMATS = ("tfrecord", "recordio", "lmdb")
 # The environment of the trainer that reads each format: the one a training job checks it in.
@@ -158,7 +160,7 @@ def test_lmdb_check_where_lmdb_does_not_import_says_so(quirky_converted):
 
 
 def test_stdlib_readers_read_what_the_frameworks_read(quirky_converted):
-    got = run_reader("mxnet", "verify_records.py", quirky_converted)
+    got = run_script("mxnet", "verify_records.py", quirky_converted)
     assert len(got) == 5 + 2
     for name, r in got.items():
         assert r["equal"] and r["ours"] == r["theirs"] > 0, (name, r)
@@ -179,31 +181,8 @@ def test_facts_are_deterministic(quirky_converted, tmp_path, fmt):
 
 
 def _train(data, out, batch=2):
-    return subprocess.run(
-        [
-            interpreter("pytorch"),
-            "-m",
-            "workflow_scripts.train.pytorch_ddp",
-            "--data",
-            str(data),
-            "--batch-per-gpu",
-            str(batch),
-            "--image-size",
-            "32",
-            "--warmup-steps",
-            "1",
-            "--steps",
-            "2",
-            "--telemetry-interval",
-            "0",
-            "--out",
-            str(out),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    cmd = trainer_command(data=data, batch_per_gpu=batch, out=out)
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
 def test_pytorch_training_on_a_truncated_lmdb_fails_naming_the_file(small_lmdb, tmp_path):

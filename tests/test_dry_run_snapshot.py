@@ -19,7 +19,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO, SNAKEMAKE
+from helpers import REPO, SNAKEMAKE
 
 pytestmark = pytest.mark.stage
 

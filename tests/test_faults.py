@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SNAKEMAKE, interpreter, planned_jobs, run_stage, snakemake, write_config
+from helpers import REPO, SNAKEMAKE, interpreter, planned_jobs, run_stage, snakemake, write_config
 
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.data import embedded, layout
@@ -34,6 +34,7 @@ def _kaggle_csv_from(synset_list, out, change=None):
             w.writerow([f"ILSVRC2012_val_{n:08d}", f"{change if n == 2 and change else wnid} 1 1 9 9"])
 
 
+@pytest.mark.stage
 def test_two_label_files_that_disagree_stop_the_run_naming_both(tmp_path):
     root = _small_tree(tmp_path / "ds")
     tf_list = root / "imagenet_2012_validation_synset_labels.txt"
@@ -54,6 +55,7 @@ def test_two_label_files_that_disagree_stop_the_run_naming_both(tmp_path):
     assert layout.discover(root, val_labels=str(tf_list)).val_source == f"labels from {tf_list}"
 
 
+@pytest.mark.unit
 def test_two_label_files_that_agree_are_used_and_both_named(tmp_path):
     root = _small_tree(tmp_path / "ds")
     tf_list = root / "imagenet_2012_validation_synset_labels.txt"
@@ -83,6 +85,7 @@ def _as_nobody(*cmd):
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a stage as another user")
 
 
+@pytest.mark.stage
 @needs_root
 def test_unreadable_image_is_a_reject_with_its_reason():
     d = _shared_tmp()
@@ -109,6 +112,7 @@ def test_unreadable_image_is_a_reject_with_its_reason():
         shutil.rmtree(d)
 
 
+@pytest.mark.stage
 @needs_root
 def test_unwritable_output_fails_before_any_image_is_probed():
     d = _shared_tmp()
@@ -138,6 +142,7 @@ def test_unwritable_output_fails_before_any_image_is_probed():
         shutil.rmtree(d)
 
 
+@pytest.mark.stage
 def test_output_directory_that_cannot_be_made_stops_the_workflow_naming_the_key(tmp_path):
     (tmp_path / "a-file").write_text("not a directory")
     write_config(tmp_path, data_dir="a-file/data")
@@ -152,6 +157,7 @@ def _dead_pid():
     return p.pid
 
 
+@pytest.mark.pipeline
 def test_partial_outputs_of_killed_runs_are_removed_and_logged(pipeline_run, tmp_path):
     host = socket.gethostname()
     out = tmp_path / "lmdb"
@@ -191,6 +197,7 @@ CONVERTERS = {
 }
 
 
+@pytest.mark.stage
 @needs_mounts
 @pytest.mark.parametrize("fmt", CONVERTERS)
 def test_full_disk_is_named_with_the_space_needed_and_keeps_the_good_output(quirky_converted, tmp_path, fmt):
@@ -239,6 +246,7 @@ def test_full_disk_is_named_with_the_space_needed_and_keeps_the_good_output(quir
     assert (tmp_path / "left").read_text().split() == [fmt]
 
 
+@pytest.mark.stage
 def test_undefined_system_is_named(tmp_path):
     write_config(tmp_path, training__systems=["dgx"])
     proc = snakemake(tmp_path, "-n", check=False)
@@ -247,6 +255,7 @@ def test_undefined_system_is_named(tmp_path):
     assert "config training.systems names 'dgx', which is not defined under config systems (defined: local)" in out
 
 
+@pytest.mark.stage
 def test_a_second_config_file_overrides_nested_keys(tmp_path):
     """The README's way to override a nested key (--config cannot): its "Changing settings" block,
     run as written (the snakemake line only told where the workflow is and to plan, not run)."""

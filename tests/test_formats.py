@@ -1,7 +1,10 @@
 """Every image and label of a tree with ImageNet's quirks arrives in each format, read back
 with the framework's own reader."""
 
-from conftest import CONFIG, QUIRKY, run_reader, source_catalog
+import pytest
+from helpers import CONFIG, QUIRKY, run_script, source_catalog
+
+pytestmark = pytest.mark.stage
 
 
 def _check_stored(entry, src):
@@ -14,7 +17,7 @@ def _check_stored(entry, src):
 
 def test_tfrecord_read_by_tf_data(quirky_tree, quirky_converted):
     src = source_catalog(quirky_tree)
-    got = run_reader("tensorflow", "read_tfrecord.py", quirky_converted / "tfrecord")
+    got = run_script("tensorflow", "read_tfrecord.py", quirky_converted / "tfrecord")
     assert got["train_shards"] == 3 and got["val_shards"] == 2
     assert got["train_index_ok"] and got["val_index_ok"], "DALI index does not match the shards"
     for split in ("train", "val"):
@@ -30,7 +33,7 @@ def test_tfrecord_read_by_tf_data(quirky_tree, quirky_converted):
 
 def test_recordio_read_by_mxnet(quirky_tree, quirky_converted):
     src = source_catalog(quirky_tree)
-    got = run_reader("mxnet", "read_recordio.py", quirky_converted / "recordio")
+    got = run_script("mxnet", "read_recordio.py", quirky_converted / "recordio")
     for split in ("train", "val"):
         items = got[split]
         assert [i["key"] for i in items] == [i["id"] for i in items] == list(range(len(src[split])))
@@ -46,7 +49,7 @@ def test_recordio_read_by_mxnet(quirky_tree, quirky_converted):
 
 def test_lmdb_read_by_pytorch_dataset(quirky_tree, quirky_converted):
     src = source_catalog(quirky_tree)
-    got = run_reader("pytorch", "read_lmdb.py", quirky_converted / "lmdb")
+    got = run_script("pytorch", "read_lmdb.py", quirky_converted / "lmdb")
     for split in ("train", "val"):
         items = got[split]
         assert len(items) == len(src[split])
@@ -62,9 +65,9 @@ def test_lmdb_read_by_pytorch_dataset(quirky_tree, quirky_converted):
 
 def test_formats_hold_the_same_order(quirky_converted):
     """The train order is shuffled once, so record i is the same image in every format."""
-    tf_ = run_reader("tensorflow", "read_tfrecord.py", quirky_converted / "tfrecord")
-    lm = run_reader("pytorch", "read_lmdb.py", quirky_converted / "lmdb")
-    mx = run_reader("mxnet", "read_recordio.py", quirky_converted / "recordio")
+    tf_ = run_script("tensorflow", "read_tfrecord.py", quirky_converted / "tfrecord")
+    lm = run_script("pytorch", "read_lmdb.py", quirky_converted / "lmdb")
+    mx = run_script("mxnet", "read_recordio.py", quirky_converted / "recordio")
     lmdb_order = [i["sha256"] for i in lm["train"]]
     assert [i["sha256"] for i in mx["train"]] == lmdb_order
     assert set(r["sha256"] for r in tf_["train"].values()) == set(lmdb_order)
@@ -73,8 +76,8 @@ def test_formats_hold_the_same_order(quirky_converted):
 def test_dali_reads_all_three_formats(quirky_tree, quirky_converted):
     """NVIDIA DALI's tfrecord (with our index files), mxnet and caffe2 readers, on the CPU."""
     src = source_catalog(quirky_tree)
-    got = run_reader("pytorch", "read_dali.py", quirky_converted)
-    lm = run_reader("pytorch", "read_lmdb.py", quirky_converted / "lmdb")
+    got = run_script("pytorch", "read_dali.py", quirky_converted)
+    lm = run_script("pytorch", "read_lmdb.py", quirky_converted / "lmdb")
     for split in ("train", "val"):
         index_order = [i["label"] for i in lm[split]]
         assert sorted(index_order) == sorted(s["label"] for s in src[split].values())
@@ -90,7 +93,7 @@ def test_tfrecord_labels_follow_tf_builder_by_default_and_trainer_recovers_class
     assert CONFIG["conversion"]["tfrecord"]["label_offset"] == 1
     src = source_catalog(quirky_tree)
     classes = QUIRKY["classes"]
-    got = run_reader("tensorflow", "read_tfrecord.py", quirky_converted / "tfrecord")
+    got = run_script("tensorflow", "read_tfrecord.py", quirky_converted / "tfrecord")
     for split in ("train", "val"):
         stored = {name: rec["stored_label"] for name, rec in got[split].items()}
         assert set(stored.values()) == set(range(1, classes + 1)), split
@@ -102,7 +105,7 @@ def test_tfrecord_labels_follow_tf_builder_by_default_and_trainer_recovers_class
         if p.name in got["train"]
     } == {1}
 
-    trainer = run_reader("tensorflow", "tf_trainer_labels.py", quirky_converted / "tfrecord")
+    trainer = run_script("tensorflow", "tf_trainer_labels.py", quirky_converted / "tfrecord")
     assert trainer["offset"] == 1
     assert sorted(trainer["train"]) == sorted(s["label"] for s in src["train"].values())
     # Validation in record order (the shards in order), as the long test scores it.

@@ -8,7 +8,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import CONFIG, REPO, interpreter
+from helpers import CONFIG, REPO, interpreter, trainer_command
 
 GPU_ENVS = {fw: REPO / CONFIG["envs_gpu"][fw] for fw in ("tensorflow", "mxnet")}
 
@@ -19,6 +19,7 @@ def _built(fw):
     return str(GPU_ENVS[fw])
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("fw", GPU_ENVS)
 def test_gpu_environment_is_a_cuda_build_with_horovod_nccl(fw):
     python = _built(fw)
@@ -30,42 +31,30 @@ def test_gpu_environment_is_a_cuda_build_with_horovod_nccl(fw):
     assert record["python"].endswith(python.split("/.envs/")[1])
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize(
     "fw, cause", [("tensorflow", "sees 0 GPU(s)"), ("mxnet", "a CUDA build of MXNet needs the NVIDIA driver")]
 )
 def test_gpu_environment_without_a_gpu_stops_before_training(fw, cause, tmp_path):
     python = _built(fw)
-    module = {"tensorflow": "tensorflow_horovod", "mxnet": "mxnet_horovod"}[fw]
-    proc = subprocess.run(
-        [
-            python,
-            "-m",
-            f"workflow_scripts.train.{module}",
-            "--data-source",
-            "synthetic",
-            "--batch-per-gpu",
-            "2",
-            "--image-size",
-            "32",
-            "--warmup-steps",
-            "0",
-            "--steps",
-            "1",
-            "--require-gpu",
-            "--env-key",
-            f"envs_gpu.{fw}",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    cmd = trainer_command(
+        fw,
+        python,
+        data_source="synthetic",
+        batch_per_gpu=2,
+        warmup_steps=0,
+        steps=1,
+        telemetry_interval=None,
+        require_gpu=True,
+        env_key=f"envs_gpu.{fw}",
+        out=tmp_path,
     )
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and cause in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "summary.json").exists()
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("fw", ["pytorch", *GPU_ENVS])
 def test_gpu_capable_environment_has_nvml_bindings_for_telemetry(fw):
     """Without nvidia-ml-py a GPU run's telemetry would hold no GPU rows, silently; here, without a

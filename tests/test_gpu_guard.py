@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, interpreter, snakemake, write_config
+from helpers import REPO, TRAINERS, interpreter, snakemake, write_config
 
 from workflow_scripts.results import runs
 
@@ -20,6 +20,7 @@ GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-p
 CAUSE = {"tensorflow": "is a CPU build", "mxnet": "is a CPU build", "pytorch": "sees 0 GPU(s)"}
 
 
+@pytest.mark.stage
 def test_missing_gpu_environment_stops_the_workflow_naming_the_key_and_the_setup(tmp_path):
     write_config(
         tmp_path,
@@ -32,6 +33,7 @@ def test_missing_gpu_environment_stops_the_workflow_naming_the_key_and_the_setup
     assert proc.returncode != 0 and "config envs_gpu.tensorflow" in out and "bash envs/setup.sh --gpu" in out
 
 
+@pytest.mark.pipeline
 def test_gpu_system_with_cpu_frameworks_fails_before_training_with_the_named_cause(tmp_path):
     # A user who points the GPU environments at the CPU builds, on a node without a GPU.
     cpu_envs = {fw: interpreter(fw) for fw in CAUSE}
@@ -64,6 +66,7 @@ def test_gpu_system_with_cpu_frameworks_fails_before_training_with_the_named_cau
     assert table.count(",failed,") == 3
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("framework", ["tensorflow", "pytorch"])
 def test_tables_refuse_a_cpu_run_in_a_gpu_systems_row(pipeline_run, framework):
     run_dir = pipeline_run / "results" / "runs" / "local" / f"{framework}_fp32_2gpu"
@@ -80,6 +83,7 @@ def test_tables_refuse_a_cpu_run_in_a_gpu_systems_row(pipeline_run, framework):
     assert row["status"] == "invalid" and "requests GPUs: not a GPU figure" in row["why"]
 
 
+@pytest.mark.stage
 def test_a_container_interpreter_starts_every_task_of_a_gpu_run(tmp_path):
     """envs_gpu may name a container: the run's ranks start as `<runtime> exec ... <image> python3`
     inside srun (shown by the dry run's command; no container runtime installs from Debian 12 here,
@@ -134,6 +138,7 @@ OTHER_FAILURES = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(ARCH_FAILURES))
 def test_framework_messages_of_a_gpu_without_code_are_named_and_permanent(name):
     from workflow_scripts.common import kernel_check
@@ -146,6 +151,7 @@ def test_framework_messages_of_a_gpu_without_code_are_named_and_permanent(name):
     assert failure.permanent(f"0: some output\n0: {ARCH_FAILURES[name]}\n1: more") is not None
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("text", OTHER_FAILURES)
 def test_other_failures_stay_retryable(text):
     from workflow_scripts.common import kernel_check
@@ -154,6 +160,7 @@ def test_other_failures_stay_retryable(text):
     assert kernel_check.classify(text) is None and failure.permanent(text) is None
 
 
+@pytest.mark.unit
 def test_first_kernel_failure_names_the_gpu_the_build_and_the_container():
     from workflow_scripts.common import kernel_check
     from workflow_scripts.common.errors import PERMANENT_TAG, PermanentError
@@ -218,7 +225,7 @@ def run_job(tmp_path, message, attempt=1, retries=2, code=STAND_IN):
             f"--python={python}",
             "--nproc-per-node=1",
             "--",
-            "workflow_scripts.train.mxnet_horovod",
+            TRAINERS["mxnet"],
         ],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
@@ -230,6 +237,7 @@ def run_job(tmp_path, message, attempt=1, retries=2, code=STAND_IN):
     return proc, (json.loads(summary.read_text()) if summary.exists() else None), log
 
 
+@pytest.mark.stage
 def test_a_build_without_code_for_the_gpu_is_recorded_at_once_not_retried(tmp_path):
     proc, summary, log = run_job(tmp_path, ARCH_FAILURES["mxnet"])
     # exit 0 with a result: Snakemake (retries: training.retries) does not resubmit the job
@@ -240,6 +248,7 @@ def test_a_build_without_code_for_the_gpu_is_recorded_at_once_not_retried(tmp_pa
     assert "not retried (training.retries 2)" in log.read_text()
 
 
+@pytest.mark.stage
 def test_a_cuda_abort_without_the_guards_message_is_permanent_too(tmp_path):
     # a kernel that fails later than the check, in MXNet's engine, which aborts the process
     code = "import os, sys; print(sys.argv[1], file=sys.stderr, flush=True); os.abort()"
@@ -247,6 +256,7 @@ def test_a_cuda_abort_without_the_guards_message_is_permanent_too(tmp_path):
     assert proc.returncode == 0 and summary["permanent"] is True and "209 vs. 0" in summary["reason"], summary
 
 
+@pytest.mark.stage
 def test_other_failures_are_still_retried(tmp_path):
     proc, summary, _ = run_job(tmp_path, OTHER_FAILURES[0])
     assert proc.returncode != 0 and summary is None
@@ -254,6 +264,7 @@ def test_other_failures_are_still_retried(tmp_path):
     assert proc.returncode == 0 and summary["permanent"] is False and "out of memory" in summary["reason"]
 
 
+@pytest.mark.stage
 def test_a_local_runs_measuring_jobs_run_one_at_a_time(tmp_path):
     """Run locally, every job that measures, training, interconnect and preflight, takes all of
     snakemake's cores whatever its system, so no two run side by side: a CPU system's runs too (two

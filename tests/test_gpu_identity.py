@@ -1,14 +1,16 @@
 """NVML is asked about the GPU CUDA numbers i by its identity, not by i, and a GPU's near CPUs are
 read from NVML, else sysfs (common/gpu_identity.py). No GPU here: the made-up DGX of
-test_gpu_choice.py, a fake pynvml and a fake CUDA driver."""
+helpers/gpu_layout.py, a fake pynvml and a fake CUDA driver."""
 
 import sys
 import types
 
 import pytest
-from test_gpu_choice import BUS, NEAR, SOCKET0, SOCKET1, UUID, block, launch, no_driver
+from helpers.gpu_layout import BUS, NEAR, SOCKET0, SOCKET1, UUID, block, launch, no_driver
 
 from workflow_scripts.common import gpu_choice, gpu_identity, kernel_check
+
+pytestmark = pytest.mark.unit
 
 
 def nvml_list(hidden=()):

@@ -3,7 +3,9 @@ run on CPU tensors here (CI has no GPU), against the CPU loader's Pillow transfo
 same crop boxes and flips, over an LMDB with the ImageNet quirks (re-encoded CMYK, PNG, gray)."""
 
 import pytest
-from conftest import run_reader
+from helpers import run_script
+
+pytestmark = pytest.mark.stage
 
 
 @pytest.fixture(scope="module")
@@ -13,7 +15,7 @@ def lmdb(small_lmdb):
 
 @pytest.fixture(scope="module")
 def got(lmdb):
-    return run_reader("pytorch", "gpu_preprocess.py", lmdb, 64)
+    return run_script("pytorch", "gpu_preprocess.py", lmdb, 64)
 
 
 def test_gpu_preprocessing_matches_the_cpu_loader(got):
@@ -37,7 +39,7 @@ def test_crop_boxes_follow_random_resized_crop(got):
 
 
 def test_input_lanes_keep_the_batch_order_and_are_deterministic(lmdb):
-    got = run_reader("pytorch", "gpu_batches.py", lmdb)
+    got = run_script("pytorch", "gpu_batches.py", lmdb)
     # Batches come out in the loader's order whatever the number of lanes and thread timing,
     # and each lane's crops are seeded: two runs give the same pixels.
     assert got["one"]["labels"] == got["two"]["labels"] == got["expected_labels"]
@@ -46,7 +48,7 @@ def test_input_lanes_keep_the_batch_order_and_are_deterministic(lmdb):
 
 
 def test_nvimagecodec_decoder_gives_the_same_batches(lmdb):
-    got = run_reader("pytorch", "gpu_batches.py", lmdb)
+    got = run_script("pytorch", "gpu_batches.py", lmdb)
     # nvImageCodec (its CPU backend here, libjpeg-turbo as torchvision's CPU decode_jpeg) in
     # place of torchvision's decoder: same order, same crops, same pixels.
     assert got["nvimgcodec"]["labels"] == got["expected_labels"]

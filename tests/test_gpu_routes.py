@@ -14,7 +14,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import CONFIG, REPO, interpreter, snakemake, write_config
+from helpers import CONFIG, REPO, interpreter, snakemake, write_config
 
 RECORD = json.loads((REPO / "envs" / "arch_lists.json").read_text())
 ROUTES = RECORD["routes"]
@@ -66,6 +66,7 @@ def ptx_for(entry, sm):
     return max(found) if found else None
 
 
+@pytest.mark.unit
 def test_route_table_is_the_recorded_builds():
     header, rows = table("gpu-environments.md", "## Which GPU code each route holds, and the driver it needs")
     assert header == ["route", "interpreter", "requirements", "build", "CUDA", "GPU code", "driver"], header
@@ -90,6 +91,7 @@ def test_route_table_is_the_recorded_builds():
         assert CONFIG["envs_gpu"][key] == ROUTES[route]["environment"], key
 
 
+@pytest.mark.unit
 def test_every_cell_of_which_route_for_which_gpu_is_true():
     header, rows = table("slurm.md", "## Which route for which GPU")
     assert header[0] == "GPU" and [COLUMNS[h] for h in header[1:]] == ["pytorch", "tensorflow", "mxnet"], header
@@ -133,6 +135,7 @@ def installed_routes():
             yield route, given.get(route, str(REPO / entry["environment"]))
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("route, python", list(installed_routes()))
 def test_every_installed_route_is_the_recorded_build(route, python):
     if not os.path.exists(python):
@@ -144,6 +147,7 @@ def test_every_installed_route_is_the_recorded_build(route, python):
     assert json.loads(proc.stdout)["arch_list"] == ROUTES[route]["arch_list"]
 
 
+@pytest.mark.stage
 def test_the_check_fails_on_a_build_that_is_not_the_recorded_one(tmp_path):
     changed = json.loads(json.dumps(RECORD))
     changed["routes"]["torch"]["arch_list"] = ["sm_70", *changed["routes"]["torch"]["arch_list"]]
@@ -165,6 +169,7 @@ def test_the_check_fails_on_a_build_that_is_not_the_recorded_one(tmp_path):
     assert proc.returncode == 1 and "torch: arch_list: recorded ['sm_70'" in proc.stderr, proc.stderr
 
 
+@pytest.mark.stage
 def test_setup_builds_every_route():
     setup = (REPO / "envs" / "setup.sh").read_text()
     for route, entry in ROUTES.items():
@@ -174,6 +179,7 @@ def test_setup_builds_every_route():
     assert proc.returncode == 2 and "--torch-cu126" in proc.stderr, proc.stderr
 
 
+@pytest.mark.stage
 def test_a_systems_pytorch_route_runs_its_preflight_training_and_interconnect(tmp_path):
     """A V100 system that names the CUDA 12 route gets it in every job that runs PyTorch on its
     GPUs; the dry run's commands show it (no GPU is needed to plan them)."""
@@ -206,6 +212,7 @@ V100_KERNEL = "RuntimeError: CUDA error: no kernel image is available for execut
 CU126 = ".envs/torch-cu126/bin/python (torch-cu126: 2.7.1+cu126, CUDA 12.6, code for sm_50 sm_60 sm_70"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("gpu", [("Tesla V100-SXM2-16GB", (7, 0)), ("Tesla P100-PCIE-16GB", (6, 0))])
 def test_the_first_kernel_check_names_the_route_with_code_for_the_gpu(gpu):
     from workflow_scripts.common import kernel_check
@@ -227,6 +234,7 @@ def test_the_first_kernel_check_names_the_route_with_code_for_the_gpu(gpu):
     assert "point config" not in str(err.value) and "nvcr.io/nvidia/mxnet:24.04-py3" in str(err.value)
 
 
+@pytest.mark.stage
 def test_preflights_kernel_row_names_the_other_pytorch_route():
     """In preflight's rank, torch 2.14.1 is the build that failed: the fix names the other route."""
     code = (
@@ -239,6 +247,7 @@ def test_preflights_kernel_row_names_the_other_pytorch_route():
     assert ".envs/torch/bin/python (" not in proc.stdout, proc.stdout
 
 
+@pytest.mark.stage
 def test_compile_auto_is_eager_where_triton_cannot_compile():
     """P100 (sm_60): Triton, torch.compile's backend, refuses compute capability below 7.0."""
     code = (

@@ -4,7 +4,11 @@ time and run-queue wait in each step (common.metrics.StepLog)."""
 import json
 import time
 
+import pytest
+
 from workflow_scripts.common import affinity, metrics
+
+pytestmark = pytest.mark.unit
 
 
 def _sysfs(root, siblings):

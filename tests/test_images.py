@@ -7,6 +7,8 @@ from PIL import Image
 
 from workflow_scripts.data import images
 
+pytestmark = pytest.mark.unit
+
 
 def _jpeg(mode="RGB", size=(64, 48), fmt="JPEG"):
     buf = io.BytesIO()

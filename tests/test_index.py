@@ -2,7 +2,10 @@
 
 import csv
 
-from conftest import run_stage
+import pytest
+from helpers import run_stage
+
+pytestmark = pytest.mark.stage
 
 
 def _rows(path):

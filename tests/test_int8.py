@@ -6,13 +6,20 @@ without TensorRT, weights that are not there)."""
 import csv
 import hashlib
 import json
-import os
 import re
 import statistics
-import subprocess
 
 import pytest
-from conftest import CONFIG, REPO, copy_of_run, interpreter, pipeline_config, planned_jobs, snakemake, write_config
+from helpers import (
+    CONFIG,
+    copy_of_run,
+    pipeline_config,
+    planned_jobs,
+    run_script,
+    run_stage,
+    snakemake,
+    write_config,
+)
 
 from workflow_scripts.infer import tensorrt_engine
 
@@ -59,31 +66,14 @@ def table(path):
         return list(csv.DictReader(f))
 
 
-def run_py(env, *args, check=True, env_vars=None, timeout=600):
-    proc = subprocess.run(
-        [interpreter(env), *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env_vars or {})},
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
-
-
-def last_json(proc):
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def planned(work, target=TARGET):
-    """{rule: job count} of a dry run (conftest's planned_jobs, for this stage's target)."""
+    """{rule: job count} of a dry run (helpers' planned_jobs, for this stage's target)."""
     out = snakemake(work, target, "-n", "--quiet", "rules").stdout
     jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", out, re.M)}
     return {rule: n for rule, n in jobs.items() if rule not in ("total", TARGET)}
 
 
+@pytest.mark.pipeline
 def test_calibration_and_scored_images_are_disjoint_and_cover_val_in_order(int8_run):
     split = stage(int8_run) / "split"
     calib, scored = tsv(split / "calibration.tsv"), tsv(split / "scoring.tsv")
@@ -103,10 +93,11 @@ def test_calibration_and_scored_images_are_disjoint_and_cover_val_in_order(int8_
     assert f"over {len(calib)} images" in (int8_run / "logs" / "int8" / "resnet50" / "calibrate.log").read_text()
 
 
+@pytest.mark.pipeline
 def test_int8_model_holds_qdq_nodes_with_8_bit_types_and_runs_integer_kernels(int8_run):
     d = stage(int8_run) / "resnet50"
-    models = last_json(
-        run_py("pytorch", "tests/infer_inspect.py", d / "fp32.onnx", d / "int8.onnx", d / "onnxruntime" / "int8.engine")
+    models = run_script(
+        "pytorch", "infer_inspect.py", d / "fp32.onnx", d / "int8.onnx", d / "onnxruntime" / "int8.engine"
     )
     fp32, int8, engine = (models[str(d / f)] for f in ("fp32.onnx", "int8.onnx", "onnxruntime/int8.engine"))
     assert "QuantizeLinear" not in fp32["ops"] and "DequantizeLinear" not in fp32["ops"]
@@ -133,6 +124,7 @@ def test_int8_model_holds_qdq_nodes_with_8_bit_types_and_runs_integer_kernels(in
     assert lo == 0 and relu["zero_point"] == 0 and relu["scale"] == pytest.approx(hi / 255, rel=1e-5)
 
 
+@pytest.mark.pipeline
 def test_accuracy_table_on_the_embedded_default(int8_run):
     (row,) = table(int8_run / "results" / "int8_accuracy.csv")
     assert (row["network"], row["model"], row["engine"], row["calibration_method"]) == (
@@ -175,6 +167,7 @@ def test_accuracy_table_on_the_embedded_default(int8_run):
     assert f"| ResNet-50 | {float(row['fp32_top1']):.2f}% |" in md
 
 
+@pytest.mark.pipeline
 def test_throughput_table(int8_run):
     rows = table(int8_run / "results" / "int8_throughput.csv")
     sizes = BATCH_SIZES
@@ -210,6 +203,7 @@ def test_throughput_table(int8_run):
     )
 
 
+@pytest.mark.pipeline
 def test_config_edits_rerun_only_what_they_affect(int8_run):
     work = int8_run
     sizes = BATCH_SIZES
@@ -250,11 +244,11 @@ def test_config_edits_rerun_only_what_they_affect(int8_run):
         pipeline_config(work)
 
 
+@pytest.mark.pipeline
 def test_tensorrt_without_tensorrt_fails_clearly(int8_run, tmp_path):
     d = stage(int8_run) / "resnet50"
-    proc = run_py(
+    proc = run_stage(
         "pytorch",
-        "-m",
         "workflow_scripts.infer.engine",
         "--engine",
         "tensorrt",
@@ -277,6 +271,7 @@ def test_tensorrt_without_tensorrt_fails_clearly(int8_run, tmp_path):
     assert proc.returncode != 0 and "inference.quantization.activations = uint8" in proc.stdout + proc.stderr
 
 
+@pytest.mark.unit
 def test_tensorrt_buffers_and_profile_follow_the_model():
     layout = tensorrt_engine.buffer_layout((-1, 3, 224, 224), (-1, 1000), 32)
     assert layout == {
@@ -290,6 +285,7 @@ def test_tensorrt_buffers_and_profile_follow_the_model():
         tensorrt_engine.require()  # no TensorRT where the tests run
 
 
+@pytest.mark.pipeline
 def test_weights_that_are_not_there_stop_the_run(int8_run, tmp_path):
     write_config(tmp_path, inference__models={"resnet50": "pipeline", "vgg16": "weights/vgg16.pth"})
     proc = snakemake(tmp_path, TARGET, "-n", check=False)
@@ -299,9 +295,8 @@ def test_weights_that_are_not_there_stop_the_run(int8_run, tmp_path):
     assert proc.returncode != 0 and "trains ResNet-50 only" in proc.stdout + proc.stderr
     # torchvision's weights with no cache and no network (a proxy on a closed local port): an error
     # naming the key and the cache, never random weights.
-    proc = run_py(
+    proc = run_stage(
         "pytorch",
-        "-m",
         "workflow_scripts.infer.export",
         "--network",
         "resnet101",
@@ -326,13 +321,14 @@ def test_weights_that_are_not_there_stop_the_run(int8_run, tmp_path):
     assert str(tmp_path / "empty") in proc.stderr and not (tmp_path / "m.onnx").exists()
 
 
+@pytest.mark.stage
 def test_the_seven_networks_load_and_each_family_exports_calibrates_and_quantizes(small_lmdb, tmp_path):
     # The first 4 val images as the split stage lists them (position, label), from the index the LMDB
     # was made from: the chain needs a few real images, not pipeline_run's.
     val = tsv(small_lmdb.parent / "index" / "val.tsv")[:4]
     few = tmp_path / "few.tsv"
     few.write_text("position\tlabel\n" + "".join(f"{i}\t{r['label']}\n" for i, r in enumerate(val)))
-    out = last_json(run_py("pytorch", "tests/infer_networks.py", tmp_path, small_lmdb, few, 64))
+    out = run_script("pytorch", "infer_networks.py", tmp_path, small_lmdb, few, 64)
     assert set(out) == {
         "resnet50",
         "resnet101",

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import REPO, interpreter, run_stage, snakemake, write_config
+from helpers import REPO, interpreter, run_script, run_stage, snakemake, write_config
 
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.infer import tables, tensorrt_engine
@@ -23,17 +23,10 @@ A100, H100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
     """A tiny network's FP32 and INT8 engines, made by the stage's own export, calibration,
-    quantization and engine build (tests/infer_tiny_pair.py, then engine.py as int8_engine runs it)."""
+    quantization and engine build (tests/helpers/scripts/infer_tiny_pair.py, then engine.py as int8_engine
+    runs it)."""
     work = tmp_path_factory.mktemp("tiny-pair")
-    proc = subprocess.run(
-        [interpreter("pytorch"), str(REPO / "tests" / "infer_tiny_pair.py"), str(work), str(SIZE)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_script("pytorch", "infer_tiny_pair.py", work, SIZE)
     for p in ("fp32", "int8"):
         run_stage(
             "pytorch",
@@ -91,6 +84,7 @@ def timed_job(engines, root, node):
     return out
 
 
+@pytest.mark.stage
 def test_one_job_times_both_precisions_on_one_device(engines, tmp_path):
     before = time.time()
     out = timed_job(engines, tmp_path, "node-a")
@@ -156,6 +150,7 @@ def refused(root):
     return str(err.value)
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("old", [False, True], ids=["one-job", "per-precision-jobs"])
 def test_table_refuses_a_pair_from_two_gpu_models(tmp_path, old):
     paths = write_pair(tmp_path, (A100, "gpu01"), (H100, "gpu01"), old=old)
@@ -186,12 +181,14 @@ def test_table_refuses_a_pair_from_two_gpu_models(tmp_path, old):
     assert not csv.exists() and not md.exists()
 
 
+@pytest.mark.unit
 def test_table_refuses_a_pair_from_two_nodes(tmp_path):
     (path,) = write_pair(tmp_path, (H100, "gpu01"), (H100, "gpu02"))
     msg = refused(tmp_path)
     assert "'gpu01'" in msg and "'gpu02'" in msg and "node" in msg and str(path) in msg, msg
 
 
+@pytest.mark.unit
 def test_table_gives_the_one_device_and_node_of_an_agreeing_pair(tmp_path):
     write_pair(tmp_path, (H100, "gpu01"), (H100, "gpu01"))
     write_pair(tmp_path, (H100, "gpu01"), (H100, "gpu01"), old=True, bs=8)
@@ -202,6 +199,7 @@ def test_table_gives_the_one_device_and_node_of_an_agreeing_pair(tmp_path):
     ]
 
 
+@pytest.mark.unit
 def test_engine_built_on_another_gpu_model_is_not_loaded():
     plan = "results/int8/resnet50/tensorrt/int8.engine"
     built = {"device": A100, "compute_capability": "8.0", "host": "gpu01"}
@@ -256,6 +254,7 @@ def dry_run_jobs(work, **overrides):
     return jobs
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize(
     "request_as, gpu_words",
     [("gpus-per-node", "slurm_extra=--gpus-per-node=a100:1"), ("gres", "gres=gpu:a100:1")],
@@ -280,6 +279,7 @@ def test_tensorrt_jobs_take_the_inference_systems_gpu_partition_and_the_timed_jo
     assert all(gpu_words.split("=", 1)[1] in r for _, r, _ in jobs["int8_throughput_run"])
 
 
+@pytest.mark.stage
 def test_onnxruntime_jobs_take_the_named_systems_partition_and_the_timed_job_every_core(tmp_path):
     jobs = dry_run_jobs(
         tmp_path,
@@ -298,6 +298,7 @@ def test_onnxruntime_jobs_take_the_named_systems_partition_and_the_timed_job_eve
             assert "--threads 1 " in command, command
 
 
+@pytest.mark.stage
 def test_inference_system_not_under_systems_stops_the_workflow_naming_the_key(tmp_path):
     write_config(tmp_path, inference__system="v100")
     proc = snakemake(tmp_path, "int8", "-n", check=False)

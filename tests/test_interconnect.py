@@ -10,8 +10,8 @@ import subprocess
 
 import pandas as pd
 import pytest
-from conftest import CONFIG, REPO, interpreter, pipeline_config, planned_jobs, snakemake, write_config
-from test_shell_safety import HOSTILE, markers
+from helpers import CONFIG, REPO, interpreter, pipeline_config, planned_jobs, snakemake, write_config
+from helpers.hostile import HOSTILE, markers
 
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.interconnect import nccl_tests
@@ -39,6 +39,7 @@ def check_bandwidths(raw):
         assert r["count"] * 4 == r["bytes"]
 
 
+@pytest.mark.pipeline
 def test_bandwidths_are_the_raw_timings(pipeline_run):
     raw = raw_of(pipeline_run)
     assert (raw["backend"], raw["world_size"], raw["num_nodes"]) == ("gloo", 2, 1)
@@ -58,6 +59,7 @@ def test_bandwidths_are_the_raw_timings(pipeline_run):
         assert (row.algbw_GBps, row.busbw_GBps) == pytest.approx((r["algbw_GBps"], r["busbw_GBps"]))
 
 
+@pytest.mark.pipeline
 def test_every_sweep_point_has_a_row(pipeline_run):
     table = pd.read_csv(pipeline_run / "results" / "interconnect.csv")
     t = CONFIG["training"]
@@ -78,6 +80,7 @@ def test_every_sweep_point_has_a_row(pipeline_run):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
 
 
+@pytest.mark.pipeline
 def test_interconnect_keys_rerun_only_the_interconnect_and_what_reads_it(pipeline_run):
     work = pipeline_run
     reads_allreduce = {
@@ -108,6 +111,7 @@ def log_log(points, nbytes):
     return t0 * (t1 / t0) ** (math.log(nbytes / b0) / math.log(b1 / b0))
 
 
+@pytest.mark.pipeline
 def test_scaling_prediction_is_the_raw_allreduce_against_the_runs(pipeline_run):
     runs = pipeline_run / "results" / "runs" / "local"
     points = sorted(
@@ -148,6 +152,7 @@ def test_scaling_prediction_is_the_raw_allreduce_against_the_runs(pipeline_run):
     assert scaling[scaling.gpus == 1].allreduce_s.isna().all()
 
 
+@pytest.mark.pipeline
 def test_scaling_without_the_interconnect_says_so(pipeline_run, tmp_path):
     points = [
         {
@@ -184,6 +189,7 @@ def test_scaling_without_the_interconnect_says_so(pipeline_run, tmp_path):
     )
 
 
+@pytest.mark.stage
 def test_three_ranks_use_the_all_reduce_bus_factor_of_three(tmp_path):
     """busbw/algbw = 2(n-1)/n depends on n: a real 3-process Gloo run, small messages."""
     py = interpreter("pytorch")
@@ -222,6 +228,7 @@ def test_three_ranks_use_the_all_reduce_bus_factor_of_three(tmp_path):
     }
 
 
+@pytest.mark.pipeline
 def test_standalone_tools_give_the_pipelines_figures(pipeline_run, tmp_path):
     """What the lead runs on a bare GPU host: rows.py and prediction.py on the raw JSON alone."""
     raw = pipeline_run / "results" / "interconnect" / "local" / "2gpu" / "torch.json"
@@ -271,6 +278,7 @@ def test_standalone_tools_give_the_pipelines_figures(pipeline_run, tmp_path):
     assert f"measured efficiency {row.efficiency:.2%}" in proc.stdout
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize(
     "overrides, named",
     [
@@ -286,6 +294,7 @@ def test_bad_interconnect_config_stops_at_parse_time_naming_the_key(tmp_path, ov
     assert proc.returncode != 0 and named in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
 
 
+@pytest.mark.pipeline
 def test_hostile_paths_reach_the_stage_as_single_arguments(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -335,6 +344,7 @@ def nccl_tests_output(ranks, sizes, prefix=""):
     return "\n".join(prefix + line for line in lines)
 
 
+@pytest.mark.unit
 def test_nccl_tests_table_is_parsed_in_place_with_its_ranks():
     ranks, rows = nccl_tests.parse(nccl_tests_output(["n1", "n2"], [8, 16]), "all_reduce")
     assert ranks == {0: {"host": "n1", "device": "NVIDIA H200"}, 1: {"host": "n2", "device": "NVIDIA H200"}}
@@ -350,6 +360,7 @@ def test_nccl_tests_table_is_parsed_in_place_with_its_ranks():
         nccl_tests.parse("# nThread 1 nGpus 1\n", "all_reduce")
 
 
+@pytest.mark.unit
 def test_missing_nccl_tests_binary_names_the_config_key(tmp_path):
     with pytest.raises(StageError, match="interconnect.nccl_tests.*all_reduce_perf"):
         nccl_tests.binary(tmp_path, "all_reduce")

@@ -12,7 +12,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO, interpreter, snakemake, write_config
+from helpers import REPO, TRAINERS, interpreter, snakemake, trainer_flags, write_config
 
 from workflow_scripts.common import neighbours, page_cache
 from workflow_scripts.train import harness
@@ -38,14 +38,8 @@ def train_job(tmp_path, steps=12):
             f"--cuda-cache-dir={tmp_path / 'cuda-jit'}",
             "--nproc-per-node=1",
             "--",
-            "workflow_scripts.train.pytorch_ddp",
-            "--data-source=synthetic",
-            "--classes=4",
-            "--batch-per-gpu=2",
-            "--image-size=32",
-            "--warmup-steps=1",
-            f"--steps={steps}",
-            "--telemetry-interval=0.25",
+            TRAINERS["pytorch"],
+            *trainer_flags(data_source="synthetic", classes=4, batch_per_gpu=2, steps=steps, telemetry_interval=0.25),
         ],
         cwd=REPO,
         capture_output=True,
@@ -56,6 +50,7 @@ def train_job(tmp_path, steps=12):
     return json.loads((run / "summary.json").read_text()), run
 
 
+@pytest.mark.stage
 def test_a_cpu_hog_beside_a_run_is_named_in_its_record(tmp_path):
     """A busy loop started beside a local run: the run is not isolated and its record names the
     loop's process, the CPU time it took inside the timed window and the node's share of it."""
@@ -104,6 +99,7 @@ def evidence(lines, cpus=8):
     return neighbours.evidence({"n1": lines}, 100.0, 110.0, {"n1": cpus}, 1.0)
 
 
+@pytest.mark.unit
 def test_a_quiet_node_is_isolated_and_says_by_what_rule():
     quiet = [{"t": 99.0, "baseline": True}] + [sample(100.0 + i, 0.01) for i in range(1, 11)]
     ev = evidence(quiet)
@@ -111,6 +107,7 @@ def test_a_quiet_node_is_isolated_and_says_by_what_rule():
     assert "2%" in ev["rule"] and "GPUs" in ev["rule"] and "SLURM" in ev["rule"]
 
 
+@pytest.mark.unit
 def test_a_process_on_the_gpus_or_another_slurm_job_is_not_isolated():
     on_gpu = [
         sample(100.0 + i, gpu_others=[{"gpu": 1, "pid": 4242, "name": "python", "used_MB": 900.0}])
@@ -126,6 +123,7 @@ def test_a_process_on_the_gpus_or_another_slurm_job_is_not_isolated():
     assert evidence([{**sample(95.0), "slurm_jobs": []}] + [sample(100.0 + i) for i in range(1, 11)])["isolated"]
 
 
+@pytest.mark.unit
 def test_gpu_pids_from_another_pid_namespace_are_judged_only_where_the_runs_own_show_up():
     """A process NVML lists that this node's process table lacks: another container's, where the
     run's own pids show up on the GPUs (not isolated); where they do not, NVML gives the host's pids
@@ -138,6 +136,7 @@ def test_gpu_pids_from_another_pid_namespace_are_judged_only_where_the_runs_own_
     assert ev["isolated"] is None and "PID namespace" in ev["why"] and "999999" in ev["why"]
 
 
+@pytest.mark.unit
 def test_a_busy_neighbour_above_the_share_is_named_and_below_it_is_not():
     busy = [sample(100.0 + i, 0.5, [[77, "make", "bob", 0.5]]) for i in range(1, 11)]
     ev = evidence(busy)  # 5 CPU-s in 10 s on 8 CPUs: 6.25%
@@ -145,12 +144,14 @@ def test_a_busy_neighbour_above_the_share_is_named_and_below_it_is_not():
     assert evidence(busy, cpus=64)["isolated"] is True  # 0.8% of 64 CPUs
 
 
+@pytest.mark.unit
 def test_no_samples_is_unknown_not_isolated():
     assert evidence([])["isolated"] is None
     ev = neighbours.evidence({}, 100.0, 110.0, {}, 1.0)
     assert ev["isolated"] is None and "telemetry_interval" in ev["why"]
 
 
+@pytest.mark.unit
 def test_node_wide_clearing_only_on_a_node_held_alone():
     assert page_cache.scope_for("node", None) == ("node", "")  # local: the workflow runs it alone
     assert page_cache.scope_for("node", {"job": "9", "oversubscribe": "NO", "exclusive": True}) == ("node", "")
@@ -167,6 +168,7 @@ def dry_jobs(work, *targets):
     return [j for j in out.split("\n\n") if re.search(r"^(local)?rule \w+:", j.strip(), re.M)]
 
 
+@pytest.mark.stage
 def test_measuring_jobs_take_whole_nodes_unless_the_system_forbids_it(tmp_path):
     """slurm_extra of every measuring job carries --exclusive; a system with exclusive: false none;
     locally each measuring job takes all the cores, a CPU system's included."""
@@ -197,6 +199,7 @@ def test_measuring_jobs_take_whole_nodes_unless_the_system_forbids_it(tmp_path):
         assert re.search(r"^\s*threads: 3$", job, re.M), job
 
 
+@pytest.mark.stage
 def test_a_gpu_system_runs_every_point_three_times_a_cpu_system_once(tmp_path):
     envs = {fw: interpreter(fw) for fw in ("tensorflow", "mxnet", "pytorch")}
     write_config(
@@ -219,6 +222,7 @@ def test_a_gpu_system_runs_every_point_three_times_a_cpu_system_once(tmp_path):
     assert "_rep3" not in snakemake(tmp_path, "-n", "training").stdout
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "capability, mode, overridden, fp32",
     [
@@ -241,6 +245,7 @@ def test_what_fp32_ran_as(monkeypatch, capability, mode, overridden, fp32):
     assert half["ran_as"] == "bfloat16 mixed" and half["fp32"] == fp32
 
 
+@pytest.mark.stage
 def test_strict_fp32_reaches_every_trainer_and_is_recorded(tmp_path):
     """training.fp32_math strict: every framework's run gets --fp32-math strict (the default adds no
     word: runs made before the key are not rerun) and sets NVIDIA_TF32_OVERRIDE=0 for its libraries."""
@@ -269,6 +274,7 @@ def test_strict_fp32_reaches_every_trainer_and_is_recorded(tmp_path):
         assert proc.stdout.strip() == want, proc.stderr
 
 
+@pytest.mark.pipeline
 def test_the_pipelines_runs_carry_their_evidence(pipeline_run):
     """Every run of the quick start's chain records what else used its node in its timed window,
     the samples it rests on, and what fp32 ran as: the evidence, not the flag (other tests run beside
@@ -305,6 +311,7 @@ def measuring_intervals(work):
     return out
 
 
+@pytest.mark.pipeline
 def test_no_two_measuring_jobs_of_the_quick_start_ran_at_once(pipeline_run):
     """Training and long-test runs, preflight checks, the interconnect measurement and the INT8 timed
     runs, each from its own record: no two overlap in time."""
@@ -315,6 +322,7 @@ def test_no_two_measuring_jobs_of_the_quick_start_ran_at_once(pipeline_run):
         assert a_end <= b_start, f"{a} ended at {a_end}, after {b} started at {b_start}"
 
 
+@pytest.mark.unit
 def test_a_gpu_run_without_nvml_is_of_unknown_isolation(tmp_path):
     """No nvidia-ml-py where a GPU run ran: other processes on its GPUs cannot be seen, so its
     isolation is unknown, never true; a CPU run needs no NVML."""

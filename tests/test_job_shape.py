@@ -2,33 +2,14 @@
 Python: its task geometry, GPU flags for sbatch and srun, and the executor plugin's resources, for
 each way a system asks for GPUs. No Snakemake runs here."""
 
-from conftest import CONFIG, validated, with_overrides
+import pytest
+from helpers import CONFIG, validated, with_overrides
+from helpers.systems import EXTRA, SYSTEMS
 
 from workflow_scripts.plan.slurm_job import JobShape
 from workflow_scripts.plan.sweep import Sweep
 
-SYSTEMS = {
-    "pernode": {
-        "gpus_per_node": 4,
-        "max_nodes": 2,
-        "gpu_request": "gpus-per-node",
-        "gpu_type": "a100",
-        "cpus_per_task": 8,
-        "partition": "gpu",
-        "time_min": 60,
-    },
-    "gres": {
-        "gpus_per_node": 2,
-        "max_nodes": 4,
-        "gpu_request": "gres",
-        "gpu_type": "v100",
-        "cpus_per_task": 4,
-        "exclusive": False,
-        "account": "acct",
-    },
-    "cpu": {"gpus_per_node": 2, "max_nodes": 2, "gpu_request": "none", "cpus_per_task": 2},
-}
-EXTRA = {"pernode": [], "gres": ["--comment", "a b"], "cpu": []}
+pytestmark = pytest.mark.unit
 
 
 def shape(**overrides):

@@ -12,7 +12,7 @@ import time
 
 import psutil
 import pytest
-from conftest import REPO
+from helpers import REPO, TRAINERS
 
 from workflow_scripts.train import job_stop
 
@@ -22,6 +22,7 @@ SCONTROL = (
 )
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "line, cause",
     [
@@ -38,6 +39,7 @@ def test_the_cause_is_slurms_own_line(line, cause):
     assert found == cause and line.split("*** ", 1)[1].split(" ***")[0] in why
 
 
+@pytest.mark.unit
 def test_without_a_line_the_cause_is_the_jobs_state_then_unknown():
     text = SCONTROL.format(state="NODE_FAIL", reason="NodeDown", limit="01:00:00", end="2026-11-26T08:00:00")
     assert job_stop.cause_of("no slurm words here", job="4242", text=text) == (
@@ -47,6 +49,7 @@ def test_without_a_line_the_cause_is_the_jobs_state_then_unknown():
     assert job_stop.cause_of("", job=None)[0] == "stopped"
 
 
+@pytest.mark.unit
 def test_the_deadline_is_a_margin_before_the_end():
     text = SCONTROL.format(state="RUNNING", reason="None", limit="2:00:00", end="2026-11-26T09:00:00")
     stop_at, end_s, limit_s = job_stop.deadline("4242", text)
@@ -64,6 +67,7 @@ def _cmdline(proc):
         return ""
 
 
+@pytest.mark.stage
 def test_a_term_stops_the_ranks_and_leaves_the_cause(tmp_path):
     """TERM to a training job whose rank sleeps (a fake trainer): the rank is stopped, the attempt's
     log and a record beside it say why, and with retries left the job fails (to be run again)."""
@@ -82,7 +86,7 @@ def test_a_term_stops_the_ranks_and_leaves_the_cause(tmp_path):
             f"--python={sleeper}",
             "--nproc-per-node=1",
             "--",
-            "workflow_scripts.train.pytorch_ddp",
+            TRAINERS["pytorch"],
         ],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),

@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, interpreter, run_reader
+from helpers import REPO, interpreter, run_script
 
 ENV = REPO / ".envs" / "tf-keras3"
 REQUIREMENTS = REPO / "envs" / "tf-keras3.txt"
@@ -54,7 +54,7 @@ def keras3_env():
 def run_steps(python, *cases, path=(), tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     env.update(PYTHONPATH=os.pathsep.join([str(REPO), *path]), TF_CPP_MIN_LOG_LEVEL="2")
-    return run_reader(None, "tf_keras_step.py", tmp_path, *cases, python=python, environ=env, timeout=900)
+    return run_script(None, "tf_keras_step.py", tmp_path, *cases, python=python, environ=env, timeout=900)
 
 
 def check_steps(got, cases):
@@ -87,12 +87,14 @@ def check_steps(got, cases):
         assert r["skipped"] >= 1 and len(set(r["losses"][: r["skipped"] + 1])) == 1
 
 
+@pytest.mark.stage
 def test_the_trainers_step_runs_under_keras_3(keras3_env, tmp_path):
     got = run_steps(keras3_env[0], *ALL, tmp_path=tmp_path)
     assert got["keras"][0] == "keras 3" and got["TF_USE_LEGACY_KERAS"] is None
     check_steps(got, ALL)
 
 
+@pytest.mark.stage
 def test_where_tf_keras_is_installed_the_trainer_runs_on_it(keras3_env, tmp_path):
     python, tf_keras = keras3_env
     got = run_steps(python, "fp32", "preflight", path=[tf_keras], tmp_path=tmp_path)
@@ -101,12 +103,14 @@ def test_where_tf_keras_is_installed_the_trainer_runs_on_it(keras3_env, tmp_path
     check_steps(got, ("fp32", "preflight"))
 
 
+@pytest.mark.stage
 def test_the_trainers_step_runs_under_tensorflow_2_15s_keras_2(tmp_path):
     got = run_steps(interpreter("tensorflow"), *ALL, tmp_path=tmp_path)
     assert got["keras"][0] == "keras 2 (built in)" and got["TF_USE_LEGACY_KERAS"] is None
     check_steps(got, ALL)
 
 
+@pytest.mark.unit
 def test_the_trainer_and_preflight_take_tensorflow_from_keras_compat():
     """TF_USE_LEGACY_KERAS only counts before TensorFlow is imported: neither imports it itself."""
     for module in ("train/tensorflow_horovod.py", "preflight/fw_tensorflow.py"):

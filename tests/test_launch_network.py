@@ -12,7 +12,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import REPO, SNAKEMAKE, interpreter, snakemake, write_config
+from helpers import REPO, SNAKEMAKE, interpreter, snakemake, trainer_command, write_config
 
 from workflow_scripts.common import netif
 from workflow_scripts.common.launch import Launch, setup_horovod
@@ -29,6 +29,7 @@ def route(ip):
     return "10.2.0.5" if ip.startswith("10.2.") else "10.1.0.5"
 
 
+@pytest.mark.unit
 def test_a_name_that_resolves_to_loopback_never_gives_lo_across_nodes():
     # Node 0's own name is 127.0.1.1 here (main's iface_towards(node 0's name) gave 'lo'); the
     # choice follows the route to another node of the run.
@@ -49,6 +50,7 @@ def test_a_name_that_resolves_to_loopback_never_gives_lo_across_nodes():
             netif.choose(["n1"], bad, addrs=ADDRS)
 
 
+@pytest.mark.unit
 def test_nccl_and_gloo_bootstraps_get_the_interface_across_nodes_unless_set(monkeypatch):
     monkeypatch.setattr(netif, "interfaces", lambda: ADDRS)
     monkeypatch.setattr(netif, "resolve", {"n1": ["10.2.0.6"]}.get)
@@ -110,6 +112,7 @@ def _launch_dump(tmp_path, *options):
     return proc, [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
 
 
+@pytest.mark.stage
 def test_local_launch_gives_every_worker_the_launchers_interface_and_timeout(tmp_path):
     _, envs = _launch_dump(tmp_path)
     for env in envs:
@@ -124,6 +127,7 @@ def test_local_launch_gives_every_worker_the_launchers_interface_and_timeout(tmp
         assert (env["HOROVOD_GLOO_TIMEOUT_SECONDS"], env["NCCL_NVLS_ENABLE"]) == ("600", "0")
 
 
+@pytest.mark.stage
 def test_horovod_runs_over_the_chosen_interface(tmp_path):
     """Real Horovod (Gloo controller) of the TensorFlow environment, 2 ranks: the rendezvous is
     reached at the chosen interface's address and Gloo binds to that interface."""
@@ -164,6 +168,7 @@ def test_horovod_runs_over_the_chosen_interface(tmp_path):
         assert f"rank {rank} of 2 sum 3.0 {iface} {ip}" in proc.stdout, proc.stdout
 
 
+@pytest.mark.stage
 def test_mpi_controller_refuses_a_local_launch_naming_the_key(tmp_path):
     proc = subprocess.run(
         [
@@ -201,6 +206,7 @@ def test_mpi_controller_refuses_a_local_launch_naming_the_key(tmp_path):
     assert proc.returncode != 0 and "config training.horovod_controller = mpi" in out and "no srun" in out, out[-2000:]
 
 
+@pytest.mark.unit
 def test_srun_gets_the_mpi_plugin_only_where_asked():
     assert launch.srun_command(2, 4, 10, "--gpus-per-node=4", "pmix")[-2:] == ["--mpi=pmix", "--gpus-per-node=4"]
     assert not any(w.startswith("--mpi") for w in launch.srun_command(2, 4, 10))
@@ -214,6 +220,7 @@ GPU_SYSTEM = {
 NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
 
+@pytest.mark.stage
 def test_interconnect_of_a_gpu_system_runs_in_its_training_environment_with_the_runs_nccl_env(tmp_path):
     """Dry run: the interconnect jobs of a GPU system start their ranks in envs_gpu.pytorch (here
     a container) through the host's launcher, with the same --env words as its training runs."""
@@ -257,6 +264,7 @@ def test_interconnect_of_a_gpu_system_runs_in_its_training_environment_with_the_
         assert all(w in train for w in env_words), train
 
 
+@pytest.mark.stage
 def test_nccl_env_reaches_and_is_recorded_by_the_interconnect_and_training(tmp_path):
     """Real 2-rank runs (Gloo on the CPU): the interconnect JSON and a training summary record
     the config's variables; without them NCCL keeps its own defaults (nothing set)."""
@@ -303,27 +311,7 @@ def test_nccl_env_reaches_and_is_recorded_by_the_interconnect_and_training(tmp_p
             *base,
             *words,
             "--",
-            py,
-            "-m",
-            "workflow_scripts.train.pytorch_ddp",
-            "--data",
-            str(tmp_path),
-            "--data-source",
-            "synthetic",
-            "--classes",
-            "4",
-            "--batch-per-gpu",
-            "2",
-            "--image-size",
-            "32",
-            "--warmup-steps",
-            "1",
-            "--steps",
-            "1",
-            "--telemetry-interval",
-            "0",
-            "--out",
-            str(run),
+            *trainer_command(data=tmp_path, data_source="synthetic", classes=4, batch_per_gpu=2, steps=1, out=run),
         ],
         cwd=REPO,
         capture_output=True,
@@ -335,6 +323,7 @@ def test_nccl_env_reaches_and_is_recorded_by_the_interconnect_and_training(tmp_p
     assert json.loads((run / "summary.json").read_text())["nccl_env"] == NVLS_OFF
 
 
+@pytest.mark.stage
 def test_one_rank_runs_horovod_on_gloo_without_a_rendezvous(tmp_path):
     """A 1-GPU TensorFlow/MXNet run (the baseline of every scaling figure): a Horovod built with MPI
     would default to MPI_Init, which aborts in a plain `srun -n1` where MpiDefault=none. One rank

@@ -5,6 +5,8 @@ import pytest
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.data import embedded, layout
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(scope="module", params=embedded.VAL_LAYOUTS)
 def tree(request, tmp_path_factory):

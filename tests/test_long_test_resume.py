@@ -10,13 +10,12 @@ import subprocess
 import time
 
 import pytest
-from conftest import CONFIG, REPO, interpreter, run_stage
+from helpers import CONFIG, REPO, TRAINERS, interpreter, run_stage, trainer_flags
 
 from workflow_scripts.train import checkpoint, long_test_fit
 
 FRAMEWORKS = CONFIG["training"]["frameworks"]
 FORMAT = {"tensorflow": "tfrecord", "mxnet": "recordio", "pytorch": "lmdb"}
-TRAINER = {"tensorflow": "tensorflow_horovod", "mxnet": "mxnet_horovod", "pytorch": "pytorch_ddp"}
 EPOCHS = 6
 
 
@@ -52,20 +51,22 @@ def job_command(tmp_path, data, framework, attempt):
         "--nproc-per-node=2",
         *(["--horovod"] if framework != "pytorch" else []),
         "--",
-        f"workflow_scripts.train.{TRAINER[framework]}",
-        f"--data={data}",
-        "--batch-per-gpu=4",
-        "--image-size=32",
-        "--mode=accuracy",
-        f"--epochs={EPOCHS}",
-        "--milestones",
-        "3",
-        "--telemetry-interval=0",
-        f"--checkpoint-dir={results / 'checkpoints' / 'local' / 'accuracy' / f'{framework}_fp32_2gpu'}",
-        "--max-jobs=3",
+        TRAINERS[framework],
+        *trainer_flags(
+            warmup_steps=None,
+            steps=None,
+            data=data,
+            batch_per_gpu=4,
+            mode="accuracy",
+            epochs=EPOCHS,
+            milestones=[3],
+            checkpoint_dir=results / "checkpoints" / "local" / "accuracy" / f"{framework}_fp32_2gpu",
+            max_jobs=3,
+        ),
     ]
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_a_long_test_stopped_after_an_epoch_resumes_at_the_next(tiny, tmp_path, framework):
     """TERM to the job once the first epoch's checkpoint exists: the attempt fails with its epochs
@@ -111,6 +112,7 @@ def test_a_long_test_stopped_after_an_epoch_resumes_at_the_next(tiny, tmp_path, 
     assert not ckpt.exists()
 
 
+@pytest.mark.unit
 def test_a_checkpoint_of_other_arguments_is_not_resumed(tmp_path):
     """A checkpoint left by a run of another learning rate starts the run from epoch 1, saying why."""
     said = []
@@ -138,6 +140,7 @@ def progress_after(tmp_path, attempt, saved_before, saved_after, rc, stopped, re
     return p.judge(attempt, retries, rc, "time limit: ..." if stopped == "time limit" else None, stopped)
 
 
+@pytest.mark.unit
 def test_a_time_limit_after_a_saved_epoch_is_resumed_and_one_without_is_permanent(tmp_path):
     cause, last, line = progress_after(tmp_path, 1, 0, 2, 143, "time limit")
     assert cause is None and not last and "next job resumes" in line
@@ -145,6 +148,7 @@ def test_a_time_limit_after_a_saved_epoch_is_resumed_and_one_without_is_permanen
     assert "no epoch of the long test finished" in cause and "training.accuracy.time_min" in cause
 
 
+@pytest.mark.unit
 def test_the_jobs_run_out_at_max_jobs_and_idle_failures_at_retries(tmp_path):
     """Attempts 1-3 each save an epoch and hit the limit: the third is the last of max_jobs 3 plus
     retries 1 only if it saved nothing; attempt 4 (retries 1 + 3 jobs) is the last, recorded with why."""
@@ -161,6 +165,7 @@ def test_the_jobs_run_out_at_max_jobs_and_idle_failures_at_retries(tmp_path):
 POINT = {"system": "v100", "framework": "pytorch", "precision": "fp16", "gpus": 8}
 
 
+@pytest.mark.unit
 def test_a_long_test_that_cannot_fit_its_jobs_is_named_at_parse_time():
     """ILSVRC2012's 1,281,167 train images at a best measured 100 images/s per GPU on 8 GPUs: an
     epoch takes at least 26.7 min, so a 20-minute job saves none, and 90 epochs do not fit 12 jobs
@@ -174,6 +179,7 @@ def test_a_long_test_that_cannot_fit_its_jobs_is_named_at_parse_time():
     assert long_test_fit.problem(POINT, 90, images, None, 20, 12, "systems.v100.time_min") is None  # nothing measured
 
 
+@pytest.mark.unit
 def test_the_bound_is_the_sweeps_best_real_data_rate_per_gpu(tmp_path):
     def run(name, **s):
         d = tmp_path / "v100" / name

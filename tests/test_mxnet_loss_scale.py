@@ -1,16 +1,19 @@
 """MXNet fp16 trains with a dynamic loss scale (issue 27, item 7): on this CPU machine MXNet's
 fp16 training refuses to run, so the scale is shown on real MXNet NDArrays and Horovod's
-DistributedTrainer with one float16 weight (tests/readers/mxnet_loss_scale.py), and the trainer's
+DistributedTrainer with one float16 weight (tests/helpers/scripts/mxnet_loss_scale.py), and the trainer's
 fp32 path is run to show the step's pieces leave it as it was."""
 
 import json
 import subprocess
 
-from conftest import REPO, interpreter, run_reader
+import pytest
+from helpers import REPO, run_script, trainer_command
+
+pytestmark = pytest.mark.stage
 
 
 def test_overflow_skips_the_step_and_halves_the_scale_and_growth_doubles_it():
-    got = run_reader("mxnet", "mxnet_loss_scale.py")
+    got = run_script("mxnet", "mxnet_loss_scale.py")
     assert got["finite"] == {
         "float32 finite": True,
         "float32 with nan": False,
@@ -31,40 +34,15 @@ def test_overflow_skips_the_step_and_halves_the_scale_and_growth_doubles_it():
 
 
 def test_a_gradient_below_float16s_range_survives_only_with_the_scale():
-    got = run_reader("mxnet", "mxnet_loss_scale.py")
+    got = run_script("mxnet", "mxnet_loss_scale.py")
     assert got["underflow"]["float32"] == 0.0  # the pieces without a scale: 1e-8 is 0 in float16
     assert abs(got["underflow"]["float16"] - 1e-8 * 2**16) < 1e-6
     assert got["pieces"] == {"float32": "NoneType", "float16": "DynamicLossScale"}
 
 
 def test_the_trainer_steps_through_the_pieces_and_records_the_scale(tmp_path):
-    proc = subprocess.run(
-        [
-            interpreter("mxnet"),
-            "-m",
-            "workflow_scripts.train.mxnet_horovod",
-            "--data-source",
-            "synthetic",
-            "--classes",
-            "4",
-            "--image-size",
-            "32",
-            "--batch-per-gpu",
-            "2",
-            "--warmup-steps",
-            "1",
-            "--steps",
-            "2",
-            "--telemetry-interval",
-            "0",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    cmd = trainer_command("mxnet", data_source="synthetic", classes=4, batch_per_gpu=2, out=tmp_path)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["timed_steps"] == 2

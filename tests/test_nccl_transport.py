@@ -13,7 +13,8 @@ import os
 import shlex
 import subprocess
 
-from conftest import REPO, interpreter, snakemake, write_config
+import pytest
+from helpers import REPO, interpreter, snakemake, write_config
 
 from workflow_scripts.common import nccl_log, provenance
 from workflow_scripts.interconnect import rows as ic_rows
@@ -145,6 +146,7 @@ def fake_infiniband(root, ports):
 HCA = {"mlx5_0": {1: ("4: ACTIVE", "InfiniBand")}, "mlx5_1": {1: ("1: DOWN", "InfiniBand")}}
 
 
+@pytest.mark.unit
 def test_infiniband_with_gpudirect_rdma_is_read_and_is_no_problem(tmp_path):
     parsed = nccl_log.read_logs(case(tmp_path, ib_logs))
     assert parsed["versions"] == ["2.21.5+cuda12.4"] and parsed["files"] == 4
@@ -161,6 +163,7 @@ def test_infiniband_with_gpudirect_rdma_is_read_and_is_no_problem(tmp_path):
     assert nccl_log.transport_problem(parsed, 2, ports, {}) is None
 
 
+@pytest.mark.unit
 def test_sockets_after_a_failed_libibverbs_between_infiniband_nodes_are_named(tmp_path):
     parsed = nccl_log.read_logs(case(tmp_path, socket_logs))
     assert parsed["between_nodes"] == {"NET/Socket": 4} and parsed["within_node"] == {}
@@ -185,6 +188,7 @@ def test_sockets_after_a_failed_libibverbs_between_infiniband_nodes_are_named(tm
     assert nccl_log.transport_problem(parsed, 1, ports, {}) is None
 
 
+@pytest.mark.unit
 def test_newer_and_older_release_wording_and_nccls_own_ib_disable_line(tmp_path):
     # 2.30's ibvsymbols.cc logs each library it could not open ("Count not open %s")
     parsed = nccl_log.read_logs(
@@ -208,6 +212,7 @@ def test_newer_and_older_release_wording_and_nccls_own_ib_disable_line(tmp_path)
     assert "NCCL_IB_DISABLE=1" in nccl_log.describe(parsed)
 
 
+@pytest.mark.unit
 def test_nvlink_within_a_node(tmp_path):
     parsed = nccl_log.read_logs(case(tmp_path, nvlink_logs))
     assert parsed["within_node"] == {"P2P/CUMEM": 8} and parsed["between_nodes"] == {}
@@ -218,6 +223,7 @@ def test_nvlink_within_a_node(tmp_path):
     assert nccl_log.transport_problem(parsed, 1, [{"name": "mlx5_0", "port": 1, "state": "4: ACTIVE"}], {}) is None
 
 
+@pytest.mark.unit
 def test_shared_memory_within_a_node_in_an_older_release(tmp_path):
     parsed = nccl_log.read_logs(case(tmp_path, shm_logs))
     assert parsed["within_node"] == {"SHM/direct/direct": 4}
@@ -225,6 +231,7 @@ def test_shared_memory_within_a_node_in_an_older_release(tmp_path):
     assert nccl_log.describe(parsed) == "NCCL 2.18.3: SHM/direct/direct (SYS) within a node"
 
 
+@pytest.mark.unit
 def test_nothing_recorded(tmp_path):
     assert nccl_log.read_logs(tmp_path) is None and nccl_log.read_logs(tmp_path / "absent") is None
     assert nccl_log.describe(None).startswith("not recorded")
@@ -233,6 +240,7 @@ def test_nothing_recorded(tmp_path):
     assert parsed["lines"] == 0 and "no transport lines" in nccl_log.describe(parsed)
 
 
+@pytest.mark.unit
 def test_node_facts_list_the_infiniband_ports(tmp_path):
     root = fake_infiniband(tmp_path / "ib", {**HCA, "rocep1s0": {1: ("4: ACTIVE", "Ethernet")}})
     assert provenance.infiniband_ports(root) == [
@@ -244,6 +252,7 @@ def test_node_facts_list_the_infiniband_ports(tmp_path):
     assert provenance.node_facts(infiniband_root=root)["infiniband"] == provenance.infiniband_ports(root)
 
 
+@pytest.mark.unit
 def test_preflight_fails_on_sockets_between_infiniband_nodes_unless_chosen(tmp_path):
     """The check's work folder as a 2-node job leaves it: both ranks' NCCL logs, each node's
     InfiniBand ports (node.py's file, from a fake sysfs tree); the row, and the gate's line."""
@@ -293,6 +302,7 @@ def run_launcher(tmp_path, *options, env=None):
     return proc, [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
+@pytest.mark.stage
 def test_the_launcher_gives_every_rank_the_nccl_log_variables_without_overriding_the_users(tmp_path):
     logs = tmp_path / "run dir %x"
     logs.mkdir()
@@ -324,6 +334,7 @@ def test_the_launcher_gives_every_rank_the_nccl_log_variables_without_overriding
     assert not any(k.startswith("NCCL_DEBUG") for r in ranks for k in r["env"])
 
 
+@pytest.mark.stage
 def test_the_interconnect_records_nccls_transport_beside_its_version(tmp_path):
     """The rule merges read_logs into the raw JSON once the launcher has returned; the table's
     transport column and notes say it."""
@@ -401,6 +412,7 @@ MEASURED_NCCL = {
 MEASURED_GLOO = {"backend": "gloo", "versions": {"torch": "2.5.1", "nccl": ""}, "nccl": None}
 
 
+@pytest.mark.unit
 def test_library_note_says_when_the_prediction_measured_another_collective_library():
     same = {"versions": ["2.21.5+cuda12.4"]}
     assert library_note(same, "pytorch", MEASURED_NCCL) is None
@@ -420,6 +432,7 @@ def test_library_note_says_when_the_prediction_measured_another_collective_libra
     assert library_note(same, "pytorch", None) is None
 
 
+@pytest.mark.unit
 def test_the_container_image_installs_what_nccl_needs_for_infiniband():
     recipe = (REPO / "envs" / "containers" / "dlscale-gpu.def").read_text()
     post = recipe.split("%post", 1)[1].split("\n%", 1)[0]

@@ -6,7 +6,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from conftest import run_reader
+import pytest
+from helpers import run_script
 
 from workflow_scripts.common import mounts, page_cache
 
@@ -24,6 +25,7 @@ MOUNTINFO = """\
 """
 
 
+@pytest.mark.unit
 def test_mount_of_takes_the_longest_mount_point_and_unescapes_it(tmp_path):
     info = tmp_path / "mountinfo"
     info.write_text(MOUNTINFO)
@@ -33,6 +35,7 @@ def test_mount_of_takes_the_longest_mount_point_and_unescapes_it(tmp_path):
     assert mounts.mount_of("/nfs/data/x", info).source == "srv:/export/data"
 
 
+@pytest.mark.stage
 def test_gpfs_and_other_client_caches_make_eviction_not_verifiable(tmp_path):
     """GPFS's pagepool (and a FUSE daemon's or FS-Cache's store) is not cleared by drop_caches or
     fadvise and not seen by mincore: the report says "not verifiable" (null, with the reason),
@@ -69,6 +72,7 @@ def test_gpfs_and_other_client_caches_make_eviction_not_verifiable(tmp_path):
     assert report["dataset_evicted"] is True and "dataset_evicted_unverifiable" not in report
 
 
+@pytest.mark.stage
 def test_resident_bytes_counts_the_pages_read(tmp_path):
     """A file on a real disk, evicted, then some of its pages read one by one with readahead off:
     the count is those pages, and what util-linux's fincore counts."""
@@ -93,12 +97,13 @@ def test_resident_bytes_counts_the_pages_read(tmp_path):
     assert got == len(wanted) * page == int(fincore.stdout) * page
 
 
+@pytest.mark.stage
 def test_telemetry_keeps_the_gpus_and_readings_that_work():
     """A GPU whose NVML handle is denied is logged and left out, the others are sampled; a reading
     that fails loses that reading; an unexpected error loses that sample, not the sampler thread.
     Runs in the PyTorch environment, whose nvidia-ml-py supplies the error classes (see the
     reader's docstring for why NVML is stood in for)."""
-    got = run_reader("pytorch", "telemetry_failing_gpu.py")
+    got = run_script("pytorch", "telemetry_failing_gpu.py")
     assert set(got["failed"]) == {"1"} and "NVMLError_NoPermission" in got["failed"]["1"]
     assert "gpu1: no NVML handle" in got["log"]
     assert got["alive_before_stop"]

@@ -6,7 +6,7 @@ by design, each with why. Every key a script names through default() exists."""
 import ast
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from workflow_scripts.common import schema
 

@@ -10,10 +10,8 @@ import sys
 
 import pytest
 import yaml
-from conftest import REPO, interpreter, snakemake, write_config
-from test_readme import anchors
+from helpers import REPO, TRAINERS, anchors, interpreter, snakemake, write_config
 
-sys.path.insert(0, str(REPO))
 from workflow_scripts.common import options_table, schema
 
 SECTION = "training.pytorch"
@@ -53,6 +51,7 @@ def trainer():
     return json.loads(proc.stdout)
 
 
+@pytest.mark.stage
 def test_trainer_flags_are_the_schema(trainer):
     flags = {f: v for f, v in trainer["flags"].items() if f != "--input"}  # --input: training.inputs
     specs = schema.section(SECTION)
@@ -66,6 +65,7 @@ def test_trainer_flags_are_the_schema(trainer):
         assert (got["default"] if got["choices"] else schema.word(got["default"])) in (default, f"{default}.0"), key
 
 
+@pytest.mark.stage
 def test_descriptions_state_the_code_rules(trainer):
     """The numbers a description gives for 0 or auto are the trainer's constants."""
     c, d = trainer["consts"], {k: s["description"] for k, s in schema.section(SECTION).items()}
@@ -92,11 +92,12 @@ def other_value(spec):
 
 def pytorch_argv(workdir):
     out = snakemake(workdir, "all", "-n", "-p").stdout
-    line = next(ln for ln in out.splitlines() if "workflow_scripts.train.pytorch_ddp" in ln)
+    line = next(ln for ln in out.splitlines() if TRAINERS["pytorch"] in ln)
     words = line.split()
     return words[words.index("--amp-dtype") :]
 
 
+@pytest.mark.stage
 def test_rules_pass_every_key_generically(tmp_path):
     """Each key, set to a value other than its default, reaches the trainer as --<key> <word>, in
     the schema's order."""
@@ -107,6 +108,7 @@ def test_rules_pass_every_key_generically(tmp_path):
     assert pytorch_argv(tmp_path) == expected
 
 
+@pytest.mark.stage
 def test_default_argv_unchanged(tmp_path):
     """The default config's words for the keys that existed before the generic mapping, as they
     were and first: a changed order or word would be a params change and rerun every PyTorch run a
@@ -120,6 +122,7 @@ def test_default_argv_unchanged(tmp_path):
     )
 
 
+@pytest.mark.stage
 def test_option_tables_are_fresh():
     proc = subprocess.run(
         [sys.executable, "-m", "workflow_scripts.common.options_table", "--check"],
@@ -133,6 +136,7 @@ def test_option_tables_are_fresh():
     assert any(p.name == "training.md" for p in options_table.pages())
 
 
+@pytest.mark.unit
 def test_a_stale_table_is_found(tmp_path):
     page = tmp_path / "page.md"
     page.write_text(f"<!-- options: {SECTION} -->\n| old | table |\n<!-- /options -->\n")
@@ -164,7 +168,7 @@ def code_comments(path):
 def full_help():
     """The trainer's whole --help: the flags of every group, the shared ones included."""
     proc = subprocess.run(
-        [interpreter("pytorch"), "-m", "workflow_scripts.train.pytorch_ddp", "--help"],
+        [interpreter("pytorch"), "-m", TRAINERS["pytorch"], "--help"],
         cwd="/",
         capture_output=True,
         text=True,
@@ -175,6 +179,7 @@ def full_help():
     return proc.stdout
 
 
+@pytest.mark.stage
 def test_no_measurement_figures(trainer):
     texts = {
         "config.yaml comment": config_comments(),
@@ -192,6 +197,7 @@ def test_no_measurement_figures(trainer):
     assert not found, "figures belong in docs/decisions.md or docs/benchmarks.md:\n" + "\n".join(found)
 
 
+@pytest.mark.unit
 def test_decisions_links_resolve():
     decisions = REPO / "docs" / "decisions.md"
     have = anchors(decisions)

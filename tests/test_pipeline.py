@@ -5,8 +5,9 @@ import signal
 import subprocess
 import time
 
+import pytest
 import yaml
-from conftest import (
+from helpers import (
     CONFIG,
     LONG_TEST_GPUS,
     REPO,
@@ -20,8 +21,9 @@ from conftest import (
 )
 
 
+@pytest.mark.stage
 def test_the_quick_start_plans_the_jobs_pipeline_run_ran(tmp_path):
-    """pipeline_run (conftest.PIPELINE) differs from the quick start's default only in sizes: a fresh
+    """pipeline_run (helpers.PIPELINE) differs from the quick start's default only in sizes: a fresh
     directory of each plans the same jobs of `all`, every stage among them."""
     (default := tmp_path / "default").mkdir()
     (suite := tmp_path / "suite").mkdir()
@@ -36,6 +38,7 @@ def test_the_quick_start_plans_the_jobs_pipeline_run_ran(tmp_path):
     assert stages | {"int8_calibrate", "int8_throughput_run", "training_tables", "conclusions"} <= set(planned), planned
 
 
+@pytest.mark.pipeline
 def test_embedded_default_converts_to_all_three_formats(pipeline_run):
     default_run = pipeline_run
     data = default_run / "data"
@@ -53,6 +56,7 @@ def test_embedded_default_converts_to_all_three_formats(pipeline_run):
     assert "Nothing to be done" in snakemake(default_run, "-n").stdout + snakemake(default_run, "-n").stderr
 
 
+@pytest.mark.pipeline
 def test_config_edit_reruns_only_what_it_affects(pipeline_run):
     work = pipeline_run
     try:
@@ -87,6 +91,7 @@ def test_config_edit_reruns_only_what_it_affects(pipeline_run):
         pipeline_config(work)
 
 
+@pytest.mark.pipeline
 def test_same_input_and_config_give_byte_identical_outputs(pipeline_run):
     before = tree_hashes(pipeline_run / "data")
     snakemake(pipeline_run, "data", "--forceall")
@@ -98,6 +103,7 @@ def test_same_input_and_config_give_byte_identical_outputs(pipeline_run):
     assert planned_jobs(pipeline_run) == {}
 
 
+@pytest.mark.pipeline
 def test_killed_conversion_leaves_nothing_that_looks_complete(pipeline_run, tmp_path):
     default_run = pipeline_run
     out = tmp_path / "tfrecord"
@@ -133,6 +139,7 @@ def test_killed_conversion_leaves_nothing_that_looks_complete(pipeline_run, tmp_
     assert not out.exists()
 
 
+@pytest.mark.stage
 def test_bad_dataset_path_stops_at_once_naming_it(tmp_path):
     write_config(tmp_path, dataset__root=str(tmp_path / "no-such-imagenet"))
     proc = snakemake(tmp_path, "-n", check=False)
@@ -141,12 +148,14 @@ def test_bad_dataset_path_stops_at_once_naming_it(tmp_path):
     assert "dataset.root" in out and "no-such-imagenet" in out
 
 
+@pytest.mark.stage
 def test_schema_rejects_a_bad_value_naming_the_key(tmp_path):
     write_config(tmp_path, conversion__resize_shorter=-3)
     proc = snakemake(tmp_path, "-n", check=False)
     assert proc.returncode != 0 and "resize_shorter" in proc.stdout + proc.stderr
 
 
+@pytest.mark.stage
 def test_missing_label_file_stops_at_once_naming_it(tmp_path):
     from workflow_scripts.data import embedded
 
@@ -160,6 +169,7 @@ def test_missing_label_file_stops_at_once_naming_it(tmp_path):
     assert "imagenet_2012_validation_synset_labels.txt" in out and "dataset.val_labels" in out
 
 
+@pytest.mark.stage
 def test_lint_is_clean():
     proc = subprocess.run([SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert "Congratulations" in proc.stdout + proc.stderr, proc.stdout + proc.stderr

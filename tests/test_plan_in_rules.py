@@ -8,12 +8,15 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 import yaml
-from conftest import CONFIG, REPO, SNAKEMAKE, validated, with_overrides
-from test_job_shape import EXTRA, SYSTEMS
+from helpers import CONFIG, REPO, SNAKEMAKE, validated, with_overrides
+from helpers.systems import EXTRA, SYSTEMS
 
 from workflow_scripts.plan.slurm_job import JobShape
 from workflow_scripts.plan.sweep import Sweep
+
+pytestmark = pytest.mark.stage
 
 OVERRIDES = {
     "systems": {name: dict(s, partition="") for name, s in SYSTEMS.items()},  # no partition: sinfo is not asked

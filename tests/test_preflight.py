@@ -13,7 +13,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import CONFIG, REPO, SNAKEMAKE, copy_of_run, interpreter, planned_jobs, snakemake, write_config
+from helpers import CONFIG, REPO, SNAKEMAKE, copy_of_run, interpreter, planned_jobs, snakemake, write_config
 
 GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "cpus_per_task": 1}}
 # Checks that need no dataset and no data stage: the sweep on synthetic input, no long test.
@@ -42,6 +42,7 @@ def passed(pipeline_run, tmp_path_factory):
     return copy_of_run(pipeline_run, tmp_path_factory.mktemp("preflight"), leave_out=["results/runs"])
 
 
+@pytest.mark.pipeline
 def test_preflight_passes_on_the_embedded_default(passed):
     table = rows(passed)
     pairs = {(r["system"], r["framework"]) for r in table}
@@ -68,6 +69,7 @@ def test_preflight_passes_on_the_embedded_default(passed):
     assert md.startswith("# Preflight") and "| page_cache" in md
 
 
+@pytest.mark.pipeline
 def test_training_waits_for_its_pairs_preflight(passed):
     out = snakemake(passed, "training", "-n", "-p").stdout
     assert "preflight_check" not in out and "preflight_data_check" not in out  # passed: nothing to check again
@@ -75,6 +77,7 @@ def test_training_waits_for_its_pairs_preflight(passed):
         assert f"results/preflight/local/{fw}.ok" in out and f"results/preflight/local/{fw}.data.ok" in out
 
 
+@pytest.mark.stage
 def test_a_first_preflight_on_a_real_dataset_converts_nothing(tmp_path):
     """A real dataset not yet converted (a fake ILSVRC2012 tree): `snakemake preflight` checks the
     environments, GPUs, kernels, all-reduce and CPUs alone, and in `all` those checks wait for no
@@ -93,6 +96,7 @@ def test_a_first_preflight_on_a_real_dataset_converts_nothing(tmp_path):
     assert len(data_checks) == len(checks) and all("input: data/" in b for b in data_checks), data_checks
 
 
+@pytest.mark.pipeline
 def test_preflight_checks_the_data_once_converted(passed, tmp_path):
     """Converted data (the embedded default's): `snakemake preflight` includes its check, one job per
     pair, and the table lists its rows."""
@@ -106,6 +110,7 @@ def test_preflight_checks_the_data_once_converted(passed, tmp_path):
     assert {r["framework"] for r in data if r["status"] == "ok"} == set(CONFIG["training"]["frameworks"]), data
 
 
+@pytest.mark.pipeline
 def test_a_cpu_only_framework_on_a_gpu_system_is_named(tmp_path):
     cpu_envs = {fw: interpreter(fw) for fw in ("tensorflow", "mxnet", "pytorch")}
     write_config(
@@ -123,6 +128,7 @@ def test_a_cpu_only_framework_on_a_gpu_system_is_named(tmp_path):
         assert f"config envs_gpu.{fw}" in gpu[fw]["cause"] and "envs/setup.sh --gpu" in gpu[fw]["fix"]
 
 
+@pytest.mark.pipeline
 def test_refused_cache_clearing_stops_all_before_any_training_job(tmp_path):
     write_config(
         tmp_path,
@@ -144,6 +150,7 @@ def test_refused_cache_clearing_stops_all_before_any_training_job(tmp_path):
     assert row["status"] == "failed"
 
 
+@pytest.mark.pipeline
 def test_a_hanging_allreduce_is_stopped_by_the_timeout_and_named(tmp_path):
     """A real hang: rank 1 is stopped (SIGSTOP) once it has marked the all-reduce as started, so
     rank 0 waits in it for ever."""
@@ -184,6 +191,7 @@ def test_a_hanging_allreduce_is_stopped_by_the_timeout_and_named(tmp_path):
         os.kill(stopped, 0)
 
 
+@pytest.mark.pipeline
 def test_a_truncated_lmdb_is_named_with_its_fix(passed, tmp_path):
     if importlib.util.find_spec("workflow_scripts.data.verify") is None:
         pytest.skip(
@@ -202,6 +210,7 @@ def test_a_truncated_lmdb_is_named_with_its_fix(passed, tmp_path):
     assert mdb.name in line
 
 
+@pytest.mark.unit
 def test_a_missing_kernel_is_classified_as_the_builds_architecture():
     """The text PyTorch raises for a build without the GPU's architecture (MXNet cu117 on sm_90 says
     the same through CUDA) becomes the named cause and its fix, not a bare traceback."""
@@ -213,6 +222,7 @@ def test_a_missing_kernel_is_classified_as_the_builds_architecture():
     assert cause == "ValueError: something else" and fix == "see the check job's log"
 
 
+@pytest.mark.stage
 def test_a_gpu_system_without_nvidia_ml_py_is_a_warning_that_says_what_goes_missing():
     """A stock NGC image has no nvidia-ml-py: the runs train without it, so preflight warns (the gate
     passes warnings), naming the telemetry rows and the isolation evidence that will be missing."""
@@ -229,6 +239,7 @@ def test_a_gpu_system_without_nvidia_ml_py_is_a_warning_that_says_what_goes_miss
     assert "nvidia-ml-py" in nvml["fix"]
 
 
+@pytest.mark.unit
 def test_the_gate_passes_warnings_and_stops_at_failures(tmp_path):
     from workflow_scripts.preflight import gate
 

@@ -7,7 +7,9 @@ import json
 import subprocess
 
 import pytest
-from conftest import REPO, interpreter
+from helpers import REPO, interpreter
+
+pytestmark = pytest.mark.stage
 
 SCRIPT = """
 import json, sys, torch

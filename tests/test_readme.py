@@ -7,30 +7,13 @@ a test runs it. Relative links of README.md and docs/ must name an existing file
 #fragment, an existing heading of it (GitHub's anchors)."""
 
 import re
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+import pytest
+from helpers import REPO, anchors, bash_blocks, links
+
+pytestmark = pytest.mark.unit
+
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-FENCE = re.compile(r"^(```|~~~)")
-LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
-
-
-def bash_blocks(text):
-    """(section heading, block text) of every ```bash block, outside other fences."""
-    blocks, section, lines, i = [], None, text.split("\n"), 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("## "):
-            section = line[3:].strip()
-        if FENCE.match(line):
-            lang, j = line[3:].strip(), i + 1
-            while j < len(lines) and not lines[j].startswith(line[:3]):
-                j += 1
-            if lang == "bash":
-                blocks.append((section, "\n".join(lines[i + 1 : j])))
-            i = j
-        i += 1
-    return blocks
 
 
 def ci_test_command():
@@ -58,39 +41,6 @@ def test_every_readme_command_is_run_by_a_test():
     assert commands[1] == ci_test_command(), (
         f"README's test command {commands[1]!r} is not what .ci/run runs ({ci_test_command()!r})"
     )
-
-
-def slug(heading):
-    """GitHub's anchor for a heading: lowercase, punctuation other than '-' and '_' dropped,
-    spaces to '-'."""
-    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
-    return text.replace(" ", "-")
-
-
-def anchors(path):
-    found, counts, fenced = set(), {}, None
-    for line in path.read_text().splitlines():
-        if FENCE.match(line):
-            fenced = None if fenced and line.startswith(fenced) else (fenced or line[:3])
-            continue
-        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
-        if m and not fenced:
-            base = slug(m.group(1))
-            n = counts.get(base, 0)
-            counts[base] = n + 1
-            found.add(base if n == 0 else f"{base}-{n}")
-    return found
-
-
-def links(path):
-    fenced, out = None, []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        if FENCE.match(line):
-            fenced = None if fenced and line.startswith(fenced) else (fenced or line[:3])
-            continue
-        if not fenced:
-            out += [(lineno, target) for target in LINK.findall(line)]
-    return out
 
 
 def test_relative_links_resolve():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import (
+from helpers import (
     CONFIG,
     LONG_TEST_GPUS,
     PIPELINE_CONFIG,
@@ -19,6 +19,8 @@ from conftest import (
     snakemake,
     write_config,
 )
+
+pytestmark = pytest.mark.pipeline
 
 TABLES = [
     "training_throughput",

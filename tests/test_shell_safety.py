@@ -4,23 +4,14 @@ cannot be carried is refused when the workflow is parsed, naming the key."""
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
-from conftest import REPO, interpreter, snakemake, write_config
+from helpers import REPO, TRAINERS, interpreter, snakemake, write_config
+from helpers.hostile import HOSTILE, MARK, markers
 
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.train import job
 
-MARK = "PWNED"
-# Each would run `touch PWNED-...` (in the job's working directory) if a shell read it, and the
-# space made `rm -rf <run dir>` delete the sibling "victim" folder. (Quotes and backslashes are
-# refused in these paths: Snakemake's cluster jobs cannot carry them safely.)
-HOSTILE = {
-    "data_dir": f"victim data $(touch {MARK}-dollar) `touch {MARK}-tick`;#?",
-    "log_dir": f"victim logs ; touch {MARK}-semi ;",
-    "results_dir": f"victim res $HOME & touch {MARK}-amp | x",
-}
 SYSTEM = {
     "gpus_per_node": 1,
     "max_nodes": 1,
@@ -29,13 +20,6 @@ SYSTEM = {
     "qos": f"q`touch {MARK}-qos`",
     "sbatch_extra": f"--mail-type=NONE --mail-user='x $(touch {MARK}-sbatch)'",
 }
-
-
-def markers(*trees):
-    """Marker files anywhere under `trees`, or at the top of the repository and home."""
-    found = [p for t in trees for p in Path(t).rglob(f"{MARK}*")]
-    found += [p for d in (REPO, Path.home()) for p in d.glob(f"{MARK}*")]
-    return sorted(map(str, found))
 
 
 def snapshot(work, skip):
@@ -50,6 +34,7 @@ def snapshot(work, skip):
     return out
 
 
+@pytest.mark.pipeline
 def test_hostile_paths_and_system_strings_work_and_touch_nothing_else(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -86,6 +71,7 @@ def test_hostile_paths_and_system_strings_work_and_touch_nothing_else(tmp_path):
     assert snapshot(work, {*HOSTILE.values(), ".snakemake"}) == before
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize(
     "key, value, why",
     [
@@ -115,6 +101,7 @@ def test_what_cannot_be_carried_is_refused_at_parse_time_naming_the_key(tmp_path
     assert markers(tmp_path) == []
 
 
+@pytest.mark.stage
 def test_a_run_directory_outside_results_is_never_deleted(tmp_path):
     results, outside = tmp_path / "results", tmp_path / "precious"
     outside.mkdir()
@@ -134,7 +121,7 @@ def test_a_run_directory_outside_results_is_never_deleted(tmp_path):
             "--log",
             str(tmp_path / "log"),
             "--",
-            "workflow_scripts.train.pytorch_ddp",
+            TRAINERS["pytorch"],
         ],
         cwd=REPO,
         capture_output=True,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, SNAKEMAKE, interpreter, write_config
-from test_shell_safety import MARK, markers
+from helpers import REPO, SNAKEMAKE, interpreter, write_config
+from helpers.hostile import MARK, markers
 
 from benchmarks import slurm_cluster
 
@@ -53,6 +53,7 @@ def cluster():
         c.stop()
 
 
+@pytest.mark.unit
 def test_profile_is_found_from_the_repository_root():
     user = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
     assert user["executor"] == "slurm" and (REPO / "slurm").resolve() == (REPO / "profiles" / "slurm").resolve()
@@ -231,11 +232,13 @@ def run_of(work, framework):
     return work / DIRS["results_dir"] / "runs" / "cluster" / f"{framework}_fp32_2gpu"
 
 
+@pytest.mark.pipeline
 def test_no_config_string_ran_as_a_command(slurm_run):
     work, *_ = slurm_run
     assert markers(work) == []
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_ranks_ran_on_two_nodes_and_averaged_their_gradients(slurm_run, framework):
     work, *_ = slurm_run
@@ -258,6 +261,7 @@ def test_ranks_ran_on_two_nodes_and_averaged_their_gradients(slurm_run, framewor
         assert summary["pytorch"]["ddp_graph"] == "split"
 
 
+@pytest.mark.pipeline
 def test_measuring_jobs_hold_their_nodes_alone(slurm_run):
     """Every run was submitted with --exclusive (SLURM's own word, recorded in its summary), cleared
     its nodes' caches node-wide only because of that, and a job of one CPU submitted beside a run
@@ -274,6 +278,7 @@ def test_measuring_jobs_hold_their_nodes_alone(slurm_run):
     assert any(b["beside_state"][0] == "PENDING" for b in beside), beside
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_caches_cleared_and_telemetry_on_every_node(slurm_run, framework):
     work, *_ = slurm_run
@@ -284,6 +289,7 @@ def test_caches_cleared_and_telemetry_on_every_node(slurm_run, framework):
     assert sorted(p.name for p in run.glob("telemetry.*.csv")) == ["telemetry.n1.csv", "telemetry.n2.csv"]
 
 
+@pytest.mark.pipeline
 def test_interconnect_measured_across_both_nodes(slurm_run):
     """The interconnect stage at the runs' point (2 GPUs = 2 nodes of 1 task): one world of 2 ranks,
     one on each node, started by srun as the training runs are; its table says inter-node."""
@@ -299,6 +305,7 @@ def test_interconnect_measured_across_both_nodes(slurm_run):
     assert len(table) > 1 and all(",inter-node," in line for line in table[1:])
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_preflight_passed_on_one_node_and_across_both(slurm_run, framework):
     """Preflight ran before the sweep, launched as training is: each framework's checks on one node
@@ -320,6 +327,7 @@ def test_preflight_passed_on_one_node_and_across_both(slurm_run, framework):
     assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in log.read_text()
 
 
+@pytest.mark.pipeline
 def test_every_job_went_through_slurm_but_the_localrules(slurm_run):
     work, out, *_ = slurm_run
     submitted = re.findall(r"has been submitted with SLURM jobid \d+ \(log: \S*/slurm_logs/rule_(\w+)/", out)
@@ -335,6 +343,7 @@ def test_every_job_went_through_slurm_but_the_localrules(slurm_run):
         assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in log
 
 
+@pytest.mark.pipeline
 def test_cancelled_run_is_retried_and_its_log_kept(slurm_run):
     work, _, cancelled, _ = slurm_run
     assert len(cancelled) == 1, "the watcher never saw the PyTorch run running"
@@ -346,6 +355,7 @@ def test_cancelled_run_is_retried_and_its_log_kept(slurm_run):
     assert json.loads((run_of(work, "pytorch") / "summary.json").read_text())["timed_steps"] == SMALL["training__steps"]
 
 
+@pytest.mark.pipeline
 def test_point_the_partition_cannot_hold_fails_at_parse_time(cluster, tmp_path):
     cluster_config(tmp_path, systems={"cluster": dict(SYSTEM, max_nodes=3)}, training__gpus=[3])
     proc = subprocess.run(
@@ -359,6 +369,7 @@ def test_point_the_partition_cannot_hold_fails_at_parse_time(cluster, tmp_path):
     assert "systems.cluster (training.gpus = 3)" in out and "has 2 usable node(s)" in out and "needs 3" in out
 
 
+@pytest.mark.pipeline
 def test_waiting_job_is_reported_with_slurms_reason(cluster):
     job = subprocess.run(
         ["sbatch", "--parsable", "--hold", "--comment", "rule_train_wildcards_x", "--wrap", "true"],
@@ -382,6 +393,7 @@ def test_waiting_job_is_reported_with_slurms_reason(cluster):
         subprocess.run(["scancel", job], timeout=30)
 
 
+@pytest.mark.stage
 def test_cluster_jobs_ask_slurm_for_their_stages_own_cpus(tmp_path):
     """`--profile slurm` from a login node smaller than the jobs (the workflow's local profile caps
     threads at its cores): the data and INT8 jobs still ask SLURM for conversion.threads and
@@ -462,6 +474,7 @@ def stopped_sweep(cluster, tmp_path_factory):
     return work, runs, cancelled
 
 
+@pytest.mark.pipeline
 def test_a_time_limit_is_recorded_once_and_never_resubmitted(stopped_sweep):
     """slow's run is stopped by its job before SLURM's limit, recorded as failed with the cause, and
     SLURM marks the job COMPLETED: Snakemake resubmits nothing, and the table lists the run with why."""
@@ -479,6 +492,7 @@ def test_a_time_limit_is_recorded_once_and_never_resubmitted(stopped_sweep):
     assert table.loc["a", "status"] == table.loc["b", "status"] == "ok"
 
 
+@pytest.mark.pipeline
 def test_one_failed_point_does_not_stop_the_others(stopped_sweep):
     """b cancelled with no retries left fails its job; the sweep goes on (the profile's keep-going):
     a and slow still ran in that first invocation, and b's attempt records why it stopped."""

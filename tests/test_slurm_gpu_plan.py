@@ -12,13 +12,14 @@ import tarfile
 
 import pytest
 import yaml
-from conftest import REPO, SNAKEMAKE
+from helpers import REPO, SNAKEMAKE
 
 from benchmarks import slurm_cluster, slurm_gpu
 
 PLAN = slurm_gpu.plan(2, "", 32, "dali", 100)  # "": no gpu_type, which sinfo would be asked about
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("part", [p for p in slurm_gpu.PARTS if PLAN[p]["config"]])
 def test_each_part_plans_its_points(part, tmp_path):
     (tmp_path / "overlay.yaml").write_text(yaml.safe_dump(PLAN[part]["config"]))
@@ -53,6 +54,7 @@ def test_each_part_plans_its_points(part, tmp_path):
         assert "slurm1/accuracy/pytorch_fp16_2gpu" in runs, runs
 
 
+@pytest.mark.unit
 def test_the_cluster_tells_slurm_of_each_nodes_gpus():
     one = slurm_cluster.Cluster(("n1",), cpus=32, gres={"n1": ("h100", ["/dev/nvidia0", "/dev/nvidia1"])})
     two = slurm_cluster.Cluster(
@@ -78,6 +80,7 @@ def test_the_cluster_tells_slurm_of_each_nodes_gpus():
             c.base.rmdir()
 
 
+@pytest.mark.unit
 def test_what_comes_back_leaves_models_out_and_keeps_every_table(tmp_path):
     """A call returns files of at most 16 MiB: the archive holds no ONNX model, engine or weights
     (the long part's INT8 models made it too large to return), and the tables come back beside it."""

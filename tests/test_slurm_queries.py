@@ -9,9 +9,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, SNAKEMAKE, interpreter, write_config
+from helpers import REPO, SNAKEMAKE, interpreter, write_config
 
 from workflow_scripts.common import slurm
+
+pytestmark = pytest.mark.stage
 
 # sinfo -h -N -p gpu -o '%N|%c|%m|%G|%T' on a partition of two 4 x V100 nodes (sockets in the GRES).
 SINFO_V100 = "g1|80|180000|gpu:v100:4(S:0-1)|idle\ng2|80|180000|gpu:v100:4(S:0-1)|mixed\n"

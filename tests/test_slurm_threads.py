@@ -7,9 +7,11 @@ import json
 import subprocess
 
 import pytest
-from conftest import REPO, interpreter
+from helpers import REPO, interpreter, trainer_command
 
 from benchmarks import slurm_cluster
+
+pytestmark = pytest.mark.pipeline
 
 
 @pytest.fixture(scope="module")
@@ -31,27 +33,7 @@ def test_two_bound_tasks_of_one_cpu_count_their_threads_on_it(bound_cluster, tmp
     each rank 2 threads on its 1 CPU; two tasks on one node: each is bound to a CPU of its own."""
     python = interpreter("pytorch")
     out = tmp_path / "run"
-    trainer = [
-        python,
-        "-m",
-        "workflow_scripts.train.pytorch_ddp",
-        "--data-source",
-        "synthetic",
-        "--out",
-        str(out),
-        "--batch-per-gpu",
-        "2",
-        "--image-size",
-        "32",
-        "--classes",
-        "10",
-        "--warmup-steps",
-        "1",
-        "--steps",
-        "2",
-        "--telemetry-interval",
-        "0",
-    ]
+    trainer = trainer_command(python=python, data_source="synthetic", out=out, batch_per_gpu=2, classes=10)
     cmd = [
         "salloc",
         f"--nodes={nodes}",

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import psutil
+import pytest
 
 from workflow_scripts.common.storage_probe import StorageProbe
 from workflow_scripts.results import training_figures
@@ -67,6 +68,7 @@ def probe(tmp_path, path, **kw):
     return StorageProbe(path, mountinfo=tmp_path / "mountinfo", proc=tmp_path / "proc", sys=tmp_path / "sys", **kw)
 
 
+@pytest.mark.unit
 def test_lustre_reads_its_llite_counters_and_its_traffic_is_on_infiniband(tmp_path):
     llite = f"sys/kernel/debug/lustre/llite/{SCRATCH}/stats"
     tree(
@@ -99,6 +101,7 @@ def test_lustre_reads_its_llite_counters_and_its_traffic_is_on_infiniband(tmp_pa
     assert home["kind"] == "lustre" and home["ib"] is False
 
 
+@pytest.mark.unit
 def test_lustre_prefers_the_bytes_its_servers_sent_and_reads_older_clients_under_proc(tmp_path):
     """OSC and MDC stats of the mount's client instance count what the servers sent (LMDB's mmap
     reads too, which llite's read() count misses); an older client keeps them under /proc."""
@@ -120,6 +123,7 @@ def test_lustre_prefers_the_bytes_its_servers_sent_and_reads_older_clients_under
     assert "bytes the servers sent" in p.describe()["counter"]
 
 
+@pytest.mark.unit
 def test_lustre_without_readable_counters_is_unsupported(tmp_path):
     tree(tmp_path, {"sys/kernel/debug/lustre/llite/home-ffff8d2a1b3c9000/stats": lprocfs_stats(5)})
     p = probe(tmp_path, "/scratch/imagenet")
@@ -130,6 +134,7 @@ def test_lustre_without_readable_counters_is_unsupported(tmp_path):
     assert d["ib"] is True
 
 
+@pytest.mark.unit
 def test_nfs_reads_the_mounts_server_bytes(tmp_path):
     mountstats = (
         "device proc mounted on /proc with fstype proc\n"
@@ -169,6 +174,7 @@ done"""
     return script
 
 
+@pytest.mark.stage
 def test_gpfs_reads_mmpmon_and_says_why_without_it(tmp_path):
     tree(tmp_path, {})
     p = probe(tmp_path, "/gpfs/fs1/imagenet", mmpmon=fake_mmpmon(tmp_path))
@@ -184,6 +190,7 @@ def test_gpfs_reads_mmpmon_and_says_why_without_it(tmp_path):
     assert denied.read_bytes() is None and "root authority" in denied.describe()["why"]
 
 
+@pytest.mark.unit
 def test_cephfs_reads_its_clients_debugfs_metrics(tmp_path):
     size = (
         "item          total       avg_sz(bytes)   min_sz(bytes)   max_sz(bytes)  total_sz(bytes)\n"
@@ -206,6 +213,7 @@ def test_cephfs_reads_its_clients_debugfs_metrics(tmp_path):
     assert (p.describe()["kind"], p.describe()["supported"], p.read_bytes()) == ("cephfs", True, 4194304)
 
 
+@pytest.mark.unit
 def test_no_local_disk_stands_in_for_a_file_system_without_counters(tmp_path):
     """An overlay, tmpfs, FUSE, BeeGFS, ZFS: unsupported with why, and no bytes at all, where the
     node's disks (this machine's own, read through psutil) have read plenty."""
@@ -228,6 +236,7 @@ def test_no_local_disk_stands_in_for_a_file_system_without_counters(tmp_path):
     assert not none["supported"] and none["why"]
 
 
+@pytest.mark.unit
 def test_a_local_file_system_reads_its_own_block_device(tmp_path):
     """/dev/root names no disk: the mount's device number does (/sys/dev/block/<major:minor>)."""
     tree(tmp_path, {})
@@ -271,6 +280,7 @@ def runs_of(*dirs):
     )
 
 
+@pytest.mark.unit
 def test_notes_say_where_storage_is_unsupported_and_where_ib_carries_it(tmp_path):
     tree(tmp_path, {f"sys/kernel/debug/lustre/llite/{SCRATCH}/stats": lprocfs_stats(1)})
     lustre = probe(tmp_path, "/scratch/imagenet").describe()
@@ -300,6 +310,7 @@ def test_notes_say_where_storage_is_unsupported_and_where_ib_carries_it(tmp_path
     ]
 
 
+@pytest.mark.unit
 def test_fig7_says_unsupported_instead_of_plotting_zeros_and_fig8_carries_the_ib_note(tmp_path):
     tree(tmp_path, {f"sys/kernel/debug/lustre/llite/{SCRATCH}/stats": lprocfs_stats(1)})
     lustre = probe(tmp_path, "/scratch/imagenet").describe()
@@ -342,6 +353,7 @@ def test_fig7_says_unsupported_instead_of_plotting_zeros_and_fig8_carries_the_ib
     assert os.path.getsize(tmp_path / "fig8.png") > 0
 
 
+@pytest.mark.unit
 def test_telemetry_writes_no_read_rows_where_the_storage_probe_is_unsupported(tmp_path):
     """A node whose storage has no counter still writes its other rows every interval."""
     import time

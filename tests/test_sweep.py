@@ -4,9 +4,11 @@ config is the repository's, validated against the schema with its defaults fille
 workflow does when it is parsed."""
 
 import pytest
-from conftest import CONFIG, validated, with_overrides
+from helpers import CONFIG, validated, with_overrides
 
 from workflow_scripts.plan.sweep import ConfigProblem, Sweep
+
+pytestmark = pytest.mark.unit
 
 GPU_SYSTEM = {"gpus_per_node": 4, "max_nodes": 2, "gpu_request": "gpus-per-node", "cpus_per_task": 8}
 

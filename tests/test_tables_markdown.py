@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import run_stage
+from helpers import run_stage
 
 from workflow_scripts.interconnect import tables as interconnect_tables
 from workflow_scripts.results import time_to_accuracy, training_tables
@@ -27,6 +27,7 @@ def footnote(md):
     return "\n".join(lines[start:])
 
 
+@pytest.mark.unit
 def test_markdown_has_the_declared_columns_and_states_the_rest_once(tmp_path):
     df = pd.DataFrame(
         {
@@ -52,6 +53,7 @@ def test_markdown_has_the_declared_columns_and_states_the_rest_once(tmp_path):
     assert (tmp_path / "t.csv").read_text() == df.to_csv(index=False)
 
 
+@pytest.mark.unit
 def test_an_undeclared_column_is_named(tmp_path):
     df = pd.DataFrame({"system": ["a"], "gpus": [1]})
     with pytest.raises(ValueError, match=r"t\.csv: the markdown columns \['images_per_s'\]"):
@@ -93,6 +95,7 @@ def run_dir(root, framework, gpus, images_per_s):
     return {"system": "dgx", "framework": framework, "precision": "fp32", "gpus": gpus, "nodes": 1, "run_dir": str(d)}
 
 
+@pytest.mark.stage
 def test_training_tables_show_the_readers_columns_with_provenance_below(tmp_path):
     points = [run_dir(tmp_path / "runs", "pytorch", 1, 350.0), run_dir(tmp_path / "runs", "pytorch", 2, 680.0)]
     out = tmp_path / "results"
@@ -120,6 +123,7 @@ def test_training_tables_show_the_readers_columns_with_provenance_below(tmp_path
     assert list(pd.read_csv(out / "scaling.csv").columns) == training_tables.SCALING_COLUMNS
 
 
+@pytest.mark.stage
 def test_time_to_accuracy_shows_the_readers_columns(tmp_path):
     points = [
         {
@@ -144,6 +148,7 @@ def test_time_to_accuracy_shows_the_readers_columns(tmp_path):
     assert list(pd.read_csv(tmp_path / "tta.csv").columns) == time_to_accuracy.COLUMNS
 
 
+@pytest.mark.stage
 def test_interconnect_shows_the_readers_columns(tmp_path):
     raw = {
         "source": "torch.distributed",

@@ -5,32 +5,20 @@ and how each engine's throughput is timed. No TensorRT or GPU here: what TensorR
 do with the model is judged from the graph."""
 
 import json
-import os
 import shlex
-import subprocess
 
 import pytest
-from conftest import REPO, interpreter, run_stage, snakemake, write_config
+from helpers import run_script, run_stage, snakemake, write_config
 
 from workflow_scripts.infer import tables, tensorrt_engine
 
-HELPER = REPO / "tests" / "infer_qdq_tensorrt.py"
+# The study's network with its classifier bias.
 NETWORK, SIZE = "resnet50", 32
-# The study's network with its classifier bias; sources resolved from this worktree.
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def helper(*args):
-    proc = subprocess.run(
-        [interpreter("pytorch"), str(HELPER), *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=ENV,
-    )
-    assert proc.returncode == 0, f"{args[0]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """infer_qdq_tensorrt.py's `args` in the torch environment: what it printed."""
+    return run_script("pytorch", "infer_qdq_tensorrt.py", *args, timeout=900)
 
 
 def quantize(work, name, *words, check=True):
@@ -91,12 +79,14 @@ def models(work, rule_words):
     return {name: {**found[str(p)], "path": p} for name, p in paths.items()}
 
 
+@pytest.mark.stage
 def test_rule_gives_float_biases_to_tensorrt_and_int32_to_onnxruntime(rule_words):
     words = {engine: " ".join(w) for engine, w in rule_words.items()}
     assert "--activations int8 --bias float --engine tensorrt" in words["tensorrt"], words
     assert "--activations uint8 --bias int32 --engine onnxruntime" in words["onnxruntime"], words
 
 
+@pytest.mark.stage
 def test_tensorrt_model_dequantizes_int8_only(models):
     m = models["tensorrt"]
     print(m["dq_inputs"], m["violations"][:5])
@@ -108,6 +98,7 @@ def test_tensorrt_model_dequantizes_int8_only(models):
     assert set(cache["stored"]) == {"int8"}
 
 
+@pytest.mark.stage
 def test_float_biases_change_no_prediction_on_onnxruntime(models):
     """The TensorRT model still runs on ONNX Runtime's CPU engine, and its top-1 is the one the
     INT32-bias model gave (rounding a bias to input scale x weight scale moves a logit by far less
@@ -119,6 +110,7 @@ def test_float_biases_change_no_prediction_on_onnxruntime(models):
     assert abs(a["same_top1_as_fp32"] - b["same_top1_as_fp32"]) <= 0.05 * a["images"]
 
 
+@pytest.mark.stage
 def test_onnxruntime_model_keeps_int32_biases(models):
     m = models["onnxruntime"]
     assert m["dq_inputs"].get("stored int32", 0) > 0 and m["dq_inputs"]["computed uint8"] > 0, m["dq_inputs"]
@@ -128,6 +120,7 @@ def test_onnxruntime_model_keeps_int32_biases(models):
     assert (cache["bias"], cache["engine"]) == ("int32", "onnxruntime") and cache["stored"]["int32"] > 0
 
 
+@pytest.mark.stage
 def test_quantize_refuses_a_tensorrt_model_that_breaks_the_rules(work, models):
     proc, out, cache = quantize(
         work,
@@ -150,6 +143,7 @@ def test_quantize_refuses_a_tensorrt_model_that_breaks_the_rules(work, models):
     assert "INT32" in proc.stderr and not out.exists() and not cache.exists()
 
 
+@pytest.mark.stage
 def test_checker_names_the_doctored_nodes(work, models):
     made = helper("doctor", models["tensorrt"]["path"], work)
     for name, d in made.items():
@@ -166,6 +160,7 @@ def test_checker_names_the_doctored_nodes(work, models):
     assert run_stage("pytorch", "workflow_scripts.infer.qdq_rules", models["tensorrt"]["path"]).returncode == 0
 
 
+@pytest.mark.unit
 def test_cuda_event_times_become_per_run_seconds():
     # An event before the first run and one after each: the runs tile the span between the first and last.
     assert tensorrt_engine.run_seconds([0.0, 1.5, 3.0, 4.75]) == pytest.approx([0.0015, 0.0015, 0.00175])
@@ -175,6 +170,7 @@ def test_cuda_event_times_become_per_run_seconds():
             tensorrt_engine.run_seconds(bad)
 
 
+@pytest.mark.stage
 def test_throughput_record_and_table_say_how_runs_were_timed(work, tmp_path):
     engine = tmp_path / "fp32.engine"
     run_stage(
@@ -243,6 +239,7 @@ class FakeClock:
         return self.now
 
 
+@pytest.mark.unit
 def test_warm_up_and_timing_go_by_duration_as_well_as_by_count():
     """trtexec's rule (--warmUp 200 ms, --duration 3 s): 3 warm-up runs of 10 ms would leave a GPU's
     clocks still rising, so the warm-up lasts 200 ms; 10 timed runs of 10 ms would time 0.1 s, so
@@ -258,6 +255,7 @@ def test_warm_up_and_timing_go_by_duration_as_well_as_by_count():
     assert timed_runs(10, 3.0, 0.5) == 10 and timed_runs(10, 0.0, 0.5) == 10
 
 
+@pytest.mark.stage
 def test_the_timed_job_passes_tensorrts_durations_and_only_its(tmp_path):
     write_config(
         tmp_path, inference__engine="tensorrt", inference__tensorrt__warmup_ms=250, inference__tensorrt__duration_s=4

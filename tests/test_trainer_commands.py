@@ -1,10 +1,13 @@
 """The trainer's command lines (workflow_scripts/plan/commands.py) as plain Python: what each run
 is told, and only what its framework and precision use. No Snakemake runs here."""
 
-from conftest import CONFIG, validated, with_overrides
+import pytest
+from helpers import CONFIG, validated, with_overrides
 
 from workflow_scripts.plan.commands import TrainerCommands
 from workflow_scripts.plan.sweep import Sweep
+
+pytestmark = pytest.mark.unit
 
 GPU = {"gpus_per_node": 2, "max_nodes": 2, "gpu_request": "gpus-per-node", "cpus_per_task": 8, "srun_mpi": "pmix"}
 

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import CONFIG, PIPELINE_CONFIG, REPO, interpreter, snakemake, write_config
+from helpers import CONFIG, PIPELINE_CONFIG, REPO, TRAINERS, interpreter, snakemake, trainer_command, write_config
 
 from workflow_scripts.common import launch, page_cache
 
@@ -24,6 +24,7 @@ def steps_of(run):
     return [json.loads(line) for line in (run / "steps.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_both_ranks_hold_identical_weights(pipeline_run, framework):
     run = run_of(pipeline_run, framework)
@@ -36,6 +37,7 @@ def test_both_ranks_hold_identical_weights(pipeline_run, framework):
         assert (settings["ddp_graph"], settings["broadcast_buffers"]) == ("whole", False)
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_summary_is_images_timed_over_time_timed_after_warmup(pipeline_run, framework):
     run = run_of(pipeline_run, framework)
@@ -64,6 +66,7 @@ def test_summary_is_images_timed_over_time_timed_after_warmup(pipeline_run, fram
         assert summary["input_wait_s_timed"] == pytest.approx(sum(s["input_wait_s"] for s in after))
 
 
+@pytest.mark.pipeline
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_run_records_cache_clearing_and_telemetry(pipeline_run, framework):
     run = run_of(pipeline_run, framework)
@@ -82,40 +85,22 @@ def test_run_records_cache_clearing_and_telemetry(pipeline_run, framework):
     assert 0 < ends[0] and min(times) < ends[-1], (ends, times)
 
 
+@pytest.mark.pipeline
 def test_synthetic_run_reads_no_dataset_file(pipeline_run, tmp_path):
     lmdb = pipeline_run / "data" / "lmdb"
     files = page_cache.dataset_files([lmdb])
     page_cache.evict(files)
     assert page_cache.residency(files)["resident_bytes"] == 0
-    proc = subprocess.run(
-        [
-            interpreter("pytorch"),
-            "-m",
-            "workflow_scripts.train.pytorch_ddp",
-            "--data",
-            str(lmdb),
-            "--data-source",
-            "synthetic",
-            "--classes",
-            "16",
-            "--batch-per-gpu",
-            "4",
-            "--image-size",
-            "32",
-            "--warmup-steps",
-            "1",
-            "--steps",
-            "3",
-            "--out",
-            str(tmp_path),
-            "--telemetry-interval",
-            "0.2",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    cmd = trainer_command(
+        data=lmdb,
+        data_source="synthetic",
+        classes=16,
+        batch_per_gpu=4,
+        steps=3,
+        out=tmp_path,
+        telemetry_interval=0.2,
     )
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert page_cache.residency(files)["resident_bytes"] == 0, "a synthetic run read the dataset"
     assert json.loads((tmp_path / "summary.json").read_text())["timed_steps"] == 3
@@ -139,6 +124,7 @@ def _clear_as_nobody(f, out):
     return json.loads(out.read_text())
 
 
+@pytest.mark.stage
 def test_cache_clearing_without_root_evicts_the_dataset_and_says_so():
     d = Path(tempfile.mkdtemp(dir="/var/tmp"))
     os.chmod(d, 0o777)
@@ -162,6 +148,7 @@ def test_cache_clearing_without_root_evicts_the_dataset_and_says_so():
     assert report["after"]["unverifiable_files"] == 1
 
 
+@pytest.mark.unit
 @pytest.mark.skipif(os.geteuid() != 0, reason="dropping the node's caches needs root")
 def test_node_scope_drops_the_nodes_caches(tmp_path):
     """training.cache_clear: node, the default and the study's clear: /proc/sys/vm/drop_caches."""
@@ -173,6 +160,7 @@ def test_node_scope_drops_the_nodes_caches(tmp_path):
     assert report["dataset_evicted"] and page_cache.resident_bytes(f) == 0
 
 
+@pytest.mark.unit
 def test_dataset_scope_evicts_the_dataset_and_touches_nothing_else(tmp_path):
     f = tmp_path / "data.bin"
     f.write_bytes(os.urandom(1 << 20))
@@ -189,6 +177,7 @@ def test_dataset_scope_evicts_the_dataset_and_touches_nothing_else(tmp_path):
     assert not marker.exists() and not drop.exists() and page_cache.resident_bytes(f) == 0
 
 
+@pytest.mark.stage
 def test_unavailable_drop_caches_or_failing_command_is_never_claimed(tmp_path):
     f = tmp_path / "data.bin"
     f.write_bytes(os.urandom(1 << 20))
@@ -201,29 +190,16 @@ def test_unavailable_drop_caches_or_failing_command_is_never_claimed(tmp_path):
     ]
 
 
+@pytest.mark.stage
 def test_mxnet_fp16_on_a_cpu_fails_clearly(tmp_path):
-    proc = subprocess.run(
-        [
-            interpreter("mxnet"),
-            "-m",
-            "workflow_scripts.train.mxnet_horovod",
-            "--data-source",
-            "synthetic",
-            "--precision",
-            "fp16",
-            "--batch-per-gpu",
-            "2",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    cmd = trainer_command(
+        "mxnet", small=False, data_source="synthetic", precision="fp16", batch_per_gpu=2, out=tmp_path
     )
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "mxnet fp16 needs a GPU" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.stage
 def test_unplaceable_point_is_a_parse_time_error(tmp_path):
     write_config(tmp_path, training__gpus=[3])
     proc = snakemake(tmp_path, "-n", check=False)
@@ -231,6 +207,7 @@ def test_unplaceable_point_is_a_parse_time_error(tmp_path):
     assert proc.returncode != 0 and "training.gpus = 3" in out and "'local'" in out
 
 
+@pytest.mark.stage
 def test_launch_environment_from_slurm():
     env = {
         "SLURM_PROCID": "3",
@@ -255,47 +232,20 @@ def test_launch_environment_from_slurm():
     assert launch.expand_nodelist("n[1-2],login,c[001-002,5]") == ["n1", "n2", "login", "c001", "c002", "c5"]
 
 
-TRAINERS = {"tensorflow": "tensorflow_horovod", "mxnet": "mxnet_horovod", "pytorch": "pytorch_ddp"}
-
-
 @pytest.fixture(scope="module")
 def synthetic_runs(tmp_path_factory):
     """Each trainer once on the CPU with synthetic data: one warm-up and two timed steps."""
     runs = {}
-    for framework, module in TRAINERS.items():
+    for framework in TRAINERS:
         out = tmp_path_factory.mktemp(framework)
-        proc = subprocess.run(
-            [
-                interpreter(framework),
-                "-m",
-                f"workflow_scripts.train.{module}",
-                "--data-source",
-                "synthetic",
-                "--classes",
-                "4",
-                "--batch-per-gpu",
-                "2",
-                "--image-size",
-                "32",
-                "--warmup-steps",
-                "1",
-                "--steps",
-                "2",
-                "--telemetry-interval",
-                "0",
-                "--out",
-                str(out),
-            ],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        cmd = trainer_command(framework, data_source="synthetic", classes=4, batch_per_gpu=2, out=out)
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, (framework, proc.stderr[-3000:])
         runs[framework] = (steps_of(out), json.loads((out / "summary.json").read_text()))
     return runs
 
 
+@pytest.mark.stage
 def test_the_three_trainers_time_and_log_their_steps_alike(synthetic_runs):
     """One timed loop (workflow_scripts/train/loop.py): every framework's step records the same
     fields, its input wait among them, and its summary the loop's own."""
@@ -311,6 +261,7 @@ def test_the_three_trainers_time_and_log_their_steps_alike(synthetic_runs):
         assert summary["images_per_s"] == pytest.approx(4 / sum(s["wall_s"] for s in steps[1:]))
 
 
+@pytest.mark.stage
 def test_a_synthetic_run_records_no_input_path(synthetic_runs):
     """Synthetic data is decoded by no one: no decode threads, loader workers or input pipeline
     settings in the summary (common.cpus' rule would have given some)."""

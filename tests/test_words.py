@@ -16,7 +16,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
-from test_readme import links
+from helpers import links
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 os.environ.setdefault("MXNET_MKLDNN_ENABLED", "0")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's workflow_scripts
 import mxnet as mx  # noqa: E402
 import tensorflow as tf  # noqa: E402
 

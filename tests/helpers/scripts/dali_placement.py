@@ -3,11 +3,8 @@ the pipeline's defined graph (not built: no GPU is needed). Prints JSON {decoder
 device], ...]} in graph order:  dali_placement.py"""
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from workflow_scripts.train import dali_input  # noqa: E402
+from workflow_scripts.train import dali_input
 
 
 def placement(pipe):
