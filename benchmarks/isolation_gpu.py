@@ -1,5 +1,5 @@
 """What a run records of its neighbours and of NCCL on a GPU machine (issue 39): the pipeline's own
-training job (workflow_scripts/train/job.py) for PyTorch on synthetic data, alone on 1 and on 2
+training job (workflow_scripts/train/training_job.py) for PyTorch on synthetic data, alone on 1 and on 2
 GPUs, then on 1 GPU beside another process computing on the same GPU; and the interconnect
 measurement on 2 GPUs. Each item prints what its summary says: images/s, step CV, isolated and
 why, what fp32 and fp16 ran as, the GPUs' clock limiters, and the transport NCCL chose.
@@ -44,7 +44,7 @@ def job_command(work, name, gpus, steps):
     return run, [
         sys.executable,
         "-m",
-        "workflow_scripts.train.job",
+        "workflow_scripts.train.training_job",
         "--run-dir",
         str(run),
         "--results-dir",
@@ -74,7 +74,7 @@ def interconnect_command(work):
     return out, [
         sys.executable,
         "-m",
-        "workflow_scripts.train.launch",
+        "workflow_scripts.common.launcher",
         "--nproc-per-node=2",
         f"--nccl-log-dir={out / 'nccl_logs'}",
         "--",

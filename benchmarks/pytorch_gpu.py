@@ -1,5 +1,5 @@
 """PyTorch ResNet-50 training throughput on GPUs: the plans of benchmarks/plans.py, each run the
-project's trainer itself (pytorch_ddp, through workflow_scripts.train.launch on several GPUs).
+project's trainer itself (pytorch_ddp, through workflow_scripts.common.launcher on several GPUs).
 
     python3 -m benchmarks.pytorch_gpu --list                             # the plans, what each measures
     python3 -m benchmarks.pytorch_gpu --plan inputs --dry-run            # its commands, flags checked, no GPU
@@ -28,6 +28,7 @@ if str(REPO) not in sys.path:  # run as a file, not with -m from the repository
     sys.path.insert(0, str(REPO))
 
 from benchmarks import figures, gpu_parts, plans, printing  # noqa: E402
+from benchmarks.multicast import MULTICAST_OFF as SAFE_ENV  # noqa: E402
 from benchmarks.runner import (  # noqa: E402
     TRAINER,
     part_command,
@@ -37,7 +38,6 @@ from benchmarks.runner import (  # noqa: E402
     shown,
     trainer_command,
 )
-from workflow_scripts.common.multicast import MULTICAST_OFF as SAFE_ENV  # noqa: E402
 
 
 def _smi(*args, tool="nvidia-smi"):

@@ -52,7 +52,7 @@ def trainer_command(v, work, a):
     args += ["--data", str(work / "lmdb")] if v["data"] == "real" else ["--classes", "1000"]
     cmd = [PY, "-m", TRAINER, *args, "--out", str(run_dir)]
     if v["gpus"] > 1:
-        cmd = [PY, "-m", "workflow_scripts.train.launch", "--nproc-per-node", str(v["gpus"]), "--", *cmd]
+        cmd = [PY, "-m", "workflow_scripts.common.launcher", "--nproc-per-node", str(v["gpus"]), "--", *cmd]
     return cmd, run_dir
 
 

@@ -142,7 +142,7 @@ def accuracy_args(w):
 
 
 def train_python(w):
-    """The framework's interpreter of this run, as one string of words for train/job.py."""
+    """The framework's interpreter of this run, as one string of words for train/training_job.py."""
     return shlex.join(TRAIN_ENV[w.system, w.framework][1])
 
 

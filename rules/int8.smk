@@ -128,7 +128,7 @@ rule int8_engine:
         py=PY["pytorch"],
         args=engine_args(),
     shell:
-        "{params.py:q} -m workflow_scripts.infer.engine --engine {wildcards.engine} --onnx {input:q} "
+        "{params.py:q} -m workflow_scripts.infer.build_engine --engine {wildcards.engine} --onnx {input:q} "
         "--precision {wildcards.precision} --threads {threads} {params.args:q} --out {output.engine:q} "
         "--info {output.info:q} > {log:q} 2>&1"
 
@@ -183,7 +183,7 @@ rule int8_accuracy:
         engine=ENGINE,
         models=INT8_MODELS,
     shell:
-        "{params.py:q} -m workflow_scripts.infer.tables accuracy --root {params.root:q} --engine {params.engine:q} "
+        "{params.py:q} -m workflow_scripts.infer.int8_tables accuracy --root {params.root:q} --engine {params.engine:q} "
         "--models {params.models:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"
 
 
@@ -245,7 +245,7 @@ rule int8_throughput:
         models=THROUGHPUT["models"],
         batch_sizes=BATCH_SIZES,
     shell:
-        "{params.py:q} -m workflow_scripts.infer.tables throughput --root {params.root:q} --engine {params.engine:q} "
+        "{params.py:q} -m workflow_scripts.infer.int8_tables throughput --root {params.root:q} --engine {params.engine:q} "
         "--models {params.models:q} --batch-sizes {params.batch_sizes:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"
 
 

@@ -39,7 +39,7 @@ rule preflight_check:
         # the ranks' CUDA JIT cache, as the training runs have it: their first kernels compile into it
         cuda_cache=TRAIN["cuda_cache_dir"],
     shell:
-        "{params.py:q} -m workflow_scripts.preflight.job --out {output:q} --system {wildcards.system:q} "
+        "{params.py:q} -m workflow_scripts.preflight.preflight_job --out {output:q} --system {wildcards.system:q} "
         "--framework {wildcards.framework:q} --python={params.python:q} --data={params.data:q} "
         "--cache-clear-command={params.cache_clear_command:q} --cache-clear={params.cache_clear:q} --log {log:q} {params.args:q} "
         "-- --cuda-cache-dir={params.cuda_cache:q} {params.launch:q}"

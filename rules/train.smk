@@ -32,7 +32,7 @@ rule train:
         **POINT_RESOURCES,
         attempt=lambda w, attempt: attempt,
     params:
-        # train/job.py runs in the workflow's environment; the framework's interpreter (or
+        # train/training_job.py runs in the workflow's environment; the framework's interpreter (or
         # container) starts the rendezvous and the ranks.
         py=PY["workflow"],
         python=train_python,
@@ -47,12 +47,12 @@ rule train:
         cuda_cache=TRAIN["cuda_cache_dir"],
         retries=TRAIN["retries"],
     shell:
-        # train/job.py: empties the run dir (inside results_dir only), clears the page cache on
+        # train/training_job.py: empties the run dir (inside results_dir only), clears the page cache on
         # every node, starts the ranks; each attempt keeps its own {log}.attempt<N>; the last
         # attempt's failure becomes the run's result. Every value below is one quoted argument.
         # The CUDA JIT cache's directory is read from config here, not a param: moving it
         # changes no result, so it reruns nothing.
-        "{params.py:q} -m workflow_scripts.train.job --run-dir {params.run_dir:q} "
+        "{params.py:q} -m workflow_scripts.train.training_job --run-dir {params.run_dir:q} "
         "--results-dir {params.results_dir:q} --log {log:q} --attempt {resources.attempt} "
         "--retries {params.retries} --data {input.data:q} --cache-clear-command={params.cache_clear_command:q} "
         "--cache-clear={params.cache_clear:q} "

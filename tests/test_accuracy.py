@@ -25,7 +25,7 @@ from helpers import (
     write_config,
 )
 
-from workflow_scripts.train import long_test
+from workflow_scripts.train import accuracy_mode
 
 FRAMEWORKS = CONFIG["training"]["frameworks"]
 ACCURACY = CONFIG["training"]["accuracy"]
@@ -50,7 +50,7 @@ def val_labels(work):
 
 
 def predictions(run, epoch, ranks):
-    return {r: long_test.read_predictions(long_test.predictions_path(run, epoch, r)) for r in range(ranks)}
+    return {r: accuracy_mode.read_predictions(accuracy_mode.predictions_path(run, epoch, r)) for r in range(ranks)}
 
 
 @pytest.mark.pipeline
@@ -180,19 +180,19 @@ def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(tmp_
 @pytest.mark.unit
 def test_schedule_is_the_whitepapers_step_schedule():
     steps_per_epoch = 1281167 // 1024  # ILSVRC2012 at 8 x 128 images
-    lr = long_test.Schedule(0.4, steps_per_epoch, 0, [10, 60], 0.1)
+    lr = accuracy_mode.Schedule(0.4, steps_per_epoch, 0, [10, 60], 0.1)
     assert [lr(e * steps_per_epoch) for e in (0, 9, 10, 59, 60, 89)] == pytest.approx(
         [0.4, 0.4, 0.04, 0.04, 0.004, 0.004]
     )
     assert lr(10 * steps_per_epoch - 1) == 0.4
-    warm = long_test.Schedule(0.4, 10, 2, [10], 0.1)  # linear warm-up over 2 epochs = 20 steps
+    warm = accuracy_mode.Schedule(0.4, 10, 2, [10], 0.1)  # linear warm-up over 2 epochs = 20 steps
     assert [warm(s) for s in (0, 9, 19, 20, 99, 100)] == pytest.approx([0.02, 0.2, 0.4, 0.4, 0.4, 0.04])
 
 
 @pytest.mark.unit
 def test_val_shares_cover_every_record_once():
     for total, world in ((320, 2), (50000, 8), (7, 3), (2, 4)):
-        shares = [long_test.val_share(total, r, world) for r in range(world)]
+        shares = [accuracy_mode.val_share(total, r, world) for r in range(world)]
         assert sorted(i for s in shares for i in s) == list(range(total))
 
 
@@ -234,7 +234,7 @@ def test_figure_and_html_report(pipeline_run):
 @pytest.mark.pipeline
 def test_editing_a_long_test_key_reruns_only_the_long_test(pipeline_run):
     # The verdict table reads time_to_accuracy.csv (its long-test row): it follows the long test.
-    long_test = {
+    long_test_jobs = {
         "train_accuracy": len(FRAMEWORKS),
         "time_to_accuracy": 1,
         "time_to_accuracy_figure": 1,
@@ -242,12 +242,12 @@ def test_editing_a_long_test_key_reruns_only_the_long_test(pipeline_run):
     }
     try:
         pipeline_config(pipeline_run, training__accuracy__target_top1=ACCURACY["target_top1"] + 1)
-        assert planned_jobs(pipeline_run) == long_test
+        assert planned_jobs(pipeline_run) == long_test_jobs
         pipeline_config(pipeline_run, training__accuracy__milestones=[1] if ACCURACY["milestones"] != [1] else [2])
-        assert planned_jobs(pipeline_run) == long_test
+        assert planned_jobs(pipeline_run) == long_test_jobs
         # and the sweep's own keys rerun only the sweep
         pipeline_config(pipeline_run, training__steps=PIPELINE_CONFIG["training"]["steps"] + 1)
-        assert not set(planned_jobs(pipeline_run)) & (set(long_test) - {"conclusions"})  # it reads both
+        assert not set(planned_jobs(pipeline_run)) & (set(long_test_jobs) - {"conclusions"})  # it reads both
     finally:
         pipeline_config(pipeline_run)
     assert planned_jobs(pipeline_run) == {}

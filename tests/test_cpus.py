@@ -11,7 +11,7 @@ import pytest
 from helpers import REPO, snakemake, write_config
 
 from workflow_scripts.common import cpus
-from workflow_scripts.common.launch import Launch
+from workflow_scripts.common.rank_env import Launch
 
 
 @pytest.mark.unit
@@ -75,7 +75,7 @@ def test_read_from_the_affinity_set_and_the_cores_in_it(tmp_path):
         d.mkdir(parents=True)
         (d / "thread_siblings_list").write_text("0-1\n")
     code = (
-        "import os, pathlib, sys; from workflow_scripts.common import cpus; from workflow_scripts.common.launch import Launch;"  # noqa: E501
+        "import os, pathlib, sys; from workflow_scripts.common import cpus; from workflow_scripts.common.rank_env import Launch;"  # noqa: E501
         "os.sched_setaffinity(0, {0});"
         "one = cpus.of(Launch(source='single'), env={}, root=pathlib.Path(sys.argv[1]));"
         "os.sched_setaffinity(0, {0, 1});"
@@ -151,7 +151,7 @@ def test_hyperthreads_count_as_half_a_core_and_preflight_warns_below_the_rule(
     preflight warns naming systems.<name>.cpus_per_task, and not for 20 CPUs (10 cores, 6 threads)."""
     from types import SimpleNamespace
 
-    from workflow_scripts.preflight import rank, rows
+    from workflow_scripts.preflight import check_rows, rank
     from workflow_scripts.preflight.seams import thread_counts
 
     _hyperthreaded_node(tmp_path, 40)
@@ -171,7 +171,7 @@ def test_hyperthreads_count_as_half_a_core_and_preflight_warns_below_the_rule(
         assert "systems.<name>.cpus_per_task to 16" in r["fix"] and "hardware threads" in r["fix"], r
         # merged over the ranks, one rank's warning is not hidden by the others' ok
         other = {**rank.cpu_row(a, launch, threads, cpus.CPUs(20, 10, True, 4)), "rank": 1}
-        (merged,) = rows.merge([{**r, "rank": 0}, other])
+        (merged,) = check_rows.merge([{**r, "rank": 0}, other])
         assert merged["status"] == "warning" and "(on 1 of 2)" in merged["cause"], merged
     # MXNet's rule keeps no cores from decoding: 5 cores are enough; a CPU system is never warned
     assert rank.cpu_row(SimpleNamespace(**{**vars(a), "framework": "mxnet"}), launch, {}, mine)["status"] == "ok"

@@ -22,7 +22,7 @@ WRITE_ENV = (
 def run_launcher(tmp_path, flags, program, env=None):
     """The real launcher with `flags`, two local ranks of `program` (argv), in tmp_path."""
     proc = subprocess.run(
-        [sys.executable, "-m", "workflow_scripts.train.launch", "--nproc-per-node=2", "--launcher=local", *flags]
+        [sys.executable, "-m", "workflow_scripts.common.launcher", "--nproc-per-node=2", "--launcher=local", *flags]
         + ["--", *program],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
@@ -101,7 +101,7 @@ def test_the_workflow_passes_the_configured_directory_to_training_and_interconne
     write_config(tmp_path, training__cuda_cache_dir=str(jit))
     out = snakemake(tmp_path, "-n", "-p", "training", "interconnect").stdout
     lines = [ln for ln in out.splitlines() if "--cuda-cache-dir=" in ln]
-    assert any("workflow_scripts.train.job" in ln for ln in lines), out[-3000:]
+    assert any("workflow_scripts.train.training_job" in ln for ln in lines), out[-3000:]
     assert any("workflow_scripts.interconnect" in ln for ln in lines), out[-3000:]
     assert all(f"--cuda-cache-dir='{jit}'" in ln for ln in lines), lines
 
@@ -186,5 +186,5 @@ def test_the_cache_directory_is_bound_into_a_container(tmp_path):
 def test_preflight_passes_the_cache_directory_to_its_ranks(tmp_path):
     write_config(tmp_path, training__cuda_cache_dir=str(tmp_path / "jit"))
     out = snakemake(tmp_path, "-n", "-p", "preflight").stdout
-    lines = [ln for ln in out.splitlines() if "workflow_scripts.preflight.job" in ln]
+    lines = [ln for ln in out.splitlines() if "workflow_scripts.preflight.preflight_job" in ln]
     assert lines and all(f"--cuda-cache-dir={tmp_path / 'jit'}" in ln for ln in lines), lines

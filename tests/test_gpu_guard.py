@@ -211,7 +211,7 @@ def run_job(tmp_path, message, attempt=1, retries=2, code=STAND_IN):
         [
             sys.executable,
             "-m",
-            "workflow_scripts.train.job",
+            "workflow_scripts.train.training_job",
             "--run-dir",
             str(run),
             "--results-dir",

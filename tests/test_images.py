@@ -5,7 +5,7 @@ import io
 import pytest
 from PIL import Image
 
-from workflow_scripts.data import images
+from workflow_scripts.data import image_records
 
 pytestmark = pytest.mark.unit
 
@@ -27,9 +27,9 @@ def _jpeg(mode="RGB", size=(64, 48), fmt="JPEG"):
     ids=["rgb", "cmyk", "gray", "png-as-jpeg"],
 )
 def test_quirks_are_reencoded_to_rgb_jpeg(data, fmt, mode):
-    p = images.probe(data)
+    p = image_records.probe(data)
     assert (p.ok, p.fmt, p.mode, p.width, p.height) == (True, fmt, mode, 64, 48)
-    out, w, h, action = images.encode(data, p, images.Encoding())
+    out, w, h, action = image_records.encode(data, p, image_records.Encoding())
     im = Image.open(io.BytesIO(out))
     assert (im.format, im.mode, im.size, (w, h)) == ("JPEG", "RGB", (64, 48), (64, 48))
     assert (out == data) == (action == "passthrough") == ((fmt, mode) == ("JPEG", "RGB"))
@@ -45,11 +45,13 @@ def test_quirks_are_reencoded_to_rgb_jpeg(data, fmt, mode):
     ids=["empty", "html", "truncated"],
 )
 def test_broken_files_are_rejected_with_a_reason(data, reason):
-    assert images.probe(data).reason.startswith(reason)
+    assert image_records.probe(data).reason.startswith(reason)
 
 
 def test_resize_shorter_side():
     data = _jpeg(size=(500, 375))
-    out, w, h, action = images.encode(data, images.probe(data), images.Encoding(resize_shorter=160))
+    out, w, h, action = image_records.encode(
+        data, image_records.probe(data), image_records.Encoding(resize_shorter=160)
+    )
     assert (w, h, action) == (213, 160, "resized")
     assert Image.open(io.BytesIO(out)).size == (213, 160)

@@ -249,7 +249,7 @@ def test_tensorrt_without_tensorrt_fails_clearly(int8_run, tmp_path):
     d = stage(int8_run) / "resnet50"
     proc = run_stage(
         "pytorch",
-        "workflow_scripts.infer.engine",
+        "workflow_scripts.infer.build_engine",
         "--engine",
         "tensorrt",
         "--onnx",

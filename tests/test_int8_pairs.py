@@ -14,7 +14,7 @@ import pytest
 from helpers import REPO, interpreter, run_script, run_stage, snakemake, write_config
 
 from workflow_scripts.common.errors import StageError
-from workflow_scripts.infer import tables, tensorrt_engine
+from workflow_scripts.infer import int8_tables, tensorrt_engine
 
 SIZE, BATCH, WARMUP, REPEATS = 32, 2, 1, 3
 A100, H100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
@@ -30,7 +30,7 @@ def engines(tmp_path_factory):
     for p in ("fp32", "int8"):
         run_stage(
             "pytorch",
-            "workflow_scripts.infer.engine",
+            "workflow_scripts.infer.build_engine",
             "--engine",
             "onnxruntime",
             "--onnx",
@@ -105,9 +105,9 @@ def test_one_job_times_both_precisions_on_one_device(engines, tmp_path):
     # The engines' own records name the CPU model that built them.
     built = json.loads((engines / "int8.engine.json").read_text())["built_on"]
     assert built["device"] and runs["int8"]["device"].startswith(built["device"])
-    (row,) = tables.throughput_rows(tmp_path, "onnxruntime", ["resnet50"], [BATCH])
+    (row,) = int8_tables.throughput_rows(tmp_path, "onnxruntime", ["resnet50"], [BATCH])
     assert (row["device"], row["host"], row["order"]) == (runs["fp32"]["device"], "node-a", "fp32 int8 int8 fp32")
-    assert f"on {row['device']} (node-a)" in tables.throughput_markdown([row])
+    assert f"on {row['device']} (node-a)" in int8_tables.throughput_markdown([row])
 
 
 def pair_record(fp32, int8):
@@ -146,7 +146,7 @@ def write_pair(root, fp32, int8, old=False, bs=1):
 
 def refused(root):
     with pytest.raises(StageError) as err:
-        tables.throughput_rows(root, "tensorrt", ["resnet50"], [1])
+        int8_tables.throughput_rows(root, "tensorrt", ["resnet50"], [1])
     return str(err.value)
 
 
@@ -160,7 +160,7 @@ def test_table_refuses_a_pair_from_two_gpu_models(tmp_path, old):
     csv, md = tmp_path / "t.csv", tmp_path / "t.md"
     proc = run_stage(
         "workflow",
-        "workflow_scripts.infer.tables",
+        "workflow_scripts.infer.int8_tables",
         "throughput",
         "--root",
         tmp_path,
@@ -192,7 +192,7 @@ def test_table_refuses_a_pair_from_two_nodes(tmp_path):
 def test_table_gives_the_one_device_and_node_of_an_agreeing_pair(tmp_path):
     write_pair(tmp_path, (H100, "gpu01"), (H100, "gpu01"))
     write_pair(tmp_path, (H100, "gpu01"), (H100, "gpu01"), old=True, bs=8)
-    rows = tables.throughput_rows(tmp_path, "tensorrt", ["resnet50"], [1, 8])
+    rows = int8_tables.throughput_rows(tmp_path, "tensorrt", ["resnet50"], [1, 8])
     assert [(r["device"], r["host"], r["order"]) for r in rows] == [
         (H100, "gpu01", "fp32 int8 int8 fp32"),
         (H100, "", ""),  # the old per-precision jobs kept no node, and timed one precision each

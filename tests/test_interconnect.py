@@ -198,7 +198,7 @@ def test_three_ranks_use_the_all_reduce_bus_factor_of_three(tmp_path):
         [
             py,
             "-m",
-            "workflow_scripts.train.launch",
+            "workflow_scripts.common.launcher",
             "--nproc-per-node",
             "3",
             "--",
@@ -236,7 +236,7 @@ def test_standalone_tools_give_the_pipelines_figures(pipeline_run, tmp_path):
         [
             interpreter("pytorch"),
             "-m",
-            "workflow_scripts.interconnect.rows",
+            "workflow_scripts.interconnect.bandwidth_rows",
             str(raw),
             "--system",
             "local",

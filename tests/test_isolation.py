@@ -19,14 +19,14 @@ from workflow_scripts.train import harness
 
 
 def train_job(tmp_path, steps=12):
-    """One training job as rules/train.smk starts it: train/job.py, the launcher, a 1-process
+    """One training job as rules/train.smk starts it: train/training_job.py, the launcher, a 1-process
     PyTorch run on synthetic data, telemetry every 0.25 s."""
     run, log = tmp_path / "results" / "runs" / "local" / "pytorch_fp32_1gpu_synthetic", tmp_path / "run.log"
     proc = subprocess.run(
         [
             interpreter("workflow"),
             "-m",
-            "workflow_scripts.train.job",
+            "workflow_scripts.train.training_job",
             "--run-dir",
             str(run),
             "--results-dir",
@@ -251,7 +251,7 @@ def test_strict_fp32_reaches_every_trainer_and_is_recorded(tmp_path):
     word: runs made before the key are not rerun) and sets NVIDIA_TF32_OVERRIDE=0 for its libraries."""
     write_config(tmp_path, training__fp32_math="strict", training__accuracy__gpus=[2])
     out = snakemake(tmp_path, "-n", "-p", "training", "long_test").stdout
-    lines = [ln for ln in out.splitlines() if "workflow_scripts.train.job" in ln]
+    lines = [ln for ln in out.splitlines() if "workflow_scripts.train.training_job" in ln]
     assert lines and all("--fp32-math strict" in ln for ln in lines), lines
     write_config(tmp_path)
     assert "--fp32-math" not in snakemake(tmp_path, "-n", "-p", "training").stdout

@@ -77,7 +77,7 @@ def test_a_term_stops_the_ranks_and_leaves_the_cause(tmp_path):
         [
             sys.executable,
             "-m",
-            "workflow_scripts.train.job",
+            "workflow_scripts.train.training_job",
             f"--run-dir={run}",
             f"--results-dir={tmp_path / 'results'}",
             f"--log={log}",

@@ -14,9 +14,8 @@ import subprocess
 import pytest
 from helpers import REPO, SNAKEMAKE, interpreter, snakemake, trainer_command, write_config
 
-from workflow_scripts.common import netif
-from workflow_scripts.common.launch import Launch, setup_horovod
-from workflow_scripts.train import launch
+from workflow_scripts.common import launcher, netif
+from workflow_scripts.common.rank_env import Launch, setup_horovod
 
 # A node of a cluster: Ethernet, InfiniBand (IPoIB), a docker bridge without an address.
 ADDRS = {"lo": "127.0.0.1", "eth0": "10.1.0.5", "ib0": "10.2.0.5", "docker0": None}
@@ -55,14 +54,14 @@ def test_nccl_and_gloo_bootstraps_get_the_interface_across_nodes_unless_set(monk
     monkeypatch.setattr(netif, "interfaces", lambda: ADDRS)
     monkeypatch.setattr(netif, "resolve", {"n1": ["10.2.0.6"]}.get)
     monkeypatch.setattr(netif, "route_source", route)
-    a = launch.argparse.Namespace(network_interface="auto")
-    assert launch.network_env(a, ["n0", "n1"], {}) == (
+    a = launcher.argparse.Namespace(network_interface="auto")
+    assert launcher.network_env(a, ["n0", "n1"], {}) == (
         "ib0",
         "10.2.0.5",
         {"NCCL_SOCKET_IFNAME": "=ib0", "GLOO_SOCKET_IFNAME": "ib0"},
     )
-    assert launch.network_env(a, ["n0", "n1"], {"NCCL_SOCKET_IFNAME": "mlx"})[2] == {"GLOO_SOCKET_IFNAME": "ib0"}
-    assert launch.network_env(a, ["n0"], {}) == ("lo", "127.0.0.1", {})  # NCCL's own choice on one node
+    assert launcher.network_env(a, ["n0", "n1"], {"NCCL_SOCKET_IFNAME": "mlx"})[2] == {"GLOO_SOCKET_IFNAME": "ib0"}
+    assert launcher.network_env(a, ["n0"], {}) == ("lo", "127.0.0.1", {})  # NCCL's own choice on one node
 
 
 def _ipv4_interface():
@@ -82,7 +81,7 @@ def _launch_dump(tmp_path, *options):
     """A local 2-rank Horovod launch of a tiny command that records each worker's environment
     after setup_horovod, as the trainers call it."""
     worker = (
-        "import json, os, sys; from workflow_scripts.common.launch import detect, setup_horovod; "
+        "import json, os, sys; from workflow_scripts.common.rank_env import detect, setup_horovod; "
         "setup_horovod(detect()); open(os.path.join(sys.argv[1], 'rank' + os.environ['RANK'] + '.json'), 'w')"
         ".write(json.dumps(dict(os.environ)))"
     )
@@ -90,7 +89,7 @@ def _launch_dump(tmp_path, *options):
         [
             interpreter("workflow"),
             "-m",
-            "workflow_scripts.train.launch",
+            "workflow_scripts.common.launcher",
             "--nproc-per-node",
             "2",
             "--horovod",
@@ -133,7 +132,7 @@ def test_horovod_runs_over_the_chosen_interface(tmp_path):
     reached at the chosen interface's address and Gloo binds to that interface."""
     iface, ip = _ipv4_interface()
     worker = (
-        "import os; from workflow_scripts.common.launch import detect, setup_horovod; setup_horovod(detect()); "
+        "import os; from workflow_scripts.common.rank_env import detect, setup_horovod; setup_horovod(detect()); "
         "import horovod.tensorflow as hvd, tensorflow as tf; hvd.init(); "
         "s = hvd.allreduce(tf.constant([float(hvd.rank() + 1)]), op=hvd.Sum); "
         "iface, addr = os.environ['HOROVOD_GLOO_IFACE'], os.environ['HOROVOD_GLOO_RENDEZVOUS_ADDR']; "
@@ -146,7 +145,7 @@ def test_horovod_runs_over_the_chosen_interface(tmp_path):
         [
             interpreter("workflow"),
             "-m",
-            "workflow_scripts.train.launch",
+            "workflow_scripts.common.launcher",
             "--nproc-per-node",
             "2",
             "--horovod",
@@ -174,7 +173,7 @@ def test_mpi_controller_refuses_a_local_launch_naming_the_key(tmp_path):
         [
             interpreter("workflow"),
             "-m",
-            "workflow_scripts.train.launch",
+            "workflow_scripts.common.launcher",
             "--nproc-per-node",
             "2",
             "--horovod",
@@ -208,10 +207,10 @@ def test_mpi_controller_refuses_a_local_launch_naming_the_key(tmp_path):
 
 @pytest.mark.unit
 def test_srun_gets_the_mpi_plugin_only_where_asked():
-    assert launch.srun_command(2, 4, 10, "--gpus-per-node=4", "pmix")[-2:] == ["--mpi=pmix", "--gpus-per-node=4"]
-    assert not any(w.startswith("--mpi") for w in launch.srun_command(2, 4, 10))
+    assert launcher.srun_command(2, 4, 10, "--gpus-per-node=4", "pmix")[-2:] == ["--mpi=pmix", "--gpus-per-node=4"]
+    assert not any(w.startswith("--mpi") for w in launcher.srun_command(2, 4, 10))
     with pytest.raises(SystemExit, match="nccl_env"):
-        launch.config_env(["LD_PRELOAD=/tmp/x.so"])
+        launcher.config_env(["LD_PRELOAD=/tmp/x.so"])
 
 
 GPU_SYSTEM = {
@@ -252,7 +251,7 @@ def test_interconnect_of_a_gpu_system_runs_in_its_training_environment_with_the_
     env_words = ["--env=NCCL_NVLS_ENABLE=0", "--env=TORCH_SYMM_MEM_DISABLE_MULTICAST=1"]
     container = ["apptainer", "exec", "--nv", f"--bind={REPO}", f"--env=PYTHONPATH={REPO}", str(image)]
     collectives = command("workflow_scripts.interconnect.collectives")
-    assert collectives[:3] == [interpreter("workflow"), "-m", "workflow_scripts.train.launch"], collectives
+    assert collectives[:3] == [interpreter("workflow"), "-m", "workflow_scripts.common.launcher"], collectives
     ranks = collectives[collectives.index("--") + 1 :]
     assert ranks[: len(container) + 3] == [*container, "python3", "-m", "workflow_scripts.interconnect.collectives"]
     assert all(w in collectives[: collectives.index("--")] for w in env_words)
@@ -269,7 +268,7 @@ def test_nccl_env_reaches_and_is_recorded_by_the_interconnect_and_training(tmp_p
     """Real 2-rank runs (Gloo on the CPU): the interconnect JSON and a training summary record
     the config's variables; without them NCCL keeps its own defaults (nothing set)."""
     py = interpreter("pytorch")
-    base = [interpreter("workflow"), "-m", "workflow_scripts.train.launch", "--nproc-per-node", "2"]
+    base = [interpreter("workflow"), "-m", "workflow_scripts.common.launcher", "--nproc-per-node", "2"]
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_"))}
     env = dict(clean, PYTHONPATH=str(REPO))
     ic = [
@@ -337,7 +336,7 @@ def test_one_rank_runs_horovod_on_gloo_without_a_rendezvous(tmp_path):
     assert mine["HOROVOD_CONTROLLER"] == "mpi"
     # The real Horovod of the TensorFlow environment, one process, nothing else set: it runs on Gloo.
     code = (
-        "import os; from workflow_scripts.common.launch import detect, setup_horovod; setup_horovod(detect()); "
+        "import os; from workflow_scripts.common.rank_env import detect, setup_horovod; setup_horovod(detect()); "
         "import horovod.tensorflow as hvd; hvd.init(); "
         "print(hvd.size(), hvd.gloo_enabled(), os.environ['HOROVOD_CONTROLLER'])"
     )

@@ -34,12 +34,12 @@ def tiny(tmp_path_factory):
 
 
 def job_command(tmp_path, data, framework, attempt):
-    """train/job.py as the long-test rule runs it, 2 processes, no target: every epoch runs."""
+    """train/training_job.py as the long-test rule runs it, 2 processes, no target: every epoch runs."""
     results = tmp_path / "results"
     return [
         interpreter("workflow"),
         "-m",
-        "workflow_scripts.train.job",
+        "workflow_scripts.train.training_job",
         f"--run-dir={results / 'runs' / 'local' / 'accuracy' / f'{framework}_fp32_2gpu'}",
         f"--results-dir={results}",
         f"--log={tmp_path / 'logs' / 'run.log'}",

@@ -17,10 +17,10 @@ import pytest
 from helpers import REPO, interpreter, snakemake, write_config
 
 from workflow_scripts.common import nccl_log, provenance
-from workflow_scripts.interconnect import rows as ic_rows
+from workflow_scripts.interconnect import bandwidth_rows as ic_rows
 from workflow_scripts.interconnect.prediction import library_note
-from workflow_scripts.preflight import gate, job, node
-from workflow_scripts.preflight.rows import FAILED, NA, OK
+from workflow_scripts.preflight import gate, node, preflight_job
+from workflow_scripts.preflight.check_rows import FAILED, NA, OK
 
 
 def info(host, pid, dev, *messages):
@@ -259,7 +259,7 @@ def test_preflight_fails_on_sockets_between_infiniband_nodes_unless_chosen(tmp_p
     work = case(tmp_path, socket_logs, "2gpu.d")
     for host in ("gpu01", "gpu02"):
         node.write_infiniband(work, host, root=fake_infiniband(tmp_path / host, HCA))
-    failed = job.nccl_transport_row(work, nodes=2, tasks=2, gpu=True, env={})
+    failed = preflight_job.nccl_transport_row(work, nodes=2, tasks=2, gpu=True, env={})
     assert failed["status"] == FAILED and failed["check"] == "nccl_transport"
     assert "gpu01:mlx5_0 port 1" in failed["cause"] and FAILED_IBVERBS in failed["cause"]
     assert "rdma-core" in failed["fix"] and 'NCCL_IB_DISABLE: "1" in config nccl_env' in failed["fix"]
@@ -269,12 +269,12 @@ def test_preflight_fails_on_sockets_between_infiniband_nodes_unless_chosen(tmp_p
     )
     line = gate.first_failure([result])
     assert "check nccl_transport" in line and "libibverbs could not be loaded" in line and "rdma-core" in line
-    chosen = job.nccl_transport_row(work, nodes=2, tasks=2, gpu=True, env={"NCCL_IB_DISABLE": "1"})
+    chosen = preflight_job.nccl_transport_row(work, nodes=2, tasks=2, gpu=True, env={"NCCL_IB_DISABLE": "1"})
     assert chosen["status"] == OK and "NCCL_IB_DISABLE=1" in chosen["figure"]
     # not applicable: a CPU system, one task, no log (NCCL_DEBUG set quieter by the user)
-    assert job.nccl_transport_row(work, 2, 2, False, {})["status"] == NA
-    assert job.nccl_transport_row(work, 1, 1, True, {})["status"] == NA
-    quiet = job.nccl_transport_row(tmp_path / "empty", 2, 2, True, {"NCCL_DEBUG": "WARN"})
+    assert preflight_job.nccl_transport_row(work, 2, 2, False, {})["status"] == NA
+    assert preflight_job.nccl_transport_row(work, 1, 1, True, {})["status"] == NA
+    quiet = preflight_job.nccl_transport_row(tmp_path / "empty", 2, 2, True, {"NCCL_DEBUG": "WARN"})
     assert quiet["status"] == NA and "NCCL_DEBUG=WARN" in quiet["cause"]
 
 
@@ -291,7 +291,19 @@ def run_launcher(tmp_path, *options, env=None):
     py = interpreter("workflow")
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
     proc = subprocess.run(
-        [py, "-m", "workflow_scripts.train.launch", "--nproc-per-node", "2", *options, "--", py, "-c", dump, str(out)],
+        [
+            py,
+            "-m",
+            "workflow_scripts.common.launcher",
+            "--nproc-per-node",
+            "2",
+            *options,
+            "--",
+            py,
+            "-c",
+            dump,
+            str(out),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,

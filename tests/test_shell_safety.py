@@ -10,7 +10,7 @@ from helpers import REPO, TRAINERS, interpreter, snakemake, write_config
 from helpers.hostile import HOSTILE, MARK, markers
 
 from workflow_scripts.common.errors import StageError
-from workflow_scripts.train import job
+from workflow_scripts.train import training_job
 
 SYSTEM = {
     "gpus_per_node": 1,
@@ -108,12 +108,12 @@ def test_a_run_directory_outside_results_is_never_deleted(tmp_path):
     (outside / "file").write_text("x")
     for bad in (outside, results, results / ".." / "precious"):
         with pytest.raises(StageError, match="does not lie inside results_dir"):
-            job.checked_run_dir(bad, results)
+            training_job.checked_run_dir(bad, results)
     proc = subprocess.run(
         [
             interpreter("pytorch"),
             "-m",
-            "workflow_scripts.train.job",
+            "workflow_scripts.train.training_job",
             "--run-dir",
             str(outside),
             "--results-dir",

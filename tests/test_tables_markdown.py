@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 from helpers import run_stage
 
-from workflow_scripts.interconnect import tables as interconnect_tables
+from workflow_scripts.common.output import write_table
+from workflow_scripts.interconnect import interconnect_table as interconnect_tables
 from workflow_scripts.results import time_to_accuracy, training_tables
-from workflow_scripts.results.output import write_table
 
 
 def header(md, after=""):
@@ -175,7 +175,12 @@ def test_interconnect_shows_the_readers_columns(tmp_path):
     (tmp_path / "raw.json").write_text(json.dumps(raw))
     points = [{"system": "dgx", "gpus": 2, "torch": str(tmp_path / "raw.json"), "nccl_tests": ""}]
     run_stage(
-        "workflow", "workflow_scripts.interconnect.tables", "--points", json.dumps(points), "--out", tmp_path / "ic.csv"
+        "workflow",
+        "workflow_scripts.interconnect.interconnect_table",
+        "--points",
+        json.dumps(points),
+        "--out",
+        tmp_path / "ic.csv",
     )
     md = (tmp_path / "ic.md").read_text()
     assert header(md) == interconnect_tables.SHOWN

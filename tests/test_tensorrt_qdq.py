@@ -10,7 +10,7 @@ import shlex
 import pytest
 from helpers import run_script, run_stage, snakemake, write_config
 
-from workflow_scripts.infer import tables, tensorrt_engine
+from workflow_scripts.infer import int8_tables, tensorrt_engine
 
 # The study's network with its classifier bias.
 NETWORK, SIZE = "resnet50", 32
@@ -175,7 +175,7 @@ def test_throughput_record_and_table_say_how_runs_were_timed(work, tmp_path):
     engine = tmp_path / "fp32.engine"
     run_stage(
         "pytorch",
-        "workflow_scripts.infer.engine",
+        "workflow_scripts.infer.build_engine",
         "--engine",
         "onnxruntime",
         "--onnx",
@@ -214,15 +214,15 @@ def test_throughput_record_and_table_say_how_runs_were_timed(work, tmp_path):
     record = json.loads(out.read_text())
     for run in record["precisions"].values():
         assert run["timing"] == "host perf_counter" and len(run["times_s"]) == 2
-    rows = tables.throughput_rows(tmp_path, "onnxruntime", [NETWORK], [1])
+    rows = int8_tables.throughput_rows(tmp_path, "onnxruntime", [NETWORK], [1])
     assert rows[0]["timing"] == "host perf_counter"
-    assert "timed with host perf_counter" in tables.throughput_markdown(rows)
+    assert "timed with host perf_counter" in int8_tables.throughput_markdown(rows)
     # A TensorRT record carries what Runner.timing names: the table says so.
     for run in record["precisions"].values():
         run["timing"] = tensorrt_engine.Runner.timing
     out.write_text(json.dumps(record))
-    rows = tables.throughput_rows(tmp_path, "onnxruntime", [NETWORK], [1])
-    assert rows[0]["timing"] == "cuda-events" and "timed with cuda-events" in tables.throughput_markdown(rows)
+    rows = int8_tables.throughput_rows(tmp_path, "onnxruntime", [NETWORK], [1])
+    assert rows[0]["timing"] == "cuda-events" and "timed with cuda-events" in int8_tables.throughput_markdown(rows)
 
 
 class FakeClock:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import CONFIG, PIPELINE_CONFIG, REPO, TRAINERS, interpreter, snakemake, trainer_command, write_config
 
-from workflow_scripts.common import launch, page_cache
+from workflow_scripts.common import page_cache, rank_env
 
 FRAMEWORKS = ("tensorflow", "mxnet", "pytorch")
 
@@ -219,7 +219,7 @@ def test_launch_environment_from_slurm():
         "SLURM_JOB_ID": "4242",
         "SLURMD_NODENAME": "gpu08",
     }
-    got = launch.detect(env)
+    got = rank_env.detect(env)
     assert (got.rank, got.world_size, got.local_rank, got.local_size, got.node_rank, got.num_nodes) == (
         3,
         4,
@@ -229,7 +229,7 @@ def test_launch_environment_from_slurm():
         2,
     )
     assert (got.master_addr, got.hostname, got.source) == ("gpu07", "gpu08", "slurm")
-    assert launch.expand_nodelist("n[1-2],login,c[001-002,5]") == ["n1", "n2", "login", "c001", "c002", "c5"]
+    assert rank_env.expand_nodelist("n[1-2],login,c[001-002,5]") == ["n1", "n2", "login", "c001", "c002", "c5"]
 
 
 @pytest.fixture(scope="module")

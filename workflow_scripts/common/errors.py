@@ -11,7 +11,7 @@ PERMANENT_TAG = "[permanent: not retried]"
 
 class PermanentError(StageError):
     """A failure another attempt would repeat (a build that cannot run on this GPU): the training
-    job records it at once rather than resubmitting it (train/job.py, training.retries)."""
+    job records it at once rather than resubmitting it (train/training_job.py, training.retries)."""
 
     def __str__(self):
         return f"{PERMANENT_TAG} {super().__str__()}"

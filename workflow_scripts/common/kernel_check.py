@@ -5,7 +5,7 @@ the framework (CUDA build, GPUs seen, NCCL) and dies at its first kernel: MXNet 
 have no sm_90 code, so on an H100/H200 every op fails with "no kernel image is available". Run
 one small op first; when it fails for such a cause, stop with a permanent error (errors.py) that
 names the GPU, the build and the fix, so the training job records it instead of resubmitting a
-job that would die the same way (train/job.py, failure.py).
+job that would die the same way (train/training_job.py, failure.py).
 
 Each trainer supplies only its kernel (an op that runs on the GPU and is read back on the host)
 and the facts of its build; the causes below are shared, and failure.py reads a log with them

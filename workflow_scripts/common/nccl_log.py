@@ -2,7 +2,7 @@
 
 NCCL falls back to TCP sockets between nodes when it cannot load libibverbs, and says so only at
 INFO level; a multi-node run then measures Ethernet and nothing else shows it. The launcher
-(train/launch.py --nccl-log-dir DIR) has every rank write its lines to DIR/nccl.<host>.<pid>.log;
+(common/launcher.py --nccl-log-dir DIR) has every rank write its lines to DIR/nccl.<host>.<pid>.log;
 this module reads them back:
 
     read_logs(DIR)                  -> what NCCL chose (dict), None where nothing was recorded

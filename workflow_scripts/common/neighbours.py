@@ -8,7 +8,7 @@ threads, and every other process, by name; the processes on the node's GPUs that
 every `squeue_every` seconds, not every sample: the controller serves the whole cluster). One JSON
 line per sample, `neighbours.<node>.jsonl` beside the telemetry; `evidence()` turns a run's lines
 into its isolation verdict for the timed window (the training job does that once every rank has
-exited, train/job.py).
+exited, train/training_job.py).
 
 The node's busy CPU time from /proc/stat counts processes that came and went between two samples
 too: what neither the run nor a process still alive accounts for is kept as `unattributed_s`

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from .launch import expand_nodelist
+from .rank_env import expand_nodelist
 
 
 def _run(cmd, timeout=30):

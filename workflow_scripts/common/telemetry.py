@@ -43,7 +43,7 @@ def _ib_counters():
 
 
 def _log(message):
-    # The ranks' stderr is the run's log (train/job.py).
+    # The ranks' stderr is the run's log (train/training_job.py).
     print(f"telemetry: {message}", file=sys.stderr, flush=True)
 
 

@@ -19,7 +19,7 @@ from ..common.atomic import atomic_dir, write_json
 from ..common.errors import StageError
 from ..common.parallel import ordered_map
 from ..common.schema import default as config_default
-from . import images, verify
+from . import image_records, verify
 
 SPLITS = ("train", "val")
 
@@ -64,8 +64,8 @@ class Index:
                 data = path.read_bytes()
             except OSError as exc:
                 raise StageError(f"{path}: cannot read ({exc}); was the dataset changed after indexing?")
-            probe = images.Probe(row["format"], row["mode"], int(row["width"]), int(row["height"]))
-            data, w, h, action = images.encode(data, probe, enc)
+            probe = image_records.Probe(row["format"], row["mode"], int(row["width"]), int(row["height"]))
+            data, w, h, action = image_records.encode(data, probe, enc)
             return Record(
                 pos,
                 row["relpath"],
@@ -123,7 +123,7 @@ def _space_error(fmt, out, path, needed, what):
 def run(fmt, write_split, args, extra_manifest=None):
     """Convert both splits with the format's `write_split`; write synsets and the manifest."""
     index = Index(args.index)
-    enc = images.Encoding(args.resize_shorter, args.jpeg_quality)
+    enc = image_records.Encoding(args.resize_shorter, args.jpeg_quality)
     needed = space_needed(index, enc)
     start = time.perf_counter()
     with atomic_dir(args.out) as tmp:

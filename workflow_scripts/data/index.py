@@ -19,7 +19,7 @@ from ..common.atomic import atomic_dir, write_json
 from ..common.errors import StageError, run_main
 from ..common.parallel import ordered_map
 from ..common.schema import default as config_default
-from . import images, layout
+from . import image_records, layout
 
 COLUMNS = ("relpath", "label", "synset", "format", "mode", "width", "height", "bytes")
 SPLITS = ("train", "val")
@@ -30,8 +30,8 @@ def _probe_file(root):
         try:
             data = (root / item.relpath).read_bytes()
         except OSError as exc:  # permission denied, an I/O error: a reject like any bad file
-            return item, images.Probe(reason=f"cannot read: {exc.strerror or exc}"), 0
-        return item, images.probe(data), len(data)
+            return item, image_records.Probe(reason=f"cannot read: {exc.strerror or exc}"), 0
+        return item, image_records.probe(data), len(data)
 
     return probe
 

@@ -35,7 +35,7 @@ from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 from ..common.atomic import atomic_file
 from ..common.errors import StageError, run_main
 from ..common.schema import default as config_default
-from . import images
+from . import val_images
 
 METHODS = {
     "entropy": CalibrationMethod.Entropy,
@@ -121,13 +121,13 @@ def main():
             f"config inference.calibration.histogram_bins = {a.histogram_bins}: entropy calibration needs at "
             f"least {QUANTIZED_BINS} bins"
         )
-    items = images.read_list(a.images)
+    items = val_images.read_list(a.images)
     if not items:
         raise StageError(f"{a.images} lists no image")
     start = time.perf_counter()
     ranges, passes = calibrate(
         a.onnx,
-        images.batches(a.lmdb, items, a.image_size, a.batch_size, a.threads, "calibrate"),
+        val_images.batches(a.lmdb, items, a.image_size, a.batch_size, a.threads, "calibrate"),
         "input",
         a.method,
         a.histogram_bins,

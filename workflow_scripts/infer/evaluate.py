@@ -12,7 +12,7 @@ import numpy as np
 
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
-from . import engines, images
+from . import engines, val_images
 from .files import write_tsv
 
 
@@ -33,7 +33,7 @@ def main():
     ap.add_argument("--out", required=True, help="counts (JSON)")
     ap.add_argument("--predictions", required=True, help="per-image top-5 (TSV)")
     a = ap.parse_args()
-    items = images.read_list(a.images)
+    items = val_images.read_list(a.images)
     runner = engines.open_engine(a.engine, a.engine_file, a.threads)
     labels_max = max(lab for _, lab in items)
     if labels_max >= runner.classes:
@@ -43,7 +43,7 @@ def main():
         )
     rows, top1, top5_hits = [], 0, 0
     start = time.perf_counter()
-    for x, y, positions in images.batches(a.lmdb, items, a.image_size, a.batch_size, a.threads, a.precision):
+    for x, y, positions in val_images.batches(a.lmdb, items, a.image_size, a.batch_size, a.threads, a.precision):
         best = top5(runner.run(x))
         top1 += int((best[:, 0] == y).sum())
         top5_hits += int((best == y[:, None]).any(axis=1).sum())

@@ -2,7 +2,7 @@
 torch.distributed (NCCL on GPUs, Gloo on the CPU): per size the time of every timed call on every
 rank, and the algorithm and bus bandwidth nccl-tests would print (interconnect/bandwidth.py).
 
-    python -m workflow_scripts.train.launch --nproc-per-node 2 [--nodes N ...] -- \\
+    python -m workflow_scripts.common.launcher --nproc-per-node 2 [--nodes N ...] -- \\
         python -m workflow_scripts.interconnect.collectives --max-bytes 1073741824 --out OUT/x.json
 
 Method. Sizes from --min-bytes to --max-bytes in x2 steps, float32 elements, in place (as DDP and
@@ -33,8 +33,8 @@ import torch.distributed as dist
 from ..common import comm_env, cpus, gpu_choice
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
-from ..common.launch import detect
 from ..common.provenance import cpu_model
+from ..common.rank_env import detect
 from ..common.schema import default as config_default
 from ..common.timing import cuda_times, wall_times
 from .bandwidth import COLLECTIVES, ELEMENT_BYTES, algbw_GBps, busbw_GBps, message_sizes

@@ -12,7 +12,7 @@ import json
 import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
-from ..results.plotting import empty_figure, plt, save_png
+from ..common.plotting import empty_figure, plt, save_png
 from .prediction import RESNET50_PARAMETERS
 
 TITLE = "Interconnect: bus bandwidth by message size"

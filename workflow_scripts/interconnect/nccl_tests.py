@@ -26,11 +26,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..common import nccl_log
+from ..common import launcher, nccl_log
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
 from ..common.schema import default as config_default
-from ..train import launch
 from .bandwidth import COLLECTIVES, message_sizes
 
 BINARY = {c: f"{c}_perf" for c in COLLECTIVES}  # all_reduce_perf, broadcast_perf
@@ -140,14 +139,14 @@ def run_one(collective, a, min_bytes, max_bytes, env_record=None):
     the parsed table."""
     exe = binary(a.build, collective)
     world = a.nodes * a.nproc_per_node
-    if launch.uses_srun(a, a.nproc_per_node):
+    if launcher.uses_srun(a, a.nproc_per_node):
         cmd, geometry = command(exe, a, 1, min_bytes, max_bytes), a
     else:
         cmd = command(exe, a, a.nproc_per_node, min_bytes, max_bytes)
         geometry = argparse.Namespace(**{**vars(a), "nproc_per_node": 1})
     print("nccl-tests:", " ".join(cmd), file=sys.stderr, flush=True)
     with tempfile.TemporaryFile("w+") as out:
-        rc = launch.run(cmd, geometry, stdout=out, env_record=env_record)
+        rc = launcher.run(cmd, geometry, stdout=out, env_record=env_record)
         out.seek(0)
         text = out.read()
     sys.stderr.write(text)
@@ -179,7 +178,7 @@ def main(argv=None):
         help="words that run a program in the system's PyTorch environment "
         "(its container's exec line; empty: on the host), as a shell would split them",
     )
-    launch.add_arguments(ap)
+    launcher.add_arguments(ap)
     a = ap.parse_args(argv)
     try:
         sizes = message_sizes(a.min_bytes, a.max_bytes)

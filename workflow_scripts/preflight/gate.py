@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from .rows import FAILED
+from .check_rows import FAILED
 
 
 def first_failure(results):

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..common import page_cache, provenance
 from ..common.atomic import write_json
 from ..common.schema import default as config_default
-from .rows import FAILED, NA, OK, row
+from .check_rows import FAILED, NA, OK, row
 from .seams import dataset_check
 
 CACHE_FIX = (

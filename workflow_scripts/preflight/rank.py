@@ -21,10 +21,10 @@ from pathlib import Path
 
 from ..common import cpus, gpu_choice
 from ..common.atomic import write_json
-from ..common.launch import detect
+from ..common.rank_env import detect
 from ..train.harness import gpu_problem
+from .check_rows import FAILED, NA, OK, WARN, row
 from .markers import Markers
-from .rows import FAILED, NA, OK, WARN, row
 from .seams import classify, spare_cores, thread_counts
 
 RESNET50_GRADIENTS = 25_557_032  # ResNet-50's trainable parameters: one step's fp32 gradients

@@ -8,7 +8,7 @@ import sys
 from types import SimpleNamespace
 
 from ..common import cpus, kernel_check
-from .rows import FAILED, NA, OK
+from .check_rows import FAILED, NA, OK
 
 
 def classify(exc, framework="", env_key=""):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..results.output import write_table
+from ..common.output import write_table
 
 COLUMNS = ["system", "framework", "nodes", "tasks", "check", "status", "figure", "node", "cause", "fix"]
 HOW = (

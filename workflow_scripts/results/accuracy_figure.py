@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .plotting import empty_figure, plt, save_png
+from ..common.plotting import empty_figure, plt, save_png
 
 TITLE = "Fig. 35: accuracy vs elapsed training time (long test)"
 

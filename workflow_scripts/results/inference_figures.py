@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .output import write_table
-from .plotting import PUBLISHED, empty_figure, plt, save_png
+from ..common.output import write_table
+from ..common.plotting import PUBLISHED, empty_figure, plt, save_png
 
 
 def fig9(throughput, path):

@@ -3,7 +3,7 @@ long-test run.
 
     python -m workflow_scripts.results.time_to_accuracy --points JSON --out results/time_to_accuracy.csv
 
-writes time_to_accuracy.csv and .md from the runs' summaries (mode accuracy, train/long_test.py's
+writes time_to_accuracy.csv and .md from the runs' summaries (mode accuracy, train/accuracy_mode.py's
 LongTest). A run that failed, or has no output, is listed with why.
 """
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..common.output import write_table
 from . import guards
 from . import runs as run_records
-from .output import write_table
 
 # What a long-test run's summary records, in the table as it is.
 LONG_TEST_KEYS = [

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .plotting import PUBLISHED, empty_figure, plt, save_png
+from ..common.plotting import PUBLISHED, empty_figure, plt, save_png
 from .telemetry_tables import network_panel_note, storage_panel_note
 
 

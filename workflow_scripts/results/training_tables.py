@@ -22,10 +22,10 @@ from pathlib import Path
 import pandas as pd
 
 from ..common.errors import StageError, run_main
+from ..common.output import write_table
 from ..interconnect import prediction
 from . import guards
 from . import runs as run_records
-from .output import write_table
 from .point_tables import (
     FP16_SHOWN,
     GUARDS,

@@ -10,7 +10,7 @@ checkpoints/<system>/accuracy/<run>, outside the run directory, which every atte
 
 A job that finds a matching state.json loads epoch<k> on every rank and trains from epoch k + 1.
 The directory is removed once the run has its summary, so a later run of the same arguments starts
-from the beginning. train/job.py reads state.json's epoch before and after an attempt: a job
+from the beginning. train/training_job.py reads state.json's epoch before and after an attempt: a job
 stopped at its time limit after an epoch was saved is resumed, not failed (docs/long-test.md).
 """
 
@@ -36,7 +36,7 @@ def identity(args, world_size):
 
 
 def saved_epoch(directory):
-    """The last epoch a checkpoint directory holds (0: none): train/job.py's measure of progress."""
+    """The last epoch a checkpoint directory holds (0: none): train/training_job.py's measure of progress."""
     try:
         return int(json.loads((Path(directory) / STATE).read_text())["epoch"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -117,7 +117,7 @@ def this_job():
 
 
 def trainer_option(argv, name, default=None):
-    """The value of a trainer's option, from its command line as train/job.py receives it."""
+    """The value of a trainer's option, from its command line as train/training_job.py receives it."""
     for i, word in enumerate(argv):
         if word == name and i + 1 < len(argv):
             return argv[i + 1]
@@ -127,7 +127,7 @@ def trainer_option(argv, name, default=None):
 
 
 class JobProgress:
-    """train/job.py's view of a long test's checkpoint across attempts: an attempt that saved an
+    """train/training_job.py's view of a long test's checkpoint across attempts: an attempt that saved an
     epoch made progress and is not a failure; one stopped at the time limit after saving an epoch is
     resumed by the next attempt rather than recorded as failed. The run spans at most --max-jobs
     jobs, plus training.retries attempts that saved nothing (the rule's retries are their sum)."""

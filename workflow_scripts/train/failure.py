@@ -1,5 +1,5 @@
 """Record a run that failed on its last attempt as a result, so the sweep's tables show it as
-failed, with why, instead of leaving it out (train/job.py calls record(); also a command:
+failed, with why, instead of leaving it out (train/training_job.py calls record(); also a command:
 
     python -m workflow_scripts.train.failure --out RUN_DIR --log ATTEMPT_LOG --attempts N --exit-code RC)
 

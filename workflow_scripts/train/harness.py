@@ -32,7 +32,7 @@ from pathlib import Path
 from ..common import comm_env, cpus, gpu_choice, kernel_check, metrics, provenance
 from ..common.atomic import write_json
 from ..common.errors import StageError
-from ..common.launch import detect
+from ..common.rank_env import detect
 from ..common.schema import default as config_default
 from ..common.telemetry import Telemetry
 from ..data import verify
@@ -95,7 +95,7 @@ def arg_parser(description):
         type=int,
         default=config_default("training.accuracy.max_jobs"),
         help="config training.accuracy.max_jobs: the jobs the run may span, each resuming the last "
-        "one's checkpoint (read by train/job.py)",
+        "one's checkpoint (read by train/training_job.py)",
     )
     ap.add_argument(
         "--lr", type=float, default=config_default("training.lr"), help="learning rate per 256 images (scaled linearly)"

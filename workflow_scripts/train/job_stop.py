@@ -1,5 +1,5 @@
 """How a training job ends when it is stopped from outside, so that a stopped run costs one
-attempt, never a blind second one (train/job.py):
+attempt, never a blind second one (train/training_job.py):
 
 - **SLURM's time limit.** Before SLURM's own TERM, the job stops its ranks itself, `margin_s()`
   before the job's EndTime (from `scontrol show job`), and records the run as failed, permanently:

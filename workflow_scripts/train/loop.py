@@ -47,8 +47,8 @@ import sys
 import time
 
 from ..common.errors import StageError
-from ..common.launch import setup_horovod
-from . import checkpoint, harness, long_test
+from ..common.rank_env import setup_horovod
+from . import accuracy_mode, checkpoint, harness
 
 
 class Adapter:
@@ -221,9 +221,9 @@ class Loop:
         """One step launched and read at once: the long test's, which logs it itself."""
         return self.launch(step)[0]()[0]
 
-    def long_test(self, classes):
+    def accuracy_mode(self, classes):
         parts = self.adapter.long_test_parts(self.run, classes)
-        return long_test.LongTest(self.run).run_epochs(
+        return accuracy_mode.LongTest(self.run).run_epochs(
             self.train_step, *parts, self.adapter.digest, self.adapter.save_state, self.adapter.load_state
         )
 

@@ -36,7 +36,7 @@ from mxnet import autograd, gluon  # noqa: E402
 
 from ..common import kernel_check  # noqa: E402
 from ..common.errors import StageError, run_main  # noqa: E402
-from . import harness, long_test, loop  # noqa: E402
+from . import accuracy_mode, harness, loop  # noqa: E402
 from .mxnet_loss_scale import step_pieces  # noqa: E402
 
 MEAN, STD = (123.68, 116.28, 103.53), (58.395, 57.12, 57.375)
@@ -95,7 +95,7 @@ def val_records(run, threads, numbered_list):
         label_width=2,
         data_shape=(3, a.image_size, a.image_size),
         batch_size=a.batch_per_gpu,
-        resize=long_test.resize_shorter(a.image_size),
+        resize=accuracy_mode.resize_shorter(a.image_size),
         rand_crop=False,
         rand_mirror=False,
         shuffle=False,

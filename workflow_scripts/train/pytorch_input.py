@@ -22,7 +22,7 @@ from torchvision.transforms import v2 as T
 from ..common import cpus
 from ..common.errors import PermanentError, StageError, global_batch_problem
 from ..data.lmdb_dataset import LMDBImageNet
-from . import gpu_input, long_test
+from . import accuracy_mode, gpu_input
 from .augment import MEAN, RATIO, SCALE, STD
 from .pytorch_options import loader_workers
 
@@ -176,7 +176,7 @@ def val_loader(args, launch, workers):
     size = args.image_size
     transform = T.Compose(
         [
-            T.Resize(long_test.resize_shorter(size), antialias=True),
+            T.Resize(accuracy_mode.resize_shorter(size), antialias=True),
             T.CenterCrop(size),
             T.PILToTensor(),
             T.ToDtype(torch.float32, scale=True),
@@ -184,7 +184,7 @@ def val_loader(args, launch, workers):
         ]
     )
     ds = LMDBImageNet(os.path.join(args.data, "val"), transform=transform)
-    share = _Numbered(ds, long_test.val_share(len(ds), launch.rank, launch.world_size))
+    share = _Numbered(ds, accuracy_mode.val_share(len(ds), launch.rank, launch.world_size))
     return torch.utils.data.DataLoader(
         share, batch_size=args.batch_per_gpu, num_workers=workers, persistent_workers=workers > 0
     )

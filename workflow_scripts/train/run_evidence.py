@@ -1,4 +1,4 @@
-"""What the training job adds to a finished run's summary once every rank has exited (train/job.py):
+"""What the training job adds to a finished run's summary once every rank has exited (train/training_job.py):
 whether anything else used its nodes in its timed window (common/neighbours.py), the GPUs' own
 state in that window (clock limiters, Xid errors), SLURM's word on whether the job held its nodes
 alone, the page-cache clearing it chose and why, and when the job ran. Reads only the run

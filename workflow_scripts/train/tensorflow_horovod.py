@@ -15,7 +15,7 @@ import glob
 import os
 
 from ..common.errors import StageError, run_main
-from . import harness, keras_compat, long_test, loop
+from . import accuracy_mode, harness, keras_compat, loop
 from .keras_compat import tf  # TensorFlow, imported once TF_USE_LEGACY_KERAS is settled (keras_compat)
 
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
@@ -91,7 +91,7 @@ def val_dataset(run, label_offset, threads):
     if not files:
         raise StageError(f"{a.data} holds no validation-*-of-* TFRecord shards")
     counts = [_records_in(f) for f in files]
-    share = long_test.val_share(sum(counts), launch.rank, launch.world_size)
+    share = accuracy_mode.val_share(sum(counts), launch.rank, launch.world_size)
     pieces, first = [], 0
     for f, n in zip(files, counts):
         lo, hi = max(share.start, first), min(share.stop, first + n)
@@ -101,7 +101,7 @@ def val_dataset(run, label_offset, threads):
         first += n
     if not pieces:
         return None
-    size, shorter = a.image_size, long_test.resize_shorter(a.image_size)
+    size, shorter = a.image_size, accuracy_mode.resize_shorter(a.image_size)
 
     def parse(number, record):
         ex = tf.io.parse_single_example(record, FEATURES)

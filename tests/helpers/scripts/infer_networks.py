@@ -24,12 +24,12 @@ import onnxruntime as ort
 import torch
 import torchvision
 
-from workflow_scripts.infer import calibrate, export, images, models, quantize
+from workflow_scripts.infer import calibrate, export, models, quantize, val_images
 
 work, lmdb, calib_tsv, size = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 torch.set_num_threads(2)
-items = images.read_list(calib_tsv)
-batch = next(images.batches(lmdb, items, size, len(items), 2, "batch"))[0]
+items = val_images.read_list(calib_tsv)
+batch = next(val_images.batches(lmdb, items, size, len(items), 2, "batch"))[0]
 CHAIN = ("googlenet", "alexnet")
 # VGG is AlexNet's layers (convolutions, ReLU, max pooling, adaptive average pooling, dropout, linear),
 # more of them.
@@ -68,7 +68,7 @@ for name in models.NETWORKS:
     with torch.no_grad():
         err = export.export(model, size, fp32)
     tensors, passes = calibrate.calibrate(
-        fp32, images.batches(lmdb, items, size, 2, 2, "calibrate"), "input", "entropy", 256, 99.999, 1, 2
+        fp32, val_images.batches(lmdb, items, size, 2, 2, "calibrate"), "input", "entropy", 256, 99.999, 1, 2
     )
     from onnxruntime.quantization.calibrate import save_tensors_data
 

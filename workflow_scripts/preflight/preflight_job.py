@@ -2,7 +2,7 @@
 inside its job (a SLURM job of the training run's resources on a cluster, a child of snakemake
 locally):
 
-    python -m workflow_scripts.preflight.job --out RESULT.json --system S --framework F \
+    python -m workflow_scripts.preflight.preflight_job --out RESULT.json --system S --framework F \
         --python 'WORDS' [--data DIR] [--cache-clear-command CMD] [--timeout-s 300] [rank options] \
         -- LAUNCHER OPTIONS (as the training job's: --nproc-per-node, --nodes, --srun-args, --horovod ...)
 
@@ -22,13 +22,12 @@ import sys
 import time
 from pathlib import Path
 
-from ..common import nccl_log, page_cache, slurm
+from ..common import launcher, nccl_log, page_cache, slurm
 from ..common.atomic import write_json
 from ..common.errors import run_main
 from ..common.schema import default as config_default
-from ..train import launch
 from . import markers
-from .rows import FAILED, NA, OK, merge, read_all, row
+from .check_rows import FAILED, NA, OK, merge, read_all, row
 
 HANG_FIX = (
     "check that every node reaches the others (firewall, the interface the launcher picks: "
@@ -171,14 +170,14 @@ def main():
     scope, scope_why = page_cache.scope_for(a.cache_clear, slurm.job_sharing(job) if job else None)
     words = a.launcher[1:] if a.launcher[:1] == ["--"] else a.launcher
     geometry = argparse.ArgumentParser()
-    launch.add_arguments(geometry)
+    launcher.add_arguments(geometry)
     g = geometry.parse_args(words)
     expected = g.nodes * g.nproc_per_node
     out = Path(a.out)
     work = out.with_suffix(".d")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    base = [sys.executable, "-m", "workflow_scripts.train.launch", *words]
+    base = [sys.executable, "-m", "workflow_scripts.common.launcher", *words]
     rows, timings = [], {}
     with open(a.log, "w") as log:
         node_cmd = [
@@ -245,7 +244,7 @@ def main():
             if any(r["status"] == FAILED for r in rows):
                 break
             if folder is not None:  # after the launcher returned: every rank's NCCL log is closed
-                env = {**os.environ, **launch.config_env(g.env)}
+                env = {**os.environ, **launcher.config_env(g.env)}
                 rows.append(nccl_transport_row(work, g.nodes, expected, a.require_gpu, env))
     # The ranks name the key as systems.<name>.*: this job knows the name.
     merged = [

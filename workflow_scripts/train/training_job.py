@@ -1,7 +1,7 @@
 """One attempt of one training run, as rules/train.smk runs it inside its job (a SLURM job on a
 cluster, a child of snakemake locally):
 
-    python -m workflow_scripts.train.job --run-dir RUN --results-dir RESULTS --log LOG \
+    python -m workflow_scripts.train.training_job --run-dir RUN --results-dir RESULTS --log LOG \
         --attempt N --retries R [--data PATH ...] [--cache-clear-command CMD] --python 'WORDS' \
         [launcher options] -- workflow_scripts.train.pytorch_ddp --batch-per-gpu 64 ...
 
@@ -31,10 +31,10 @@ import time
 import uuid
 from pathlib import Path
 
-from ..common import neighbours, page_cache, slurm
+from ..common import launcher, neighbours, page_cache, slurm
 from ..common.errors import StageError, run_main
 from ..common.schema import default as config_default
-from . import checkpoint, failure, job_stop, launch, run_evidence
+from . import checkpoint, failure, job_stop, run_evidence
 
 
 def checked_run_dir(run_dir, results_dir):
@@ -60,7 +60,7 @@ def main():
         help="config training.cache_clear_command",
     )
     ap.add_argument("--cache-clear", default=config_default("training.cache_clear"), help="config training.cache_clear")
-    launch.add_arguments(ap)
+    launcher.add_arguments(ap)
     ap.add_argument("trainer", nargs=argparse.REMAINDER, help="-- MODULE ARGS...: the trainer and its options")
     a = ap.parse_args()
     started = time.time()
@@ -97,7 +97,7 @@ def main():
     try:
         # Page caches are the host's: cleared from this (the workflow's) interpreter, never from
         # inside a container; the ranks run in the framework's interpreter.
-        rc = launch.run(
+        rc = launcher.run(
             [
                 sys.executable,
                 "-m",
@@ -115,7 +115,7 @@ def main():
         if rc == 0:
             # NCCL's initialisation lines into the run directory: which transport it chose (nccl_log)
             a.nccl_log_dir = a.nccl_log_dir or str(run)
-            rc = launch.run([*shlex.split(a.python), "-m", *trainer, "--out", str(run)], a)
+            rc = launcher.run([*shlex.split(a.python), "-m", *trainer, "--out", str(run)], a)
     except job_stop.Stopped as exc:
         # Stopped from outside: the ranks down first, then the cause in SLURM's words, recorded.
         job_stop.stop_children()

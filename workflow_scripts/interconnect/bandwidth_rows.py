@@ -1,10 +1,10 @@
 """The interconnect table's rows from the stage's raw JSON (collectives.py, nccl_tests.py), in
 plain Python so that it also runs on a bare GPU host next to the measurement:
 
-    python3 -m workflow_scripts.interconnect.rows OUT/x.json [OUT/nccl_tests.json] [--csv OUT/x.csv]
+    python3 -m workflow_scripts.interconnect.bandwidth_rows OUT/x.json [OUT/nccl_tests.json] [--csv OUT/x.csv]
 
 prints the rows as a markdown table (and writes them as CSV). The pipeline's table
-(interconnect/tables.py) is made of the same rows.
+(interconnect/interconnect_table.py) is made of the same rows.
 """
 
 import argparse

@@ -9,7 +9,7 @@ matplotlib.use("Agg")  # no display on cluster nodes or CI
 import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
 
-from ..common.atomic import atomic_file  # noqa: E402
+from .atomic import atomic_file  # noqa: E402
 
 PUBLISHED = yaml.safe_load((Path(__file__).with_name("published_v100.yaml")).read_text())
 

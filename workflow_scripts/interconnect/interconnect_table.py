@@ -1,6 +1,6 @@
 """The interconnect stage as a table (the Brookhaven paper, section III):
 
-    python -m workflow_scripts.interconnect.tables --points JSON --out results/interconnect.csv
+    python -m workflow_scripts.interconnect.interconnect_table --points JSON --out results/interconnect.csv
 
 one row per system x GPU count x collective x message size x source (torch.distributed, and
 nccl-tests where configured), .csv and .md (headed by what was measured and how).
@@ -12,8 +12,8 @@ import json
 import pandas as pd
 
 from ..common.errors import StageError, run_main
-from ..results.output import write_table
-from .rows import COLUMNS, load, rows
+from ..common.output import write_table
+from .bandwidth_rows import COLUMNS, load, rows
 
 HOW = (
     "All-reduce (sum) and broadcast (root 0) of float32 messages from interconnect.min_bytes to "

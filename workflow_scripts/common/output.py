@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..common.atomic import atomic_file
+from .atomic import atomic_file
 
 
 def _empty(v):

@@ -1,11 +1,11 @@
 """Start a data-parallel run: K processes on this host, or N nodes x K tasks through srun.
 
-    python -m workflow_scripts.train.launch --nproc-per-node 2 [--nodes 2] [--horovod] \
+    python -m workflow_scripts.common.launcher --nproc-per-node 2 [--nodes 2] [--horovod] \
         -- python -m workflow_scripts.train.pytorch_ddp ...
-    python -m workflow_scripts.train.launch --per-node --nodes 2 -- python -m ...page_cache ...
+    python -m workflow_scripts.common.launcher --per-node --nodes 2 -- python -m ...page_cache ...
 
 Inside a SLURM allocation (SLURM_JOB_ID set) the tasks are started with srun, each reading
-SLURM's variables (common/launch.py); elsewhere, or for a single process, as child processes
+SLURM's variables (common/rank_env.py); elsewhere, or for a single process, as child processes
 with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...). --per-node runs the
 command once on every node of the run (page-cache clearing). With --horovod it also runs the
 Gloo rendezvous server that horovodrun would run, here, and tells every worker where it is (or,
@@ -23,9 +23,9 @@ import subprocess
 import sys
 import time
 
-from ..common import comm_env, cuda_cache, nccl_log, netif, slurm
-from ..common.comm_env import SETTABLE
-from ..common.schema import default as config_default
+from . import comm_env, cuda_cache, nccl_log, netif, slurm
+from .comm_env import SETTABLE
+from .schema import default as config_default
 
 
 def _free_port():
@@ -131,7 +131,7 @@ def horovod_env(a, stack, hosts, iface, addr, per_node, use_srun):
 
 
 def add_arguments(ap):
-    """The launcher's options, shared with the training job (train/job.py) that calls run()."""
+    """The launcher's options, shared with the training job (train/training_job.py) that calls run()."""
     ap.add_argument("--nproc-per-node", type=int, default=1)
     ap.add_argument("--nodes", type=int, default=1)
     ap.add_argument(
