@@ -1,17 +1,13 @@
-"""What the figure modules share: a headless matplotlib, whole-file PNG output, a figure that
-says why it has nothing to show, and the study's published figures to draw beside ours."""
-
-from pathlib import Path
+"""What the figure modules share: a headless matplotlib, whole-file PNG output, and a figure that
+says why it has nothing to show. (The study's published figures, which only results/ draws, are
+results/published.py's.)"""
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display on cluster nodes or CI
 import matplotlib.pyplot as plt  # noqa: E402
-import yaml  # noqa: E402
 
 from .atomic import atomic_file  # noqa: E402
-
-PUBLISHED = yaml.safe_load((Path(__file__).with_name("published_v100.yaml")).read_text())
 
 
 def save_png(fig, path):

@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..common.output import write_table
-from ..common.plotting import PUBLISHED, empty_figure, plt, save_png
+from ..common.plotting import empty_figure, plt, save_png
+from .published import PUBLISHED
 
 
 def fig9(throughput, path):

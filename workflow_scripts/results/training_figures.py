@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..common.plotting import PUBLISHED, empty_figure, plt, save_png
+from ..common.plotting import empty_figure, plt, save_png
+from .published import PUBLISHED
 from .telemetry_tables import network_panel_note, storage_panel_note
 
 
