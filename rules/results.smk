@@ -192,3 +192,4 @@ rule results_tables:
         rules.time_to_accuracy_figure.output,
         rules.inference_figures.output,
         rules.interconnect.input,
+        rules.predict.input,
