@@ -339,3 +339,5 @@ def test_all_plans_the_prediction_and_the_study_on_paper(tmp_path):
     shell = snakemake(tmp_path, "results/scaling_prediction.csv", "-n", "-p").stdout
     words = " ".join(prediction_args(CONFIG["prediction"]))
     assert words in shell and "--interconnect results/interconnect.csv" in shell
+    shell = snakemake(tmp_path, "results/conclusions.csv", "-n", "-p").stdout
+    assert "--prediction results/scaling_prediction.csv" in shell
