@@ -14,6 +14,7 @@ include: "rules/preflight.smk"
 include: "rules/train.smk"
 include: "rules/int8.smk"
 include: "rules/interconnect.smk"
+include: "rules/predict.smk"
 include: "rules/results.smk"
 
 
@@ -29,6 +30,8 @@ localrules:
     int8_throughput,
     interconnect_table,
     interconnect_figure,
+    scaling_prediction,
+    study_on_paper,
     training_tables,
     training_figures,
     time_to_accuracy,
@@ -48,3 +51,4 @@ rule all:
         rules.int8.input,
         rules.results_tables.input,
         rules.interconnect.input,
+        rules.predict.input,

@@ -166,6 +166,8 @@ rule conclusions:
         int8_accuracy=rules.int8_accuracy.output.csv,
         int8_throughput=rules.int8_throughput.output.csv,
         time_to_accuracy=rules.time_to_accuracy.output.csv,
+        # its predicted column: the scaling findings at GPU counts this sweep did not run
+        scaling_prediction=rules.scaling_prediction.output.csv,
     output:
         csv=report(f"{RESULTS}/conclusions.csv", caption="../report/conclusions.rst", category="Conclusions"),
         markdown=f"{RESULTS}/conclusions.md",
@@ -179,8 +181,8 @@ rule conclusions:
         py=PY["workflow"],
         tables=lambda w, input: os.path.dirname(input.scaling),
     shell:
-        "{params.py:q} -m workflow_scripts.results.conclusions --tables {params.tables:q} --out {output.csv:q} "
-        "> {log:q} 2>&1"
+        "{params.py:q} -m workflow_scripts.results.conclusions --tables {params.tables:q} "
+        "--prediction {input.scaling_prediction:q} --out {output.csv:q} > {log:q} 2>&1"
 
 
 rule results_tables:
@@ -192,3 +194,4 @@ rule results_tables:
         rules.time_to_accuracy_figure.output,
         rules.inference_figures.output,
         rules.interconnect.input,
+        rules.predict.input,

@@ -506,3 +506,49 @@ def test_tf32_is_said_where_the_study_ran_float32(tables):
     runs = [gpu_run("tensorflow", g, ips, ran_as="tf32") for g, ips in ((1, 1000.0), (4, 3920.0))]
     v = sweep_verdict(tables, runs)
     assert v.verdict == mod.HOLDS and "ours ran fp32 as TF32" in v.why
+
+
+# --- the predicted column: the scaling prediction at the study's point, never a verdict ---
+
+
+@pytest.mark.unit
+def test_the_predicted_column_changes_no_verdict(tables):
+    """The embedded default's prediction (scaling_prediction.csv of the same run as the sample):
+    local's nodes hold 2 processes and nothing across nodes was timed, so the study's 32 GPUs get no
+    figure, and say why; the verdicts are those without it."""
+    prediction = pd.read_csv(SAMPLE / "scaling_prediction.csv")
+    without = verdicts(tables)
+    with_it = mod.conclusions(mod.load_tables(tables), SPEC, prediction).set_index("id")
+    assert (without.predicted == "").all()
+    pd.testing.assert_frame_equal(with_it.drop(columns="predicted"), without.drop(columns="predicted"))
+    scaling = {f["id"] for f in SPEC["findings"] if f["quantity"] == "scaling"}
+    assert (with_it.drop(index=list(scaling)).predicted == "").all()
+    said = with_it.predicted
+    assert said["tensorflow_scaling_fp32"].startswith("no prediction at 32 GPUs on local (16 node(s))")
+    assert "prediction.inter_node.busbw_GBps" in said["tensorflow_scaling_fp32"]
+    assert said["tensorflow_scaling_fp16"] == "no prediction: this sweep has no tensorflow fp16 run to predict from"
+    assert "verdict" not in said["tensorflow_scaling_fp32"]  # nothing predicted: nothing to mark
+
+
+@pytest.mark.unit
+def test_a_prediction_at_the_studys_point_is_marked_as_one(tables):
+    """A cluster whose network was set (prediction.inter_node): the figure at 32 GPUs, its interval
+    and the model's label, marked as a prediction; a poor model's bounds, no figure."""
+    prediction = pd.read_csv(SAMPLE / "scaling_prediction.csv")
+    at = (prediction.framework == "mxnet") & (prediction.gpus == 32)
+    prediction.loc[at, ["allreduce_s", "efficiency_no_overlap", "efficiency_predicted"]] = [0.05, 0.8, 0.9]
+    prediction.loc[at, ["efficiency_full_overlap", "model"]] = [1.0, "within tolerance"]
+    at = (prediction.framework == "tensorflow") & (prediction.gpus == 32)
+    prediction.loc[at, ["allreduce_s", "efficiency_no_overlap", "efficiency_full_overlap"]] = [0.05, 0.8, 1.0]
+    prediction.loc[at, "model"] = "poor"
+    v = mod.conclusions(mod.load_tables(tables), SPEC, prediction).set_index("id")
+    assert v.loc["mxnet_scaling_fp32", "predicted"] == (
+        "predicted 90.0% efficiency at 32 GPUs on local (16 node(s)), within 80.0% with no overlap to 100.0% with "
+        "full overlap (model: within tolerance) (a prediction, not a verdict)"
+    )
+    assert v.loc["mxnet_scaling_fp32", "verdict"] == mod.NOT_DECIDED  # the CPU's 2 processes still decide nothing
+    poor = v.loc["tensorflow_scaling_fp32", "predicted"]
+    assert poor.startswith("no figure predicted at 32 GPUs") and "bounds only, 80.0%" in poor
+    assert poor.endswith("(a prediction, not a verdict)")
+    md = mod.markdown(v.reset_index(), SPEC)
+    assert "| predicted (not a verdict) |" in md and "predicted 90.0% efficiency" in md

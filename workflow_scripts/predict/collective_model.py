@@ -204,8 +204,10 @@ class System:
         return hierarchical_allreduce_s(nbytes, g, m, intra, self.inter, self.inter_algorithm)
 
     def reaches(self, n):
-        """Whether the model knows every link an n-GPU run uses."""
-        return self.layout(n)[1] == 1 or self.inter is not None
+        """Whether the model knows every link an n-GPU run uses: the node's where a node holds
+        several of its GPUs, the network's where it spans several nodes."""
+        g, m = self.layout(n)
+        return (m == 1 or self.inter is not None) and (g <= 1 or self.intra is not None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,15 +304,10 @@ def fit_link(points, n, min_bytes=0):
     return fit_link_pooled(kept)
 
 
-def fit_inter_link(points, gpus_per_node, nodes, intra, topology="hierarchical", inter_algorithm="ring"):
-    """The link between nodes, from all-reduces measured across `nodes` nodes of gpus_per_node
-    GPUs each, the node's own link (intra) known: what the within-node phases of the topology
-    do not explain is the network's. For a flat ring the fitted bandwidth is the ring's slowest
-    link, which is the network's wherever that is the slower. points: (bytes, median seconds)."""
+def _inter_rows(points, gpus_per_node, nodes, intra, topology, inter_algorithm):
+    """fit_inter_link's least-squares rows: what the network explains of each measured time."""
     g, m = gpus_per_node, nodes
     n = g * m
-    if intra is None:  # one GPU per node: nothing happens within a node
-        intra = Link(math.inf)
     rows = []
     for b, t in points:
         if topology == "ring":
@@ -319,10 +316,31 @@ def fit_inter_link(points, gpus_per_node, nodes, intra, topology="hierarchical",
         else:
             within = ring_allreduce_s(b, g, intra.busbw_GBps, intra.step_latency_s) if g > 1 else 0.0
             rows.append((STEPS[inter_algorithm](m), bandwidth_term_s(b, m, 1.0), t - within, t))
+    return rows
+
+
+def fit_inter_link_pooled(groups, intra, topology="hierarchical", inter_algorithm="ring"):
+    """The link between nodes that best fits all-reduces measured at several layouts at once:
+    groups are (gpus_per_node, nodes, points) with points (bytes, median seconds); the node's own
+    link (intra) known. One PointError per measured point, each against its own layout."""
+    if intra is None:  # one GPU per node: nothing happens within a node
+        intra = Link(math.inf)
+    rows = [r for g, m, points in groups for r in _inter_rows(points, g, m, intra, topology, inter_algorithm)]
     latency, inverse_bw = _least_squares(rows)
     inter = Link(busbw_GBps=1 / inverse_bw, step_latency_s=latency)
-    system = System(g, intra, inter, topology, inter_algorithm)
-    return LinkFit(inter, tuple(PointError(n, b, t, system.allreduce_s(b, n)) for b, t in points))
+    errors = []
+    for g, m, points in groups:
+        system = System(g, intra, inter, topology, inter_algorithm)
+        errors += [PointError(g * m, b, t, system.allreduce_s(b, g * m)) for b, t in points]
+    return LinkFit(inter, tuple(errors))
+
+
+def fit_inter_link(points, gpus_per_node, nodes, intra, topology="hierarchical", inter_algorithm="ring"):
+    """The link between nodes, from all-reduces measured across `nodes` nodes of gpus_per_node
+    GPUs each, the node's own link (intra) known: what the within-node phases of the topology
+    do not explain is the network's. For a flat ring the fitted bandwidth is the ring's slowest
+    link, which is the network's wherever that is the slower. points: (bytes, median seconds)."""
+    return fit_inter_link_pooled([(gpus_per_node, nodes, points)], intra, topology, inter_algorithm)
 
 
 def leave_one_out_links(points):
@@ -433,7 +451,7 @@ def powers_of_two(max_gpus):
 
 def allreduce_at(system, workload, n):
     """Seconds one step's gradients take to all-reduce over n GPUs, bucket by bucket; None where
-    the run would cross nodes and the system has no inter-node link."""
+    the system lacks a link the run would use (system.reaches)."""
     if n <= 1:
         return 0.0
     if not system.reaches(n):
@@ -473,9 +491,8 @@ def _row(system, workload, n, overlap, measured_ips):
     row["measured_position"] = None
     row["note"] = ""
     if c is None:
-        row["note"] = (
-            f"{m} nodes, and no link between nodes is known: measure across nodes or set the network's bandwidth"
-        )
+        where = "between nodes" if m > 1 and system.inter is None else "within a node"
+        row["note"] = f"{m} node(s), and no link {where} is known: measure one or set its bandwidth"
     elif row["measured_efficiency"] is not None and n > 1:
         no, full, e = row["efficiency_no_overlap"], row["efficiency_full_overlap"], row["measured_efficiency"]
         row["measured_within_interval"] = within_bounds(e, no, full)

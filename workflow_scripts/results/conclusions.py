@@ -5,7 +5,10 @@ counterpart at the nearest sweep point that exists, and a verdict.
 
 reads the tables named in TABLES from --tables and the findings from study_findings.yaml, and
 writes conclusions.csv and a markdown copy beside it (.md). A finding this sweep cannot measure
-stays, as "not measured by this sweep", naming the config keys that would measure it.
+stays, as "not measured by this sweep", naming the config keys that would measure it. With
+--prediction (results/scaling_prediction.csv), a scaling finding at a GPU count the sweep did not
+run gets, in its own column `predicted`, what the scaling prediction gives there: a prediction,
+never a verdict (conclusions_predicted.py).
 """
 
 import argparse
@@ -16,6 +19,7 @@ import yaml
 
 from ..common.atomic import atomic_file
 from ..common.errors import StageError, run_main
+from . import conclusions_predicted
 from .conclusions_measure import MEASURE, Unmeasured
 
 FINDINGS = Path(__file__).with_name("study_findings.yaml")
@@ -48,7 +52,8 @@ HOW = (
     "itself, an efficiency above 100% by more than 2%, or, for a performance finding, CPU processes standing in "
     "for GPUs: such a row says not decided and why, naming the runs. Where a point ran several times "
     "(training.repeats) its figure is the interval over the runs: inconclusive where that interval lies across "
-    "the study's figure."
+    "the study's figure. predicted: for a scaling finding at a GPU count this sweep did not run, what the scaling "
+    "prediction (scaling_prediction.md) gives at that count on this cluster; a prediction, never a verdict."
 )
 COLUMNS = [
     "id",
@@ -66,6 +71,7 @@ COLUMNS = [
     "tolerance_kind",
     "tolerance",
     "table",
+    "predicted",
 ]
 
 
@@ -101,7 +107,8 @@ def study_figure(f, tol):
     return f"{f['framework']} highest"
 
 
-def conclusions(tables, spec):
+def conclusions(tables, spec, prediction=None):
+    """One row per finding; prediction: the scaling prediction's table (None: no predicted column)."""
     rows = []
     for f in spec["findings"]:
         tol = spec["tolerances"][f["kind"]]
@@ -121,6 +128,7 @@ def conclusions(tables, spec):
             row.update(verdict=UNMEASURED, why=str(why), measured="", point="", same_point=False, device="")
         else:
             row.update(decide(m, f["quantity"]))
+        row["predicted"] = conclusions_predicted.predicted(prediction, f, row, UNMEASURED)
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
 
@@ -153,14 +161,19 @@ def markdown(df, spec):
     lines = [f"# {TITLE}", "", HOW, ""]
     for k in kinds:
         lines += [f"> **Tolerance ({k}).** {' '.join(spec['tolerances'][k]['text'].split())}", ""]
-    lines += ["| finding | figure | study | ours | at | verdict |", "|---|---|---|---|---|---|"]
+    lines += [
+        "| finding | figure | study | ours | at | verdict | predicted (not a verdict) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in df.itertuples():
         at = r.point + (f" [{r.device}]" if r.device else "")
         ours = r.measured if r.verdict != UNMEASURED else ""
         verdict = f"**{r.verdict}**" + (f": {r.why}" if r.why else "")
         lines.append(
             "| "
-            + " | ".join(_cell(x) for x in (r.finding, f"{r.figure} ({r.source})", r.study, ours, at, verdict))
+            + " | ".join(
+                _cell(x) for x in (r.finding, f"{r.figure} ({r.source})", r.study, ours, at, verdict, r.predicted)
+            )
             + " |"
         )
     counts = df.verdict.value_counts()
@@ -172,10 +185,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tables", required=True, help="the directory of the tables (results/)")
     ap.add_argument("--findings", default=str(FINDINGS), help="the study's findings (YAML)")
+    ap.add_argument("--prediction", help="the scaling prediction (scaling_prediction.csv): the predicted column")
     ap.add_argument("--out", required=True, help="the CSV; the markdown copy goes beside it (.md)")
     a = ap.parse_args()
     spec = yaml.safe_load(Path(a.findings).read_text())
-    df = conclusions(load_tables(a.tables), spec)
+    df = conclusions(load_tables(a.tables), spec, conclusions_predicted.load(a.prediction))
     out = Path(a.out)
     with atomic_file(out) as tmp:
         df.to_csv(tmp, index=False)

@@ -1,0 +1,72 @@
+# What the interconnect and the sweep predict past the largest machine run (docs/interconnect.md,
+# "Predicting past the largest machine measured"): the all-reduce model fitted to the interconnect
+# table and the sweep's runs, for every GPU count up to prediction.max_gpus; and the same model on
+# the study's own hardware, from workflow_scripts/predict/published_scaling.yaml alone.
+
+from workflow_scripts.plan.prediction_args import prediction_args
+
+
+rule scaling_prediction:
+    input:
+        interconnect=rules.interconnect_table.output.csv,
+        runs=TRAINING_RUNS,
+    output:
+        csv=report(
+            f"{RESULTS}/scaling_prediction.csv",
+            caption="../report/scaling_prediction.rst",
+            category="Interconnect",
+        ),
+        markdown=f"{RESULTS}/scaling_prediction.md",
+        figure=report(
+            f"{RESULTS}/figures/scaling_prediction.png",
+            caption="../report/fig_scaling_prediction.rst",
+            category="Interconnect",
+        ),
+    log:
+        f"{LOGS}/results/scaling_prediction.log",
+    benchmark:
+        f"{LOGS}/results/scaling_prediction.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
+        points=json.dumps(SWEEP),
+        # Only the swept systems' own GPUs per node: editing another system reruns nothing.
+        systems=json.dumps({s: config["systems"][s]["gpus_per_node"] for s in TRAIN["systems"]}),
+        # Every prediction.* key, and nothing else: an edit of one reruns this stage alone (and
+        # the verdict table that reads it).
+        args=prediction_args(config["prediction"]),
+    shell:
+        "{params.py:q} -m workflow_scripts.predict.scaling_prediction --interconnect {input.interconnect:q} "
+        "--points {params.points:q} --systems {params.systems:q} {params.args:q} --out {output.csv:q} "
+        "--figure {output.figure:q} > {log:q} 2>&1"
+
+
+rule study_on_paper:
+    input:
+        str(REPO / "workflow_scripts" / "predict" / "published_scaling.yaml"),
+    output:
+        csv=report(
+            f"{RESULTS}/study_on_paper.csv",
+            caption="../report/study_on_paper.rst",
+            category="Interconnect",
+        ),
+        markdown=f"{RESULTS}/study_on_paper.md",
+    log:
+        f"{LOGS}/results/study_on_paper.log",
+    benchmark:
+        f"{LOGS}/results/study_on_paper.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
+    params:
+        py=PY["workflow"],
+    shell:
+        "{params.py:q} -m workflow_scripts.predict.study_on_paper --yaml {input:q} --out-csv {output.csv:q} "
+        "--out-md {output.markdown:q} > {log:q} 2>&1"
+
+
+# `snakemake predict`: the scaling prediction and the study on paper (and what they read).
+rule predict:
+    input:
+        rules.scaling_prediction.output,
+        rules.study_on_paper.output,

@@ -1,0 +1,343 @@
+"""The scaling prediction's stage (workflow_scripts/predict/scaling_prediction.py, rules/predict.smk):
+a doctored interconnect table made from a known ring, and runs made from a known overlap, give back
+exactly the ring's all-reduce times and that overlap at every GPU count; a measured point lies within
+its interval or its row says it does not; a model that misses its own measurements (a CPU's Gloo)
+is labelled poor and gives bounds, no figure; the config's prediction section reaches the script
+key by key; and `all` plans the stage and the study on paper on the embedded default."""
+
+import argparse
+import csv
+import json
+import re
+import sys
+
+import pandas as pd
+import pytest
+from helpers import CONFIG, snakemake, with_overrides, write_config
+
+from workflow_scripts.common import schema
+from workflow_scripts.plan.prediction_args import prediction_args
+from workflow_scripts.predict import collective_model as cm
+from workflow_scripts.predict import scaling_prediction as sp
+
+SIZES = [2**k for k in range(10, 31)]  # 1 KiB to 1 GiB, as the interconnect stage sweeps on a GPU
+NODE = cm.Link(busbw_GBps=150.0, step_latency_s=3e-6)
+NETWORK = cm.Link(busbw_GBps=12.5, step_latency_s=10e-6)
+GRADIENTS = 102_228_128  # ResNet-50's fp32 gradients
+BUCKET = 25 * 2**20  # DDP's bucket_cap_mb 25 as the run records it
+T1, BATCH = 0.2, 64  # the 1-GPU step (s) and batch per GPU: 320 images/s
+
+
+def ring(nbytes, n, link):
+    """A ring's all-reduce written out by hand, independent of the module."""
+    return 2 * (n - 1) / n * nbytes / (link.busbw_GBps * 1e9) + 2 * (n - 1) * link.step_latency_s if n > 1 else 0.0
+
+
+def hierarchical(nbytes, g, m, node=NODE, network=NETWORK):
+    return ring(nbytes, g, node) + ring(nbytes, m, network)
+
+
+def step_allreduce(g, m=1):
+    """One step's gradients in DDP's buckets, by hand: three of 25 MiB and the rest."""
+    buckets = [BUCKET] * 3 + [GRADIENTS - 3 * BUCKET]
+    return sum(hierarchical(b, g, m) for b in buckets)
+
+
+def with_overlap(n, c, f):
+    """images/s of an n-GPU run whose all-reduce c is hidden for a share f of min(t1, c)."""
+    return n * BATCH / T1 * T1 / (T1 + c - f * min(T1, c))
+
+
+def write_table(path, layouts, time=hierarchical, sizes=SIZES):
+    """An interconnect table (results/interconnect.csv's columns) whose all-reduces at each (GPUs per
+    node, nodes) follow `time`, with broadcasts and nccl-tests rows beside them to be ignored."""
+    columns = ["system", "gpus", "nodes", "collective", "bytes", "source", "time_s", "median_s"]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, columns)
+        w.writeheader()
+        for g, m in layouts:
+            for b in sizes:
+                t = time(b, g, m)
+                for collective, source, median in (
+                    ("all_reduce", "torch.distributed", t),
+                    ("broadcast", "torch.distributed", 9),
+                    ("all_reduce", "nccl-tests", ""),
+                ):
+                    w.writerow(dict(zip(columns, ("gpu", g * m, m, collective, b, source, t, median))))
+    return path
+
+
+def write_runs(root, images_per_s, framework="pytorch", nodes=None, gpu_request="gpus-per-node"):
+    """Run directories with the summary.json fields the stage reads, one per GPU count; their points
+    as rules/results.smk passes them."""
+    points = []
+    for n, ips in images_per_s.items():
+        run_dir = root / "runs" / f"{framework}_fp32_{n}gpu"
+        run_dir.mkdir(parents=True)
+        summary = {
+            "status": "ok",
+            "framework": framework,
+            "device_type": "gpu",
+            "images_per_s": ips,
+            "global_batch": BATCH * n,
+            "world_size": n,
+            "args": {"batch_per_gpu": BATCH, "precision": "fp32"},
+            "gradients": {"bytes": GRADIENTS, "elements": GRADIENTS // 4, "element_bytes": 4, "dtype": "float32"},
+        }
+        if framework == "pytorch":
+            summary["pytorch"] = {"bucket_cap_mb": 25.0, "grad_compression": "none"}
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+        points.append(
+            {
+                "system": "gpu",
+                "framework": framework,
+                "precision": "fp32",
+                "gpus": n,
+                "input": "dali",
+                "repeat": 1,
+                "nodes": (nodes or {}).get(n, 1),
+                "gpu_request": gpu_request,
+                "run_dir": str(run_dir),
+            }
+        )
+    return points
+
+
+def settings(**changes):
+    """The config's prediction section with changes ({"a__b": value}), as the rule passes it."""
+    values = with_overrides(CONFIG, **{f"prediction__{k}": v for k, v in changes.items()})["prediction"]
+    return sp.Settings.from_args(sp.add_arguments(argparse.ArgumentParser()).parse_args(prediction_args(values)))
+
+
+def rows_of(df, framework="pytorch"):
+    return {int(r.gpus): r for r in df[df.framework == framework].itertuples()}
+
+
+# ---------------------------------------------------------------------------------------------
+# A known ring and a known overlap, given back
+
+
+@pytest.mark.unit
+def test_a_known_ring_and_overlap_give_the_exact_times_and_efficiencies(tmp_path):
+    """8-GPU nodes timed at 2, 4 and 8 GPUs; runs at 1-8 GPUs hiding half the overlappable time."""
+    table = sp.read_table(write_table(tmp_path / "interconnect.csv", [(2, 1), (4, 1), (8, 1)]))
+    runs = {1: BATCH / T1, **{n: with_overlap(n, step_allreduce(n), 0.5) for n in (2, 4, 8)}}
+    points = write_runs(tmp_path, runs)
+    # the network set for hardware not timed: 12.5 GB/s, 10 microseconds a step
+    s = settings(max_gpus=64, inter_node__busbw_GBps=12.5, inter_node__latency_us=10)
+    df, sentences, notes = sp.build(table, points, {"gpu": 8}, s)
+    rows = rows_of(df)
+    assert sorted(rows) == [1, 2, 4, 8, 16, 32, 64]
+    r = rows[8]
+    assert r.intra_busbw_GBps == pytest.approx(NODE.busbw_GBps, rel=1e-9)
+    assert r.intra_latency_us == pytest.approx(3.0, rel=1e-6)
+    assert r.inter_busbw_GBps == 12.5 and r.inter_latency_us == pytest.approx(10)
+    assert r.bucket_bytes == BUCKET and "bucket_cap_mb" in r.bucket_from
+    for n, row in rows.items():
+        g, m = (n, 1) if n <= 8 else (8, n // 8)
+        c = step_allreduce(g, m)
+        assert (row.nodes, row.gpus_per_node) == (m, g)
+        assert row.allreduce_s == pytest.approx(c, rel=1e-9, abs=1e-15)
+        assert row.efficiency_no_overlap == pytest.approx(T1 / (T1 + c), rel=1e-9)
+        assert row.efficiency_full_overlap == pytest.approx(T1 / max(T1, c), rel=1e-9)
+        assert row.efficiency_predicted == pytest.approx(T1 / (T1 + c - 0.5 * min(T1, c)), rel=1e-9)
+        assert row.images_per_s_predicted == pytest.approx(n * BATCH / T1 * row.efficiency_predicted, rel=1e-9)
+        assert row.overlap_fraction == pytest.approx(0.5, rel=1e-9)
+    for n in (2, 4, 8):  # each measured point predicted from the others, exactly
+        assert rows[n].measured and rows[n].measured_within_interval
+        assert rows[n].loo_efficiency == pytest.approx(rows[n].measured_efficiency, rel=1e-9)
+        assert abs(rows[n].loo_rel_error) < 1e-9
+    assert not rows[16].measured and pd.isna(rows[16].measured_efficiency)
+    assert set(df.model) == {"within tolerance"}
+    assert any("prediction.* sets hardware" in n for n in notes)
+    assert sentences == [s for s in sentences if "model within tolerance" in s] and len(sentences) == 1
+
+
+@pytest.mark.unit
+def test_the_network_is_fitted_where_the_sweep_crossed_nodes(tmp_path):
+    """4-GPU nodes timed within one node (2, 4 GPUs) and across two (8 GPUs): the network comes
+    back from what the node's link does not explain, and predicts 1,024 GPUs by hand."""
+    table = sp.read_table(write_table(tmp_path / "interconnect.csv", [(2, 1), (4, 1), (4, 2)]))
+    runs = {1: BATCH / T1, 2: with_overlap(2, step_allreduce(2), 0.3), 4: with_overlap(4, step_allreduce(4), 0.3)}
+    runs[8] = with_overlap(8, step_allreduce(4, 2), 0.3)
+    points = write_runs(tmp_path, runs, nodes={8: 2})
+    df, _, notes = sp.build(table, points, {"gpu": 4}, settings())
+    rows = rows_of(df)
+    assert rows[8].inter_busbw_GBps == pytest.approx(NETWORK.busbw_GBps, rel=1e-9)
+    assert rows[8].inter_latency_us == pytest.approx(10, rel=1e-6)
+    assert "fitted to 8 GPUs on 2 nodes" in rows[8].inter_from
+    assert rows[1024].nodes == 256
+    assert rows[1024].allreduce_s == pytest.approx(step_allreduce(4, 256), rel=1e-9)
+    assert rows[1024].efficiency_predicted == pytest.approx(cm.efficiency(T1, step_allreduce(4, 256), 0.3), rel=1e-9)
+    assert not any("prediction.* sets hardware" in n for n in notes)
+
+
+@pytest.mark.unit
+def test_each_layout_across_nodes_is_predicted_from_the_others(tmp_path):
+    groups = sp.allreduces(sp.read_table(write_table(tmp_path / "t.csv", [(2, 1), (4, 1), (4, 2), (4, 4)])), "gpu")
+    lk = sp.links(groups, 4, settings(), cm.bucket_sizes(GRADIENTS, BUCKET))
+    assert lk.inter.link.busbw_GBps == pytest.approx(NETWORK.busbw_GBps, rel=1e-9)
+    assert {p.gpus for p in lk.inter.held_out} == {8, 16} and {p.gpus for p in lk.intra.held_out} == {2, 4}
+    assert max(abs(p.rel_error) for p in lk.intra.held_out + lk.inter.held_out) < 1e-9
+    assert "8 GPUs on 2 nodes, 16 GPUs on 4 nodes" in lk.inter.how
+
+
+@pytest.mark.unit
+def test_a_measured_point_is_within_its_interval_or_the_row_says_it_is_not(tmp_path):
+    table = sp.read_table(write_table(tmp_path / "interconnect.csv", [(2, 1), (4, 1), (8, 1)]))
+    runs = {1: BATCH / T1, 2: with_overlap(2, step_allreduce(2), 0.5), 4: with_overlap(4, step_allreduce(4), 0.5)}
+    runs[8] = with_overlap(8, step_allreduce(8), 0.0) * 0.97  # a straggler: 3% below no overlap
+    df, _, _ = sp.build(table, write_runs(tmp_path, runs), {"gpu": 8}, settings(max_gpus=8))
+    rows = rows_of(df)
+    assert rows[4].measured_within_interval and rows[4].measured_position.startswith("closer to")
+    assert rows[4].efficiency_no_overlap <= rows[4].measured_efficiency <= rows[4].efficiency_full_overlap
+    assert not rows[8].measured_within_interval and rows[8].measured_position == "below no overlap"
+    assert "something else" in rows[8].note
+    # within the tolerance, the model stands; the point left out is predicted from the others' overlap
+    c8 = step_allreduce(8)
+    assert set(df.model) == {"within tolerance"}
+    assert rows[8].loo_rel_error == pytest.approx(cm.efficiency(T1, c8, 0.5) / (cm.efficiency(T1, c8, 0) * 0.97) - 1)
+
+
+@pytest.mark.unit
+def test_a_model_that_misses_its_own_measurements_is_poor_and_gives_bounds_only(tmp_path):
+    """A CPU's Gloo, as on the embedded default: the 2-process run far below even no overlap (its
+    ranks share the cores the step needs), so no overlap fraction reaches it."""
+    table = sp.read_table(write_table(tmp_path / "interconnect.csv", [(2, 1)]))
+    runs = {1: BATCH / T1, 2: with_overlap(2, step_allreduce(2), 0.0) * 0.6}
+    df, sentences, _ = sp.build(table, write_runs(tmp_path, runs), {"gpu": 2}, settings())
+    rows = rows_of(df)
+    assert set(df.model) == {"poor"}
+    assert "below no overlap" in rows[2].model_why and "bounds, not forecasts" in rows[2].model_why
+    assert df.efficiency_predicted.isna().all() and df.images_per_s_predicted.isna().all()
+    assert rows[2].efficiency_no_overlap > 0 and rows[2].efficiency_full_overlap == 1  # the bounds stay
+    assert "model poor" in sentences[0]
+    # beyond the node no link is known: the rows say which key would give one
+    assert pd.isna(rows[4].allreduce_s) and "prediction.inter_node.busbw_GBps" in rows[4].note
+
+
+@pytest.mark.unit
+def test_a_link_that_is_no_line_is_poor_where_the_buckets_are(tmp_path):
+    """Times that jump between the sizes (a protocol change, a CPU's copies) fit no line: the
+    model's all-reduce of a step's buckets is off against the stage's own times."""
+
+    def stepped(b, g, m):
+        return hierarchical(b, g, m) * (3 if 2**24 < b < 2**26 else 1)
+
+    table = sp.read_table(write_table(tmp_path / "interconnect.csv", [(2, 1), (4, 1)], stepped))
+    runs = {1: BATCH / T1, 2: BATCH * 2 / T1 * 0.95, 4: BATCH * 4 / T1 * 0.9}
+    df, _, _ = sp.build(table, write_runs(tmp_path, runs), {"gpu": 4}, settings())
+    assert set(df.model) == {"poor"}
+    assert "the all-reduce of a step's 4 message(s)" in df.model_why.iloc[0]
+
+
+@pytest.mark.unit
+def test_without_a_one_gpu_run_the_all_reduce_alone_is_predicted(tmp_path):
+    """The tests' 2-node SLURM cluster: runs of 2 GPUs only, one a node. The network is fitted from
+    them; no efficiency without the 1-GPU step."""
+    table = sp.read_table(write_table(tmp_path / "interconnect.csv", [(1, 2)]))
+    points = write_runs(tmp_path, {2: 500.0}, framework="tensorflow", nodes={2: 2})
+    df, sentences, _ = sp.build(table, points, {"gpu": 1}, settings(max_gpus=16))
+    rows = rows_of(df, "tensorflow")
+    assert sorted(rows) == [1, 2, 4, 8, 16]
+    assert rows[16].nodes == 16 and rows[16].inter_busbw_GBps == pytest.approx(NETWORK.busbw_GBps, rel=1e-9)
+    buckets = [64 * 2**20, GRADIENTS - 64 * 2**20]  # Horovod's default fusion buffer
+    assert rows[16].allreduce_s == pytest.approx(sum(ring(b, 16, NETWORK) for b in buckets), rel=1e-9)
+    assert df.efficiency_no_overlap.isna().all() and rows[2].measured_images_per_s == 500.0
+    assert "no 1-GPU run" in rows[2].model_why and "Horovod's default fusion buffer" in rows[2].bucket_from
+
+
+@pytest.mark.unit
+def test_sizes_timed_below_the_gradients_are_extrapolated_and_said(tmp_path):
+    """The tests' SLURM cluster times up to 1 MiB (interconnect.max_bytes): the two largest sizes
+    give the line, and the rows say it is extrapolated to a step's messages."""
+    table = sp.read_table(write_table(tmp_path / "t.csv", [(1, 2)], sizes=[2**k for k in range(3, 21)]))
+    points = write_runs(tmp_path, {2: 500.0}, framework="mxnet", nodes={2: 2})
+    df, _, _ = sp.build(table, points, {"gpu": 1}, settings(max_gpus=4))
+    rows = rows_of(df, "mxnet")
+    assert rows[4].inter_busbw_GBps == pytest.approx(NETWORK.busbw_GBps, rel=1e-9)
+    assert "fitted to 2 GPUs on 2 nodes" in rows[4].inter_from
+    assert rows[4].allreduce_s == pytest.approx(sum(ring(b, 4, NETWORK) for b in (64 * 2**20, GRADIENTS - 64 * 2**20)))
+    assert "extrapolated" in rows[4].model_why and "interconnect.max_bytes" in rows[4].model_why
+
+
+@pytest.mark.unit
+def test_a_cpu_figure_of_a_gpu_system_is_not_read(tmp_path):
+    points = write_runs(tmp_path, {1: 320.0, 2: 600.0})
+    summary = tmp_path / "runs" / "pytorch_fp32_2gpu" / "summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "device_type": "cpu"}))
+    assert sp.run_record(points[1]) is None and sp.run_record(points[0])["device"] == "gpu"
+    (tmp_path / "runs" / "pytorch_fp32_1gpu" / "summary.json").write_text(json.dumps({"status": "failed"}))
+    assert sp.run_record(points[0]) is None
+
+
+@pytest.mark.unit
+def test_the_bucket_is_the_runs_own_unless_set():
+    s = settings()
+    assert sp.bucket("pytorch", 50.0, s) == (50 * 2**20, "the run's bucket_cap_mb: 50 MiB")
+    assert sp.bucket("pytorch", None, s)[0] == schema.default("training.pytorch.bucket_cap_mb") * 2**20
+    assert sp.bucket("mxnet", None, s)[0] == 64 * 2**20
+    per = settings(bucket_mb={"tensorflow": 128})
+    assert sp.bucket("tensorflow", None, per) == (128 * 2**20, "prediction.bucket_mb: 128 MiB")
+    assert sp.bucket("pytorch", 25.0, per)[0] == 25 * 2**20  # a framework left out keeps its own
+    assert sp.bucket("mxnet", None, settings(bucket_mb=8))[0] == 8 * 2**20
+
+
+# ---------------------------------------------------------------------------------------------
+# The config reaches the script
+
+
+@pytest.mark.unit
+def test_every_prediction_key_reaches_its_flag():
+    """The rule's words parse back into the config's values, key by key; the script's own defaults
+    are the schema's."""
+    ap = sp.add_arguments(argparse.ArgumentParser())
+    assert vars(ap.parse_args([])) == vars(ap.parse_args(prediction_args(CONFIG["prediction"])))
+    keys = [
+        f"{k}_{sub}" if spec.get("type") == "object" else k
+        for k, spec in schema.section("prediction").items()
+        for sub in (schema.section(f"prediction.{k}") if spec.get("type") == "object" else [None])
+    ]
+    assert sorted(vars(ap.parse_args([]))) == sorted(keys)
+    changed = json.loads(json.dumps(CONFIG["prediction"]))
+    changed.update(max_gpus=64, topology="ring", algorithm="tree", bucket_mb={"pytorch": 50, "mxnet": 12.5})
+    changed["inter_node"] = {"busbw_GBps": 25, "latency_us": 0}
+    got = vars(ap.parse_args(prediction_args(changed)))
+    assert got["max_gpus"] == 64 and got["topology"] == "ring" and got["algorithm"] == "tree"
+    assert got["bucket_mb"] == {"pytorch": 50, "mxnet": 12.5}
+    assert got["inter_node_busbw_GBps"] == 25 and got["inter_node_latency_us"] == 0
+    assert got["intra_node_latency_us"] is None
+
+
+@pytest.mark.unit
+def test_the_stage_writes_its_table_markdown_and_figure(tmp_path, monkeypatch):
+    table = write_table(tmp_path / "interconnect.csv", [(2, 1)])
+    points = write_runs(tmp_path, {1: BATCH / T1, 2: with_overlap(2, step_allreduce(2), 0.5)})
+    out, fig = tmp_path / "results" / "scaling_prediction.csv", tmp_path / "results" / "figures" / "p.png"
+    argv = ["scaling_prediction", "--interconnect", str(table), "--points", json.dumps(points)]
+    argv += ["--systems", '{"gpu": 2}', "--out", str(out), "--figure", str(fig), "--max-gpus", "8"]
+    monkeypatch.setattr(sys, "argv", argv)
+    sp.main()
+    df = pd.read_csv(out)
+    assert list(df.columns) == sp.COLUMNS and sorted(df.gpus) == [1, 2, 4, 8]
+    md = out.with_suffix(".md").read_text()
+    assert md.startswith("# Scaling prediction") and "## The model on each workload" in md
+    assert "gpu, 4 to 8 GPUs: no prediction" in md
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# In the workflow
+
+
+@pytest.mark.stage
+def test_all_plans_the_prediction_and_the_study_on_paper(tmp_path):
+    write_config(tmp_path)
+    out = snakemake(tmp_path, "all", "-n", "--quiet", "rules").stdout
+    for rule in ("scaling_prediction", "study_on_paper", "conclusions"):
+        assert re.search(rf"^{rule}\s+1$", out, re.MULTILINE), out
+    shell = snakemake(tmp_path, "results/scaling_prediction.csv", "-n", "-p").stdout
+    words = " ".join(prediction_args(CONFIG["prediction"]))
+    assert words in shell and "--interconnect results/interconnect.csv" in shell
+    shell = snakemake(tmp_path, "results/conclusions.csv", "-n", "-p").stdout
+    assert "--prediction results/scaling_prediction.csv" in shell

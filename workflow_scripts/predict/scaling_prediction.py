@@ -1,0 +1,771 @@
+"""What the interconnect and the sweep predict for more GPUs than were run (docs/interconnect.md,
+"Predicting past the largest machine measured"): the links fitted to the interconnect stage's
+all-reduces, the overlap fitted to the sweep's runs, one row per system x framework x precision x
+GPU count, each prediction checked where the sweep measured (leave-one-out), and the model's own
+verdict on itself.
+
+    python -m workflow_scripts.predict.scaling_prediction --interconnect results/interconnect.csv \\
+        --points JSON --systems '{"local": 2}' --out results/scaling_prediction.csv \\
+        --figure results/figures/scaling_prediction.png [--max-gpus 1024 --inter-node-busbw-GBps 12.5 ...]
+
+--points are the sweep's runs as rules/results.smk gives them to the training tables ({system,
+framework, precision, gpus, nodes, input, gpu_request, run_dir}); --systems each system's own GPUs
+per node. The flags after them are config.yaml's prediction section (schemas/config.schema.yaml),
+the rule passing every key (plan/prediction_args.py). Writes the CSV, its markdown copy beside it,
+and the figure.
+"""
+
+import argparse
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.ticker import FuncFormatter
+
+from ..common.errors import StageError, run_main
+from ..common.output import write_table
+from ..common.plotting import empty_figure, plt, save_png
+from ..common.schema import default as config_default
+from ..interconnect import prediction as ic
+from . import collective_model as cm
+
+SOURCE = "torch.distributed"  # the interconnect stage's own rows (nccl-tests' sit beside them)
+MIB = 2**20
+# Horovod's documented default HOROVOD_FUSION_THRESHOLD, 64 MiB
+# (https://github.com/horovod/horovod/blob/master/docs/tensor-fusion.rst); the pipeline leaves it as it is.
+HOROVOD_FUSION_MIB = 64
+# The path a workload is read from where the sweep ran several: real data before synthetic, as the
+# verdict table reads them (results/verdict_rules.py), so its predicted column and this table agree.
+INPUT_ORDER = ["dali", "gpu", "cpu", "auto", "synthetic"]
+TITLE = "Scaling prediction: what the interconnect and the sweep predict past the largest machine run"
+
+
+# ---------------------------------------------------------------------------------------------
+# The settings (config.yaml's prediction section)
+
+
+def _latency(text):
+    """A latency flag's value: microseconds, or null (fitted)."""
+    if text in ("null", "", None):
+        return None
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: a latency in microseconds, at least 0, or null")
+    return value
+
+
+def _bucket(text):
+    """--bucket-mb: one number of MiB, or FRAMEWORK=MIB,... (a framework left out: 0, its own)."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    try:
+        if "=" not in text:
+            return float(text)
+        return {k.strip(): float(v) for k, v in (item.split("=", 1) for item in text.split(","))}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text}: MiB, or FRAMEWORK=MIB,... e.g. pytorch=50,tensorflow=64")
+
+
+@dataclass(frozen=True)
+class Settings:
+    max_gpus: int
+    gpus_per_node: int
+    intra_busbw: float
+    intra_latency_us: float | None
+    inter_busbw: float
+    inter_latency_us: float | None
+    topology: str
+    algorithm: str
+    bucket_mb: float | dict
+    tolerance: float
+
+    @classmethod
+    def from_args(cls, a):
+        return cls(
+            a.max_gpus,
+            a.gpus_per_node,
+            a.intra_node_busbw_GBps,
+            a.intra_node_latency_us,
+            a.inter_node_busbw_GBps,
+            a.inter_node_latency_us,
+            a.topology,
+            a.algorithm,
+            a.bucket_mb,
+            a.tolerance,
+        )
+
+    def overrides(self):
+        """Whether prediction.* sets hardware rather than fitting it."""
+        return bool(
+            self.gpus_per_node
+            or self.intra_busbw
+            or self.inter_busbw
+            or self.intra_latency_us is not None
+            or self.inter_latency_us is not None
+        )
+
+    def bucket_for(self, framework):
+        mb = self.bucket_mb.get(framework, 0) if isinstance(self.bucket_mb, dict) else self.bucket_mb
+        return mb or None
+
+
+def add_arguments(ap):
+    """The prediction section's keys as flags (plan/prediction_args.py's words), each defaulting to
+    the schema's default; their meaning: schemas/config.schema.yaml."""
+    ap.add_argument("--max-gpus", type=int, default=config_default("prediction.max_gpus"))
+    ap.add_argument("--gpus-per-node", type=int, default=config_default("prediction.gpus_per_node"))
+    ap.add_argument("--intra-node-busbw-GBps", type=float, default=config_default("prediction.intra_node.busbw_GBps"))
+    ap.add_argument(
+        "--intra-node-latency-us", type=_latency, default=config_default("prediction.intra_node.latency_us")
+    )
+    ap.add_argument("--inter-node-busbw-GBps", type=float, default=config_default("prediction.inter_node.busbw_GBps"))
+    ap.add_argument(
+        "--inter-node-latency-us", type=_latency, default=config_default("prediction.inter_node.latency_us")
+    )
+    ap.add_argument("--topology", choices=cm.TOPOLOGIES, default=config_default("prediction.topology"))
+    ap.add_argument("--algorithm", choices=list(cm.ALGORITHMS), default=config_default("prediction.algorithm"))
+    ap.add_argument(
+        "--bucket-mb", type=_bucket, default=config_default("prediction.bucket_mb"), help="MiB, or FRAMEWORK=MIB,..."
+    )
+    ap.add_argument("--tolerance", type=float, default=config_default("prediction.tolerance"))
+    return ap
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep's runs
+
+
+def run_record(point):
+    """What the prediction takes from one sweep run's summary; None where there is nothing to take
+    (not run, failed, or a CPU figure on a system that requests GPUs, which is no GPU's)."""
+    path = Path(point["run_dir"]) / "summary.json"
+    if not path.exists():
+        return None
+    try:
+        s = json.loads(path.read_text())
+    except ValueError as exc:
+        raise StageError(f"{path}: not a run summary ({exc})")
+    if s.get("status") == "failed" or not s.get("images_per_s"):
+        return None
+    device = s.get("device_type") or ("cpu" if str(s.get("device", "")).lower().startswith("cpu") else "gpu")
+    if point.get("gpu_request", "none") != "none" and device != "gpu":
+        return None
+    nbytes, nbytes_from = ic.gradient_bytes(s, point["framework"], point["precision"])
+    return {
+        **{k: point[k] for k in ("system", "framework", "precision", "gpus", "nodes")},
+        "input": point.get("input", "auto"),
+        "device": device,
+        "images_per_s": s["images_per_s"],
+        "batch_per_gpu": (s.get("args") or {}).get("batch_per_gpu") or s["global_batch"] // point["gpus"],
+        "gradient_bytes": nbytes,
+        "gradient_bytes_from": nbytes_from,
+        "bucket_cap_mb": (s.get("pytorch") or {}).get("bucket_cap_mb") or (s.get("args") or {}).get("bucket_cap_mb"),
+    }
+
+
+def bucket(framework, recorded_mb, settings):
+    """(bytes per message, where that comes from): prediction.bucket_mb, else the run's own."""
+    mb = settings.bucket_for(framework)
+    if mb:
+        return int(mb * MIB), f"prediction.bucket_mb: {mb:g} MiB"
+    if framework == "pytorch":
+        if recorded_mb:
+            return int(recorded_mb * MIB), f"the run's bucket_cap_mb: {recorded_mb:g} MiB"
+        default = config_default("training.pytorch.bucket_cap_mb")
+        return int(default * MIB), f"DDP's default bucket_cap_mb: {default:g} MiB (not in the run's summary)"
+    return HOROVOD_FUSION_MIB * MIB, f"Horovod's default fusion buffer: {HOROVOD_FUSION_MIB} MiB"
+
+
+@dataclass
+class Workload:
+    """One system x framework x precision as the sweep ran it, on one input path: the images/s of
+    every GPU count (the mean over its repeats) and the 1-GPU step, batch / that mean at 1 GPU (None
+    without a 1-GPU run): scaling.csv's baseline_step_s, so that an efficiency here is its."""
+
+    system: str
+    framework: str
+    precision: str
+    input: str
+    device: str
+    batch_per_gpu: int
+    gradient_bytes: int
+    gradient_bytes_from: str
+    bucket_bytes: int
+    bucket_from: str
+    images_per_s: dict = field(default_factory=dict)
+    nodes: dict = field(default_factory=dict)
+
+    @property
+    def t1(self):
+        return self.batch_per_gpu / self.images_per_s[1] if 1 in self.images_per_s else None
+
+    @property
+    def model(self):
+        return cm.Workload(self.t1, self.batch_per_gpu, self.gradient_bytes, self.bucket_bytes)
+
+    @property
+    def one_gpu_images_per_s(self):
+        return self.images_per_s.get(1)
+
+    def efficiency(self, n):
+        return self.images_per_s[n] / (n * self.one_gpu_images_per_s) if self.t1 else None
+
+    @property
+    def name(self):
+        return f"{self.system} {self.framework} {self.precision}"
+
+
+def workloads(records, settings):
+    """The runs grouped by system x framework x precision, on the first input path of INPUT_ORDER
+    each ran."""
+    groups = {}
+    for r in records:
+        groups.setdefault((r["system"], r["framework"], r["precision"]), []).append(r)
+    out = []
+    for (system, framework, precision), runs in sorted(groups.items()):
+        paths = {r["input"] for r in runs}
+        path = next((p for p in INPUT_ORDER if p in paths), sorted(paths)[0])
+        runs = [r for r in runs if r["input"] == path]
+        first = min(runs, key=lambda r: r["gpus"])
+        nbytes, nbytes_from = bucket(framework, first["bucket_cap_mb"], settings)
+        w = Workload(
+            system,
+            framework,
+            precision,
+            path,
+            first["device"],
+            first["batch_per_gpu"],
+            first["gradient_bytes"],
+            first["gradient_bytes_from"],
+            nbytes,
+            nbytes_from,
+        )
+        for n in sorted({r["gpus"] for r in runs}):
+            at = [r for r in runs if r["gpus"] == n]
+            w.images_per_s[n] = sum(r["images_per_s"] for r in at) / len(at)
+            w.nodes[n] = at[0]["nodes"]
+        out.append(w)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The links
+
+
+def read_table(path):
+    try:
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError as exc:
+        raise StageError(f"{path}: the interconnect table cannot be read ({exc})")
+
+
+def allreduces(table, system):
+    """{(gpus, nodes): [(bytes, median s)]} of the interconnect stage's own all-reduces on a system."""
+    out = {}
+    for r in table:
+        if r["system"] == system and r["collective"] == "all_reduce" and r["source"] == SOURCE:
+            key = (int(r["gpus"]), int(r["nodes"]))
+            out.setdefault(key, []).append((int(r["bytes"]), float(r["median_s"] or r["time_s"])))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def fit_floor(groups, messages):
+    """The smallest size a fit uses: the largest timed size at or below the smallest message a step
+    sends, so that the line fits the sizes the buckets have (NCCL changes protocol with size); at
+    most the second largest timed, so that a line has two sizes to go through."""
+    sizes = sorted({b for points in groups.values() for b, _ in points})
+    below = [b for b in sizes if b <= min(messages)]
+    floor = below[-1] if below else (sizes[0] if sizes else 0)
+    return min(floor, sizes[-2]) if len(sizes) > 1 else floor
+
+
+def extrapolated(groups, messages):
+    """A sentence where a step's largest message lies beyond the largest size timed: the link's line
+    is then extrapolated, and the model's all-reduce of the step cannot be checked against the table."""
+    largest = max((b for points in groups.values() for b, _ in points), default=None)
+    if largest is None or max(messages) <= largest:
+        return ""
+    return (
+        f"; a step's messages (up to {max(messages)} B) lie beyond the largest size timed ({largest} B): the link "
+        f"is extrapolated to them (interconnect.max_bytes)"
+    )
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A link fitted to the table (None: none, and why in how), and its errors at the GPU counts
+    left out of the fit in turn (cm.PointError)."""
+
+    link: cm.Link | None
+    how: str
+    held_out: tuple = ()
+
+
+def fit_intra(groups, min_bytes):
+    """The node's link: all-reduces within one node, every GPU count pooled."""
+    points = [(n, b, t) for (n, m), pts in sorted(groups.items()) if m == 1 for b, t in pts if b >= min_bytes]
+    counts = sorted({n for n, _, _ in points})
+    if not counts:
+        return Fitted(None, "no all-reduce within one node was timed")
+    try:
+        fit = cm.fit_link_pooled(points)
+    except StageError as exc:
+        return Fitted(None, f"not fitted: {exc}")
+    sizes = sorted({b for _, b, _ in points})
+    how = f"fitted to {'/'.join(map(str, counts))} GPUs in one node, {len(sizes)} sizes {sizes[0]}-{sizes[-1]} B"
+    return Fitted(fit.link, how, tuple(cm.leave_one_out_links(points)))
+
+
+def fit_inter(groups, intra, settings, min_bytes):
+    """The network's link: what the all-reduces across nodes leave once the node's link is known,
+    every layout pooled; with several, each is also predicted from the others. A count that does not
+    fill its nodes is spread evenly over them, as cm.System.layout does."""
+    across = {(n, m): [(b, t) for b, t in pts if b >= min_bytes] for (n, m), pts in sorted(groups.items()) if m > 1}
+    if not across:
+        return Fitted(None, "no all-reduce across nodes was timed")
+    layout = {key: (key[0] // key[1] if key[0] % key[1] == 0 else key[0] / key[1], key[1]) for key in across}
+    if intra is None and any(g > 1 for g, _ in layout.values()):
+        return Fitted(None, "across nodes timed, but the link within a node is not known")
+
+    def fit(keys):
+        return cm.fit_inter_link_pooled(
+            [(*layout[k], across[k]) for k in keys], intra, settings.topology, settings.algorithm
+        )
+
+    held = []
+    try:
+        link = fit(list(across)).link
+        for key in across if len(across) > 1 else ():
+            others = fit([k for k in across if k != key]).link
+            system = cm.System(layout[key][0], intra, others, settings.topology, settings.algorithm)
+            held += [cm.PointError(key[0], b, t, system.allreduce_s(b, key[0])) for b, t in across[key]]
+    except StageError as exc:
+        return Fitted(None, f"not fitted: {exc}")
+    how = "fitted to " + ", ".join(f"{n} GPUs on {m} nodes" for n, m in across)
+    return Fitted(link, f"{how} ({settings.topology}, {settings.algorithm} across nodes)", tuple(held))
+
+
+def chosen_link(fitted, busbw, latency_us, key):
+    """(link, where it comes from): what prediction.<key> sets, the rest fitted."""
+    if not busbw and latency_us is None:
+        return fitted.link, fitted.how
+    bw = busbw or (fitted.link.busbw_GBps if fitted.link else None)
+    if bw is None:
+        return None, f"{fitted.how}; prediction.{key}.latency_us set without a bandwidth"
+    if latency_us is not None:
+        latency, said = latency_us * 1e-6, f"{latency_us:g} us set"
+    elif fitted.link:
+        latency, said = fitted.link.step_latency_s, "latency fitted"
+    else:
+        latency, said = 0.0, "latency 0: none set, none timed"
+    bw_said = f"{bw:g} GB/s set" if busbw else "bandwidth fitted"
+    return cm.Link(bw, latency), f"prediction.{key}: {bw_said}, {said}"
+
+
+@dataclass(frozen=True)
+class Links:
+    """A system's links as timed (measured: the system the sweep ran on) and as the prediction
+    uses them (target: what prediction.* sets, over the fitted ones)."""
+
+    measured: cm.System
+    target: cm.System
+    intra: Fitted
+    inter: Fitted
+    intra_how: str
+    inter_how: str
+
+
+def links(groups, own_gpus_per_node, settings, messages):
+    floor = fit_floor(groups, messages)
+    intra = fit_intra(groups, floor)
+    inter = fit_inter(groups, intra.link, settings, floor)
+    measured = cm.System(own_gpus_per_node, intra.link, inter.link, settings.topology, settings.algorithm)
+    intra_link, intra_how = chosen_link(intra, settings.intra_busbw, settings.intra_latency_us, "intra_node")
+    inter_link, inter_how = chosen_link(inter, settings.inter_busbw, settings.inter_latency_us, "inter_node")
+    target = cm.System(
+        settings.gpus_per_node or own_gpus_per_node, intra_link, inter_link, settings.topology, settings.algorithm
+    )
+    return Links(measured, target, intra, inter, intra_how, inter_how)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model's own errors
+
+
+def link_errors(w, lk, groups):
+    """(error, what) of the model's all-reduce of a step's messages against the stage's own times,
+    interpolated at those sizes, at every GPU count timed: the figure each prediction rests on."""
+    out = []
+    messages = cm.bucket_sizes(w.gradient_bytes, w.bucket_bytes)
+    for (n, m), points in sorted(groups.items()):
+        timed = [ic.interpolate(points, b) for b in messages]
+        model = cm.allreduce_at(lk.measured, w.model, n)
+        if None in timed or model is None:
+            continue
+        out.append((model / sum(timed) - 1, f"the all-reduce of a step's {len(messages)} message(s) at {n} GPUs"))
+    return out
+
+
+def held_out_link_errors(lk):
+    """(error, what) of every size timed at a GPU count the link was fitted without."""
+    return [
+        (p.rel_error, f"the all-reduce of {p.bytes} B at {p.gpus} GPUs, fitted without them")
+        for p in lk.intra.held_out + lk.inter.held_out
+    ]
+
+
+def outside_errors(points):
+    """(error, what) of every measured point outside the model's interval: the nearest bound
+    against it, what no overlap fraction can reach."""
+    out = []
+    for p in points:
+        no, full = cm.efficiency(p["t1"], p["c"], 0.0), cm.efficiency(p["t1"], p["c"], 1.0)
+        e = p["efficiency"]
+        if e < no:
+            out.append((no / e - 1, f"{p['gpus']} GPUs ran at {e:.1%}, below no overlap ({no:.1%})"))
+        elif e > full:
+            out.append((full / e - 1, f"{p['gpus']} GPUs ran at {e:.1%}, above full overlap ({full:.1%})"))
+    return out
+
+
+def quality(held_out, in_sample, tolerance):
+    """(label, why) of cm.judge on the held-out errors; poor wherever the model misses a point it
+    was fitted to by more than the tolerance (no prediction can do better there)."""
+    worst = max(in_sample, key=lambda e: abs(e[0]), default=None)
+    if worst and abs(worst[0]) > tolerance:
+        return "poor", (
+            f"{worst[1]}: the model is off by {worst[0]:+.0%} where it was fitted, above the {tolerance:.0%} "
+            f"tolerance: read its figures as bounds, not forecasts"
+        )
+    label, why = cm.judge([e for e, _ in held_out], tolerance)
+    if held_out:
+        worst_held = max(held_out, key=lambda e: abs(e[0]))
+        why = f"{why} (worst: {worst_held[1]}, {worst_held[0]:+.1%})"
+    elif worst:
+        why = f"{why}; where it was fitted it is off by at most {abs(worst[0]):.1%}"
+    return label, why
+
+
+# ---------------------------------------------------------------------------------------------
+# The rows
+
+COLUMNS = [
+    "system",
+    "framework",
+    "precision",
+    "input",
+    "device",
+    "gpus",
+    "nodes",
+    "gpus_per_node",
+    "measured",
+    "gradient_bytes",
+    "gradient_bytes_from",
+    "bucket_bytes",
+    "bucket_from",
+    "allreduce_s",
+    "one_gpu_images_per_s",
+    "efficiency_no_overlap",
+    "efficiency_predicted",
+    "efficiency_full_overlap",
+    "images_per_s_no_overlap",
+    "images_per_s_predicted",
+    "images_per_s_full_overlap",
+    "overlap_fraction",
+    "overlap_position",
+    "measured_images_per_s",
+    "measured_efficiency",
+    "measured_within_interval",
+    "measured_position",
+    "loo_efficiency",
+    "loo_rel_error",
+    "model",
+    "model_why",
+    "intra_busbw_GBps",
+    "intra_latency_us",
+    "intra_from",
+    "inter_busbw_GBps",
+    "inter_latency_us",
+    "inter_from",
+    "topology",
+    "algorithm",
+    "note",
+]
+SHOWN = [
+    "system",
+    "framework",
+    "precision",
+    "gpus",
+    "nodes",
+    "allreduce_s",
+    "efficiency_no_overlap",
+    "efficiency_predicted",
+    "efficiency_full_overlap",
+    "images_per_s_predicted",
+    "measured_efficiency",
+    "loo_rel_error",
+    "model",
+]
+RENAME = {"efficiency_fitted": "efficiency_predicted", "images_per_s_fitted": "images_per_s_predicted"}
+
+
+def measured_points(w, system):
+    """The multi-GPU runs as the model sees them: the all-reduce it gives their GPU count on the
+    system as timed, and their efficiency."""
+    out = []
+    for n in sorted(w.images_per_s):
+        c = cm.allreduce_at(system, w.model, n) if n > 1 else None
+        if c and w.t1:
+            out.append({"gpus": n, "t1": w.t1, "c": c, "efficiency": w.efficiency(n)})
+    return out
+
+
+def no_prediction_note(w, lk, nodes):
+    """Why a row has no all-reduce, naming what would give it one."""
+    if nodes > 1 and lk.target.inter is None:
+        return (
+            f"no link between nodes known ({lk.inter.how}): a training.gpus count above "
+            f"systems.{w.system}.gpus_per_node times one, or set prediction.inter_node.busbw_GBps"
+        )
+    return (
+        f"no link within a node known ({lk.intra.how}); a training.gpus count within one node times one, "
+        f"or set prediction.intra_node.busbw_GBps"
+    )
+
+
+def link_columns(lk):
+    t = lk.target
+    intra, inter = t.intra, t.inter
+    return {
+        "intra_busbw_GBps": intra.busbw_GBps if intra else None,
+        "intra_latency_us": intra.step_latency_s * 1e6 if intra else None,
+        "intra_from": lk.intra_how,
+        "inter_busbw_GBps": inter.busbw_GBps if inter else None,
+        "inter_latency_us": inter.step_latency_s * 1e6 if inter else None,
+        "inter_from": lk.inter_how,
+        "topology": t.topology,
+        "algorithm": t.inter_algorithm,
+    }
+
+
+def model_rows(w, lk, settings, overlap):
+    """cm.predict's rows on the target system (every GPU count), with the measured figure beside
+    them judged against the system as timed; all-reduce only where there is no 1-GPU step."""
+    measured = dict(w.images_per_s)
+    if w.t1:
+        rows = [
+            {RENAME.get(k, k): v for k, v in r.items()}
+            for r in cm.predict(lk.target, w.model, settings.max_gpus, measured, overlap)
+        ]
+        as_timed = {r["gpus"]: r for r in cm.predict(lk.measured, w.model, settings.max_gpus, measured, overlap)}
+        for r in rows:
+            if r["measured_images_per_s"] is not None and r["gpus"] > 1:
+                for k in ("measured_within_interval", "measured_position", "note"):
+                    r[k] = as_timed[r["gpus"]][k]
+        return rows
+    rows = []
+    for n in sorted(set(cm.powers_of_two(settings.max_gpus)) | set(measured)):
+        g, m = lk.target.layout(n)
+        rows.append(
+            {
+                "gpus": n,
+                "nodes": m,
+                "gpus_per_node": g,
+                "allreduce_s": cm.allreduce_at(lk.target, w.model, n),
+                "measured_images_per_s": measured.get(n),
+                "note": "",
+            }
+        )
+    return rows
+
+
+def workload_rows(w, lk, groups, settings):
+    """Every row of one workload, and (label, why) of the model on it."""
+    points = measured_points(w, lk.measured)
+    fit = cm.fit_overlap_points(w.t1, [(p["c"], p["efficiency"]) for p in points]) if w.t1 else None
+    loo = (
+        {
+            r["gpus"]: r
+            for r in cm.leave_one_out(w.t1, [cm.MeasuredPoint(p["gpus"], p["c"], p["efficiency"]) for p in points])
+        }
+        if w.t1
+        else {}
+    )
+    held = held_out_link_errors(lk) + [
+        (r["rel_error"], f"the efficiency at {n} GPUs from the overlap fitted at the others")
+        for n, r in loo.items()
+        if r["rel_error"] is not None
+    ]
+    label, why = quality(held, link_errors(w, lk, groups) + outside_errors(points), settings.tolerance)
+    why += extrapolated(groups, cm.bucket_sizes(w.gradient_bytes, w.bucket_bytes))
+    if not w.t1:
+        why = f"no 1-GPU run, so no efficiency to predict (training.gpus with 1); the all-reduce: {label}, {why}"
+    rows = []
+    for r in model_rows(w, lk, settings, fit.fraction if fit else None):
+        n = r["gpus"]
+        row = dict.fromkeys(COLUMNS)
+        row.update(r)
+        row.update(
+            system=w.system,
+            framework=w.framework,
+            precision=w.precision,
+            input=w.input,
+            device=w.device,
+            measured=n in w.images_per_s,
+            gradient_bytes=w.gradient_bytes,
+            gradient_bytes_from=w.gradient_bytes_from,
+            bucket_bytes=w.bucket_bytes,
+            bucket_from=w.bucket_from,
+            one_gpu_images_per_s=w.one_gpu_images_per_s,
+            overlap_position=fit.position if fit else None,
+            model=label,
+            model_why=why,
+            **link_columns(lk),
+        )
+        if n in loo:
+            row.update(loo_efficiency=loo[n]["predicted_efficiency"], loo_rel_error=loo[n]["rel_error"])
+        if row["allreduce_s"] is None and n > 1:
+            row["note"] = no_prediction_note(w, lk, row["nodes"])
+        if label == "poor":  # bounds, not a figure
+            row.update(efficiency_predicted=None, images_per_s_predicted=None)
+        rows.append(row)
+    return rows, (label, why)
+
+
+def unpredicted(rows):
+    """One note per system and reason for the GPU counts without an all-reduce."""
+    spans = {}
+    for r in rows:
+        if r["allreduce_s"] is None and r["gpus"] > 1:
+            spans.setdefault((r["system"], r["note"]), set()).add(r["gpus"])
+    return [
+        f"{system}, {min(n)}{f' to {max(n)}' if len(n) > 1 else ''} GPUs: no prediction: {note}"
+        for (system, note), n in sorted(spans.items())
+    ]
+
+
+def build(table, points, systems, settings):
+    """(the table, one sentence per workload, notes)."""
+    records = [r for r in (run_record(p) for p in points) if r]
+    rows, sentences = [], []
+    for w in workloads(records, settings):
+        groups = allreduces(table, w.system)
+        lk = links(groups, systems.get(w.system, 1), settings, cm.bucket_sizes(w.gradient_bytes, w.bucket_bytes))
+        got, (label, why) = workload_rows(w, lk, groups, settings)
+        rows += got
+        sentences.append(f"- **{w.name}** ({w.input} input): model {label}: {why}.")
+    notes = unpredicted(rows)
+    if not records:
+        notes.append("no completed run in the sweep: nothing to predict from")
+    if any(r["device"] == "cpu" for r in records):
+        notes.append(
+            "CPU processes stand in for GPUs: these predict a CPU's Gloo over the host, not a GPU link "
+            "(docs/glossary.md#cpu-stand-in)"
+        )
+    if settings.overrides():
+        notes.append(
+            "prediction.* sets hardware that was not timed: the rows are that cluster's; the measured figures beside "
+            "them, and whether they lie within their interval, are the system's as it ran"
+        )
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    return df, sentences, notes
+
+
+HOW = (
+    "The all-reduce model of docs/interconnect.md (workflow_scripts/predict/collective_model.py): the link within a "
+    "node and the network between nodes fitted to the interconnect stage's all-reduces (interconnect.csv, its own "
+    "rows, at the sizes from the largest timed one at or below a step's smallest message), or set under "
+    "prediction.*; each step's gradients sent in buckets (bucket_from). allreduce_s: one step's all-reduce at N GPUs. "
+    "With t1 the 1-GPU step, efficiency_no_overlap = t1 / (t1 + allreduce_s), efficiency_full_overlap = t1 / max(t1, "
+    "allreduce_s), and efficiency_predicted at the overlap fraction fitted to the sweep's runs above 1 GPU "
+    "(overlap_fraction); images/s = N x the 1-GPU images/s x efficiency. Where the sweep ran a point, its figure is "
+    "beside the prediction (measured_*), with whether it lies within the interval and loo_rel_error: the error of "
+    "the prediction made without that point (leave-one-out). model says what the model's own errors allow: within "
+    "tolerance, untested (nothing held out to test it on), or poor (off by more than prediction.tolerance where it "
+    "could be checked): then the row gives the bounds and no predicted figure."
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# The figure
+
+
+def draw(df, path):
+    if df.empty:
+        return empty_figure(path, TITLE, "no completed run in the sweep: nothing to predict from")
+    systems = sorted(set(df.system))
+    fig, axes = plt.subplots(len(systems), 3, figsize=(18, 4.8 * len(systems)), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for row_axes, system in zip(axes, systems):
+        s = df[df.system == system]
+        for i, ((framework, precision), g) in enumerate(s.groupby(["framework", "precision"])):
+            g = g.sort_values("gpus")
+            colour = colours[i % len(colours)]
+            label = f"{framework} {precision} (model {g.model.iloc[0]})"
+            _panel(row_axes[0], g, "images_per_s", colour, label)
+            _panel(row_axes[1], g, "efficiency", colour, label)
+            a = g[g.allreduce_s.notna() & (g.gpus > 1)]
+            row_axes[2].plot(a.gpus, a.allreduce_s * 1e3, "o-", ms=3, color=colour, label=label)
+        for ax, what in zip(row_axes, ("images/s", "scaling efficiency", "all-reduce of a step's gradients (ms)")):
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
+            ax.set(xlabel="GPUs", ylabel=what, title=f"{system}: {what}")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        row_axes[0].set_yscale("log")
+    fig.suptitle(
+        TITLE + "\n(band: no to full overlap; line: the overlap fitted to the runs, none where the model is poor; "
+        "dots: the runs)",
+        y=1.0 + 0.06 / len(systems),
+    )
+    save_png(fig, path)
+
+
+def _panel(ax, g, what, colour, label):
+    no, full, predicted = (f"{what}_no_overlap", f"{what}_full_overlap", f"{what}_predicted")
+    if what == "efficiency":
+        measured = g.measured_efficiency
+    else:
+        measured = g.measured_images_per_s
+    b = g[g[no].notna()]
+    if len(b):
+        ax.fill_between(b.gpus, b[no].astype(float), b[full].astype(float), color=colour, alpha=0.2)
+        p = b[b[predicted].notna()]
+        ax.plot(p.gpus, p[predicted].astype(float), "-", color=colour, label=label)
+    m = g[measured.notna()]
+    ax.plot(
+        m.gpus,
+        measured[measured.notna()].astype(float),
+        "o",
+        color=colour,
+        label=f"{label}: runs" if len(b) == 0 else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--interconnect", required=True, help="the interconnect stage's table (interconnect.csv)")
+    ap.add_argument("--points", required=True, help="JSON list of the sweep's runs {system, framework, ..., run_dir}")
+    ap.add_argument("--systems", required=True, help="JSON {system: its GPUs per node}")
+    ap.add_argument("--out", required=True, help="the CSV; the markdown copy goes beside it")
+    ap.add_argument("--figure", required=True, help="the PNG")
+    add_arguments(ap)
+    a = ap.parse_args()
+    try:
+        points, systems = json.loads(a.points), json.loads(a.systems)
+    except ValueError as exc:
+        raise StageError(f"--points or --systems is not JSON: {exc}")
+    df, sentences, notes = build(read_table(a.interconnect), points, systems, Settings.from_args(a))
+    write_table(df, a.out, TITLE, HOW, notes, columns=SHOWN, after=["## The model on each workload", "", *sentences])
+    draw(df, a.figure)
+    print("\n".join(sentences))
+
+
+if __name__ == "__main__":
+    run_main(main)
