@@ -90,6 +90,7 @@ def test_interconnect_keys_rerun_only_the_interconnect_and_what_reads_it(pipelin
         "training_tables": 1,
         "training_figures": 1,
         "conclusions": 1,  # the verdict table reads scaling.csv
+        "scaling_prediction": 1,  # fitted to the interconnect table
     }
     try:
         pipeline_config(work, interconnect__iterations=IC["iterations"] + 1)
@@ -364,3 +365,26 @@ def test_nccl_tests_table_is_parsed_in_place_with_its_ranks():
 def test_missing_nccl_tests_binary_names_the_config_key(tmp_path):
     with pytest.raises(StageError, match="interconnect.nccl_tests.*all_reduce_perf"):
         nccl_tests.binary(tmp_path, "all_reduce")
+
+
+@pytest.mark.pipeline
+def test_the_prediction_reaches_1024_gpus_and_says_how_far_to_trust_itself(pipeline_run):
+    """One row per framework x N up to prediction.max_gpus; at the measured 2-process point the
+    measured efficiency is scaling.csv's own; where the run lies outside the model's interval (CPU
+    processes sharing two cores) the row says the model is poor and gives bounds, not a forecast."""
+    pred = pd.read_csv(pipeline_run / "results" / "scaling_prediction.csv")
+    scaling = pd.read_csv(pipeline_run / "results" / "scaling.csv")
+    frameworks = CONFIG["training"]["frameworks"]
+    assert set(pred["gpus"]) == {2**k for k in range(11)}
+    assert len(pred) == len(frameworks) * 11
+    for fw in frameworks:
+        at2 = pred[(pred["framework"] == fw) & (pred["gpus"] == 2)].iloc[0]
+        measured = scaling[(scaling["framework"] == fw) & (scaling["gpus"] == 2)].iloc[0]
+        assert at2["measured_efficiency"] == pytest.approx(measured["efficiency"], rel=1e-9)
+        if not at2["measured_within_interval"]:
+            assert at2["model"] == "poor" and pd.isna(at2["efficiency_predicted"]), at2.to_dict()
+    assert pred[pred["gpus"] > 2]["allreduce_s"].isna().all()  # nothing across nodes was timed
+    assert (pred["inter_from"] == "no all-reduce across nodes was timed").all()
+    assert "## At the measured points" in (pipeline_run / "results" / "study_on_paper.md").read_text()
+    verdicts = pd.read_csv(pipeline_run / "results" / "conclusions.csv")
+    assert verdicts["predicted"].notna().any()

@@ -30,6 +30,8 @@ TABLES = [
     "storage_throughput",
     "network_throughput",
     "interconnect",
+    "scaling_prediction",
+    "study_on_paper",
 ]
 FIGURES = [
     "fig2_scaling",
@@ -38,6 +40,7 @@ FIGURES = [
     "fig7_storage",
     "fig8_network",
     "interconnect_busbw",
+    "scaling_prediction",
 ]
 
 

@@ -303,6 +303,9 @@ def test_interconnect_measured_across_both_nodes(slurm_run):
     assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in log
     table = (results / "interconnect.csv").read_text().splitlines()
     assert len(table) > 1 and all(",inter-node," in line for line in table[1:])
+    # the prediction takes the network from those all-reduces (or says why it could not fit them)
+    predicted = pd.read_csv(results / "scaling_prediction.csv")
+    assert len(predicted) and (predicted["inter_from"] != "no all-reduce across nodes was timed").all()
 
 
 @pytest.mark.pipeline
