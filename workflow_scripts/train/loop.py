@@ -221,7 +221,7 @@ class Loop:
         """One step launched and read at once: the long test's, which logs it itself."""
         return self.launch(step)[0]()[0]
 
-    def accuracy_mode(self, classes):
+    def long_test(self, classes):
         parts = self.adapter.long_test_parts(self.run, classes)
         return accuracy_mode.LongTest(self.run).run_epochs(
             self.train_step, *parts, self.adapter.digest, self.adapter.save_state, self.adapter.load_state
