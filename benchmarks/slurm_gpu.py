@@ -72,8 +72,9 @@ def system(n_gpus, nodes, gpu_type, cpus, time_min=20, slurm=True):
     return s
 
 
-def overlay(name, n_gpus, gpu_type, cpus, real, steps, slurm=True, nodes=1, **training):
-    """The config overlay of a part: one system of this machine, PyTorch fp16 at 224 px."""
+def overlay(name, n_gpus, gpu_type, cpus, real, steps, slurm=True, nodes=1, counts=None, **training):
+    """The config overlay of a part: one system of this machine, PyTorch fp16 at 224 px, at the GPU
+    counts asked (1 and every GPU unless counts says)."""
     py = sys.executable
     return {
         "envs": {k: py for k in ("workflow", "tensorflow", "mxnet", "pytorch")},
@@ -82,7 +83,7 @@ def overlay(name, n_gpus, gpu_type, cpus, real, steps, slurm=True, nodes=1, **tr
         "training": {
             "systems": [name],
             "frameworks": ["pytorch"],
-            "gpus": sorted({1, n_gpus}) if nodes == 1 else [n_gpus],
+            "gpus": sorted(counts or {1, n_gpus}) if nodes == 1 else [n_gpus],
             "inputs": ["synthetic"] if real == "none" else ["synthetic", real],
             "precisions": ["fp16"],
             "image_size": 224,
@@ -95,13 +96,23 @@ def overlay(name, n_gpus, gpu_type, cpus, real, steps, slurm=True, nodes=1, **tr
         },
         "inference": {"system": name if slurm else ""},
         # the embedded default's 480 training images are fewer than one fp16 global batch (2 x 512)
-        "dataset": {"embedded": {"train_per_class": 160}},
+        "dataset": {"embedded": {"train_per_class": per_class(n_gpus)}},
     }
 
 
-def plan(n_gpus, gpu_type, cpus, real, steps):
-    """Each part: its cluster ("one", "two" or None), config overlay and snakemake targets, in order."""
-    one = overlay("slurm1", n_gpus, gpu_type, cpus, real, steps)
+def per_class(n_gpus):
+    """Training images per class of the embedded set: at least one fp16 global batch at n_gpus."""
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    batch = BATCH * config["training"]["fp16_batch_factor"] * n_gpus
+    return max(160, -(-batch // config["dataset"]["embedded"]["classes"]))
+
+
+def plan(n_gpus, gpu_type, cpus, real, steps, counts=None):
+    """Each part: its cluster ("one", "two" or None), config overlay and snakemake targets, in order.
+    counts: the GPU counts of parts one and local (default 1 and n_gpus)."""
+    if counts and not set(counts) <= set(range(1, n_gpus + 1)):
+        raise ValueError(f"--gpus {','.join(map(str, counts))}: this machine has {n_gpus} GPU(s)")
+    one = overlay("slurm1", n_gpus, gpu_type, cpus, real, steps, counts=counts)
     long = overlay("slurm1", n_gpus, gpu_type, cpus, real, steps, inputs=["synthetic"], gpus=[n_gpus])
     long["training"]["accuracy"] = {"gpus": [n_gpus], "epochs": 2, "milestones": [1], "target_top1": None}
     faults = overlay("slurm1", n_gpus, gpu_type, cpus, real, FAULT_STEPS, inputs=["synthetic"])
@@ -125,7 +136,7 @@ def plan(n_gpus, gpu_type, cpus, real, steps):
         },
         "local": {
             "cluster": None,
-            "config": overlay("local1", n_gpus, gpu_type, cpus, real, steps, slurm=False),
+            "config": overlay("local1", n_gpus, gpu_type, cpus, real, steps, slurm=False, counts=counts),
             "targets": [["results/scaling.md", "interconnect"]],
         },
         "reference": {"cluster": None, "config": None, "targets": []},
@@ -289,6 +300,7 @@ def main(argv=None):
     ap.add_argument("--debs", default=".carry/debs", help="Debian 12's SLURM and munge .debs")
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
     ap.add_argument("--real", default="dali", help="the real-data input (training.inputs): dali, gpu, cpu or none")
+    ap.add_argument("--gpus", help="comma-separated GPU counts of parts one and local (default: 1 and every GPU)")
     ap.add_argument("--steps", type=int, default=100, help="timed steps per run (after 10 warm-up steps)")
     ap.add_argument("--work", default="/tmp/dlscale-slurm-gpu")
     ap.add_argument("--budget-s", type=float, default=560, help="parts and stages not started by then are skipped")
@@ -299,9 +311,16 @@ def main(argv=None):
     if unknown:
         ap.error(f"--parts: no part {', '.join(unknown)} (parts: {', '.join(PARTS)})")
     budget_end = time.time() + a.budget_s
-    n_gpus, gpu_type = (2, "h100") if a.dry_run else gpus()
+    try:
+        counts = sorted({int(g) for g in a.gpus.split(",")}) if a.gpus else None
+    except ValueError:
+        ap.error(f"--gpus {a.gpus}: GPU counts, comma-separated, e.g. 1,2,4")
+    n_gpus, gpu_type = (max(counts or [2]), "h100") if a.dry_run else gpus()
     cpus = 32 if a.dry_run else os.cpu_count()
-    the_plan = plan(n_gpus, gpu_type, cpus, a.real, a.steps)
+    try:
+        the_plan = plan(n_gpus, gpu_type, cpus, a.real, a.steps, counts)
+    except ValueError as exc:
+        ap.error(str(exc))
     if a.dry_run:
         for name in parts:
             p = the_plan[name]

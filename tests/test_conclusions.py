@@ -316,6 +316,46 @@ def test_long_test_counts_only_on_ilsvrc2012(tables, hours, verdict):
 
 
 @pytest.mark.unit
+def test_a_long_test_without_a_target_is_not_measured_and_says_so(tables):
+    """No training.accuracy.target_top1: the cells are empty (NaN), never a time of "nan h"."""
+    doctor(
+        tables,
+        "time_to_accuracy",
+        lambda df: df.assign(val_images=50000, target_top1=float("nan"), reached=float("nan"), device=GPU_DEVICE),
+    )
+    v = verdicts(tables).loc["long_test_time"]
+    assert v.verdict == mod.UNMEASURED and "no target set" in v.why and "training.accuracy.target_top1" in v.why
+    assert "nan" not in v.why
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "top1, top5, verdict",
+    [
+        ((61, 61), (161, 160), mod.HOLDS),  # the sample: 27.7% top-1 of 16 classes, well above guessing
+        ((0, 0), (15, 15), mod.NOT_DECIDED),  # weights trained on synthetic data: both score nothing
+        ((19, 19), (90, 90), mod.NOT_DECIDED),  # within two standard deviations of guessing (13.75 +- 7.2)
+        ((24, 24), (100, 100), mod.HOLDS),  # just past it
+    ],
+)
+def test_int8_agreeing_with_a_model_that_guesses_is_no_verdict(tables, top1, top5, verdict):
+    def counts(df):
+        for p, (a, b) in (("fp32", (top1[0], top5[0])), ("int8", (top1[1], top5[1]))):
+            df[f"{p}_top1_correct"], df[f"{p}_top5_correct"] = a, b
+        df["diff_top1"] = 100.0 * (top1[0] - top1[1]) / df.scored_images
+        df["diff_top5"] = 100.0 * (top5[0] - top5[1]) / df.scored_images
+        return df
+
+    doctor(tables, "int8_accuracy", counts)
+    v = verdicts(tables)
+    assert v.loc["int8_accuracy_top1", "verdict"] == verdict, v.loc["int8_accuracy_top1", "why"]
+    if verdict == mod.NOT_DECIDED:
+        why = v.loc["int8_accuracy_top1", "why"]
+        assert "no better than guessing among 16 classes" in why and f"({top1[0]} of 220 images)" in why
+        assert v.loc["int8_accuracy_top1", "measured"]  # the figure is still shown
+
+
+@pytest.mark.unit
 def test_int8_large_batches_measured_once_the_sweep_has_them(gpu_tables):
     v = verdicts(gpu_tables).loc["int8_speedup_large_batches"]
     assert v.verdict == mod.UNMEASURED and "inference.throughput.batch_sizes" in v.why
@@ -552,3 +592,27 @@ def test_a_prediction_at_the_studys_point_is_marked_as_one(tables):
     assert poor.endswith("(a prediction, not a verdict)")
     md = mod.markdown(v.reset_index(), SPEC)
     assert "| predicted (not a verdict) |" in md and "predicted 90.0% efficiency" in md
+
+
+@pytest.mark.unit
+def test_the_predicted_column_reads_the_input_path_its_verdict_reads(tables):
+    """A sweep of real and synthetic data has a prediction for each; the verdict reads the real
+    path's runs (verdict_rules.INPUT_ORDER), and so does its predicted column."""
+    prediction = pd.read_csv(SAMPLE / "scaling_prediction.csv")
+    mxnet = prediction[prediction.framework == "mxnet"]
+    synthetic = mxnet.assign(input="synthetic", model="within tolerance")
+    prediction = pd.concat([synthetic, prediction], ignore_index=True)  # synthetic first: order is no reason
+    for frame, model, eff in (
+        (prediction.input == "synthetic", "within tolerance", 0.9),
+        (prediction.input == "cpu", "poor", None),
+    ):
+        at = frame & (prediction.framework == "mxnet") & (prediction.gpus == 32)
+        prediction.loc[at, ["allreduce_s", "efficiency_no_overlap", "efficiency_full_overlap"]] = [0.05, 0.8, 1.0]
+        prediction.loc[at, ["efficiency_predicted", "model"]] = [eff, model]
+    said = (
+        mod.conclusions(mod.load_tables(tables), SPEC, prediction)
+        .set_index("id")
+        .loc["mxnet_scaling_fp32", "predicted"]
+    )
+    assert said.startswith("no figure predicted at 32 GPUs on local") and "the model is poor here" in said, said
+    assert "90.0%" not in said

@@ -353,3 +353,39 @@ def test_the_seven_networks_load_and_each_family_exports_calibrates_and_quantize
     tv = out["torchvision_cache"]
     assert tv["weights"]["source"] == "torchvision" and tv["weights"]["file"] == tv["expected_file"]
     assert tv["classes"] == 1000
+
+
+@pytest.mark.unit
+def test_the_accuracy_table_says_when_fp32_only_guesses():
+    from workflow_scripts.infer import int8_tables
+
+    row = {
+        "network": "ResNet-50",
+        "engine": "onnxruntime",
+        "weights": "pipeline w.pt",
+        "calibration_method": "entropy",
+        "activations": "uint8",
+        "calibration_images": 100,
+        "scored_images": 220,
+        "classes": 16,
+        **{f"{p}_{k}": "" for p in ("fp32", "int8") for k in ("device", "host")},
+        **{f"{p}_{k}": 0.0 for p in ("fp32", "int8", "diff") for k in ("top1", "top5")},
+        **{f"{p}_{k}_correct": 0 for p in ("fp32", "int8") for k in ("top1", "top5")},
+    }
+    text = int8_tables.accuracy_markdown([row])
+    assert "no better than guessing among 16 classes" in text and "(0 of 220 images)" in text
+    learned = dict(row, fp32_top1_correct=61, int8_top1_correct=61)
+    assert "guessing" not in int8_tables.accuracy_markdown([learned])
+
+
+@pytest.mark.stage
+@pytest.mark.parametrize("long_test, weights", [("auto", "runs/local/accuracy/pytorch_fp32_2gpu"), ([], None)])
+def test_a_synthetic_sweep_quantizes_the_long_tests_weights(tmp_path, long_test, weights):
+    """Weights trained on random tensors guess; the long test's trained on the images scored."""
+    write_config(tmp_path, training__inputs=["synthetic"], training__accuracy__gpus=long_test)
+    proc = snakemake(tmp_path, "results/int8_accuracy.csv", "-n", "-p", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    used = re.findall(r"--weights (\S+)/weights\.pt", out)
+    assert used, out[-3000:]
+    assert all(w.endswith(weights or "runs/local/pytorch_fp32_2gpu_synthetic") for w in used), used

@@ -19,6 +19,7 @@ from workflow_scripts.common import schema
 from workflow_scripts.plan.prediction_args import prediction_args
 from workflow_scripts.predict import collective_model as cm
 from workflow_scripts.predict import scaling_prediction as sp
+from workflow_scripts.predict import sweep_runs as sr
 
 SIZES = [2**k for k in range(10, 31)]  # 1 KiB to 1 GiB, as the interconnect stage sweeps on a GPU
 NODE = cm.Link(busbw_GBps=150.0, step_latency_s=3e-6)
@@ -67,12 +68,14 @@ def write_table(path, layouts, time=hierarchical, sizes=SIZES):
     return path
 
 
-def write_runs(root, images_per_s, framework="pytorch", nodes=None, gpu_request="gpus-per-node"):
+def write_runs(
+    root, images_per_s, framework="pytorch", nodes=None, gpu_request="gpus-per-node", source="dali", step_cv=None
+):
     """Run directories with the summary.json fields the stage reads, one per GPU count; their points
-    as rules/results.smk passes them."""
+    as rules/results.smk passes them. step_cv: {GPU count: the run's step CV} (default: none recorded)."""
     points = []
     for n, ips in images_per_s.items():
-        run_dir = root / "runs" / f"{framework}_fp32_{n}gpu"
+        run_dir = root / "runs" / f"{framework}_fp32_{n}gpu_{source}"
         run_dir.mkdir(parents=True)
         summary = {
             "status": "ok",
@@ -86,6 +89,8 @@ def write_runs(root, images_per_s, framework="pytorch", nodes=None, gpu_request=
         }
         if framework == "pytorch":
             summary["pytorch"] = {"bucket_cap_mb": 25.0, "grad_compression": "none"}
+        if step_cv and n in step_cv:
+            summary["step_images_per_s_cv"] = step_cv[n]
         (run_dir / "summary.json").write_text(json.dumps(summary))
         points.append(
             {
@@ -93,7 +98,7 @@ def write_runs(root, images_per_s, framework="pytorch", nodes=None, gpu_request=
                 "framework": framework,
                 "precision": "fp32",
                 "gpus": n,
-                "input": "dali",
+                "input": source,
                 "repeat": 1,
                 "nodes": (nodes or {}).get(n, 1),
                 "gpu_request": gpu_request,
@@ -200,6 +205,42 @@ def test_a_measured_point_is_within_its_interval_or_the_row_says_it_is_not(tmp_p
 
 
 @pytest.mark.unit
+def test_each_input_path_is_its_own_workload(tmp_path):
+    """Synthetic data is the step the model describes; a real path that starves at 4 GPUs is poor
+    on its own, and leaves the synthetic path's judgement alone."""
+    table = sp.read_table(write_table(tmp_path / "interconnect.csv", [(2, 1), (4, 1)]))
+    scaled = {1: BATCH / T1, **{n: with_overlap(n, step_allreduce(n), 0.5) for n in (2, 4)}}
+    starved = {**scaled, 4: 0.55 * 4 * BATCH / T1}
+    points = write_runs(tmp_path, scaled, source="synthetic") + write_runs(tmp_path, starved, source="dali")
+    df, sentences, _ = sp.build(table, points, {"gpu": 4}, settings(max_gpus=8))
+    model = df.groupby("input").model.first().to_dict()
+    assert model == {"synthetic": "within tolerance", "dali": "poor"}, df.model_why.unique()
+    assert [s.split("(")[1].split(")")[0] for s in sentences] == ["dali input", "synthetic input"]  # real first
+    # its 4-GPU row is its own figure, not the synthetic path's
+    assert df[(df.input == "dali") & (df.gpus == 4)].measured_efficiency.iloc[0] == pytest.approx(0.55)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "step_cv, model, says",
+    [
+        # not judged on it: what is left to test is the link's own held-out sizes, which the ring fits
+        ({4: 0.22}, "within tolerance", "not judged on the points whose steps vary beyond 2% (step CV 4 GPUs 22.0%)"),
+        ({1: 0.05}, "within tolerance", "the 1-GPU run, every efficiency's baseline, is unstable (step CV 1 GPU 5.0%"),
+        ({4: 0.015}, "poor", "4 GPUs ran at 55.0%, below no overlap"),  # stable: judged, and missed
+    ],
+)
+def test_the_model_is_not_judged_on_a_figure_the_tool_does_not_vouch_for(tmp_path, step_cv, model, says):
+    """A 4-GPU point far below no overlap makes the model poor, unless its steps vary beyond 2%:
+    then it is no figure to judge on, and the why says so (its figure still in the table)."""
+    table = sp.read_table(write_table(tmp_path / "interconnect.csv", [(2, 1), (4, 1)]))
+    runs = {1: BATCH / T1, 4: 0.55 * 4 * BATCH / T1}
+    df, _, _ = sp.build(table, write_runs(tmp_path, runs, step_cv=step_cv), {"gpu": 4}, settings(max_gpus=8))
+    assert set(df.model) == {model} and says in df.model_why.iloc[0], df.model_why.iloc[0]
+    assert rows_of(df)[4].measured_efficiency == pytest.approx(0.55)
+
+
+@pytest.mark.unit
 def test_a_model_that_misses_its_own_measurements_is_poor_and_gives_bounds_only(tmp_path):
     """A CPU's Gloo, as on the embedded default: the 2-process run far below even no overlap (its
     ranks share the cores the step needs), so no overlap fraction reaches it."""
@@ -264,23 +305,23 @@ def test_sizes_timed_below_the_gradients_are_extrapolated_and_said(tmp_path):
 @pytest.mark.unit
 def test_a_cpu_figure_of_a_gpu_system_is_not_read(tmp_path):
     points = write_runs(tmp_path, {1: 320.0, 2: 600.0})
-    summary = tmp_path / "runs" / "pytorch_fp32_2gpu" / "summary.json"
+    summary = tmp_path / "runs" / "pytorch_fp32_2gpu_dali" / "summary.json"
     summary.write_text(json.dumps({**json.loads(summary.read_text()), "device_type": "cpu"}))
-    assert sp.run_record(points[1]) is None and sp.run_record(points[0])["device"] == "gpu"
-    (tmp_path / "runs" / "pytorch_fp32_1gpu" / "summary.json").write_text(json.dumps({"status": "failed"}))
-    assert sp.run_record(points[0]) is None
+    assert sr.run_record(points[1]) is None and sr.run_record(points[0])["device"] == "gpu"
+    (tmp_path / "runs" / "pytorch_fp32_1gpu_dali" / "summary.json").write_text(json.dumps({"status": "failed"}))
+    assert sr.run_record(points[0]) is None
 
 
 @pytest.mark.unit
 def test_the_bucket_is_the_runs_own_unless_set():
     s = settings()
-    assert sp.bucket("pytorch", 50.0, s) == (50 * 2**20, "the run's bucket_cap_mb: 50 MiB")
-    assert sp.bucket("pytorch", None, s)[0] == schema.default("training.pytorch.bucket_cap_mb") * 2**20
-    assert sp.bucket("mxnet", None, s)[0] == 64 * 2**20
+    assert sr.bucket("pytorch", 50.0, s) == (50 * 2**20, "the run's bucket_cap_mb: 50 MiB")
+    assert sr.bucket("pytorch", None, s)[0] == schema.default("training.pytorch.bucket_cap_mb") * 2**20
+    assert sr.bucket("mxnet", None, s)[0] == 64 * 2**20
     per = settings(bucket_mb={"tensorflow": 128})
-    assert sp.bucket("tensorflow", None, per) == (128 * 2**20, "prediction.bucket_mb: 128 MiB")
-    assert sp.bucket("pytorch", 25.0, per)[0] == 25 * 2**20  # a framework left out keeps its own
-    assert sp.bucket("mxnet", None, settings(bucket_mb=8))[0] == 8 * 2**20
+    assert sr.bucket("tensorflow", None, per) == (128 * 2**20, "prediction.bucket_mb: 128 MiB")
+    assert sr.bucket("pytorch", 25.0, per)[0] == 25 * 2**20  # a framework left out keeps its own
+    assert sr.bucket("mxnet", None, settings(bucket_mb=8))[0] == 8 * 2**20
 
 
 # ---------------------------------------------------------------------------------------------

@@ -55,6 +55,21 @@ def test_each_part_plans_its_points(part, tmp_path):
 
 
 @pytest.mark.unit
+def test_the_gpu_counts_asked_reach_the_sweep_and_its_data_holds_a_global_batch():
+    four = slurm_gpu.plan(4, "", 64, "dali", 100, counts=[1, 2, 4])
+    assert four["one"]["config"]["training"]["gpus"] == [1, 2, 4]
+    assert four["local"]["config"]["training"]["gpus"] == [1, 2, 4]
+    assert PLAN["one"]["config"]["training"]["gpus"] == [1, 2]  # default: 1 and every GPU
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    for n in (2, 4, 8):
+        images = slurm_gpu.plan(n, "", 64, "dali", 100)["long"]["config"]["dataset"]["embedded"]["train_per_class"]
+        global_batch = slurm_gpu.BATCH * config["training"]["fp16_batch_factor"] * n
+        assert images * config["dataset"]["embedded"]["classes"] >= global_batch, n
+    with pytest.raises(ValueError, match="has 2 GPU"):
+        slurm_gpu.plan(2, "", 32, "dali", 100, counts=[1, 4])
+
+
+@pytest.mark.unit
 def test_the_cluster_tells_slurm_of_each_nodes_gpus():
     one = slurm_cluster.Cluster(("n1",), cpus=32, gres={"n1": ("h100", ["/dev/nvidia0", "/dev/nvidia1"])})
     two = slurm_cluster.Cluster(

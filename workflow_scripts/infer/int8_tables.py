@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..common.atomic import atomic_file
 from ..common.errors import StageError, run_main
+from ..common.guessing import describe, no_better_than_guessing
 from .networks import NETWORKS
 
 ACCURACY = (
@@ -27,6 +28,7 @@ ACCURACY = (
     "calibration_method",
     "calibration_images",
     "scored_images",
+    "classes",
     "fp32_top1",
     "fp32_top5",
     "int8_top1",
@@ -91,6 +93,8 @@ def accuracy_rows(root, engine, models):
             "calibration_method": cache["method"],
             "calibration_images": cache["calibration_images"],
             "scored_images": n,
+            # the model's outputs: what guessing is measured against (common/guessing.py)
+            "classes": ev["fp32"].get("classes", ""),
             "activations": cache["activations"],
             "weights": w["source"] + (f" {w['file']}" if "file" in w else ""),
             # Records written before evaluate.py kept them say nothing: left empty, not guessed.
@@ -133,6 +137,8 @@ def accuracy_markdown(rows):
             f"other {r['scored_images']}; top-1 {r['fp32_top1_correct']} vs {r['int8_top1_correct']}, top-5 "
             f"{r['fp32_top5_correct']} vs {r['int8_top5_correct']} images right (FP32 vs INT8)."
         )
+        if r["classes"] and no_better_than_guessing(r["fp32_top1_correct"], r["scored_images"], r["classes"]):
+            notes.append(f"- {r['network']}: **{describe(r['fp32_top1_correct'], r['scored_images'], r['classes'])}.**")
     notes.append("- Difference = FP32 - INT8 in percentage points (positive: accuracy INT8 lost), as in Table III.")
     return "\n".join(lines + notes) + "\n"
 

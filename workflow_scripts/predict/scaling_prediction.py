@@ -17,17 +17,13 @@ and the figure.
 
 import argparse
 import json
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import pandas as pd
-from matplotlib.ticker import FuncFormatter
 
 from ..common.errors import StageError, run_main
 from ..common.output import write_table
-from ..common.plotting import empty_figure, plt, save_png
 from ..common.schema import default as config_default
-from ..interconnect import prediction as ic
 from . import collective_model as cm
 from .link_fit import (
     allreduces,
@@ -39,14 +35,9 @@ from .link_fit import (
     quality,
     read_table,
 )
+from .prediction_figure import draw
+from .sweep_runs import run_record, workloads
 
-MIB = 2**20
-# Horovod's documented default HOROVOD_FUSION_THRESHOLD, 64 MiB
-# (https://github.com/horovod/horovod/blob/master/docs/tensor-fusion.rst); the pipeline leaves it as it is.
-HOROVOD_FUSION_MIB = 64
-# The path a workload is read from where the sweep ran several: real data before synthetic, as the
-# verdict table reads them (results/verdict_rules.py), so its predicted column and this table agree.
-INPUT_ORDER = ["dali", "gpu", "cpu", "auto", "synthetic"]
 TITLE = "Scaling prediction: what the interconnect and the sweep predict past the largest machine run"
 
 
@@ -142,123 +133,6 @@ def add_arguments(ap):
 
 
 # ---------------------------------------------------------------------------------------------
-# The sweep's runs
-
-
-def run_record(point):
-    """What the prediction takes from one sweep run's summary; None where there is nothing to take
-    (not run, failed, or a CPU figure on a system that requests GPUs, which is no GPU's)."""
-    path = Path(point["run_dir"]) / "summary.json"
-    if not path.exists():
-        return None
-    try:
-        s = json.loads(path.read_text())
-    except ValueError as exc:
-        raise StageError(f"{path}: not a run summary ({exc})")
-    if s.get("status") == "failed" or not s.get("images_per_s"):
-        return None
-    device = s.get("device_type") or ("cpu" if str(s.get("device", "")).lower().startswith("cpu") else "gpu")
-    if point.get("gpu_request", "none") != "none" and device != "gpu":
-        return None
-    nbytes, nbytes_from = ic.gradient_bytes(s, point["framework"], point["precision"])
-    return {
-        **{k: point[k] for k in ("system", "framework", "precision", "gpus", "nodes")},
-        "input": point.get("input", "auto"),
-        "device": device,
-        "images_per_s": s["images_per_s"],
-        "batch_per_gpu": (s.get("args") or {}).get("batch_per_gpu") or s["global_batch"] // point["gpus"],
-        "gradient_bytes": nbytes,
-        "gradient_bytes_from": nbytes_from,
-        "bucket_cap_mb": (s.get("pytorch") or {}).get("bucket_cap_mb") or (s.get("args") or {}).get("bucket_cap_mb"),
-    }
-
-
-def bucket(framework, recorded_mb, settings):
-    """(bytes per message, where that comes from): prediction.bucket_mb, else the run's own."""
-    mb = settings.bucket_for(framework)
-    if mb:
-        return int(mb * MIB), f"prediction.bucket_mb: {mb:g} MiB"
-    if framework == "pytorch":
-        if recorded_mb:
-            return int(recorded_mb * MIB), f"the run's bucket_cap_mb: {recorded_mb:g} MiB"
-        default = config_default("training.pytorch.bucket_cap_mb")
-        return int(default * MIB), f"DDP's default bucket_cap_mb: {default:g} MiB (not in the run's summary)"
-    return HOROVOD_FUSION_MIB * MIB, f"Horovod's default fusion buffer: {HOROVOD_FUSION_MIB} MiB"
-
-
-@dataclass
-class Workload:
-    """One system x framework x precision as the sweep ran it, on one input path: the images/s of
-    every GPU count (the mean over its repeats) and the 1-GPU step, batch / that mean at 1 GPU (None
-    without a 1-GPU run): scaling.csv's baseline_step_s, so that an efficiency here is its."""
-
-    system: str
-    framework: str
-    precision: str
-    input: str
-    device: str
-    batch_per_gpu: int
-    gradient_bytes: int
-    gradient_bytes_from: str
-    bucket_bytes: int
-    bucket_from: str
-    images_per_s: dict = field(default_factory=dict)
-    nodes: dict = field(default_factory=dict)
-
-    @property
-    def t1(self):
-        return self.batch_per_gpu / self.images_per_s[1] if 1 in self.images_per_s else None
-
-    @property
-    def model(self):
-        return cm.Workload(self.t1, self.batch_per_gpu, self.gradient_bytes, self.bucket_bytes)
-
-    @property
-    def one_gpu_images_per_s(self):
-        return self.images_per_s.get(1)
-
-    def efficiency(self, n):
-        return self.images_per_s[n] / (n * self.one_gpu_images_per_s) if self.t1 else None
-
-    @property
-    def name(self):
-        return f"{self.system} {self.framework} {self.precision}"
-
-
-def workloads(records, settings):
-    """The runs grouped by system x framework x precision, on the first input path of INPUT_ORDER
-    each ran."""
-    groups = {}
-    for r in records:
-        groups.setdefault((r["system"], r["framework"], r["precision"]), []).append(r)
-    out = []
-    for (system, framework, precision), runs in sorted(groups.items()):
-        paths = {r["input"] for r in runs}
-        path = next((p for p in INPUT_ORDER if p in paths), sorted(paths)[0])
-        runs = [r for r in runs if r["input"] == path]
-        first = min(runs, key=lambda r: r["gpus"])
-        nbytes, nbytes_from = bucket(framework, first["bucket_cap_mb"], settings)
-        w = Workload(
-            system,
-            framework,
-            precision,
-            path,
-            first["device"],
-            first["batch_per_gpu"],
-            first["gradient_bytes"],
-            first["gradient_bytes_from"],
-            nbytes,
-            nbytes_from,
-        )
-        for n in sorted({r["gpus"] for r in runs}):
-            at = [r for r in runs if r["gpus"] == n]
-            w.images_per_s[n] = sum(r["images_per_s"] for r in at) / len(at)
-            w.nodes[n] = at[0]["nodes"]
-        out.append(w)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
 # The links
 
 
@@ -308,6 +182,7 @@ SHOWN = [
     "system",
     "framework",
     "precision",
+    "input",
     "gpus",
     "nodes",
     "allreduce_s",
@@ -392,9 +267,28 @@ def model_rows(w, lk, settings, overlap):
     return rows
 
 
+def unvouched(w):
+    """(the GPU counts the model is not judged on, the sentence that says why): the unstable points,
+    and every point above 1 GPU where the 1-GPU run, whose step every efficiency divides, is one."""
+    bad = w.unstable()
+    if not bad:
+        return set(), ""
+    cvs = ", ".join(f"{n} GPU{'s' if n > 1 else ''} {cv:.1%}" for n, cv in bad.items())
+    if 1 in bad:
+        return set(w.images_per_s), (
+            f"; not judged on its measured points: the 1-GPU run, every efficiency's baseline, is unstable (step CV "
+            f"{cvs}, above 2%: docs/results.md#verdict-guards)"
+        )
+    return set(bad), (
+        f"; not judged on the points whose steps vary beyond 2% (step CV {cvs}): figures the tool does not vouch "
+        f"for (docs/results.md#verdict-guards)"
+    )
+
+
 def workload_rows(w, lk, groups, settings):
     """Every row of one workload, and (label, why) of the model on it."""
-    points = measured_points(w, lk.measured)
+    skip, skipped = unvouched(w)
+    points = [p for p in measured_points(w, lk.measured) if p["gpus"] not in skip]
     fit = cm.fit_overlap_points(w.t1, [(p["c"], p["efficiency"]) for p in points]) if w.t1 else None
     loo = (
         {
@@ -410,7 +304,7 @@ def workload_rows(w, lk, groups, settings):
         if r["rel_error"] is not None
     ]
     label, why = quality(held, link_errors(w, lk, groups) + outside_errors(points), settings.tolerance)
-    why += extrapolated(groups, cm.bucket_sizes(w.gradient_bytes, w.bucket_bytes))
+    why += skipped + extrapolated(groups, cm.bucket_sizes(w.gradient_bytes, w.bucket_bytes))
     if not w.t1:
         why = f"no 1-GPU run, so no efficiency to predict (training.gpus with 1); the all-reduce: {label}, {why}"
     rows = []
@@ -500,62 +394,6 @@ HOW = (
 
 
 # ---------------------------------------------------------------------------------------------
-# The figure
-
-
-def draw(df, path):
-    if df.empty:
-        return empty_figure(path, TITLE, "no completed run in the sweep: nothing to predict from")
-    systems = sorted(set(df.system))
-    fig, axes = plt.subplots(len(systems), 3, figsize=(18, 4.8 * len(systems)), squeeze=False)
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for row_axes, system in zip(axes, systems):
-        s = df[df.system == system]
-        for i, ((framework, precision), g) in enumerate(s.groupby(["framework", "precision"])):
-            g = g.sort_values("gpus")
-            colour = colours[i % len(colours)]
-            label = f"{framework} {precision} (model {g.model.iloc[0]})"
-            _panel(row_axes[0], g, "images_per_s", colour, label)
-            _panel(row_axes[1], g, "efficiency", colour, label)
-            a = g[g.allreduce_s.notna() & (g.gpus > 1)]
-            row_axes[2].plot(a.gpus, a.allreduce_s * 1e3, "o-", ms=3, color=colour, label=label)
-        for ax, what in zip(row_axes, ("images/s", "scaling efficiency", "all-reduce of a step's gradients (ms)")):
-            ax.set_xscale("log", base=2)
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
-            ax.set(xlabel="GPUs", ylabel=what, title=f"{system}: {what}")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-        row_axes[0].set_yscale("log")
-    fig.suptitle(
-        TITLE + "\n(band: no to full overlap; line: the overlap fitted to the runs, none where the model is poor; "
-        "dots: the runs)",
-        y=1.0 + 0.06 / len(systems),
-    )
-    save_png(fig, path)
-
-
-def _panel(ax, g, what, colour, label):
-    no, full, predicted = (f"{what}_no_overlap", f"{what}_full_overlap", f"{what}_predicted")
-    if what == "efficiency":
-        measured = g.measured_efficiency
-    else:
-        measured = g.measured_images_per_s
-    b = g[g[no].notna()]
-    if len(b):
-        ax.fill_between(b.gpus, b[no].astype(float), b[full].astype(float), color=colour, alpha=0.2)
-        p = b[b[predicted].notna()]
-        ax.plot(p.gpus, p[predicted].astype(float), "-", color=colour, label=label)
-    m = g[measured.notna()]
-    ax.plot(
-        m.gpus,
-        measured[measured.notna()].astype(float),
-        "o",
-        color=colour,
-        label=f"{label}: runs" if len(b) == 0 else None,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 def main():
@@ -573,7 +411,7 @@ def main():
         raise StageError(f"--points or --systems is not JSON: {exc}")
     df, sentences, notes = build(read_table(a.interconnect), points, systems, Settings.from_args(a))
     write_table(df, a.out, TITLE, HOW, notes, columns=SHOWN, after=["## The model on each workload", "", *sentences])
-    draw(df, a.figure)
+    draw(df, a.figure, TITLE)
     print("\n".join(sentences))
 
 

@@ -6,6 +6,7 @@ verdicts themselves do not read it."""
 import pandas as pd
 
 from ..common.errors import StageError
+from .verdict_rules import preferred_input
 
 QUANTITIES = {"scaling"}  # the findings a prediction can speak to: one efficiency at one GPU count
 NOT_A_VERDICT = "a prediction, not a verdict"
@@ -55,6 +56,8 @@ def predicted(prediction, finding, verdict_row, unmeasured):
     mine = prediction[(prediction.framework == fw) & (prediction.precision == precision)]
     if mine.empty:
         return f"no prediction: this sweep has no {fw} {precision} run to predict from"
+    if "input" in mine:  # the workload the verdict reads: its input path (verdict_rules.INPUT_ORDER)
+        mine = preferred_input(mine)
     at = mine[mine.gpus == n]
     if at.empty:
         return f"no prediction at {n} GPUs: above prediction.max_gpus"

@@ -1,6 +1,7 @@
 """The verdict table's measures read from the INT8 stage's tables: INT8's speed-up over FP32 by batch
 size (Fig. 9) and the accuracy it loses (Table III)."""
 
+from ..common.guessing import describe, no_better_than_guessing
 from .verdict_rules import Unmeasured, col, compare, result
 
 
@@ -53,4 +54,11 @@ def int8_accuracy(t, f, tol):
     device = f"{rows.engine.iloc[0]}" + (", CPU" if rows.engine.iloc[0] != "tensorrt" else "")
     missing = f"on {len(rows)} of the study's 7 networks (inference.models adds the others)" if len(rows) < 7 else ""
     # An accuracy finding does not depend on the device: a CPU's figure decides it as a GPU's would.
-    return result(text, diff.max(), point, not missing, device, diff.max() <= allowed, missing)
+    # It does depend on a model that has learned: two that guess agree to within chance.
+    k, right = (1, "fp32_top1_correct") if f["metric"] == "top1" else (5, "fp32_top5_correct")
+    caveats = [
+        f"{r.network}: {describe(getattr(r, right), r.scored_images, int(r.classes), k)}"
+        for r in rows.itertuples()
+        if col(r, "classes") and no_better_than_guessing(getattr(r, right), r.scored_images, int(r.classes), k)
+    ]
+    return result(text, diff.max(), point, not missing, device, diff.max() <= allowed, missing, caveats)

@@ -265,18 +265,23 @@ def time_to_accuracy(t, f, tol):
         raise Unmeasured("no long-test run in time_to_accuracy.csv; set training.accuracy.gpus")
     g = nearest(sorted(set(rows.gpus)), f["gpus"])
     r = rows[rows.gpus == g].sort_values("time_to_target_s").iloc[0]
-    hours = r.time_to_target_s / 3600 if r.reached else None
-    text = (
-        f"top-1 >= {r.target_top1:g}% in {hours:.3g} h"
-        if hours is not None
-        else f"top-1 {r.best_top1:g}% < target {r.target_top1:g}% after {r.epochs_run} epochs"
-    )
+    target = col(r, "target_top1")
+    # an empty cell (no target set) reads as NaN, which is truthy
+    hours = r.time_to_target_s / 3600 if target is not None and col(r, "reached") in (True, "True") else None
+    if target is None:
+        text = f"no target set: best top-1 {r.best_top1:g}% after {r.epochs_run} epochs"
+    elif hours is not None:
+        text = f"top-1 >= {target:g}% in {hours:.3g} h"
+    else:
+        text = f"top-1 {r.best_top1:g}% < target {target:g}% after {r.epochs_run} epochs"
     point = f"{r.system} {r.framework} {r.precision}, {g} {units(r.device)} on {r.nodes} node(s)"
     if r.val_images != 50000:
         raise Unmeasured(
             f"{text} at {point}, but on {r.val_images} val images, not ILSVRC2012's 50,000; set "
             f"dataset.root (ILSVRC2012) and training.accuracy (target_top1, epochs)"
         )
+    if target is None:
+        raise Unmeasured(f"{text} at {point}; set training.accuracy.target_top1")
     holds = hours is not None and hours <= f["hours"] * (1 + tol["relative"])
     caveats = [c for c in guards.split(col(r, "caveats", "")) if not c.startswith("unstable")]
     return result(
