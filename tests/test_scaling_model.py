@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from workflow_scripts.interconnect.prediction import bounds
+from workflow_scripts.predict import brookhaven_busbw as bb
 from workflow_scripts.predict import collective_model as cm
+from workflow_scripts.predict import link_least_squares as lls
 from workflow_scripts.predict import study_on_paper as sop
 
 pytestmark = pytest.mark.unit
@@ -55,9 +57,9 @@ def doctored_table(path, n, link, system="known"):
 
 def test_a_doctored_table_gives_back_its_ring_and_the_exact_times(tmp_path):
     table = doctored_table(tmp_path / "interconnect.csv", 4, RING)
-    points = cm.points_from_table(table, "known", 4)
+    points = lls.points_from_table(table, "known", 4)
     assert [b for b, _ in points] == SIZES
-    fit = cm.fit_link(points, 4)
+    fit = lls.fit_link(points, 4)
     assert fit.link.busbw_GBps == pytest.approx(RING.busbw_GBps, rel=1e-9)
     assert fit.link.step_latency_s == pytest.approx(RING.step_latency_s, rel=1e-6)
     assert fit.max_rel_error < 1e-9
@@ -77,17 +79,17 @@ def test_a_doctored_table_gives_back_its_ring_and_the_exact_times(tmp_path):
 
 def test_fitting_needs_two_sizes_and_times_that_grow():
     with pytest.raises(cm.StageError, match="two message sizes"):
-        cm.fit_link([(1024, 1e-5)], 2)
+        lls.fit_link([(1024, 1e-5)], 2)
     with pytest.raises(cm.StageError, match="do not grow"):
-        cm.fit_link([(1024, 2e-5), (2048, 1e-5)], 2)
+        lls.fit_link([(1024, 2e-5), (2048, 1e-5)], 2)
 
 
 def test_a_link_fitted_at_other_counts_predicts_the_one_left_out():
     points = [(n, b, exact_ring(b, n, RING)) for n in (2, 4, 8) for b in SIZES]
-    errors = cm.leave_one_out_links(points)
+    errors = lls.leave_one_out_links(points)
     assert len(errors) == len(points)
     assert max(abs(e.rel_error) for e in errors) < 1e-9
-    assert cm.leave_one_out_links([p for p in points if p[0] == 2]) == []
+    assert lls.leave_one_out_links([p for p in points if p[0] == 2]) == []
 
 
 @pytest.mark.parametrize("g", [1, 2, 4, 8])
@@ -140,7 +142,7 @@ def test_the_inter_node_link_is_fitted_from_what_the_node_does_not_explain():
     for topology in ("hierarchical", "ring"):
         truth = cm.System(g, NVLINK, NETWORK, topology)
         points = [(b, truth.allreduce_s(b, g * m)) for b in SIZES]
-        fit = cm.fit_inter_link(points, g, m, NVLINK, topology)
+        fit = lls.fit_inter_link(points, g, m, NVLINK, topology)
         assert fit.link.busbw_GBps == pytest.approx(NETWORK.busbw_GBps, rel=1e-9), topology
         assert fit.link.step_latency_s == pytest.approx(NETWORK.step_latency_s, rel=1e-6), topology
         assert fit.max_rel_error < 1e-9
@@ -150,7 +152,7 @@ def test_one_gpu_per_node_is_the_network_alone():
     """The tests' 2-node SLURM cluster: one rank per node, no link within a node to know."""
     points = [(b, exact_ring(b, 2, NETWORK)) for b in SIZES]
     for topology in ("hierarchical", "ring"):
-        fit = cm.fit_inter_link(points, 1, 2, None, topology)
+        fit = lls.fit_inter_link(points, 1, 2, None, topology)
         assert fit.link.busbw_GBps == pytest.approx(NETWORK.busbw_GBps, rel=1e-9)
         system = cm.System(1, None, fit.link, topology)
         assert system.allreduce_s(10**8, 16) == pytest.approx(exact_ring(10**8, 16, NETWORK), rel=1e-9)
@@ -373,7 +375,7 @@ def test_a_one_gpu_figure_of_your_own_is_used_and_marked():
 
 
 def test_the_brookhaven_rows_set_measured_against_stated():
-    rows = {(r["system"], r["gpus"]): r for r in sop.brookhaven_rows(sop.load())}
+    rows = {(r["system"], r["gpus"]): r for r in bb.brookhaven_rows(sop.load())}
     dgx2 = rows[("DGX-2", 16)]
     assert dgx2["measured_over_nominal"] == pytest.approx(120 / 150)
     assert dgx2["model_busbw_ring_GBps"] == pytest.approx(150)

@@ -1,6 +1,6 @@
 """The links of the scaling prediction (scaling_prediction.py): the interconnect stage's own
 all-reduces read by system and GPU count, the node's link and the network fitted to them
-(collective_model.py), a value the user set in their place, each link's errors at the GPU counts
+(link_least_squares.py), a value the user set in their place, each link's errors at the GPU counts
 left out of its fit, and the model's verdict on itself from its worst error."""
 
 import csv
@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..common.errors import StageError
 from ..interconnect import prediction as ic
 from . import collective_model as cm
+from . import link_least_squares as lls
 
 SOURCE = "torch.distributed"  # the interconnect stage's own rows (nccl-tests' sit beside them)
 
@@ -56,7 +57,7 @@ def extrapolated(groups, messages):
 @dataclass(frozen=True)
 class Fitted:
     """A link fitted to the table (None: none, and why in how), and its errors at the GPU counts
-    left out of the fit in turn (cm.PointError)."""
+    left out of the fit in turn (lls.PointError)."""
 
     link: cm.Link | None
     how: str
@@ -70,12 +71,12 @@ def fit_intra(groups, min_bytes):
     if not counts:
         return Fitted(None, "no all-reduce within one node was timed")
     try:
-        fit = cm.fit_link_pooled(points)
+        fit = lls.fit_link_pooled(points)
     except StageError as exc:
         return Fitted(None, f"not fitted: {exc}")
     sizes = sorted({b for _, b, _ in points})
     how = f"fitted to {'/'.join(map(str, counts))} GPUs in one node, {len(sizes)} sizes {sizes[0]}-{sizes[-1]} B"
-    return Fitted(fit.link, how, tuple(cm.leave_one_out_links(points)))
+    return Fitted(fit.link, how, tuple(lls.leave_one_out_links(points)))
 
 
 def fit_inter(groups, intra, settings, min_bytes):
@@ -90,7 +91,7 @@ def fit_inter(groups, intra, settings, min_bytes):
         return Fitted(None, "across nodes timed, but the link within a node is not known")
 
     def fit(keys):
-        return cm.fit_inter_link_pooled(
+        return lls.fit_inter_link_pooled(
             [(*layout[k], across[k]) for k in keys], intra, settings.topology, settings.algorithm
         )
 
@@ -100,7 +101,7 @@ def fit_inter(groups, intra, settings, min_bytes):
         for key in across if len(across) > 1 else ():
             others = fit([k for k in across if k != key]).link
             system = cm.System(layout[key][0], intra, others, settings.topology, settings.algorithm)
-            held += [cm.PointError(key[0], b, t, system.allreduce_s(b, key[0])) for b, t in across[key]]
+            held += [lls.PointError(key[0], b, t, system.allreduce_s(b, key[0])) for b, t in across[key]]
     except StageError as exc:
         return Fitted(None, f"not fitted: {exc}")
     how = "fitted to " + ", ".join(f"{n} GPUs on {m} nodes" for n, m in across)

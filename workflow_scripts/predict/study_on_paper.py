@@ -1,7 +1,8 @@
 """The study on paper: the all-reduce model (collective_model.py) run on the study's own hardware
 and set beside the study's measured speedups, from published_scaling.yaml alone. For every
 framework it says how much of the loss at the largest measured point communication explains,
-and the Brookhaven paper's measured bus bandwidths are set beside the links' stated ones.
+and the Brookhaven paper's measured bus bandwidths are set beside the links' stated ones
+(brookhaven_busbw.py).
 
     python -m workflow_scripts.predict.study_on_paper --out-csv OUT.csv --out-md OUT.md \\
         [--one-gpu-images-per-s tensorflow:fp32=IMAGES_PER_S ...]
@@ -15,17 +16,17 @@ above which the all-reduce alone, after the backward pass, costs all that the ru
 import argparse
 import csv
 import io
-import math
 from pathlib import Path
 
 import yaml
 
 from ..common.errors import StageError, run_main
 from ..interconnect.prediction import verdict
-from .collective_model import GB, Link, System, Workload, allreduce_at, efficiency, powers_of_two
+from .brookhaven_busbw import BROOKHAVEN_COLUMNS, brookhaven_rows
+from .collective_model import Link, System, Workload, allreduce_at, efficiency, powers_of_two
+from .published_figures import resolve, value, where
 
 YAML = Path(__file__).with_name("published_scaling.yaml")
-BROOKHAVEN_BYTES = 2**30  # the largest size of its Fig. 2
 
 COLUMNS = [
     "setup",
@@ -53,49 +54,12 @@ COLUMNS = [
     "note",
 ]
 
-BROOKHAVEN_COLUMNS = [
-    "system",
-    "gpus",
-    "nodes",
-    "nominal_GBps",
-    "measured_busbw_GBps",
-    "measured_over_nominal",
-    "model_busbw_ring_GBps",
-    "model_busbw_hierarchical_GBps",
-    "note",
-]
-
 
 def load(path=YAML):
     try:
         return yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise StageError(f"{path}: cannot be read as YAML ({exc})")
-
-
-def resolve(doc, entry):
-    """The figure an entry is, following {ref: a.b.c} to the one it repeats."""
-    while isinstance(entry, dict) and "ref" in entry:
-        target = doc
-        for key in entry["ref"].split("."):
-            target = target[key]
-        entry = target
-    return entry
-
-
-def value(doc, entry):
-    entry = resolve(doc, entry)
-    return entry["value"] if isinstance(entry, dict) else entry
-
-
-def where(entry):
-    """'the study, Fig. 2' for a figure's source; the assumption's source for an assumption."""
-    if "seed" in entry:
-        refs = [
-            f"{k} {entry[k]}" if k != "figure" else str(entry[k]) for k in ("figure", "table", "section") if k in entry
-        ]
-        return ", ".join([entry["seed"], *refs])
-    return f"assumption ({entry.get('source', 'no source')})"
 
 
 def system_from(doc, spec):
@@ -271,39 +235,6 @@ def known_one_gpu(doc):
                     f"{entry['value']:g} images/s ({spec['framework']}, precision {spec['precision']}; {where(entry)})"
                 )
     return out or ["none"]
-
-
-def model_busbw(system, n, nbytes=BROOKHAVEN_BYTES):
-    """The bus bandwidth the model gives an all-reduce of nbytes over n GPUs (nccl-tests' rule)."""
-    return nbytes / system.allreduce_s(nbytes, n) / GB * 2 * (n - 1) / n
-
-
-def brookhaven_rows(doc):
-    """The Brookhaven paper's measured bus bandwidths beside the links' stated ones and the model's
-    on those links. Across nodes the node's own links are left out (taken as infinitely fast): the
-    network is the bottleneck, and the paper gives no intra-node figure for those counts."""
-    out = []
-    for s in doc["brookhaven"]["systems"]:
-        nominal = value(doc, s["nominal_GBps"])
-        measured = value(doc, s["measured_busbw_GBps"])
-        n, m = s["gpus"], s["nodes"]
-        row = dict.fromkeys(BROOKHAVEN_COLUMNS)
-        row.update(system=s["name"], gpus=n, nodes=m, nominal_GBps=nominal, measured_busbw_GBps=measured)
-        notes = [f"measured: {where(s['measured_busbw_GBps'])}"]
-        if nominal is not None:
-            if m == 1:
-                ring = hierarchical = model_busbw(System(n, Link(nominal)), n)
-            else:
-                fast = Link(math.inf)
-                ring = model_busbw(System(n // m, fast, Link(nominal), "ring"), n)
-                hierarchical = model_busbw(System(n // m, fast, Link(nominal), "hierarchical"), n)
-                notes.append("nominal: the network; the node's links taken as infinitely fast")
-            row.update(model_busbw_ring_GBps=ring, model_busbw_hierarchical_GBps=hierarchical)
-        if nominal and measured:
-            row["measured_over_nominal"] = measured / nominal
-        row["note"] = "; ".join(notes)
-        out.append(row)
-    return out
 
 
 def assumptions(doc):

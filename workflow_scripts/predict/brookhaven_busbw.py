@@ -1,0 +1,55 @@
+"""The model's bus bandwidth against the Brookhaven paper's measured all-reduce bandwidths, from
+published_scaling.yaml: on each system the paper timed, its measured busbw beside the links' stated
+GB/s and the busbw the model (collective_model.py) gives on links of that stated speed."""
+
+import math
+
+from .collective_model import GB, Link, System
+from .published_figures import value, where
+
+BROOKHAVEN_BYTES = 2**30  # the largest size of its Fig. 2
+
+BROOKHAVEN_COLUMNS = [
+    "system",
+    "gpus",
+    "nodes",
+    "nominal_GBps",
+    "measured_busbw_GBps",
+    "measured_over_nominal",
+    "model_busbw_ring_GBps",
+    "model_busbw_hierarchical_GBps",
+    "note",
+]
+
+
+def model_busbw(system, n, nbytes=BROOKHAVEN_BYTES):
+    """The bus bandwidth the model gives an all-reduce of nbytes over n GPUs (nccl-tests' rule)."""
+    return nbytes / system.allreduce_s(nbytes, n) / GB * 2 * (n - 1) / n
+
+
+def brookhaven_rows(doc):
+    """The Brookhaven paper's measured bus bandwidths beside the links' stated ones and the model's
+    on those links. Across nodes the node's own links are left out (taken as infinitely fast): the
+    network is the bottleneck, and the paper gives no intra-node figure for those counts."""
+    out = []
+    for s in doc["brookhaven"]["systems"]:
+        nominal = value(doc, s["nominal_GBps"])
+        measured = value(doc, s["measured_busbw_GBps"])
+        n, m = s["gpus"], s["nodes"]
+        row = dict.fromkeys(BROOKHAVEN_COLUMNS)
+        row.update(system=s["name"], gpus=n, nodes=m, nominal_GBps=nominal, measured_busbw_GBps=measured)
+        notes = [f"measured: {where(s['measured_busbw_GBps'])}"]
+        if nominal is not None:
+            if m == 1:
+                ring = hierarchical = model_busbw(System(n, Link(nominal)), n)
+            else:
+                fast = Link(math.inf)
+                ring = model_busbw(System(n // m, fast, Link(nominal), "ring"), n)
+                hierarchical = model_busbw(System(n // m, fast, Link(nominal), "hierarchical"), n)
+                notes.append("nominal: the network; the node's links taken as infinitely fast")
+            row.update(model_busbw_ring_GBps=ring, model_busbw_hierarchical_GBps=hierarchical)
+        if nominal and measured:
+            row["measured_over_nominal"] = measured / nominal
+        row["note"] = "; ".join(notes)
+        out.append(row)
+    return out
