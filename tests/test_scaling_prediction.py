@@ -205,6 +205,26 @@ def test_a_measured_point_is_within_its_interval_or_the_row_says_it_is_not(tmp_p
 
 
 @pytest.mark.unit
+def test_the_link_is_fitted_at_the_sizes_a_step_sends(tmp_path):
+    """NCCL's bandwidth rises with size (protocols, channels): a table that is one ring up to 32 MiB
+    and a twice-as-fast one above. The step's buckets (19-25 MiB) are fitted on 16-32 MiB, exactly,
+    not on a line through 1 GiB that misses them."""
+    fast = cm.Link(busbw_GBps=2 * NODE.busbw_GBps, step_latency_s=NODE.step_latency_s)
+
+    def two_regimes(nbytes, g, m):
+        return ring(nbytes, g, NODE if nbytes <= 32 * 2**20 else fast)
+
+    table = sp.read_table(write_table(tmp_path / "interconnect.csv", [(2, 1), (4, 1)], time=two_regimes))
+    runs = {1: BATCH / T1, **{n: with_overlap(n, step_allreduce(n), 0.5) for n in (2, 4)}}
+    df, _, _ = sp.build(table, write_runs(tmp_path, runs), {"gpu": 4}, settings(max_gpus=8))
+    r = rows_of(df)[4]
+    assert r.intra_busbw_GBps == pytest.approx(NODE.busbw_GBps, rel=1e-6), r.intra_from
+    assert r.intra_from.endswith(f"2 sizes {16 * 2**20}-{32 * 2**20} B")
+    assert r.allreduce_s == pytest.approx(step_allreduce(4), rel=1e-6)
+    assert r.model != "poor", r.model_why
+
+
+@pytest.mark.unit
 def test_each_input_path_is_its_own_workload(tmp_path):
     """Synthetic data is the step the model describes; a real path that starves at 4 GPUs is poor
     on its own, and leaves the synthetic path's judgement alone."""

@@ -32,14 +32,20 @@ def allreduces(table, system):
     return {k: sorted(v) for k, v in out.items()}
 
 
-def fit_floor(groups, messages):
-    """The smallest size a fit uses: the largest timed size at or below the smallest message a step
-    sends, so that the line fits the sizes the buckets have (NCCL changes protocol with size); at
-    most the second largest timed, so that a line has two sizes to go through."""
+def fit_window(groups, messages):
+    """(smallest, largest) size a fit uses: the timed sizes that bracket the messages a step sends,
+    the largest timed at or below the smallest message to the smallest timed at or above the
+    largest. A line through bandwidth and latency holds only locally: NCCL changes protocol and
+    channels with size, so one line over every size misses the step's own (docs/interconnect.md,
+    "Predicting past the largest machine measured"). At least two sizes, so a line has two to go through."""
     sizes = sorted({b for points in groups.values() for b, _ in points})
+    if len(sizes) < 2:
+        return (sizes[0], sizes[0]) if sizes else (0, 0)
     below = [b for b in sizes if b <= min(messages)]
-    floor = below[-1] if below else (sizes[0] if sizes else 0)
-    return min(floor, sizes[-2]) if len(sizes) > 1 else floor
+    above = [b for b in sizes if b >= max(messages)]
+    floor = min(below[-1] if below else sizes[0], sizes[-2])
+    ceiling = max(above[0] if above else sizes[-1], sizes[sizes.index(floor) + 1])
+    return floor, ceiling
 
 
 def extrapolated(groups, messages):
@@ -64,9 +70,10 @@ class Fitted:
     held_out: tuple = ()
 
 
-def fit_intra(groups, min_bytes):
-    """The node's link: all-reduces within one node, every GPU count pooled."""
-    points = [(n, b, t) for (n, m), pts in sorted(groups.items()) if m == 1 for b, t in pts if b >= min_bytes]
+def fit_intra(groups, window):
+    """The node's link: all-reduces within one node at the window's sizes, every GPU count pooled."""
+    lo, hi = window
+    points = [(n, b, t) for (n, m), pts in sorted(groups.items()) if m == 1 for b, t in pts if lo <= b <= hi]
     counts = sorted({n for n, _, _ in points})
     if not counts:
         return Fitted(None, "no all-reduce within one node was timed")
@@ -79,11 +86,12 @@ def fit_intra(groups, min_bytes):
     return Fitted(fit.link, how, tuple(lls.leave_one_out_links(points)))
 
 
-def fit_inter(groups, intra, settings, min_bytes):
+def fit_inter(groups, intra, settings, window):
     """The network's link: what the all-reduces across nodes leave once the node's link is known,
     every layout pooled; with several, each is also predicted from the others. A count that does not
     fill its nodes is spread evenly over them, as cm.System.layout does."""
-    across = {(n, m): [(b, t) for b, t in pts if b >= min_bytes] for (n, m), pts in sorted(groups.items()) if m > 1}
+    lo, hi = window
+    across = {(n, m): [(b, t) for b, t in pts if lo <= b <= hi] for (n, m), pts in sorted(groups.items()) if m > 1}
     if not across:
         return Fitted(None, "no all-reduce across nodes was timed")
     layout = {key: (key[0] // key[1] if key[0] % key[1] == 0 else key[0] / key[1], key[1]) for key in across}
@@ -139,9 +147,9 @@ class Links:
 
 
 def links(groups, own_gpus_per_node, settings, messages):
-    floor = fit_floor(groups, messages)
-    intra = fit_intra(groups, floor)
-    inter = fit_inter(groups, intra.link, settings, floor)
+    window = fit_window(groups, messages)
+    intra = fit_intra(groups, window)
+    inter = fit_inter(groups, intra.link, settings, window)
     measured = cm.System(own_gpus_per_node, intra.link, inter.link, settings.topology, settings.algorithm)
     intra_link, intra_how = chosen_link(intra, settings.intra_busbw, settings.intra_latency_us, "intra_node")
     inter_link, inter_how = chosen_link(inter, settings.inter_busbw, settings.inter_latency_us, "inter_node")

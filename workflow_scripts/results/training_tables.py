@@ -336,7 +336,8 @@ def main():
         "Per point, images/s of each input path (training.inputs) and as a share of the same point's "
         "synthetic run (random tensors on the device: the step without I/O). cpu: decoding on the CPU "
         "(TensorFlow tf.data, MXNet ImageRecordIter, PyTorch Pillow workers); gpu: PyTorch nvJPEG in a "
-        "thread; dali: PyTorch NVIDIA DALI (hardware JPEG engine). " + timing + points_how,
+        "thread; dali: PyTorch NVIDIA DALI, decoding where training.pytorch.dali_decoder says (its CPU "
+        "threads, or the hardware JPEG engine and nvJPEG). " + timing + points_how,
         notes
         + (
             []
