@@ -381,7 +381,7 @@ def build(table, points, systems, settings):
 HOW = (
     "The all-reduce model of docs/interconnect.md (workflow_scripts/predict/collective_model.py): the link within a "
     "node and the network between nodes fitted to the interconnect stage's all-reduces (interconnect.csv, its own "
-    "rows, at the sizes from the largest timed one at or below a step's smallest message), or set under "
+    "rows, at the timed sizes that bracket the messages a step sends), or set under "
     "prediction.*; each step's gradients sent in buckets (bucket_from). allreduce_s: one step's all-reduce at N GPUs. "
     "With t1 the 1-GPU step, efficiency_no_overlap = t1 / (t1 + allreduce_s), efficiency_full_overlap = t1 / max(t1, "
     "allreduce_s), and efficiency_predicted at the overlap fraction fitted to the sweep's runs above 1 GPU "
@@ -389,7 +389,8 @@ HOW = (
     "beside the prediction (measured_*), with whether it lies within the interval and loo_rel_error: the error of "
     "the prediction made without that point (leave-one-out). model says what the model's own errors allow: within "
     "tolerance, untested (nothing held out to test it on), or poor (off by more than prediction.tolerance where it "
-    "could be checked): then the row gives the bounds and no predicted figure."
+    "could be checked): then the row gives the bounds and no predicted figure. One workload per input path; a run "
+    "whose steps vary beyond 2% is shown but neither fitted nor judged on (model_why names it)."
 )
 
 
