@@ -92,6 +92,17 @@ PLANS = {
             run("dali_1gpu_2", "real", DALI, est=40),
         ],
     },
+    "decoders": {
+        "measures": "where DALI decodes at --gpus GPUs of one host: its CPU threads (the default, decided at 1 "
+        "GPU: docs/decisions.md#dali_decoder) against the hardware JPEG engine + nvJPEG (mixed), beside "
+        "synthetic data at the same count and the default at 1 GPU",
+        "items": [
+            run("synthetic_{n}gpu", gpus="n", est=90),
+            run("dali_{n}gpu", "real", DALI, gpus="n", est=60),
+            run("dali_{n}gpu_mixed", "real", f"{DALI} --dali-decoder mixed", gpus="n", est=60),
+            run("dali_1gpu", "real", DALI, est=50),
+        ],
+    },
     "scaling-modes": {
         "measures": "DDP's modes on synthetic data, 1 GPU against --gpus GPUs: torch.compile mode default and "
         "CUDA graphs with one graph per step and no buffer broadcast, the one-GPU run side by side "

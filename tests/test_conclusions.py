@@ -504,6 +504,12 @@ def test_a_vouched_sweep_gets_its_verdict(tables):
         (0, {"isolated": "unknown", "isolation_why": "no neighbour samples"}, "isolation unknown: "),
         (0, {"images_per_s": 850.0}, "impossible: h100/tensorflow_fp32_4gpu (cpu) efficiency 115.3%"),
         (0, {"device": "CPU: AMD EPYC"}, "CPU processes stand in for GPUs"),
+        # 640 images at a global batch of 512: an epoch every 1.25 steps (4 GPUs on a tiny set)
+        (
+            1,
+            {"train_images": 640, "global_batch": 512, "batches_per_epoch": 1.25},
+            "epoch turnover: h100/tensorflow_fp32_4gpu ends an epoch every 1.25 steps (640 images / global batch 512)",
+        ),
         (
             1,
             {"transport_problem": "NCCL used TCP sockets (NET/Socket) between 2 nodes that have InfiniBand ports"},
@@ -616,3 +622,17 @@ def test_the_predicted_column_reads_the_input_path_its_verdict_reads(tables):
     )
     assert said.startswith("no figure predicted at 32 GPUs on local") and "the model is poor here" in said, said
     assert "90.0%" not in said
+
+
+@pytest.mark.unit
+def test_epoch_turnover_is_read_from_the_run_summary():
+    from workflow_scripts.results import runs
+
+    s = {"train_images": 2560, "global_batch": 2048}
+    real = runs.epoch_turnover(s, {"data_source": "real", "mode": "steps"})
+    assert real == {"train_images": 2560, "batches_per_epoch": 1.25}
+    assert runs.epoch_turnover(s, {"data_source": "synthetic", "mode": "steps"})["batches_per_epoch"] is None
+    assert runs.epoch_turnover(s, {"data_source": "real", "mode": "accuracy"})["batches_per_epoch"] is None
+    assert (
+        runs.epoch_turnover({"global_batch": 64}, {"data_source": "real", "mode": "steps"})["batches_per_epoch"] is None
+    )

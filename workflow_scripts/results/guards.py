@@ -9,6 +9,9 @@ table gives no "holds" or "does not hold" on it, but "not decided" and why, nami
   CPU stand-in  CPU processes standing in for GPUs: no performance finding rests on them (an accuracy
                 finding does not depend on the device)
   wrong transport  NCCL all-reduced over TCP sockets between nodes that have InfiniBand (nccl_log)
+  epoch turnover   a run on real data whose epoch lasts fewer than 4 steps (its images over its global
+                batch): each epoch's end stalls the input, so the figure measures that as much as the
+                path (docs/results.md#verdict-guards says what showed it)
 """
 
 from pathlib import Path
@@ -18,6 +21,9 @@ import pandas as pd
 from ..common.metrics import STABLE_CV
 
 IMPOSSIBLE_MARGIN = STABLE_CV
+# DALI's default prefetch depth (training.pytorch.prefetch): an epoch of no more steps than the
+# queue holds leaves nothing to run ahead across its end.
+MIN_STEPS_PER_EPOCH = 4
 SEP = "; "
 
 
@@ -44,6 +50,13 @@ def run_caveats(row):
     if isinstance(row.get("transport_problem"), str) and row["transport_problem"]:
         # sockets where the nodes have InfiniBand: a figure of the wrong network
         out.append(f"wrong transport: {name}: {row['transport_problem']}")
+    steps = row.get("batches_per_epoch")
+    if steps is not None and not pd.isna(steps) and steps < MIN_STEPS_PER_EPOCH:
+        out.append(
+            f"epoch turnover: {name} ends an epoch every {steps:.3g} steps ({int(row['train_images'])} images / "
+            f"global batch {int(row['global_batch'])}), fewer than {MIN_STEPS_PER_EPOCH}: its input stalls at each "
+            f"epoch's end (more training images: dataset.embedded.train_per_class, or a real dataset)"
+        )
     why = row.get("isolation_why") or "no isolation record"
     if row.get("isolated") == "false":
         out.append(f"not isolated: {name}: {why}")

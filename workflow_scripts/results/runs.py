@@ -111,11 +111,20 @@ def record(point):
         "epochs": args["epochs"] if args["mode"] == "epochs" else None,
         "data_source": args["data_source"],
         "image_size": args["image_size"],
+        **epoch_turnover(s, args),
         "gradient_bytes": grad_bytes,
         "gradient_bytes_from": grad_from,
         **provenance(s),
     }
     return {**row, "caveats": guards.join(guards.run_caveats(row))}
+
+
+def epoch_turnover(s, args):
+    """The training images and how many steps an epoch of them lasts (train images / global batch),
+    for a steps-mode run on real data: the guards read it (results/guards.py, epoch turnover)."""
+    images = s.get("train_images") or None
+    real = args["data_source"] == "real" and args["mode"] == "steps" and images
+    return {"train_images": images, "batches_per_epoch": images / s["global_batch"] if real else None}
 
 
 # Where and with what a run ran: every table built from runs carries these.
@@ -167,6 +176,8 @@ COLUMNS = [
     "epochs",
     "data_source",
     "image_size",
+    "train_images",
+    "batches_per_epoch",
     *EVIDENCE,
     *PROVENANCE,
     "gradient_bytes",
