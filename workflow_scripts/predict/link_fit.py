@@ -185,17 +185,18 @@ def held_out_link_errors(lk):
     ]
 
 
-def outside_errors(points):
+def outside_errors(points, unstable=()):
     """(error, what) of every measured point outside the model's interval: the nearest bound
-    against it, what no overlap fraction can reach."""
+    against it, what no overlap fraction can reach. An unstable point (GPU count in `unstable`)
+    is said to be one."""
     out = []
     for p in points:
         no, full = cm.efficiency(p["t1"], p["c"], 0.0), cm.efficiency(p["t1"], p["c"], 1.0)
-        e = p["efficiency"]
+        e, which = p["efficiency"], f"{p['gpus']} GPUs" + (" (an unstable run)" if p["gpus"] in unstable else "")
         if e < no:
-            out.append((no / e - 1, f"{p['gpus']} GPUs ran at {e:.1%}, below no overlap ({no:.1%})"))
+            out.append((no / e - 1, f"{which} ran at {e:.1%}, below no overlap ({no:.1%})"))
         elif e > full:
-            out.append((full / e - 1, f"{p['gpus']} GPUs ran at {e:.1%}, above full overlap ({full:.1%})"))
+            out.append((full / e - 1, f"{which} ran at {e:.1%}, above full overlap ({full:.1%})"))
     return out
 
 

@@ -268,27 +268,30 @@ def model_rows(w, lk, settings, overlap):
 
 
 def unvouched(w):
-    """(the GPU counts the model is not judged on, the sentence that says why): the unstable points,
-    and every point above 1 GPU where the 1-GPU run, whose step every efficiency divides, is one."""
+    """(the GPU counts the overlap is neither fitted to nor tested on, the sentence that says why):
+    the unstable points, and every point above 1 GPU where the 1-GPU run, whose step every
+    efficiency divides, is one. Such a figure can still show the model poor (a miss beyond the
+    tolerance that its variation does not explain); it never shows the model good."""
     bad = w.unstable()
     if not bad:
         return set(), ""
     cvs = ", ".join(f"{n} GPU{'s' if n > 1 else ''} {cv:.1%}" for n, cv in bad.items())
     if 1 in bad:
         return set(w.images_per_s), (
-            f"; not judged on its measured points: the 1-GPU run, every efficiency's baseline, is unstable (step CV "
-            f"{cvs}, above 2%: docs/results.md#verdict-guards)"
+            f"; the overlap is not fitted or tested: the 1-GPU run, every efficiency's baseline, is unstable (step "
+            f"CV {cvs}, above 2%: docs/results.md#verdict-guards)"
         )
     return set(bad), (
-        f"; not judged on the points whose steps vary beyond 2% (step CV {cvs}): figures the tool does not vouch "
-        f"for (docs/results.md#verdict-guards)"
+        f"; the overlap is not fitted to or tested on the points whose steps vary beyond 2% (step CV {cvs}): "
+        f"figures the tool does not vouch for (docs/results.md#verdict-guards)"
     )
 
 
 def workload_rows(w, lk, groups, settings):
     """Every row of one workload, and (label, why) of the model on it."""
     skip, skipped = unvouched(w)
-    points = [p for p in measured_points(w, lk.measured) if p["gpus"] not in skip]
+    every = measured_points(w, lk.measured)
+    points = [p for p in every if p["gpus"] not in skip]
     fit = cm.fit_overlap_points(w.t1, [(p["c"], p["efficiency"]) for p in points]) if w.t1 else None
     loo = (
         {
@@ -303,7 +306,7 @@ def workload_rows(w, lk, groups, settings):
         for n, r in loo.items()
         if r["rel_error"] is not None
     ]
-    label, why = quality(held, link_errors(w, lk, groups) + outside_errors(points), settings.tolerance)
+    label, why = quality(held, link_errors(w, lk, groups) + outside_errors(every, skip), settings.tolerance)
     why += skipped + extrapolated(groups, cm.bucket_sizes(w.gradient_bytes, w.bucket_bytes))
     if not w.t1:
         why = f"no 1-GPU run, so no efficiency to predict (training.gpus with 1); the all-reduce: {label}, {why}"
