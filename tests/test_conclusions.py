@@ -507,7 +507,7 @@ def test_a_vouched_sweep_gets_its_verdict(tables):
         # 640 images at a global batch of 512: an epoch every 1.25 steps (4 GPUs on a tiny set)
         (
             1,
-            {"train_images": 640, "global_batch": 512, "batches_per_epoch": 1.25},
+            {"train_images": 640, "global_batch": 512, "steps_per_epoch": 1.25},
             "epoch turnover: h100/tensorflow_fp32_4gpu ends an epoch every 1.25 steps (640 images / global batch 512)",
         ),
         (
@@ -630,9 +630,9 @@ def test_epoch_turnover_is_read_from_the_run_summary():
 
     s = {"train_images": 2560, "global_batch": 2048}
     real = runs.epoch_turnover(s, {"data_source": "real", "mode": "steps"})
-    assert real == {"train_images": 2560, "batches_per_epoch": 1.25}
-    assert runs.epoch_turnover(s, {"data_source": "synthetic", "mode": "steps"})["batches_per_epoch"] is None
-    assert runs.epoch_turnover(s, {"data_source": "real", "mode": "accuracy"})["batches_per_epoch"] is None
+    assert real == {"train_images": 2560, "steps_per_epoch": 1.25}
+    assert runs.epoch_turnover(s, {"data_source": "synthetic", "mode": "steps"})["steps_per_epoch"] is None
+    assert runs.epoch_turnover(s, {"data_source": "real", "mode": "accuracy"})["steps_per_epoch"] is None
     assert (
-        runs.epoch_turnover({"global_batch": 64}, {"data_source": "real", "mode": "steps"})["batches_per_epoch"] is None
+        runs.epoch_turnover({"global_batch": 64}, {"data_source": "real", "mode": "steps"})["steps_per_epoch"] is None
     )

@@ -21,8 +21,8 @@ import pandas as pd
 from ..common.metrics import STABLE_CV
 
 IMPOSSIBLE_MARGIN = STABLE_CV
-# DALI's default prefetch depth (training.pytorch.prefetch): an epoch of no more steps than the
-# queue holds leaves nothing to run ahead across its end.
+# DALI's default prefetch depth (training.pytorch.prefetch): an epoch shorter than the queue leaves
+# nothing to run ahead across its end (what showed it: docs/benchmarks.md#what-the-dali-wait-at-4-gpus-was-d).
 MIN_STEPS_PER_EPOCH = 4
 SEP = "; "
 
@@ -50,7 +50,7 @@ def run_caveats(row):
     if isinstance(row.get("transport_problem"), str) and row["transport_problem"]:
         # sockets where the nodes have InfiniBand: a figure of the wrong network
         out.append(f"wrong transport: {name}: {row['transport_problem']}")
-    steps = row.get("batches_per_epoch")
+    steps = row.get("steps_per_epoch")
     if steps is not None and not pd.isna(steps) and steps < MIN_STEPS_PER_EPOCH:
         out.append(
             f"epoch turnover: {name} ends an epoch every {steps:.3g} steps ({int(row['train_images'])} images / "

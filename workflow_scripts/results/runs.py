@@ -124,7 +124,7 @@ def epoch_turnover(s, args):
     for a steps-mode run on real data: the guards read it (results/guards.py, epoch turnover)."""
     images = s.get("train_images") or None
     real = args["data_source"] == "real" and args["mode"] == "steps" and images
-    return {"train_images": images, "batches_per_epoch": images / s["global_batch"] if real else None}
+    return {"train_images": images, "steps_per_epoch": images / s["global_batch"] if real else None}
 
 
 # Where and with what a run ran: every table built from runs carries these.
@@ -177,7 +177,7 @@ COLUMNS = [
     "data_source",
     "image_size",
     "train_images",
-    "batches_per_epoch",
+    "steps_per_epoch",
     *EVIDENCE,
     *PROVENANCE,
     "gradient_bytes",
