@@ -105,3 +105,48 @@ def test_a_term_stops_the_ranks_and_leaves_the_cause(tmp_path):
     record = json.loads(attempt.with_name(attempt.name + ".json").read_text())
     assert record["status"] == "failed" and record["stopped"] == "stopped" and not record["permanent"]
     assert not (run / "summary.json").exists()  # another attempt will run
+
+
+FAKE_SCONTROL = """#!/bin/sh
+# The first question waits (a busy slurmctld); the job is cancelled meanwhile.
+if [ ! -e {asked} ]; then : > {asked}; exec sleep 120; fi
+echo "JobId=4242 JobState=CANCELLED Reason=None OverSubscribe=NO TimeLimit=UNLIMITED EndTime=Unknown"
+"""
+
+
+@pytest.mark.stage
+def test_a_term_while_the_job_still_asks_slurm_about_itself_is_recorded(tmp_path):
+    """scancel before the ranks start, while the job waits for scontrol (its time limit, whether it
+    holds its nodes alone): the job records the cancellation instead of dying by the TERM's default."""
+    bin_dir, asked = tmp_path / "bin", tmp_path / "asked"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(FAKE_SCONTROL.format(asked=shlex.quote(str(asked))))
+    (bin_dir / "scontrol").chmod(0o755)
+    run, log = tmp_path / "results" / "runs" / "x" / "pytorch_fp32_1gpu", tmp_path / "logs" / "x.log"
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "workflow_scripts.train.training_job",
+            f"--run-dir={run}",
+            f"--results-dir={tmp_path / 'results'}",
+            f"--log={log}",
+            "--retries=1",
+            "--cache-clear-command=true",
+            f"--python={shlex.join([sys.executable])}",
+            "--nproc-per-node=1",
+            "--",
+            TRAINERS["pytorch"],
+        ],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO), PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_ID="4242"),
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and not asked.exists():
+        time.sleep(0.1)
+    assert asked.exists(), "the job never asked scontrol"
+    job.send_signal(signal.SIGTERM)
+    assert job.wait(timeout=60) not in (0, -signal.SIGTERM)
+    attempt = log.with_name(log.name + ".attempt1")
+    record = json.loads(attempt.with_name(attempt.name + ".json").read_text())
+    assert record["stopped"] == "cancelled" and "JobState=CANCELLED" in record["reason"], record

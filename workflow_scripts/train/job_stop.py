@@ -132,17 +132,29 @@ def cause_of(log_text, job=None, text=None, tries=3):
     return "stopped", f"SIGTERM from outside the job (no word from SLURM on why{said})"
 
 
+TERM_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+def hold_term():
+    """Hold back TERM and INT until watch() can record them: a job cancelled while it still asks
+    SLURM about itself would otherwise die with no record of why (the default action). Children
+    inherit a blocked mask, so nothing may be started between this and watch()."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, TERM_SIGNALS)
+
+
 def watch(job, say):
     """Handlers for the TERM SLURM sends (and INT), and, under a time limit, a timer that stops the
-    ranks margin_s() before it: each raises Stopped in the main thread, out of whatever it waits for."""
-    limit = deadline(job) if job else None
+    ranks margin_s() before it: each raises Stopped in the main thread, out of whatever it waits for.
+    A TERM held since hold_term() is raised here, so the caller calls this inside its try."""
 
     def on_term(signum, frame):
         terminate_children()
         raise Stopped("TERM", "")  # the cause is read once the ranks are down (cause_of)
 
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    for signum in TERM_SIGNALS:
+        signal.signal(signum, on_term)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, TERM_SIGNALS)
+    limit = deadline(job) if job else None
     if not limit:
         return None
     stop_at, end_s, limit_s = limit

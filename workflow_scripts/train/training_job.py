@@ -63,6 +63,7 @@ def main():
     launcher.add_arguments(ap)
     ap.add_argument("trainer", nargs=argparse.REMAINDER, help="-- MODULE ARGS...: the trainer and its options")
     a = ap.parse_args()
+    job_stop.hold_term()  # from the attempt's log on, a TERM is recorded (job_stop.watch, below)
     started = time.time()
     trainer = a.trainer[1:] if a.trainer[:1] == ["--"] else a.trainer
     if not trainer:
@@ -81,20 +82,20 @@ def main():
         f"SLURM job {os.environ.get('SLURM_JOB_ID', 'none')}",
         flush=True,
     )
-    shutil.rmtree(run, ignore_errors=True)
-    run.mkdir(parents=True)
-    # Every process of this attempt (srun, the ranks, their workers) inherits the marker: the nodes'
-    # samplers count them as the run's and everything else as a neighbour.
-    neighbours.mark_run(f"{run}:{a.attempt}:{uuid.uuid4().hex}")
-    job = os.environ.get("SLURM_JOB_ID")
-    sharing = slurm.job_sharing(job) if job else None
-    scope, why = page_cache.scope_for(a.cache_clear, sharing)
-    if why:
-        print(f"job: page cache: {why}", flush=True)
     progress = checkpoint.JobProgress(trainer, a.attempt)
-    stopped = None
-    job_stop.watch(job, lambda line: print(line, flush=True))
+    stopped = sharing = scope = why = None
+    job = os.environ.get("SLURM_JOB_ID")
     try:
+        job_stop.watch(job, lambda line: print(line, flush=True))
+        shutil.rmtree(run, ignore_errors=True)
+        run.mkdir(parents=True)
+        # Every process of this attempt (srun, the ranks, their workers) inherits the marker: the nodes'
+        # samplers count them as the run's and everything else as a neighbour.
+        neighbours.mark_run(f"{run}:{a.attempt}:{uuid.uuid4().hex}")
+        sharing = slurm.job_sharing(job) if job else None
+        scope, why = page_cache.scope_for(a.cache_clear, sharing)
+        if why:
+            print(f"job: page cache: {why}", flush=True)
         # Page caches are the host's: cleared from this (the workflow's) interpreter, never from
         # inside a container; the ranks run in the framework's interpreter.
         rc = launcher.run(
