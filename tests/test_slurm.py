@@ -375,7 +375,16 @@ def test_point_the_partition_cannot_hold_fails_at_parse_time(cluster, tmp_path):
 @pytest.mark.pipeline
 def test_waiting_job_is_reported_with_slurms_reason(cluster):
     job = subprocess.run(
-        ["sbatch", "--parsable", "--hold", "--comment", "rule_train_wildcards_x", "--wrap", "true"],
+        [
+            "sbatch",
+            "--parsable",
+            "--hold",
+            "--output=/dev/null",  # not a slurm-<job>.out in the repository
+            "--comment",
+            "rule_train_wildcards_x",
+            "--wrap",
+            "true",
+        ],
         capture_output=True,
         text=True,
         timeout=30,
