@@ -67,12 +67,10 @@ def _cmdline(proc):
         return ""
 
 
-@pytest.mark.stage
-def test_a_term_stops_the_ranks_and_leaves_the_cause(tmp_path):
-    """TERM to a training job whose rank sleeps (a fake trainer): the rank is stopped, the attempt's
-    log and a record beside it say why, and with retries left the job fails (to be run again)."""
+def start_job(tmp_path, python, **env):
+    """A training job of one rank whose interpreter is `python` (words), under tmp_path, with `env`
+    added: (the process, its run directory, its first attempt's log)."""
     run, log = tmp_path / "results" / "runs" / "x" / "pytorch_fp32_1gpu", tmp_path / "logs" / "x.log"
-    sleeper = shlex.join([sys.executable, "-c", "import time; time.sleep(600)"])
     job = subprocess.Popen(
         [
             sys.executable,
@@ -83,14 +81,22 @@ def test_a_term_stops_the_ranks_and_leaves_the_cause(tmp_path):
             f"--log={log}",
             "--retries=1",
             "--cache-clear-command=true",
-            f"--python={sleeper}",
+            f"--python={python}",
             "--nproc-per-node=1",
             "--",
             TRAINERS["pytorch"],
         ],
         cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        env=dict(os.environ, PYTHONPATH=str(REPO), **env),
     )
+    return job, run, log.with_name(log.name + ".attempt1")
+
+
+@pytest.mark.stage
+def test_a_term_stops_the_ranks_and_leaves_the_cause(tmp_path):
+    """TERM to a training job whose rank sleeps (a fake trainer): the rank is stopped, the attempt's
+    log and a record beside it say why, and with retries left the job fails (to be run again)."""
+    job, run, attempt = start_job(tmp_path, shlex.join([sys.executable, "-c", "import time; time.sleep(600)"]))
     deadline = time.time() + 120
     ranks = []
     while time.time() < deadline and not ranks:
@@ -100,7 +106,6 @@ def test_a_term_stops_the_ranks_and_leaves_the_cause(tmp_path):
     job.send_signal(signal.SIGTERM)
     assert job.wait(timeout=60) != 0
     assert not ranks[0].is_running() or ranks[0].status() == psutil.STATUS_ZOMBIE
-    attempt = log.with_name(log.name + ".attempt1")
     assert "job: stopped (stopped): SIGTERM from outside the job" in attempt.read_text()
     record = json.loads(attempt.with_name(attempt.name + ".json").read_text())
     assert record["status"] == "failed" and record["stopped"] == "stopped" and not record["permanent"]
@@ -122,24 +127,8 @@ def test_a_term_while_the_job_still_asks_slurm_about_itself_is_recorded(tmp_path
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text(FAKE_SCONTROL.format(asked=shlex.quote(str(asked))))
     (bin_dir / "scontrol").chmod(0o755)
-    run, log = tmp_path / "results" / "runs" / "x" / "pytorch_fp32_1gpu", tmp_path / "logs" / "x.log"
-    job = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "workflow_scripts.train.training_job",
-            f"--run-dir={run}",
-            f"--results-dir={tmp_path / 'results'}",
-            f"--log={log}",
-            "--retries=1",
-            "--cache-clear-command=true",
-            f"--python={shlex.join([sys.executable])}",
-            "--nproc-per-node=1",
-            "--",
-            TRAINERS["pytorch"],
-        ],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO), PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_ID="4242"),
+    job, _, attempt = start_job(
+        tmp_path, shlex.join([sys.executable]), PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_ID="4242"
     )
     deadline = time.time() + 120
     while time.time() < deadline and not asked.exists():
@@ -147,6 +136,5 @@ def test_a_term_while_the_job_still_asks_slurm_about_itself_is_recorded(tmp_path
     assert asked.exists(), "the job never asked scontrol"
     job.send_signal(signal.SIGTERM)
     assert job.wait(timeout=60) not in (0, -signal.SIGTERM)
-    attempt = log.with_name(log.name + ".attempt1")
     record = json.loads(attempt.with_name(attempt.name + ".json").read_text())
     assert record["stopped"] == "cancelled" and "JobState=CANCELLED" in record["reason"], record
