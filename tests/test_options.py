@@ -13,6 +13,7 @@ import yaml
 from helpers import REPO, TRAINERS, anchors, interpreter, snakemake, write_config
 
 from workflow_scripts.common import options_table, schema
+from workflow_scripts.results import guards
 
 SECTION = "training.pytorch"
 PARSER = """
@@ -74,6 +75,8 @@ def test_descriptions_state_the_code_rules(trainer):
     assert f"cores per GPU - {c['DALI_SPARE_CORES']}" in d["loader_workers"]
     assert f"auto: {c['DALI_POOLS_MB'][0]} at batch 256" in d["dali_pinned_mb"]
     assert f"auto: {c['DALI_POOLS_MB'][1]} at batch 256" in d["dali_device_mb"]
+    # the epoch-turnover guard's threshold is DALI's default queue (results/guards.py says why)
+    assert guards.MIN_STEPS_PER_EPOCH == c["DALI_PREFETCH"]
 
 
 def other_value(spec):

@@ -21,8 +21,9 @@ import pandas as pd
 from ..common.metrics import STABLE_CV
 
 IMPOSSIBLE_MARGIN = STABLE_CV
-# DALI's default prefetch depth (training.pytorch.prefetch): an epoch shorter than the queue leaves
-# nothing to run ahead across its end (what showed it: docs/benchmarks.md#what-the-dali-wait-at-4-gpus-was-d).
+# DALI's default prefetch depth (train/pytorch_options.DALI_PREFETCH; tests/test_options.py ties
+# them): an epoch shorter than the queue leaves nothing to run ahead across its end (what showed it:
+# docs/benchmarks.md#what-the-dali-wait-at-4-gpus-was-d).
 MIN_STEPS_PER_EPOCH = 4
 SEP = "; "
 
