@@ -43,9 +43,57 @@ def _render_one(arg):
     )
 
 
+def _convert(module, *args):
+    proc = subprocess.run(
+        [PY, "-m", f"workflow_scripts.data.{module}", *map(str, args)], cwd=REPO, capture_output=True, text=True
+    )
+    if proc.returncode:
+        raise RuntimeError(f"{module} failed:\n{proc.stderr[-3000:]}")
+
+
+def part_data_photos(a, work):
+    """The ImageNet-like photographs, their LMDB as stored and a copy with the shorter sides capped."""
+    from benchmarks import imagenet_like
+
+    manifest = work / "lmdb" / "manifest.json"
+    t = time.perf_counter()
+    root = work / "ILSVRC2012-photos"
+    if not manifest.exists():
+        photos = imagenet_like.folder_photos(a.sources) if a.sources else imagenet_like.registry_photos()
+        imagenet_like.make(root, photos, a.classes, a.per_class, 2, seed=SEED, workers=a.threads)
+        made = time.perf_counter() - t
+        _convert("index", "--root", root, "--out", work / "index", "--threads", a.threads)
+        _convert("lmdb_caffe2", "--index", work / "index", "--out", work / "lmdb", "--threads", a.threads)
+        _convert(
+            "lmdb_caffe2",
+            "--index",
+            work / "index",
+            "--out",
+            work / "lmdb-capped",
+            "--threads",
+            a.threads,
+            "--shorter-cap",
+            a.shorter_cap,
+        )
+    else:
+        made = 0.0
+    stats = json.loads((root / "set_statistics.json").read_text())["train"]
+    capped = json.loads((work / "lmdb-capped" / "manifest.json").read_text())
+    return {
+        "dataset": "photos",
+        "made_s": made,
+        "total_s": time.perf_counter() - t,
+        **json.loads(manifest.read_text())["splits"]["train"],
+        "set": stats,
+        "capped": {"shorter_cap": a.shorter_cap, **capped["splits"]["train"]},
+    }
+
+
 def part_data(a, work):
     from workflow_scripts.data import embedded
 
+    if a.dataset == "photos":
+        return part_data_photos(a, work)
     if (work / "lmdb" / "manifest.json").exists():
         return {"reused": True, **json.loads((work / "lmdb" / "manifest.json").read_text())["splits"]["train"]}
     t = time.perf_counter()
@@ -301,4 +349,16 @@ def part_check(a, work):
     return out
 
 
-PARTS = {"data": part_data, "ceilings": part_ceilings, "loaders": part_loaders, "check": part_check}
+def part_capacity(a, work):
+    from benchmarks import node_capacity
+
+    return node_capacity.part_capacity(a, work)
+
+
+PARTS = {
+    "data": part_data,
+    "ceilings": part_ceilings,
+    "loaders": part_loaders,
+    "check": part_check,
+    "capacity": part_capacity,
+}

@@ -37,7 +37,29 @@ def parts(results):
                 else f"; DALI: {ld.get('dali_loader')}"
             )
         )
+    cap = results.get("capacity", {})
+    if cap.get("status") == "ok":
+        lines.append(
+            f"Node input capacity, no training ({cap['gpus']} processes at once, one a GPU, {cap['cpus']} CPUs; "
+            f"{cap['warmup_batches']} batches warm-up, {cap['seconds']:.0f} s timed):"
+        )
+        for name, s in cap["settings"].items():
+            node = f"{s['node_images_per_s']:.0f}" if s["node_images_per_s"] else "failed"
+            each = ", ".join(f"{x:.0f}" if x else "-" for x in s["per_process"])
+            lines.append(
+                f"  {name} ({' '.join(s['flags'])}, {s['data']}): {node} images/s ({each}; "
+                f"{node_per_cpu(s, cap['cpus'])}){' ' + _reason({'error': s['errors'][0]}) if s['errors'] else ''}"
+            )
+    if results.get("picked"):
+        lines.append(f"Picked from the earlier call: {results['picked']}")
     return lines
+
+
+def node_per_cpu(s, cpus):
+    if not s["node_images_per_s"]:
+        return "no rate"
+    node, threads = s["node_images_per_s"], sum(t or 0 for t in s["threads"])
+    return f"{node / cpus:.0f} a CPU of the node, {node / max(threads, 1):.0f} a decode thread"
 
 
 def runs(results):

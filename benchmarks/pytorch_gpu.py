@@ -61,6 +61,18 @@ def arg_parser():
     ap.add_argument("--work", default=str(REPO / "benchmarks" / "out" / "gpu-work"))
     ap.add_argument("--budget-s", type=float, default=560, help="stop starting new work after this")
     ap.add_argument("--only", default="", help="comma-separated names of the plan's items")
+    ap.add_argument(
+        "--dataset",
+        choices=("rendered", "photos"),
+        default="rendered",
+        help="the embedded generator's shapes, or benchmarks/imagenet_like.py's photographs",
+    )
+    ap.add_argument("--sources", help="--dataset photos: a folder of photos (imagenet_like --save-sources)")
+    ap.add_argument("--shorter-cap", type=int, default=500, help="the 'capped' copy's conversion.shorter_cap")
+    ap.add_argument(
+        "--pick",
+        help="an earlier photos call's results.json: photos-repeats also repeats its best DALI variant",
+    )
     ap.add_argument("--classes", type=int, default=32)
     ap.add_argument("--per-class", type=int, default=128)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -73,9 +85,9 @@ def arg_parser():
     return ap
 
 
-def selected(a):
+def selected(a, picked=None):
     """The plan's items that --only names; an unknown name is an error, not an empty call."""
-    items = plans.items(a.plan, a.gpus)
+    items = plans.items(a.plan, a.gpus, picked=picked)
     only = set(filter(None, a.only.split(",")))
     unknown = only - {i["name"] for i in items}
     if unknown:
@@ -116,13 +128,19 @@ def main(argv=None):
         for name, plan in plans.PLANS.items():
             print(f"{name}: {plan['measures']}\n    {', '.join(i['name'] for i in plans.items(name, a.gpus))}")
         return
+    if a.part and a.dry_run:
+        print(f"# part {a.part}: {gpu_parts.PARTS[a.part].__name__} in {work}")
+        return
     if a.part:
         work.mkdir(parents=True, exist_ok=True)
         (work / f"part_{a.part}.json").write_text(json.dumps(gpu_parts.PARTS[a.part](a, work)))
         return
     if not a.plan:
         raise SystemExit("--plan NAME (or --list)")
-    items = selected(a)
+    picked, why = None, ""
+    if a.pick and not (a.dry_run and not Path(a.pick).exists()):  # a dry run names the items it can
+        picked, why = plans.pick(json.loads(Path(a.pick).read_text()), a.gpus)
+    items = selected(a, picked)
     if a.dry_run:
         dry_run(a, items, work)
         return
@@ -143,6 +161,8 @@ def main(argv=None):
         "batch_per_gpu": a.batch,
         "image_size": a.image_size,
         "cpus": os.cpu_count(),
+        "dataset": a.dataset,
+        "picked": why,
         "variants": [],
     }
     results["nvidia_smi"] = _smi(
@@ -162,7 +182,7 @@ def main(argv=None):
         (out / "results.json").write_text(json.dumps(results, indent=1))
         (out / "results.md").write_text(printing.results_md(results))
 
-    if any(i.get("data") == "real" or i["name"] in ("loaders", "check") for i in items):
+    if any(i.get("data") in ("real", "capped") or i["name"] in ("loaders", "check") for i in items):
         t = time.perf_counter()
         results["data"] = gpu_parts.part_data(a, work)
         print(f"data: {results['data']} ({time.perf_counter() - t:.0f} s)", flush=True)

@@ -27,9 +27,10 @@ def trainer_command(v, work, a):
         if v.get("epochs")
         else ["--mode", "steps", "--warmup-steps", str(a.warmup), "--steps", str(v.get("steps") or a.steps)]
     )
+    lmdb = {"real": work / "lmdb", "capped": work / "lmdb-capped"}.get(v["data"])
     args = [
         "--data-source",
-        v["data"],
+        "real" if lmdb else "synthetic",
         "--precision",
         a.precision,
         "--batch-per-gpu",
@@ -49,7 +50,7 @@ def trainer_command(v, work, a):
         "1.0",
         *v["words"],
     ]
-    args += ["--data", str(work / "lmdb")] if v["data"] == "real" else ["--classes", "1000"]
+    args += ["--data", str(lmdb)] if lmdb else ["--classes", "1000"]
     cmd = [PY, "-m", TRAINER, *args, "--out", str(run_dir)]
     if v["gpus"] > 1:
         cmd = [PY, "-m", "workflow_scripts.common.launcher", "--nproc-per-node", str(v["gpus"]), "--", *cmd]
@@ -69,6 +70,8 @@ def part_command(name, a, work):
         str(a.batch),
         "--image-size",
         str(a.image_size),
+        "--gpus",
+        str(a.gpus),
     ]
 
 

@@ -80,7 +80,8 @@ def tfrecord_shards(split):
 
 
 def encoding_args():
-    return ["--resize-shorter", str(CONV["resize_shorter"]), "--jpeg-quality", str(CONV["jpeg_quality"])]
+    cap = ["--shorter-cap", str(CONV["shorter_cap"])] if CONV["shorter_cap"] else []
+    return ["--resize-shorter", str(CONV["resize_shorter"]), "--jpeg-quality", str(CONV["jpeg_quality"]), *cap]
 
 
 RESULTS = config["results_dir"]

@@ -61,7 +61,7 @@ use rule preflight_check as preflight_data_check with:
         py=PY["workflow"],
         python=train_python,
         launch=launcher_args,
-        args=lambda w: [a for a in preflight_args(w) if a != "--data-later"] + ["--only-data"],
+        args=preflight_data_args,
         data=lambda w, input: input.data,
 
 
@@ -79,8 +79,10 @@ rule preflight_table:
         "../envs/workflow.yaml"
     params:
         py=PY["workflow"],
+        judge=[],
     shell:
-        "{params.py:q} -m workflow_scripts.preflight.table --results {input:q} --out {output.csv:q} > {log:q} 2>&1"
+        "{params.py:q} -m workflow_scripts.preflight.table --results {input:q} --out {output.csv:q} {params.judge:q} "
+        "> {log:q} 2>&1"
 
 
 # The data checks' rows, in a table of their own: one that waited for them would wait for every
@@ -95,6 +97,10 @@ use rule preflight_table as preflight_data_table with:
         f"{LOGS}/preflight/data_table.log",
     benchmark:
         f"{LOGS}/preflight/data_table.bench.tsv"
+    params:
+        py=PY["workflow"],
+        # the input check's rows, judged here: editing the margin re-measures nothing
+        judge=input_judge_args(),
 
 
 rule preflight_gate:

@@ -1,6 +1,8 @@
 # Settings and helpers of the preflight stage (rules/preflight.smk): which checks the sweep needs
 # and what a training job waits for, from config.yaml's preflight section.
 
+from workflow_scripts.plan.input_plan import InputPlan  # noqa: E402
+
 PREFLIGHT = config["preflight"]
 
 
@@ -69,6 +71,27 @@ def preflight_passed_system(w):
 def preflight_data(w):
     """The format the pair's runs read (the data check's input)."""
     return f"{DATA}/{FORMAT_OF[w.framework]}"
+
+
+# The data check's input check: what it measures and against what (plan/input_plan.py).
+INPUT_PLAN = InputPlan(config, PLAN, COMMANDS)
+
+
+def preflight_data_args(w):
+    """The data check's settings: the pair's checks as preflight_args, the node checks only, and
+    its input check's settings (none where the sweep reads no dataset for the framework)."""
+    settings = INPUT_PLAN.settings(w.system, w.framework, SWEEP)
+    args = [a for a in preflight_args(w) if a != "--data-later"] + ["--only-data"]
+    return args + ([f"--input-check={json.dumps(settings)}"] if settings else [])
+
+
+def input_judge_args():
+    """How the tables judge the input check (preflight_data_table, training_tables): its margin
+    and the input paths meant to be measured input-bound."""
+    expected = PREFLIGHT["input_bound_expected"]
+    return ["--input-margin", str(PREFLIGHT["input_margin"])] + (
+        ["--input-bound-expected", *expected] if expected else []
+    )
 
 
 def preflight_args(w):

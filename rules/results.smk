@@ -25,6 +25,8 @@ rule training_tables:
     input:
         runs=TRAINING_RUNS,
         interconnect=[p["raw"] for p in IC_ALLREDUCE],
+        # preflight's input check: the runs it finds input-bound carry that caveat
+        preflight=PREFLIGHT_DATA_RESULTS,
     output:
         **{
             t: report(f"{RESULTS}/{t}.csv", caption=f"../report/{t}.rst", category="Training", subcategory="Tables")
@@ -41,10 +43,12 @@ rule training_tables:
         py=PY["workflow"],
         points=json.dumps(SWEEP),
         interconnect=json.dumps(IC_ALLREDUCE),
+        judge=input_judge_args(),
         out_dir=lambda w, output: os.path.dirname(output.training_throughput),
     shell:
         "{params.py:q} -m workflow_scripts.results.training_tables --points {params.points:q} "
-        "--interconnect {params.interconnect:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        "--interconnect {params.interconnect:q} --preflight {input.preflight:q} {params.judge:q} "
+        "--out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 rule training_figures:

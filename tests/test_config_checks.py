@@ -51,6 +51,12 @@ def test_a_training_system_that_is_not_defined_is_named():
         config_checks.check_config(config(training__systems=["nowhere"]))
 
 
+def test_resize_and_a_shorter_side_cap_together_are_refused():
+    c = config(conversion__resize_shorter=256, conversion__shorter_cap=500)
+    with pytest.raises(ConfigProblem, match="conversion.resize_shorter = 256 and conversion.shorter_cap = 500"):
+        config_checks.check_config(c)
+
+
 def test_a_gpu_system_without_cpus_per_task_is_refused_with_the_fix():
     c = config(systems={"g": dict(GPU, cpus_per_task=0)}, training__systems=["g"])
     with pytest.raises(ConfigProblem, match="systems.g.cpus_per_task = 0 with gpu_request gpus-per-node.*Fix"):

@@ -55,3 +55,13 @@ def test_resize_shorter_side():
     )
     assert (w, h, action) == (213, 160, "resized")
     assert Image.open(io.BytesIO(out)).size == (213, 160)
+
+
+def test_a_shorter_side_cap_shrinks_only_the_larger_images():
+    enc = image_records.Encoding(shorter_cap=360)
+    small, large = _jpeg(size=(500, 333)), _jpeg(size=(2000, 1500))
+    out, w, h, action = image_records.encode(small, image_records.probe(small), enc)
+    assert (out, w, h, action) == (small, 500, 333, "passthrough")
+    out, w, h, action = image_records.encode(large, image_records.probe(large), enc)
+    assert (w, h, action) == (480, 360, "resized") and Image.open(io.BytesIO(out)).size == (480, 360)
+    assert enc.describe()["mode"] == "cap"

@@ -106,6 +106,12 @@ def of(launch, env=None, root=CPU_ROOT, allowed=None, node_cpus=None):
         per_task = int(env.get("SLURM_CPUS_PER_TASK", "0") or 0)
     except ValueError:
         per_task = 0
-    node_cpus = node_cpus or os.cpu_count() or len(allowed)
+    node_cpus = node_cpus or on_node() or len(allowed)
     bound = is_bound(len(allowed), node_cpus, launch.local_size, launch.source, per_task)
     return CPUs(len(allowed), len(core_groups(allowed, root)), bound, launch.local_size)
+
+
+def on_node():
+    """The node's CPUs (None where unknown): for shares of the whole node, such as what other
+    processes used of it; a rank's thread counts come from of() instead."""
+    return os.cpu_count()

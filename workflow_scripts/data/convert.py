@@ -81,9 +81,10 @@ class Index:
         return len(rows), ordered_map(load, enumerate(rows), threads, f"{split}")
 
 
-def _counting(records, stats):
+def _counting(records, stats, largest):
     for rec in records:
         stats[rec.action] += 1
+        largest[0], largest[1] = max(largest[0], rec.width), max(largest[1], rec.height)
         yield rec
 
 
@@ -123,7 +124,7 @@ def _space_error(fmt, out, path, needed, what):
 def run(fmt, write_split, args, extra_manifest=None):
     """Convert both splits with the format's `write_split`; write synsets and the manifest."""
     index = Index(args.index)
-    enc = image_records.Encoding(args.resize_shorter, args.jpeg_quality)
+    enc = image_records.Encoding(args.resize_shorter, args.jpeg_quality, args.shorter_cap)
     needed = space_needed(index, enc)
     start = time.perf_counter()
     with atomic_dir(args.out) as tmp:
@@ -158,13 +159,15 @@ def _convert(fmt, write_split, index, enc, threads, tmp, extra_manifest):
     splits = {}
     for split in SPLITS:
         count, records = index.records(split, enc, threads)
-        actions = collections.Counter()
-        files = write_split(tmp, split, _counting(records, actions), count)
+        actions, largest = collections.Counter(), [0, 0]
+        files = write_split(tmp, split, _counting(records, actions, largest), count)
         splits[split] = {
             "images": count,
             "files": sorted(str(p.relative_to(tmp)) for p in files),
             "bytes": sum(p.stat().st_size for p in files if p.is_file()),
             "stored_as": dict(sorted(actions.items())),
+            # the widest and the tallest image as stored (not one image's sides): DALI's size hint
+            "largest": {"width": largest[0], "height": largest[1]},
         }
     with open(index.path / "rejects.tsv", newline="") as f:
         rejected = list(csv.DictReader(f, delimiter="\t"))
@@ -199,6 +202,12 @@ def arg_parser(description):
         type=int,
         default=config_default("conversion.resize_shorter"),
         help="0: pass the JPEG bytes through",
+    )
+    ap.add_argument(
+        "--shorter-cap",
+        type=int,
+        default=config_default("conversion.shorter_cap"),
+        help="0: no cap; N: images whose shorter side is over N shrunk to N, the rest passed through",
     )
     ap.add_argument(
         "--jpeg-quality",

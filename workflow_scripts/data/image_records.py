@@ -55,28 +55,43 @@ def probe(data: bytes) -> Probe:
 
 @dataclass(frozen=True)
 class Encoding:
-    """How records store images: the source JPEG bytes, or resized so the shorter side is N."""
+    """How records store images: the source JPEG bytes; or every image resized so its shorter side
+    is resize_shorter; or only the images whose shorter side is over shorter_cap shrunk to it (the
+    rest passed through), which takes the decoding cost of the multi-megapixel tail away and leaves
+    ordinary photos byte for byte."""
 
     resize_shorter: int = 0  # 0: pass-through
     quality: int = 95
+    shorter_cap: int = 0  # 0: no cap
 
     def describe(self):
+        mode = "resize" if self.resize_shorter else "cap" if self.shorter_cap else "passthrough"
         return {
-            "mode": "resize" if self.resize_shorter else "passthrough",
+            "mode": mode,
             "resize_shorter": self.resize_shorter,
+            "shorter_cap": self.shorter_cap,
             "jpeg_quality": self.quality,
         }
+
+    def target_shorter(self, width, height):
+        """The shorter side this image is to be resized to, or None to keep its size."""
+        if self.resize_shorter:
+            return self.resize_shorter
+        if self.shorter_cap and min(width, height) > self.shorter_cap:
+            return self.shorter_cap
+        return None
 
 
 def encode(data: bytes, probe_: Probe, enc: Encoding):
     """Return (jpeg_bytes, width, height, action) for one image; action is what was done."""
-    if not enc.resize_shorter and not probe_.needs_reencode:
+    shorter = enc.target_shorter(probe_.width, probe_.height)
+    if shorter is None and not probe_.needs_reencode:
         return data, probe_.width, probe_.height, "passthrough"
     im = Image.open(io.BytesIO(data))
     w, h = im.size
     target = None
-    if enc.resize_shorter:
-        scale = enc.resize_shorter / min(w, h)
+    if shorter is not None:
+        scale = shorter / min(w, h)
         target = (max(1, round(w * scale)), max(1, round(h * scale)))
         if im.format == "JPEG":
             im.draft("RGB", target)  # decode at the smallest DCT scale still >= target
@@ -85,5 +100,5 @@ def encode(data: bytes, probe_: Probe, enc: Encoding):
         im = im.resize(target, Image.Resampling.BILINEAR, reducing_gap=None)
     out = io.BytesIO()
     im.save(out, format="JPEG", quality=enc.quality)
-    action = "resized" if enc.resize_shorter else f"reencoded-{probe_.fmt.lower()}-{probe_.mode}"
+    action = "resized" if shorter is not None else f"reencoded-{probe_.fmt.lower()}-{probe_.mode}"
     return out.getvalue(), im.size[0], im.size[1], action

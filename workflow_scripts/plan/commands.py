@@ -60,6 +60,14 @@ class TrainerCommands:
         mode = ["--mode", t["mode"], "--warmup-steps", t["warmup_steps"], "--steps", t["steps"]]
         return self._args(system, framework, precision, path, [*mode, "--epochs", t["epochs"]])
 
+    def preflight_synthetic_run(self, system, framework, precision, steps):
+        """The trainer's command line of preflight's timing of the step rate (its data check's input
+        check): the sweep's run of this precision on synthetic data, `steps` timed steps after the
+        sweep's warm-up (config preflight.demand_steps)."""
+        t = self.train
+        mode = ["--mode", "steps", "--warmup-steps", t["warmup_steps"], "--steps", steps]
+        return self._args(system, framework, precision, "synthetic", [*mode, "--epochs", t["epochs"]])
+
     def checkpoint_dir(self, system, framework, precision, gpus):
         """The long test's checkpoints (train/checkpoint.py): beside the runs, never inside the run
         directory, which every attempt empties."""

@@ -52,6 +52,13 @@ def check_config(config):
     if config["training"]["cuda_cache_dir"]:
         check_path("training.cuda_cache_dir", config["training"]["cuda_cache_dir"])
         check_writable("training.cuda_cache_dir", config["training"]["cuda_cache_dir"])
+    conv = config["conversion"]
+    if conv["resize_shorter"] and conv["shorter_cap"]:
+        raise ConfigProblem(
+            f"config conversion.resize_shorter = {conv['resize_shorter']} and conversion.shorter_cap = "
+            f"{conv['shorter_cap']}: the first resizes every image, the second only the larger ones; "
+            f"set one of them to 0"
+        )
     for system in config["training"]["systems"]:
         if system not in config["systems"]:
             raise ConfigProblem(

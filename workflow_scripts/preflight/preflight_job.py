@@ -10,9 +10,13 @@ First the node checks once on every node (node.py, this interpreter), then the t
 every rank (rank.py, the framework's interpreter), each through the training launcher. A phase
 that makes no progress for --timeout-s is stopped and named from the ranks' markers. The result
 (status and rows) is always written; the gate (gate.py) turns a failure into the stopped workflow.
+The data check (--only-data) with --input-check also measures each real-data input path's capacity
+and the synthetic step rate it must keep up with (input_check below; docs/preflight.md#the-input-check):
+a record the tables judge, never a failure.
 """
 
 import argparse
+import json
 import os
 import shlex
 import shutil
@@ -22,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..common import launcher, nccl_log, page_cache, slurm
+from ..common import input_bound, launcher, nccl_log, page_cache, slurm
 from ..common.atomic import write_json
 from ..common.errors import run_main
 from ..common.schema import default as config_default
@@ -54,14 +58,16 @@ def _stop(proc):
             return
 
 
-def supervise(cmd, log, timeout_s, work=None):
+def supervise(cmd, log, timeout_s, work=None, progress=None):
     """Run `cmd` in its own process group; stop it once nothing progressed for timeout_s (a new
-    marker under `work`, else its start). Returns (exit status or None if stopped, seconds)."""
+    marker under `work`, or a later time from `progress()`, else its start). Returns (exit status or
+    None if stopped, seconds)."""
     start = time.time()
+    progress = progress or (lambda: markers.last_change(work) if work else None)
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     while proc.poll() is None:
-        progress = max(start, (markers.last_change(work) or 0) if work else 0)
-        if time.time() - progress > timeout_s:
+        progress_at = max(start, progress() or 0)
+        if time.time() - progress_at > timeout_s:
             _stop(proc)
             return None, time.time() - start
         time.sleep(0.2)
@@ -117,6 +123,106 @@ def nccl_transport_row(work, nodes, tasks, gpu, env):
     return row("nccl_transport", OK, nccl_log.describe(parsed, env), node=where)
 
 
+def synthetic_done(settings, system):
+    """{precision: [{gpus, images_per_s, run}]}: the sweep's synthetic runs of the pair that have
+    completed by now (their summary.json says ok), one per GPU count (common/input_bound.by_count)."""
+    found = {}
+    for p in settings["synthetic_runs"]:
+        path = Path(p["run_dir"]) / "summary.json"
+        try:
+            s = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if s.get("status") == "ok" and s.get("images_per_s"):
+            run = f"{system}/{Path(p['run_dir']).name}"
+            found.setdefault(p["precision"], []).append(
+                {"gpus": p["gpus"], "images_per_s": s["images_per_s"], "run": run}
+            )
+    return {p: input_bound.by_count(runs) for p, runs in found.items()}
+
+
+def _steps_written(run):
+    """When the timing's trainer last logged a step or a rank's record (its progress)."""
+    times = [f.stat().st_mtime for f in (run / "steps.jsonl", *run.glob("rank*.json")) if f.exists()]
+    return max(times) if times else None
+
+
+def input_check(a, settings, base, work, log, timings):
+    """The data check's input check (docs/preflight.md#the-input-check): each real-data input path's
+    capacity (input_task.py, once on the node, in the framework's interpreter) and, for each
+    precision with no completed synthetic run of the sweep, the step rate of preflight.demand_steps
+    synthetic steps of the framework's trainer at this check's geometry. Returns the record the
+    tables judge (preflight/table.py, results/training_tables.py)."""
+    out = work / "input_capacity.json"
+    cmd = [
+        *base,
+        "--per-node",
+        "--",
+        *shlex.split(a.python),
+        "-m",
+        "workflow_scripts.preflight.input_task",
+        "--framework",
+        a.framework,
+        "--data",
+        a.data,
+        "--settings",
+        json.dumps(settings),
+        "--out",
+        str(out),
+    ]
+    print("preflight:", shlex.join(cmd), file=log, flush=True)
+    rc, timings["input capacity"] = supervise(cmd, log, a.timeout_s)
+    if out.exists():
+        inputs = json.loads(out.read_text())["inputs"]
+    else:
+        why = f"stopped: no result in {a.timeout_s:g} s (preflight.timeout_s)" if rc is None else f"exited {rc}"
+        error = f"the input capacity task {why}, see {a.log}"
+        inputs = {p: {"images_per_s": None, "error": error} for p in settings["inputs"]}
+    done = synthetic_done(settings, a.system)
+    demand = {}
+    trainer = f"workflow_scripts.train.{settings['trainer']}"
+    for precision, args in settings["timing"].items():
+        demand[precision] = {"synthetic": done.get(precision, []), "timed": None, "error": ""}
+        if done.get(precision):
+            continue  # the sweep's own synthetic runs: no need to time it
+        run = work / f"synthetic_{precision}"
+        shutil.rmtree(run, ignore_errors=True)
+        run.mkdir(parents=True)
+        cmd = [*base, f"--python={a.python}", "--", *shlex.split(a.python), "-m", trainer, *args, "--out", str(run)]
+        print("preflight:", shlex.join(cmd), file=log, flush=True)
+        rc, timings[f"synthetic {precision}"] = supervise(
+            cmd, log, a.timeout_s, progress=lambda run=run: _steps_written(run)
+        )
+        try:
+            s = json.loads((run / "summary.json").read_text())
+            demand[precision]["timed"] = {
+                "gpus": s["world_size"],
+                "nodes": s["num_nodes"],
+                "images_per_s": s["images_per_s"],
+                "steps": s["timed_steps"],
+                "device": s.get("device", ""),
+            }
+        except (OSError, ValueError, KeyError):
+            why = f"made no progress for {a.timeout_s:g} s (preflight.timeout_s)" if rc is None else f"exited {rc}"
+            demand[precision]["error"] = f"the synthetic timing {why}, see {a.log}"
+        for weights in run.glob("weights.*"):  # a random model's: the summary and step log are kept
+            weights.unlink()
+    for precision, runs in done.items():
+        demand.setdefault(precision, {"synthetic": runs, "timed": None, "error": ""})
+    keep = (
+        "inputs",
+        "precisions",
+        "counts",
+        "ranks_per_node",
+        "batch",
+        "image_size",
+        "seconds",
+        "device",
+        "demand_steps",
+    )
+    return {"settings": {k: settings[k] for k in keep}, "inputs": inputs, "demand": demand}
+
+
 def rank_args(a):
     words = [
         "--precisions",
@@ -149,6 +255,11 @@ def main():
     ap.add_argument("--cache-clear-command", default=config_default("training.cache_clear_command"))
     ap.add_argument("--cache-clear", default=config_default("training.cache_clear"))
     ap.add_argument("--timeout-s", type=float, default=config_default("preflight.timeout_s"))
+    ap.add_argument(
+        "--input-check",
+        default="",
+        help="with --only-data: JSON of the input check's settings (plan/input_plan.py); empty: none",
+    )
     ap.add_argument("--log", required=True)
     r = ap.add_argument_group("rank.py's options, passed on")
     r.add_argument("--precisions", nargs="+", default=["fp32"])
@@ -246,6 +357,10 @@ def main():
             if folder is not None:  # after the launcher returned: every rank's NCCL log is closed
                 env = {**os.environ, **launcher.config_env(g.env)}
                 rows.append(nccl_transport_row(work, g.nodes, expected, a.require_gpu, env))
+        settings = json.loads(a.input_check) if a.input_check else None
+        checked = None
+        if a.only_data and settings and a.data and not any(r["status"] == FAILED for r in rows):
+            checked = input_check(a, settings, base, work, log, timings)
     # The ranks name the key as systems.<name>.*: this job knows the name.
     merged = [
         {**r, "fix": (r.get("fix") or "").replace("systems.<name>.", f"systems.{a.system}.")} for r in merge(rows)
@@ -264,6 +379,8 @@ def main():
             "rows": merged,
             "log": a.log,
             "cache_scope": {"configured": a.cache_clear, "used": scope, "why": scope_why},
+            # the data check's input check: each input path's capacity and the step rate (None: not made)
+            "input_capacity": checked,
             # wall-clock start and end of this measuring job: no other ran beside it (docs/training.md#isolation)
             "started_at": started,
             "ended_at": time.time(),

@@ -46,6 +46,20 @@ def thread_counts(framework, launch, gpu=False, mine=None):
     return counts if gpu else {"torch": mine.per_rank, **counts}
 
 
+def decode_threads(framework, path, mine, gpu, decode=0, workers=0):
+    """The decode threads (PyTorch: DataLoader workers or DALI's threads) a trainer of `framework`
+    starts on a rank whose share of the node's CPUs is `mine` (common/cpus.py), by its own rule;
+    decode: config training.decode_threads, workers: training.pytorch.loader_workers (0: the rule)."""
+    if framework == "tensorflow":
+        return decode or mine.tf_decode_threads(gpu)
+    if framework == "mxnet":
+        return decode or mine.mxnet_decode_threads(gpu)
+    from ..train.pytorch_options import loader_workers  # the torch environment: this task's own
+
+    args = SimpleNamespace(loader_workers=workers, decode_threads=decode)
+    return loader_workers(args, SimpleNamespace(input=path), mine.per_rank)
+
+
 def spare_cores(framework, gpu):
     """Cores of a GPU rank that its trainer's thread rule keeps from decoding (TensorFlow's 4 per
     GPU, DALI's 4, none for MXNet's 16 per GPU); None on a CPU, where the rules decode on all."""

@@ -10,6 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..common.output import write_table
+from ..common.schema import default as config_default
+from . import input_rows
 
 COLUMNS = ["system", "framework", "nodes", "tasks", "check", "status", "figure", "node", "cause", "fix"]
 HOW = (
@@ -19,7 +21,9 @@ HOW = (
     "(seconds of the first call, JIT included), an all-reduce's sum and the time of one of ResNet-50's gradient "
     "size, CPUs and threads, telemetry sources, the transport NCCL's own log says it used; per node: page-cache "
     "clearing, the dataset against its manifest, its files readable (by a check job of its own once the dataset "
-    "is converted: until then those rows say so). Where several ranks measured a figure, its range over them."
+    "is converted: until then those rows say so), and whether each real-data input path keeps up with the "
+    "GPUs at every GPU count of the sweep (input_capacity: one rank's input alone against the synthetic step "
+    "rate, docs/preflight.md#the-input-check). Where several ranks measured a figure, its range over them."
 )
 
 
@@ -27,11 +31,23 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", nargs="*", default=[])
     ap.add_argument("--out", required=True)
+    ap.add_argument(
+        "--input-margin",
+        type=float,
+        default=config_default("preflight.input_margin"),
+        help="config preflight.input_margin: the input check's headroom over the step rate",
+    )
+    ap.add_argument(
+        "--input-bound-expected",
+        nargs="*",
+        default=[],
+        help="config preflight.input_bound_expected: input paths meant to be measured input-bound",
+    )
     a = ap.parse_args()
     records = []
     for path in a.results:
         res = json.loads(Path(path).read_text())
-        for r in res["rows"]:
+        for r in res["rows"] + input_rows.rows(res, a.input_margin, a.input_bound_expected):
             records.append({**{k: res[k] for k in ("system", "framework", "nodes", "tasks")}, **r})
     df = pd.DataFrame(records, columns=COLUMNS)
     failed = int((df["status"] == "failed").sum())
@@ -43,6 +59,12 @@ def main():
         if failed
         else []
     )
+    bound = df[(df["check"] == input_rows.CHECK) & df["cause"].astype(str).str.startswith("input-bound")]
+    if len(bound):
+        notes.append(
+            f"{len(bound)} input path(s) and precision(s) cannot feed the GPUs at some GPU counts (input_capacity): "
+            "those runs still start, and their figures carry the caveat input-bound (the rows say where)."
+        )
     write_table(df, a.out, "Preflight", HOW, notes)
 
 

@@ -12,12 +12,17 @@ table gives no "holds" or "does not hold" on it, but "not decided" and why, nami
   epoch turnover   a run on real data whose epoch lasts fewer than 4 steps (its images over its global
                 batch): each epoch's end stalls the input, so the figure measures that as much as the
                 path (docs/results.md#verdict-guards says what showed it)
+  input-bound   a run on real data whose input, as preflight's input check measured it, cannot
+                feed its GPUs at the synthetic step rate (results/input_marks.py): the figure is the
+                input's, not the framework's; with the share of its timed steps it waited for it
+                (the storage, network and uncached-stability findings read such a run all the same)
 """
 
 from pathlib import Path
 
 import pandas as pd
 
+from ..common import input_bound
 from ..common.metrics import STABLE_CV
 
 IMPOSSIBLE_MARGIN = STABLE_CV
@@ -58,12 +63,33 @@ def run_caveats(row):
             f"global batch {int(row['global_batch'])}), fewer than {MIN_STEPS_PER_EPOCH}: its input stalls at each "
             f"epoch's end (more training images: dataset.embedded.train_per_class, or a real dataset)"
         )
+    if row.get("input_bound") in (input_bound.BOUND, input_bound.ASKED):
+        out.append(input_caveat(row, name))
     why = row.get("isolation_why") or "no isolation record"
     if row.get("isolated") == "false":
         out.append(f"not isolated: {name}: {why}")
     elif row.get("isolated") != "true":
         out.append(f"isolation unknown: {name}: {why}")
     return out
+
+
+def input_caveat(row, name):
+    """An input-bound run (results/input_marks.py): preflight's figures and the run's own input wait."""
+    share = row.get("input_wait_share")
+    waited = (
+        "its input wait is not recorded"
+        if share is None or pd.isna(share)
+        else f"it waited for its input {share:.0%} of its timed steps"
+    )
+    if row["input_bound"] == input_bound.ASKED:
+        return (
+            f"{input_bound.INPUT_BOUND} (asked for: {input_bound.EXPECTED_KEY}): {name}: {row['input_check']}; {waited}"
+        )
+    keys = ", ".join(input_bound.fix_keys(row["system"], row["framework"], row.get("input", "")))
+    return (
+        f"{input_bound.INPUT_BOUND}: {name}: its input cannot feed its GPUs: {row['input_check']}; {waited} "
+        f"(a faster input: {keys})"
+    )
 
 
 def impossible(efficiency, name):

@@ -3,6 +3,7 @@ gradient exchange as the nodes double, and what FP16 sends against FP32."""
 
 import pandas as pd
 
+from ..common import input_bound
 from . import guards
 from .verdict_rules import MULTI_NODE_KEYS, Unmeasured, compare, result, sweep_keys
 
@@ -33,6 +34,8 @@ def _per_run(table, t, metric, agg):
     if "caveats" not in joined:
         joined["caveats"] = ""
     point = RUN_KEY[:-1]
+    if joined.empty:  # no run with this telemetry (none recorded, or no counters to read): no point
+        return pd.DataFrame(columns=[*point, "value", "nodes", "device", "caveats"])
     return (
         joined.groupby(point)
         .agg(
@@ -47,8 +50,13 @@ def _per_run(table, t, metric, agg):
 
 def _telemetry_caveats(runs):
     """A telemetry figure counts everything on its nodes: it needs isolated runs (its step CV does
-    not matter to it)."""
-    return [c for cell in runs.caveats for c in guards.split(cell) if not c.startswith("unstable")]
+    not matter to it, nor whether its input kept up with its GPUs: it is the input's figure)."""
+    return [
+        c
+        for cell in runs.caveats
+        for c in guards.split(cell)
+        if not c.startswith(("unstable", input_bound.INPUT_BOUND))
+    ]
 
 
 def storage_doubling(t, f, tol):

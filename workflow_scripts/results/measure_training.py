@@ -5,6 +5,7 @@ whitepaper's Fig. 35)."""
 
 import pandas as pd
 
+from ..common import input_bound
 from . import guards
 from .verdict_rules import (
     MULTI_NODE_KEYS,
@@ -143,12 +144,13 @@ def stability(t, f, tol):
     worst = runs.loc[runs.step_cv.idxmax()]
     text = f"step CV up to {worst.step_cv:.1%} ({len(runs)} run(s) across nodes)"
     point = f"{worst.system} {worst.framework} {worst.precision}, {worst.gpus} GPUs on {worst.nodes} nodes"
-    # Instability is this finding's figure, not a caveat of it; a neighbour's load would explain it away.
+    # Instability is this finding's figure, not a caveat of it, and so is an input that cannot keep up
+    # (the study's uncached case); a neighbour's load would explain it away.
     caveats = [
         c
         for cell in runs.get("caveats", pd.Series(dtype=str))
         for c in guards.split(cell)
-        if not c.startswith("unstable")
+        if not c.startswith(("unstable", input_bound.INPUT_BOUND))
     ]
     return result(
         text,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..common.input_bound import wait_share
 from ..interconnect.prediction import gradient_bytes
 from . import guards
 
@@ -112,6 +113,8 @@ def record(point):
         "data_source": args["data_source"],
         "image_size": args["image_size"],
         **epoch_turnover(s, args),
+        # the share of its timed steps rank 0 waited for its input (the input-bound caveat quotes it)
+        "input_wait_share": wait_share(s),
         "gradient_bytes": grad_bytes,
         "gradient_bytes_from": grad_from,
         **provenance(s),
@@ -152,6 +155,12 @@ EVIDENCE = [
     "cache_scope",
     "started_at",
     "ended_at",
+    # preflight's input check, run by run (results/input_marks.py; empty where it judged none)
+    "input_wait_share",
+    "input_bound",
+    "input_capacity",
+    "input_demand",
+    "input_check",
     "caveats",
 ]
 COLUMNS = [

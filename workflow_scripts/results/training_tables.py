@@ -23,8 +23,9 @@ import pandas as pd
 
 from ..common.errors import StageError, run_main
 from ..common.output import write_table
+from ..common.schema import default as config_default
 from ..interconnect import prediction
-from . import guards
+from . import guards, input_marks
 from . import runs as run_records
 from .point_tables import (
     FP16_SHOWN,
@@ -247,9 +248,23 @@ def main():
         default="[]",
         help="JSON list of {system, gpus, raw}: the interconnect stage's all-reduces (scaling's prediction)",
     )
+    ap.add_argument(
+        "--preflight",
+        nargs="*",
+        default=[],
+        help="the preflight data checks' results (their input check marks the input-bound runs)",
+    )
+    ap.add_argument(
+        "--input-margin",
+        type=float,
+        default=config_default("preflight.input_margin"),
+        help="config preflight.input_margin",
+    )
+    ap.add_argument("--input-bound-expected", nargs="*", default=[], help="config preflight.input_bound_expected")
     ap.add_argument("--out-dir", required=True)
     a = ap.parse_args()
     runs = run_records.load(json.loads(a.points))
+    runs = input_marks.mark(runs, input_marks.load(a.preflight), a.input_margin, a.input_bound_expected)
     raws = load_raws(json.loads(a.interconnect))
     scaled, sentences = scaling(runs, {k: prediction.allreduce_points(r) for k, r in raws.items()}, raws)
     out = Path(a.out_dir)
@@ -271,8 +286,10 @@ def main():
         out / "training_throughput.csv",
         "Training throughput, one row per run",
         timing + " isolated: whether anything else used the run's nodes in its timed window (docs/training.md"
-        "#isolation). Failed or missing runs are listed with why.",
-        notes,
+        "#isolation). input_bound: whether preflight's input check found the run's input too slow for its GPUs "
+        "(input_capacity and input_demand, images/s a node; input_wait_share: the share of its timed steps it "
+        "waited for its input). Failed or missing runs are listed with why.",
+        notes + input_marks.note(runs),
         columns=THROUGHPUT_SHOWN,
         after=unvouched(labelled(throughput_table[throughput_table.status == "ok"], guards.run_name), "runs"),
     )

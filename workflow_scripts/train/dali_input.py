@@ -54,8 +54,10 @@ Labels are the LMDB's int32 labels, cast to int64, on the training device. The p
 (the reader's shuffle, the crops, the flips) is derived per rank by the caller.
 """
 
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from nvidia.dali import backend, fn, pipeline_def, types
@@ -63,6 +65,7 @@ from nvidia.dali.plugin.base_iterator import LastBatchPolicy
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
 from ..common import schema
+from ..common.errors import StageError
 from .augment import MEAN, RATIO, SCALE, STD
 
 DECODERS = tuple(schema.section("training.pytorch")["dali_decoder"]["enum"])
@@ -86,10 +89,16 @@ def read(path, shard=0, shards=1, shuffle=True):
     return jpegs, labels
 
 
-def decode_crop(jpegs, device, hw_decoder_load=None):
+def decode_crop(jpegs, device, hw_decoder_load=None, size_hint=(0, 0)):
     """The RandomResizedCrop region of each JPEG, decoded to RGB (HWC uint8). device: 'mixed'
-    (GPU) or 'cpu'; hw_decoder_load None: DALI's own share for the hardware decoder."""
-    extra = {"hw_decoder_load": hw_decoder_load} if device == "mixed" and hw_decoder_load is not None else {}
+    (GPU) or 'cpu'; hw_decoder_load None: DALI's own share for the hardware decoder; size_hint:
+    (width, height) the hardware decoder allocates for up front, (0, 0) DALI's own."""
+    extra = {}
+    if device == "mixed":
+        if hw_decoder_load is not None:
+            extra["hw_decoder_load"] = hw_decoder_load
+        if size_hint[0] and size_hint[1]:
+            extra.update(preallocate_width_hint=size_hint[0], preallocate_height_hint=size_hint[1])
     return fn.decoders.image_random_crop(
         jpegs,
         device=device,
@@ -117,14 +126,32 @@ def finish(images, size, mirror, channels_last=False):
 
 
 @pipeline_def
-def training_pipeline(path, shard, shards, size, channels_last, hw_decoder_load, gpu, shuffle=True, decoder="cpu"):
+def training_pipeline(
+    path, shard, shards, size, channels_last, hw_decoder_load, gpu, shuffle=True, decoder="cpu", size_hint=(0, 0)
+):
     jpegs, labels = read(path, shard, shards, shuffle)
-    images = decode_crop(jpegs, "mixed" if gpu and decoder == "mixed" else "cpu", hw_decoder_load)
+    images = decode_crop(jpegs, "mixed" if gpu and decoder == "mixed" else "cpu", hw_decoder_load, size_hint)
     if gpu and decoder == "cpu":
         images = images.gpu()  # the crops, before resizing: fewer bytes than the 224 px floats
     x = finish(images, size, fn.random.coin_flip(probability=0.5), channels_last)
     y = fn.cast(labels, dtype=types.INT64)
     return x, (y.gpu() if gpu else y)
+
+
+def hint_sides(hint, path):
+    """(width, height) for the hardware decoder's buffers: hint an integer (both sides; 0: none) or
+    'largest', the widest and tallest image of the split, as the data stage's manifest (beside
+    the split's folder) records them."""
+    if hint != "largest":
+        return int(hint), int(hint)
+    manifest = Path(path).parent / "manifest.json"
+    largest = json.loads(manifest.read_text())["splits"][Path(path).name].get("largest") if manifest.is_file() else None
+    if not largest:
+        raise StageError(
+            f"dali_size_hint largest: {manifest} records no largest image (a copy converted before the field "
+            f"existed): convert it again, or set training.pytorch.dali_size_hint to a number of pixels"
+        )
+    return largest["width"], largest["height"]
 
 
 def preallocate(pinned_mb, device_mb, device_id):
@@ -163,6 +190,7 @@ class DALIBatches:
         decoder="cpu",
         pinned_mb=0,
         device_mb=0,
+        size_hint=0,
     ):
         self.device = torch.device(device)
         gpu = self.device.type == "cuda"
@@ -175,6 +203,7 @@ class DALIBatches:
             "threads": threads,
             "prefetch": depth,
             "hw_decoder_load": hw_decoder_load if mixed else None,
+            "size_hint": list(hint_sides(size_hint, path)) if mixed else None,
         }
         index = self.device.index if self.device.index is not None else (torch.cuda.current_device() if gpu else None)
         if gpu:
@@ -190,6 +219,7 @@ class DALIBatches:
             gpu,
             shuffle,
             decoder,
+            tuple(self.config["size_hint"] or (0, 0)),
             batch_size=batch,
             num_threads=threads,
             device_id=index,

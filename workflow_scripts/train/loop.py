@@ -258,6 +258,7 @@ def main(adapter):
         {
             "classes": classes,
             "train_images": train_images,
+            "data_encoding": manifest.get("encoding") if manifest else None,
             "math": math,
             **loop.summary(),
             **adapter.summary(run),

@@ -37,8 +37,10 @@ from mxnet import autograd, gluon  # noqa: E402
 from ..common import kernel_check  # noqa: E402
 from ..common.errors import StageError, run_main  # noqa: E402
 from . import accuracy_mode, harness, loop  # noqa: E402
+from .input_capacity import Feed  # noqa: E402
 from .mxnet_loss_scale import step_pieces  # noqa: E402
 
+PREFETCH_BUFFER = 4  # train batches ImageRecordIter decodes ahead
 MEAN, STD = (123.68, 116.28, 103.53), (58.395, 57.12, 57.375)
 # ImageRecordIter's per-channel normalisation words, the same for train and val.
 NORMALIZE = {f"{k}_{c}": v[i] for k, v in (("mean", MEAN), ("std", STD)) for i, c in enumerate("rgb")}
@@ -78,7 +80,7 @@ def records(run, ctx_gpu, threads):
         num_parts=launch.world_size,
         part_index=launch.rank,
         preprocess_threads=threads,
-        prefetch_buffer=4,
+        prefetch_buffer=PREFETCH_BUFFER,
         round_batch=True,
         **NORMALIZE,
     )
@@ -212,6 +214,30 @@ class MXNet(loop.HorovodAdapter):
             self.it.reset()
             b = self.it.next()
         return b.data[0].as_in_context(self.ctx).astype(self.dtype, copy=False), b.label[0].as_in_context(self.ctx)
+
+    def input_alone(self, run, gpu):
+        """The train input as build_input and next_batch make it for a rank on a GPU (gpu: the
+        first one it sees) or the CPU, with no Horovod, model or run directory: what input_capacity
+        times. Its batches are on the step's device, in float32."""
+        if gpu and not mx.context.num_gpus():
+            raise StageError(f"MXNet in {sys.executable} sees no GPU: measure its input with --device cpu")
+        self.gpu, self.ctx, self.dtype = gpu, mx.gpu(0) if gpu else mx.cpu(), "float32"
+        mx.random.seed(run.args.seed)
+        self.build_input(run, 0, harness.read_manifest(run.args.data))
+        # MXNet's record parser starts at most max(CPUs / 2 - 1, 1) of the preprocess threads it is
+        # given ("be conservative, set number of real cores", iter_image_recordio_2.cc), counting
+        # the CPUs OpenMP sees: this process's affinity set.
+        ran = min(self.threads, max(len(os.sched_getaffinity(0)) // 2 - 1, 1))
+        return Feed(
+            self.next_batch,
+            ready=lambda batch: batch[0].wait_to_read(),  # MXNet's engine copies and casts asynchronously
+            path="ImageRecordIter",
+            decoder="OpenCV",  # cv::imdecode: the registry's wheels are built without MXNet's own libjpeg-turbo decoder
+            threads=ran,
+            note=f"{self.threads} preprocess threads asked, {ran} run (MXNet's cap)" if ran < self.threads else "",
+            ahead=PREFETCH_BUFFER,
+            versions={"mxnet": mx.__version__},
+        )
 
     def launch(self, batch, step):
         data, label = batch

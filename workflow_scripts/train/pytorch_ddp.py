@@ -18,6 +18,7 @@ default gained is in docs/benchmarks.md and docs/history/pytorch-gpu-input-paths
 """
 
 import os
+import sys
 
 import numpy as np
 import torch
@@ -26,8 +27,9 @@ import torchvision
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..common.errors import run_main
+from ..common.errors import StageError, run_main
 from . import harness, loop, pytorch_input
+from .input_capacity import Feed
 from .pytorch_options import add_args, configure_backends, resolve
 
 
@@ -166,6 +168,40 @@ class PyTorch(loop.Adapter):
 
     def next_batch(self):
         return self.data.next_batch()
+
+    def input_alone(self, run, gpu):
+        """The train input as start and build_input make it for a rank on a GPU (gpu: the first one
+        it sees) or the CPU, with no process group, model or run directory: what input_capacity
+        times. Its batches are on the step's device."""
+        if gpu and not torch.cuda.is_available():
+            raise StageError(f"PyTorch in {sys.executable} sees no GPU: measure its input with --device cpu")
+        self.cuda, self.device = gpu, torch.device("cuda", 0) if gpu else torch.device("cpu")
+        if gpu:
+            torch.cuda.set_device(self.device)
+        else:  # as start() does
+            torch.set_num_threads(run.cpus.per_rank)
+        self.s = s = resolve(run.args, self.device)
+        configure_backends(s)
+        torch.manual_seed(run.args.seed)
+        self.build_input(run, harness.classes_of(run.args.data), None)
+        data, stream = self.data, torch.cuda.current_stream(self.device) if gpu else None
+        dali = sys.modules.get("nvidia.dali")
+        return Feed(
+            self.next_batch,
+            # the batch's copies and augmentation are queued on the step's stream
+            ready=(lambda batch: stream.synchronize()) if gpu else (lambda batch: None),
+            close=data.close,
+            path=s.input,
+            decoder=data.stats(0)["decoder"] if s.input == "dali" else s.jpeg_decoder if s.input == "gpu" else "Pillow",
+            threads=data.workers,
+            ahead=s.prefetch + (0 if s.input == "dali" else data.workers * pytorch_input.LOADER_PREFETCH),
+            stats=data.stats,
+            versions={
+                "torch": torch.__version__,
+                "torchvision": torchvision.__version__,
+                **({"nvidia-dali": dali.__version__} if dali else {}),
+            },
+        )
 
     def launch(self, batch, step):
         cuda = self.cuda

@@ -26,6 +26,8 @@ from . import accuracy_mode, gpu_input
 from .augment import MEAN, RATIO, SCALE, STD
 from .pytorch_options import loader_workers
 
+LOADER_PREFETCH = 4  # batches each DataLoader worker prepares ahead
+
 
 def cpu_transform(image_size):
     return T.Compose(
@@ -117,6 +119,7 @@ def build_input(args, s, launch, classes, per_rank=None):
             threads=workers,
             hw_decoder_load=s.hw_decoder_load,
             decoder=s.dali_decoder,
+            size_hint=s.dali_size_hint,
             pinned_mb=s.dali_pools_mb[0],
             device_mb=s.dali_pools_mb[1],
         )
@@ -134,7 +137,7 @@ def build_input(args, s, launch, classes, per_rank=None):
         collate_fn=gpu_input.collate_raw if raw else None,
         pin_memory=device.type == "cuda" and not raw,
         persistent_workers=True,
-        prefetch_factor=4,
+        prefetch_factor=LOADER_PREFETCH,
     )
     batches = _forever(loader, sampler)
     if raw:

@@ -61,6 +61,7 @@ class Settings:
     hw_decoder_load: float = 0.9
     jpeg_decoder: str = "torchvision"
     input_lanes: int = 1
+    dali_size_hint: object = 0  # 0, an integer, or "largest"
 
     def describe(self):
         return {
@@ -136,6 +137,7 @@ def resolve(args, device, nodes=1):
         hw_decoder_load=args.hw_decoder_load,
         jpeg_decoder=args.jpeg_decoder,
         input_lanes=args.input_lanes,
+        dali_size_hint=args.dali_size_hint,
     )
 
 

@@ -13,9 +13,11 @@ the shorter side to image_size x 256/224 and centre-crops.
 import functools
 import glob
 import os
+import sys
 
 from ..common.errors import StageError, run_main
 from . import accuracy_mode, harness, keras_compat, loop
+from .input_capacity import Feed
 from .keras_compat import tf  # TensorFlow, imported once TF_USE_LEGACY_KERAS is settled (keras_compat)
 
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
@@ -243,6 +245,27 @@ class TensorFlow(loop.HorovodAdapter):
 
     def next_batch(self):
         return next(self.batches)
+
+    def input_alone(self, run, gpu):
+        """The train input as build_input makes it for a rank on a GPU (gpu) or the CPU, with no
+        Horovod, model or run directory: what input_capacity times. Its batches stay on the host,
+        where the step takes them from."""
+        # As gpus() sets it, before TensorFlow starts its runtime; fixed for the process after that.
+        if tf.config.threading.get_intra_op_parallelism_threads() != run.cpus.per_rank:
+            tf.config.threading.set_intra_op_parallelism_threads(run.cpus.per_rank)
+        if gpu and not tf.config.list_physical_devices("GPU"):
+            raise StageError(f"TensorFlow in {sys.executable} sees no GPU: measure its input with --device cpu")
+        tf.random.set_seed(run.args.seed)
+        self.gpu = gpu
+        self.build_input(run, 0, harness.read_manifest(run.args.data))
+        return Feed(
+            self.next_batch,
+            path="tf.data",
+            decoder="tf.io.decode_and_crop_jpeg",
+            threads=self.threads,
+            ahead=None,  # tf.data's prefetch is autotuned, and its threads start at the first batch taken
+            versions={"tensorflow": tf.__version__},
+        )
 
     def launch(self, batch, step):
         loss = self.step(*batch)
