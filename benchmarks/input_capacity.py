@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a file, not with -m from the repository
     sys.path.insert(0, str(REPO))
 
+from workflow_scripts.common.provenance import cpu_model  # noqa: E402
 from workflow_scripts.train import input_capacity  # noqa: E402
 
 CLI = "workflow_scripts.train.input_capacity"
@@ -274,16 +275,6 @@ def table(rows):
             f"{r['batches_timed']} / {r['warmup_batches']} | {r['others_cpu_share']:.1%} | {status} |"
         )
     return lines
-
-
-def cpu_model():
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
 
 
 def report(a, rows, data, out, argv):

@@ -176,3 +176,12 @@ def test_hyperthreads_count_as_half_a_core_and_preflight_warns_below_the_rule(
     # MXNet's rule keeps no cores from decoding: 5 cores are enough; a CPU system is never warned
     assert rank.cpu_row(SimpleNamespace(**{**vars(a), "framework": "mxnet"}), launch, {}, mine)["status"] == "ok"
     assert rank.cpu_row(SimpleNamespace(**{**vars(a), "require_gpu": False}), launch, {}, mine)["status"] == "ok"
+
+
+@pytest.mark.unit
+def test_mxnet_decodes_on_at_most_half_its_cpus_less_one_whatever_it_asks():
+    bound = cpus.CPUs(allowed=16, cores=16, bound=True, local_size=4)
+    assert bound.mxnet_decode_threads(True) == 16 and bound.mxnet_threads_run(16) == 7
+    shared = cpus.CPUs(allowed=64, cores=64, bound=False, local_size=4)
+    assert shared.mxnet_decode_threads(True) == 16 and shared.mxnet_threads_run(16) == 16
+    assert cpus.CPUs(allowed=2, cores=2, bound=True).mxnet_threads_run(2) == 1

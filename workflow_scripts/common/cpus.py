@@ -61,7 +61,14 @@ class CPUs:
         return max(1, self.cores_per_rank - SPARE_PER_GPU) if gpu else self.cores_per_rank
 
     def mxnet_decode_threads(self, gpu):
+        """The threads the rule gives MXNet's record iterator (its preprocess_threads)."""
         return min(MXNET_DECODE_PER_GPU, self.per_rank) if gpu else self.per_rank
+
+    def mxnet_threads_run(self, asked):
+        """How many of `asked` preprocess threads MXNet's record parser starts: at most
+        max(CPUs / 2 - 1, 1) of the CPUs OpenMP sees, this process's whole affinity set
+        (iter_image_recordio_2.cc); so a rank bound to 16 CPUs decodes on 7, whatever it asks."""
+        return min(asked, max(self.allowed // 2 - 1, 1))
 
     def cores_short(self, spare):
         """(cores needed, cores lacking) for the rank's rule to keep `spare` cores from decoding and

@@ -33,7 +33,7 @@ def thread_counts(framework, launch, gpu=False, mine=None):
     if framework == "tensorflow":
         return {"intra_op": mine.per_rank, "decode": mine.tf_decode_threads(gpu)}
     if framework == "mxnet":
-        return {"decode": mine.mxnet_decode_threads(gpu)}
+        return {"decode": mine.mxnet_threads_run(mine.mxnet_decode_threads(gpu))}
     from ..train.pytorch_options import loader_workers  # the torch environment: this task's own
 
     path = "dali" if gpu else "cpu"
@@ -53,7 +53,7 @@ def decode_threads(framework, path, mine, gpu, decode=0, workers=0):
     if framework == "tensorflow":
         return decode or mine.tf_decode_threads(gpu)
     if framework == "mxnet":
-        return decode or mine.mxnet_decode_threads(gpu)
+        return mine.mxnet_threads_run(decode or mine.mxnet_decode_threads(gpu))
     from ..train.pytorch_options import loader_workers  # the torch environment: this task's own
 
     args = SimpleNamespace(loader_workers=workers, decode_threads=decode)

@@ -164,10 +164,11 @@ class MXNet(loop.HorovodAdapter):
 
     def build_input(self, run, classes, manifest):
         args, ctx = run.args, self.ctx
-        self.threads = args.decode_threads or run.cpus.mxnet_decode_threads(self.gpu)
+        self.asked = args.decode_threads or run.cpus.mxnet_decode_threads(self.gpu)
+        self.threads = run.cpus.mxnet_threads_run(self.asked)  # what its parser starts of them
         if manifest:
-            run.record_threads(decode=self.threads)
-            self.it = records(run, self.gpu, self.threads)
+            run.record_threads(decode=self.threads, decode_asked=self.asked)
+            self.it = records(run, self.gpu, self.asked)
             return
         self.it = None
         self.x = mx.nd.random.normal(shape=(args.batch_per_gpu, 3, args.image_size, args.image_size), ctx=ctx)
@@ -224,17 +225,14 @@ class MXNet(loop.HorovodAdapter):
         self.gpu, self.ctx, self.dtype = gpu, mx.gpu(0) if gpu else mx.cpu(), "float32"
         mx.random.seed(run.args.seed)
         self.build_input(run, 0, harness.read_manifest(run.args.data))
-        # MXNet's record parser starts at most max(CPUs / 2 - 1, 1) of the preprocess threads it is
-        # given ("be conservative, set number of real cores", iter_image_recordio_2.cc), counting
-        # the CPUs OpenMP sees: this process's affinity set.
-        ran = min(self.threads, max(len(os.sched_getaffinity(0)) // 2 - 1, 1))
+        ran = self.threads  # build_input: what MXNet's parser starts of the threads asked
         return Feed(
             self.next_batch,
             ready=lambda batch: batch[0].wait_to_read(),  # MXNet's engine copies and casts asynchronously
             path="ImageRecordIter",
             decoder="OpenCV",  # cv::imdecode: the registry's wheels are built without MXNet's own libjpeg-turbo decoder
             threads=ran,
-            note=f"{self.threads} preprocess threads asked, {ran} run (MXNet's cap)" if ran < self.threads else "",
+            note=f"{self.asked} preprocess threads asked, {ran} run (MXNet's cap)" if ran < self.asked else "",
             ahead=PREFETCH_BUFFER,
             versions={"mxnet": mx.__version__},
         )
@@ -262,7 +260,7 @@ class MXNet(loop.HorovodAdapter):
             self.ctx,
             self.dtype,
             self.hvd,
-            self.threads,
+            self.asked,
             classes,
             numbered_val_list(run.args.data, self.tmp.name),
         )
@@ -298,6 +296,7 @@ class MXNet(loop.HorovodAdapter):
             "device": str(self.ctx),
             "device_type": "gpu" if self.gpu else "cpu",
             "decode_threads": self.threads if self.it is not None else None,
+            "decode_threads_asked": self.asked if self.it is not None else None,
             "gradients": harness.gradients(
                 sum(int(np.prod(p.shape)) for p in self.trainable), wire.itemsize, wire.name
             ),
