@@ -11,7 +11,7 @@ import subprocess
 import time
 
 import pytest
-from helpers import REPO, interpreter, run_script, run_stage, snakemake, write_config
+from helpers import REPO, interpreter, run_script, run_stage, snakemake, without_slurm, write_config
 
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.infer import int8_tables, tensorrt_engine
@@ -239,7 +239,7 @@ def dry_run_jobs(work, **overrides):
         inference__models={"resnet50": "torchvision"},
         **overrides,
     )
-    out = snakemake(work, "int8", "-n", "-p").stdout
+    out = snakemake(work, "int8", "-n", "-p", env=without_slurm(work)).stdout
     jobs = {}
     for block in re.split(r"\n(?=rule \w+:)", out):
         m = re.match(r"rule (\w+):", block)

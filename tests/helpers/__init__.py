@@ -28,6 +28,7 @@ from .workflow import (
     pipeline_config,
     planned_jobs,
     snakemake,
+    without_slurm,
     write_config,
 )
 
@@ -58,6 +59,7 @@ __all__ = [
     "trainer_flags",
     "tree_hashes",
     "validated",
+    "without_slurm",
     "with_overrides",
     "write_config",
 ]

@@ -28,7 +28,19 @@ def write_config(workdir, **overrides):
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
 
 
-def snakemake(workdir, *args, check=True):
+def without_slurm(workdir):
+    """An environment whose PATH holds no SLURM tools, for a plan that must ask no cluster: the
+    suite's own SLURM cluster may be up beside it (/etc/slurm, fixed ports), and sinfo would then
+    answer with the test cluster's partitions."""
+    tools = Path(workdir) / "bin-without-slurm"
+    tools.mkdir(exist_ok=True)
+    for tool in ("which", "sh", "bash", "git", "nproc"):
+        if shutil.which(tool) and not (tools / tool).exists():
+            (tools / tool).symlink_to(shutil.which(tool))
+    return dict(os.environ, PATH=f"{Path(SNAKEMAKE).parent}:{tools}")
+
+
+def snakemake(workdir, *args, check=True, env=None):
     proc = subprocess.run(
         [
             SNAKEMAKE,
@@ -43,6 +55,7 @@ def snakemake(workdir, *args, check=True):
         capture_output=True,
         text=True,
         timeout=3600,
+        env=env,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
