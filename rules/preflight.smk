@@ -65,6 +65,27 @@ use rule preflight_check as preflight_data_check with:
         data=lambda w, input: input.data,
 
 
+# The input check (docs/preflight.md#the-input-check): each real-data input path's capacity against
+# the step rate, once the pair's data check passed. Only the tables read it: no gate waits for it.
+use rule preflight_check as preflight_input_check with:
+    input:
+        data=preflight_data,
+        passed=lambda w: ancient(preflight_data_ok(w.system, w.framework)),
+    output:
+        f"{RESULTS}/preflight/{{system}}/{{framework}}/{{gpus}}gpu.input.json",
+    log:
+        f"{LOGS}/preflight/{{system}}/{{framework}}_{{gpus}}gpu.input.log",
+    benchmark:
+        f"{LOGS}/preflight/{{system}}/{{framework}}_{{gpus}}gpu.input.bench.tsv"
+    priority: 0
+    params:
+        py=PY["workflow"],
+        python=train_python,
+        launch=launcher_args,
+        args=preflight_input_args,
+        data=lambda w, input: input.data,
+
+
 rule preflight_table:
     input:
         PREFLIGHT_RESULTS,
@@ -90,6 +111,7 @@ rule preflight_table:
 use rule preflight_table as preflight_data_table with:
     input:
         PREFLIGHT_DATA_RESULTS,
+        PREFLIGHT_INPUT_RESULTS,
     output:
         csv=report(f"{RESULTS}/preflight_data.csv", caption="../report/preflight.rst", category="Preflight"),
         markdown=report(f"{RESULTS}/preflight_data.md", caption="../report/preflight.rst", category="Preflight"),

@@ -38,6 +38,10 @@ def preflight_data_ok(system, framework):
     return f"{RESULTS}/preflight/{system}/{framework}.data.ok"
 
 
+def preflight_input_result(system, framework):
+    return f"{RESULTS}/preflight/{system}/{framework}/{preflight_gpus(system)[0]}gpu.input.json"
+
+
 def reads_data(system, framework):
     """Whether a pair's runs read its format (else they all run on synthetic input)."""
     return any(i != "synthetic" for i in run_inputs(system, framework)) or bool(LONG_TEST_GPUS)
@@ -48,6 +52,7 @@ def reads_data(system, framework):
 PAIRS_READING = [(s, f) for s in TRAIN["systems"] for f in TRAIN["frameworks"] if reads_data(s, f)]
 CONVERTED_NOW = [(s, f) for s, f in PAIRS_READING if Path(DATA, FORMAT_OF[f], "manifest.json").exists()]
 PREFLIGHT_DATA_RESULTS = [preflight_data_result(s, f) for s, f in PAIRS_READING]
+PREFLIGHT_INPUT_RESULTS = [preflight_input_result(s, f) for s, f in PAIRS_READING]
 ALL_CONVERTED_NOW = len(CONVERTED_NOW) == len(PAIRS_READING)
 PREFLIGHT_DATA_OKS_NOW = [preflight_data_ok(s, f) for s, f in CONVERTED_NOW]
 
@@ -78,10 +83,16 @@ INPUT_PLAN = InputPlan(config, PLAN, COMMANDS)
 
 
 def preflight_data_args(w):
-    """The data check's settings: the pair's checks as preflight_args, the node checks only, and
-    its input check's settings (none where the sweep reads no dataset for the framework)."""
+    """The data check's settings: the pair's checks as preflight_args, the node checks only."""
+    return [a for a in preflight_args(w) if a != "--data-later"] + ["--only-data"]
+
+
+def preflight_input_args(w):
+    """The input check's settings (plan/input_plan.py). A job of its own, not the data check's: the
+    settings follow the sweep's batch, image size and threads, and a data check run again for an
+    edit of them would rerun the data gate, which Snakemake lets hold back the edited runs."""
     settings = INPUT_PLAN.settings(w.system, w.framework, SWEEP)
-    args = [a for a in preflight_args(w) if a != "--data-later"] + ["--only-data"]
+    args = [a for a in preflight_args(w) if a != "--data-later"] + ["--only-input"]
     return args + ([f"--input-check={json.dumps(settings)}"] if settings else [])
 
 

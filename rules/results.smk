@@ -26,7 +26,7 @@ rule training_tables:
         runs=TRAINING_RUNS,
         interconnect=[p["raw"] for p in IC_ALLREDUCE],
         # preflight's input check: the runs it finds input-bound carry that caveat
-        preflight=PREFLIGHT_DATA_RESULTS,
+        preflight=PREFLIGHT_INPUT_RESULTS,
     output:
         **{
             t: report(f"{RESULTS}/{t}.csv", caption=f"../report/{t}.rst", category="Training", subcategory="Tables")

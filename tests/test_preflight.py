@@ -94,6 +94,8 @@ def test_a_first_preflight_on_a_real_dataset_converts_nothing(tmp_path):
     assert len(checks) == len(CONFIG["training"]["frameworks"]) and not any("input:" in b for b in checks), checks
     data_checks = [b for b in out.split("\n\n") if "rule preflight_data_check:" in b]
     assert len(data_checks) == len(checks) and all("input: data/" in b for b in data_checks), data_checks
+    input_checks = [b for b in out.split("\n\n") if "rule preflight_input_check:" in b]
+    assert len(input_checks) == len(checks) and all(".data.ok" in b for b in input_checks), input_checks
 
 
 @pytest.mark.pipeline
@@ -108,6 +110,9 @@ def test_preflight_checks_the_data_once_converted(passed, tmp_path):
     snakemake(work, "preflight", "--forcerun", "preflight_data_check")
     data = [r for r in rows(work) if r["check"] == "dataset"]
     assert {r["framework"] for r in data if r["status"] == "ok"} == set(CONFIG["training"]["frameworks"]), data
+    # the input check, a job of its own after each pair's data check, has its rows in the same table
+    inputs = [r for r in rows(work) if r["check"] == "input_capacity"]
+    assert {r["framework"] for r in inputs} == set(CONFIG["training"]["frameworks"]), inputs
 
 
 @pytest.mark.pipeline

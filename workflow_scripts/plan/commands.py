@@ -61,7 +61,7 @@ class TrainerCommands:
         return self._args(system, framework, precision, path, [*mode, "--epochs", t["epochs"]])
 
     def preflight_synthetic_run(self, system, framework, precision, steps):
-        """The trainer's command line of preflight's timing of the step rate (its data check's input
+        """The trainer's command line of preflight's timing of the step rate (its input
         check): the sweep's run of this precision on synthetic data, `steps` timed steps after the
         sweep's warm-up (config preflight.demand_steps)."""
         t = self.train

@@ -10,9 +10,9 @@ First the node checks once on every node (node.py, this interpreter), then the t
 every rank (rank.py, the framework's interpreter), each through the training launcher. A phase
 that makes no progress for --timeout-s is stopped and named from the ranks' markers. The result
 (status and rows) is always written; the gate (gate.py) turns a failure into the stopped workflow.
-The data check (--only-data) with --input-check also measures each real-data input path's capacity
-and the synthetic step rate it must keep up with (input_check below; docs/preflight.md#the-input-check):
-a record the tables judge, never a failure.
+The input check (--only-input --input-check), a job of its own after the data check, measures each
+real-data input path's capacity and the synthetic step rate it must keep up with (input_check below;
+docs/preflight.md#the-input-check): a record the tables judge, never a failure.
 """
 
 import argparse
@@ -148,7 +148,7 @@ def _steps_written(run):
 
 
 def input_check(a, settings, base, work, log, timings):
-    """The data check's input check (docs/preflight.md#the-input-check): each real-data input path's
+    """The input check (docs/preflight.md#the-input-check): each real-data input path's
     capacity (input_task.py, once on the node, in the framework's interpreter) and, for each
     precision with no completed synthetic run of the sweep, the step rate of preflight.demand_steps
     synthetic steps of the framework's trainer at this check's geometry. Returns the record the
@@ -252,13 +252,18 @@ def main():
         action="store_true",
         help="the node checks only (page cache, the dataset): the data check, once the dataset exists",
     )
+    ap.add_argument(
+        "--only-input",
+        action="store_true",
+        help="the input check alone (--input-check), once the data check passed: no gate reads it",
+    )
     ap.add_argument("--cache-clear-command", default=config_default("training.cache_clear_command"))
     ap.add_argument("--cache-clear", default=config_default("training.cache_clear"))
     ap.add_argument("--timeout-s", type=float, default=config_default("preflight.timeout_s"))
     ap.add_argument(
         "--input-check",
         default="",
-        help="with --only-data: JSON of the input check's settings (plan/input_plan.py); empty: none",
+        help="with --only-input: JSON of the input check's settings (plan/input_plan.py); empty: none",
     )
     ap.add_argument("--log", required=True)
     r = ap.add_argument_group("rank.py's options, passed on")
@@ -322,7 +327,11 @@ def main():
             str(work),
             *rank_args(a),
         ]
-        phases = [("node checks", node_cmd, None)] + ([] if a.only_data else [("task checks", rank_cmd, work)])
+        phases = (
+            []
+            if a.only_input
+            else [("node checks", node_cmd, None)] + ([] if a.only_data else [("task checks", rank_cmd, work)])
+        )
         for phase, cmd, folder in phases:
             print("preflight:", shlex.join(cmd), file=log, flush=True)
             rc, timings[phase] = supervise(cmd, log, a.timeout_s, folder)
@@ -359,7 +368,7 @@ def main():
                 rows.append(nccl_transport_row(work, g.nodes, expected, a.require_gpu, env))
         settings = json.loads(a.input_check) if a.input_check else None
         checked = None
-        if a.only_data and settings and a.data and not any(r["status"] == FAILED for r in rows):
+        if a.only_input and settings and a.data and not any(r["status"] == FAILED for r in rows):
             checked = input_check(a, settings, base, work, log, timings)
     # The ranks name the key as systems.<name>.*: this job knows the name.
     merged = [
@@ -374,12 +383,12 @@ def main():
             "nodes": g.nodes,
             "tasks": expected,
             "status": FAILED if failed else OK,
-            "part": "data" if a.only_data else "environment",
+            "part": "input" if a.only_input else "data" if a.only_data else "environment",
             "seconds": timings,
             "rows": merged,
             "log": a.log,
             "cache_scope": {"configured": a.cache_clear, "used": scope, "why": scope_why},
-            # the data check's input check: each input path's capacity and the step rate (None: not made)
+            # the input check (--only-input): each input path's capacity and the step rate (None: not made)
             "input_capacity": checked,
             # wall-clock start and end of this measuring job: no other ran beside it (docs/training.md#isolation)
             "started_at": started,

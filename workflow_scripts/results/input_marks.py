@@ -1,5 +1,5 @@
-"""Which runs of the sweep were input-bound: preflight's input check (each pair's data check,
-results/preflight/<system>/<framework>/<N>gpu.data.json) judged again run by run, now with the
+"""Which runs of the sweep were input-bound: preflight's input check (a job of each pair after its data check,
+results/preflight/<system>/<framework>/<N>gpu.input.json) judged again run by run, now with the
 sweep's own synthetic runs as the step rate where it has them (common/input_bound.py). A run that
 is input-bound carries the caveat of results/guards.py, with the share of its timed steps it waited
 for its input, so no verdict rests on it as the framework's figure; one whose input path is listed

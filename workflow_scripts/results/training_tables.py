@@ -252,7 +252,7 @@ def main():
         "--preflight",
         nargs="*",
         default=[],
-        help="the preflight data checks' results (their input check marks the input-bound runs)",
+        help="the preflight input checks' results (<N>gpu.input.json): they mark the input-bound runs",
     )
     ap.add_argument(
         "--input-margin",
