@@ -18,6 +18,8 @@ where its node's capacity is below its node's demand times (1 + preflight.input_
 
 import math
 
+from .schema import default as config_default
+
 INPUT_BOUND = "input-bound"
 EXPECTED_KEY = "preflight.input_bound_expected"
 # A run's input_bound column: judged and fits, input-bound, input-bound as the config asked for
@@ -132,3 +134,20 @@ def wait_share(summary):
     if wait is None or not seconds:
         return None
     return wait / seconds
+
+
+def add_judge_arguments(ap):
+    """The flags of the judgement's two keys (rules/preflight_common.smk's input_judge_args), for
+    every table that judges the input check: preflight's and the training tables."""
+    ap.add_argument(
+        "--input-margin",
+        type=float,
+        default=config_default("preflight.input_margin"),
+        help="config preflight.input_margin: the input check's headroom over the step rate",
+    )
+    ap.add_argument(
+        "--input-bound-expected",
+        nargs="*",
+        default=[],
+        help=f"config {EXPECTED_KEY}: input paths meant to be measured input-bound",
+    )

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..common import input_bound
 from ..common.output import write_table
-from ..common.schema import default as config_default
 from . import input_rows
 
 COLUMNS = ["system", "framework", "nodes", "tasks", "check", "status", "figure", "node", "cause", "fix"]
@@ -31,18 +31,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", nargs="*", default=[])
     ap.add_argument("--out", required=True)
-    ap.add_argument(
-        "--input-margin",
-        type=float,
-        default=config_default("preflight.input_margin"),
-        help="config preflight.input_margin: the input check's headroom over the step rate",
-    )
-    ap.add_argument(
-        "--input-bound-expected",
-        nargs="*",
-        default=[],
-        help="config preflight.input_bound_expected: input paths meant to be measured input-bound",
-    )
+    input_bound.add_judge_arguments(ap)
     a = ap.parse_args()
     records = []
     for path in a.results:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..common import input_bound
 from ..common.errors import StageError, run_main
 from ..common.output import write_table
-from ..common.schema import default as config_default
 from ..interconnect import prediction
 from . import guards, input_marks
 from . import runs as run_records
@@ -254,13 +254,7 @@ def main():
         default=[],
         help="the preflight input checks' results (<N>gpu.input.json): they mark the input-bound runs",
     )
-    ap.add_argument(
-        "--input-margin",
-        type=float,
-        default=config_default("preflight.input_margin"),
-        help="config preflight.input_margin",
-    )
-    ap.add_argument("--input-bound-expected", nargs="*", default=[], help="config preflight.input_bound_expected")
+    input_bound.add_judge_arguments(ap)
     ap.add_argument("--out-dir", required=True)
     a = ap.parse_args()
     runs = run_records.load(json.loads(a.points))
