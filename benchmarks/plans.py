@@ -10,6 +10,7 @@ An item is a part ("part": ceilings, loaders or check; gpu_parts.py) or a run of
   side_by_side  "n": the one-GPU run on each of --gpus GPUs at once, no DDP (what the GPUs do
             beside each other on the host, exchanging nothing)
   steps     timed steps, if not --steps; epochs: a long test (--mode accuracy) of that many epochs
+  launch    the launcher's flags beyond --nproc-per-node (runs of several GPUs)
   est       seconds it is expected to take (compilation included): it is skipped when less is left
 
 The history's plans (named after the runs that used them) are in benchmarks/pytorch_gpu.py as of
@@ -25,10 +26,12 @@ WHOLE = "--ddp-graph whole --broadcast-buffers off"  # one graph per step, no bu
 DDP_OWN = "--ddp-graph split --broadcast-buffers on"  # DDP's own defaults
 COMPILE = "--compile default"
 GRAPHS = "--compile reduce-overhead"
+BOUND = "--bind-cpus auto"  # each local rank on whole cores of its own (config training.bind_cpus)
 
 
-def run(name, data="synthetic", words="", est=45, gpus=1, steps=None, epochs=None, side_by_side=None):
+def run(name, data="synthetic", words="", est=45, gpus=1, steps=None, epochs=None, side_by_side=None, launch=""):
     return {
+        "launch": launch.split(),
         "kind": "long_test" if epochs else "variant",
         "name": name,
         "data": data,
@@ -107,13 +110,16 @@ PLANS = {
     },
     "photos": {
         "measures": "the ImageNet-like photographs (--dataset photos) at --gpus GPUs: synthetic data against "
-        "DALI with the defaults, with decode threads on every CPU of the rank's share but one, with the "
-        "hardware JPEG engine + nvJPEG (mixed) at the default share and at 1.0 (the engine alone), "
-        "and from a copy whose shorter sides are capped (--shorter-cap); then 1 GPU",
+        "DALI with the defaults, both again with each rank bound to cores of its own (--bind-cpus auto), "
+        "with decode threads on every CPU of the rank's share but one, with the hardware JPEG engine + "
+        "nvJPEG (mixed) at the default share and at 1.0 (the engine alone), and from a copy whose "
+        "shorter sides are capped (--shorter-cap) with the cpu and the mixed decoder; then 1 GPU",
         "items": [
             part("capacity", 120),
             run("synthetic_{n}gpu", gpus="n", est=90),
             run("dali_{n}gpu", "real", DALI, gpus="n", est=60),
+            run("synthetic_{n}gpu_bound", gpus="n", launch=BOUND, est=50),
+            run("dali_{n}gpu_bound", "real", DALI, gpus="n", launch=BOUND, est=50),
             run("dali_{n}gpu_spare1", "real", f"{DALI} --decode-threads {{spare1}}", gpus="n", est=50),
             run("dali_{n}gpu_mixed", "real", f"{DALI} --dali-decoder mixed", gpus="n", est=50),
             run(
@@ -128,6 +134,7 @@ PLANS = {
             ),
             run("dali_{n}gpu_capped", "capped", DALI, gpus="n", est=50),
             run("dali_{n}gpu_capped_spare1", "capped", f"{DALI} --decode-threads {{spare1}}", gpus="n", est=50),
+            run("dali_{n}gpu_capped_mixed", "capped", f"{DALI} --dali-decoder mixed", gpus="n", est=50),
             run("synthetic_1gpu", est=60),
             run("dali_1gpu", "real", DALI, est=45),
         ],
@@ -200,7 +207,7 @@ def pick(results, gpus):
     )
     if best["name"] == f"dali_{gpus}gpu":
         return None, why + " (the defaults)"
-    return {"data": best["data"], "words": best["words"]}, why
+    return {"data": best["data"], "words": best["words"], "launch": best.get("launch", [])}, why
 
 
 def items(plan, gpus, cpus=None, picked=None):

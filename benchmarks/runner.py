@@ -53,7 +53,8 @@ def trainer_command(v, work, a):
     args += ["--data", str(lmdb)] if lmdb else ["--classes", "1000"]
     cmd = [PY, "-m", TRAINER, *args, "--out", str(run_dir)]
     if v["gpus"] > 1:
-        cmd = [PY, "-m", "workflow_scripts.common.launcher", "--nproc-per-node", str(v["gpus"]), "--", *cmd]
+        launch = ["--nproc-per-node", str(v["gpus"]), *v.get("launch", ())]
+        cmd = [PY, "-m", "workflow_scripts.common.launcher", *launch, "--", *cmd]
     return cmd, run_dir
 
 

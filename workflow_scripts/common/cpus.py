@@ -9,11 +9,12 @@ of threads on each rank's few CPUs. So every count starts from the process's aff
   bound:   the whole set, which is the rank's own;
   shared:  the set divided by the node's ranks (local_size), as they all run on it.
 
-The set is shared when it holds all of the node's CPUs (the local launcher, or SLURM with
-task/none: nothing is bound), when the local launcher started the rank (it never binds; a set
-smaller than the node is then a container's or a job's, common to its ranks), or when, under SLURM,
-it holds every local task's --cpus-per-task CPUs (a step-wide cpuset without per-task binding).
-Otherwise it is bound.
+A rank the local launcher bound to whole cores of its own (config training.bind_cpus auto,
+common/cpu_bind.py) is bound. Otherwise the set is shared when it holds all of the node's CPUs (the
+local launcher unbound, or SLURM with task/none: nothing is bound), when the local launcher started
+the rank unbound (a set smaller than the node is then a container's or a job's, common to its
+ranks), or when, under SLURM, it holds every local task's --cpus-per-task CPUs (a step-wide cpuset
+without per-task binding). Otherwise it is bound.
 
 The study's rules, per rank on its share: TensorFlow's decode threads are the share's physical
 cores - 4 on a GPU (4 threads per GPU go to compute, copies, events and communication: over a
@@ -31,6 +32,7 @@ import os
 from dataclasses import dataclass
 
 from .affinity import CPU_ROOT, core_groups
+from .cpu_bind import BOUND_ENV
 
 SPARE_PER_GPU = 4  # the study's threads per GPU kept from decoding
 MXNET_DECODE_PER_GPU = 16  # the study's MXNet decode threads per GPU
@@ -92,10 +94,12 @@ class CPUs:
         }
 
 
-def is_bound(allowed, node_cpus, local_size, source, cpus_per_task=0):
+def is_bound(allowed, node_cpus, local_size, source, cpus_per_task=0, launcher_bound=False):
     """The rule of the module's docstring. allowed: CPUs in the set; node_cpus: the node's CPUs;
     source: the launch's source (common.launch: slurm, env, single); cpus_per_task: SLURM's, 0
-    where unknown."""
+    where unknown; launcher_bound: the local launcher gave this rank its own cores."""
+    if launcher_bound and local_size > 1:
+        return True
     if allowed >= node_cpus or source == "env":
         return False
     if source == "slurm" and local_size > 1 and cpus_per_task > 0:
@@ -114,7 +118,8 @@ def of(launch, env=None, root=CPU_ROOT, allowed=None, node_cpus=None):
     except ValueError:
         per_task = 0
     node_cpus = node_cpus or on_node() or len(allowed)
-    bound = is_bound(len(allowed), node_cpus, launch.local_size, launch.source, per_task)
+    own = env.get(BOUND_ENV) == "1"
+    bound = is_bound(len(allowed), node_cpus, launch.local_size, launch.source, per_task, own)
     return CPUs(len(allowed), len(core_groups(allowed, root)), bound, launch.local_size)
 
 

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from . import comm_env, cuda_cache, nccl_log, netif, slurm
+from . import comm_env, cpu_bind, cuda_cache, nccl_log, netif, slurm
 from .comm_env import SETTABLE
 from .schema import default as config_default
 
@@ -167,6 +167,14 @@ def add_arguments(ap):
         help="config training.network_interface: the interface "
         "the ranks talk over (auto: the route to another node, else the default route)",
     )
+    ap.add_argument(
+        "--bind-cpus",
+        choices=cpu_bind.CHOICES,
+        default=config_default("training.bind_cpus"),
+        help="config training.bind_cpus: auto gives each rank the local launcher starts whole cores of its "
+        "own, near its GPU where known (common/cpu_bind.py); none leaves them on all of the launcher's CPUs; "
+        "srun's tasks are bound by the site",
+    )
     ap.add_argument("--srun-mpi", default="", help="config systems.<name>.srun_mpi: srun's --mpi= for MPI programs")
     ap.add_argument(
         "--env",
@@ -230,7 +238,8 @@ def run(cmd, a, per_node_once=False, stdout=None, env_record=None):
             srun = srun_command(a.nodes, per_node, a.cpus_per_task, a.srun_args, "" if per_node_once else a.srun_mpi)
             print("launch:", shlex.join(srun + cmd), file=sys.stderr, flush=True)
             return subprocess.call(srun + cmd, env=env, stdout=stdout)
-        return _local(cmd, env, per_node, stdout)
+        bind = a.bind_cpus == "auto" and not per_node_once
+        return _local(cmd, env, per_node, stdout, bind)
 
 
 def main():
@@ -245,9 +254,23 @@ def main():
     sys.exit(run(cmd, a, per_node_once=a.per_node))
 
 
-def _local(cmd, env, n, stdout=None):
+def _bound_sets(env, n, bind):
+    """Each local rank's CPUs (common/cpu_bind.py), or None: not asked, or not possible."""
+    if not bind or n < 2:
+        return None
+    sets = cpu_bind.slices(os.sched_getaffinity(0), n, cpu_bind.near_gpus(n, env))
+    if sets is None:
+        print(f"launch: {n} ranks not bound to CPUs: fewer physical cores than ranks", file=sys.stderr, flush=True)
+        return None
+    for r, cpus in enumerate(sets):
+        print(f"launch: rank {r} bound to CPUs {cpu_bind.cpu_text(cpus)}", file=sys.stderr, flush=True)
+    return sets
+
+
+def _local(cmd, env, n, stdout=None, bind=False):
     port = str(_free_port())
     procs = []
+    sets = _bound_sets(env, n, bind)
     for r in range(n):
         e = dict(
             env,
@@ -260,7 +283,11 @@ def _local(cmd, env, n, stdout=None):
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=port,
         )
-        procs.append(subprocess.Popen(cmd, env=e, stdout=stdout))
+        pin = None
+        if sets:
+            e[cpu_bind.BOUND_ENV] = "1"
+            pin = cpu_bind.pinner(sets[r])
+        procs.append(subprocess.Popen(cmd, env=e, stdout=stdout, preexec_fn=pin))
     # One failed rank would leave the others blocked in a collective: stop them all.
     while True:
         codes = [p.poll() for p in procs]

@@ -30,12 +30,15 @@ class JobShape:
 
     def comm_args(self):
         """What every rank of a training run and of the interconnect stage talks with: config
-        nccl_env as --env NAME=VALUE words, and the network interface where config names one. The
+        nccl_env as --env NAME=VALUE words, the network interface where config names one, and the
+        local launcher's CPU binding where config asks for it. The
         defaults add no word, so they rerun nothing."""
         words = [f"--env={name}={value}" for name, value in sorted(self.config["nccl_env"].items())]
         interface = self.config["training"]["network_interface"]
         if interface != "auto":
             words.append(f"--network-interface={interface}")
+        if self.config["training"]["bind_cpus"] != "none":
+            words.append(f"--bind-cpus={self.config['training']['bind_cpus']}")
         return words
 
     def geometry_args(self, system, gpus):
