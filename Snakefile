@@ -16,11 +16,13 @@ include: "rules/int8.smk"
 include: "rules/interconnect.smk"
 include: "rules/predict.smk"
 include: "rules/results.smk"
+include: "rules/price.smk"
 
 
 # Seconds of work on files the jobs already wrote (gate files, the val split, tables, figures, the
 # verdict): run where snakemake runs, not queued on a cluster (docs/slurm.md#how-jobs-run).
 localrules:
+    price,
     preflight_gate,
     preflight_data_gate,
     preflight_table,

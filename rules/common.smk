@@ -5,6 +5,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import yaml
+
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
@@ -34,7 +36,11 @@ def check_path(key, value, file_pattern=False):
     parse_time(config_checks.check_path, key, value, file_pattern)
 
 
+# $USER, ${SCRATCH} and ~ in the path keys, as a shell would read them (a folder named $USER otherwise).
+parse_time(config_checks.expand_paths, config)
 parse_time(config_checks.check_config, config)
+with open(workflow.source_path("../config.yaml")) as _shipped:
+    parse_time(config_checks.check_not_laptop_settings, config, yaml.safe_load(_shipped))
 SBATCH_EXTRA = {name: parse_time(config_checks.sbatch_words, config, name) for name in config["systems"]}
 
 DATA = config["data_dir"]
@@ -113,7 +119,9 @@ LONG_TEST_GPUS = PLAN.accuracy_gpus()
 parse_time(PLAN.check_long_test)
 if not IN_SLURM_JOB:
     # Where sinfo answers: partitions that can hold every point, GPU types their nodes have.
-    parse_time(cluster_checks.check_cluster, config, placement, LONG_TEST_GPUS)
+    PLAN.short_now = parse_time(cluster_checks.check_cluster, config, placement, LONG_TEST_GPUS)
+    for line in PLAN.short_lines():
+        print(line, file=sys.stderr)
 
 
 SWEEP = parse_time(PLAN.sweep)

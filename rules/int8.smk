@@ -179,7 +179,7 @@ rule int8_accuracy:
         "../envs/workflow.yaml"
     params:
         py=PY["workflow"],
-        root=lambda w, input: Path(input.evals[0]).parents[2],
+        root=INT8,
         engine=ENGINE,
         models=INT8_MODELS,
     shell:
@@ -240,7 +240,7 @@ rule int8_throughput:
         "../envs/workflow.yaml"
     params:
         py=PY["workflow"],
-        root=lambda w, input: Path(input[0]).parents[3],
+        root=INT8,
         engine=ENGINE,
         models=THROUGHPUT["models"],
         batch_sizes=BATCH_SIZES,

@@ -39,20 +39,30 @@ def activation_type():
     return value
 
 
-def pipeline_run():
-    """The training run whose weights 'pipeline' means: the PyTorch run on the first system with
-    the most GPUs (in steps mode the one that saw the most images), on its first real-data input
-    path, FP32 if it is trained (its weights are FP32 either way). A sweep of synthetic data only
-    takes the long test's run where there is one: it trained on the images that are scored."""
+def pipeline_missing():
+    """Why this plan has no run whose weights 'pipeline' can mean (None where it has one): no
+    PyTorch, or a real dataset without the long test (a short test's weights only guess, so Table
+    III would decide nothing)."""
     if "pytorch" not in TRAIN["frameworks"]:
-        raise WorkflowError(
-            "config inference.models.resnet50 = pipeline needs the PyTorch training run, but "
-            "config training.frameworks has no pytorch"
+        return "config training.frameworks has no pytorch, whose run trains them"
+    if not EMBEDDED and not LONG_TEST_GPUS:
+        return (
+            "on a real dataset they come from the long test, trained to accuracy, and training.accuracy.gpus "
+            "plans none (set it, e.g. [8], or give resnet50 'torchvision' or a weights file)"
         )
+    return None
+
+
+def pipeline_run():
+    """The training run whose weights 'pipeline' means: on a real dataset the long test's PyTorch
+    run (trained to accuracy); on the embedded default the PyTorch run on the first system with the
+    most GPUs (in steps mode the one that saw the most images), on its first real-data input path,
+    FP32 if it is trained (its weights are FP32 either way). A sweep of synthetic data only takes
+    the long test's run where there is one: it trained on the images that are scored."""
     precision = "fp32" if "fp32" in TRAIN["precisions"] else TRAIN["precisions"][0]
     system = TRAIN["systems"][0]
     paths = sorted(run_inputs(system, "pytorch"), key=lambda i: i == "synthetic")
-    if paths[0] == "synthetic" and LONG_TEST_GPUS:
+    if (paths[0] == "synthetic" or not EMBEDDED) and LONG_TEST_GPUS:
         return accuracy_run_dir(system, "pytorch", precision, max(LONG_TEST_GPUS))
     # Otherwise synthetic weights are still quantized: the verdict table says their accuracy means
     # nothing (no better than guessing).
@@ -61,7 +71,7 @@ def pipeline_run():
 
 def _check_inference():
     """A model without weights, or a table naming a model that is not evaluated, stops the run now."""
-    for name, source in INFER["models"].items():
+    for name, source in list(INFER["models"].items()):
         key = f"inference.models.{name}"
         if source == "pipeline":
             if name != "resnet50":
@@ -69,7 +79,12 @@ def _check_inference():
                     f"config {key} = pipeline: the training stage trains ResNet-50 only; give {name} "
                     f"'torchvision' or a weights file"
                 )
-            pipeline_run()
+            missing = pipeline_missing()
+            if missing:
+                # Not offered, rather than a plan that fails to parse: the rest of the study runs.
+                print(f"dlscale: {key} = pipeline left out of the INT8 stage: {missing}", file=sys.stderr)
+                del INFER["models"][name]
+                THROUGHPUT["models"] = [m for m in THROUGHPUT["models"] if m != name]
         elif source != "torchvision":
             check_path(key, source, file_pattern=True)
             if not Path(source).is_file():
@@ -147,9 +162,10 @@ def engine_args():
 def inference_resources(measuring=False):
     """What an engine build, evaluation or timed job asks SLURM for: inference.system's partition,
     account, constraint and qos, and with TensorRT one GPU of its gpu_type, requested as the system
-    requests GPUs (a system without a gpu_request: one GPU of any type). A measuring job (the timed
-    runs) also takes its node alone (exclusive_flags), as training runs do. Run locally, none of
-    this applies."""
+    requests GPUs (a system without a gpu_request: one GPU of any type). A measuring job of TensorRT
+    (the timed runs) also takes its node alone (exclusive_flags), as training runs do; ONNX Runtime's
+    are CPU figures that back no verdict, so they neither hold a GPU nor take a GPU node alone. Run
+    locally, none of this applies."""
     sysc = config["systems"][INFER_SYSTEM]
     request = sysc["gpu_request"]
 
@@ -157,7 +173,7 @@ def inference_resources(measuring=False):
         return w.engine == "tensorrt"
 
     def extra(w):
-        words = exclusive_flags(INFER_SYSTEM) if measuring else []
+        words = exclusive_flags(INFER_SYSTEM) if measuring and tensorrt(w) else []
         if tensorrt(w) and request == "gpus-per-node":
             words.append(SHAPE.gpu_flag(INFER_SYSTEM, 1))
         return shlex.join(words) if words else None

@@ -46,7 +46,7 @@ IC_POINTS = [
     }
     for s in TRAIN["systems"]
     for g in TRAIN["gpus"]
-    if g > 1
+    if g > 1 and not PLAN.skipped(s, g)
 ]
 
 

@@ -10,7 +10,7 @@ def preflight_gpus(system):
     """Task counts of the system's checks: one node (all its tasks, or the sweep's largest run if
     smaller) and, where a run of the sweep or long test takes several nodes, two nodes."""
     per_node = config["systems"][system]["gpus_per_node"]
-    counts = [*TRAIN["gpus"], *LONG_TEST_GPUS]
+    counts = [g for g in [*TRAIN["gpus"], *LONG_TEST_GPUS] if PLAN.runnable_now(system, g)] or [1]
     out = [min(per_node, max(counts))]
     crossing = [placement(system, g)[1] for g in counts if placement(system, g)[0] > 1]
     return out + ([2 * min(crossing)] if crossing else [])

@@ -3,9 +3,11 @@ Python: what each refuses, naming the key, and what it lets through. No Snakemak
 here; tests/test_slurm.py and tests/test_faults.py see the same messages through the workflow."""
 
 import json
+import os
 import sys
 
 import pytest
+import yaml
 from helpers import CONFIG, REPO, validated, with_overrides
 
 from workflow_scripts.plan import cluster_checks, config_checks
@@ -122,3 +124,35 @@ def test_a_long_test_that_cannot_fit_its_jobs_is_named(tmp_path):
     # 1,281,167 images at 4 x 400 images/s: 13 min an epoch, more than a 10-minute job holds
     with pytest.raises(ConfigProblem, match="systems.g.time_min = 10: .*cannot save a single epoch"):
         cluster_checks.check_long_test_fits(c, long_test)
+
+
+@pytest.mark.unit
+def test_user_and_home_in_path_keys_are_expanded_and_an_unset_variable_is_refused():
+    config = {
+        "data_dir": "/scratch/$USER/dlscale",
+        "log_dir": "~/logs",
+        "results_dir": "${PROJECT}/results",
+        "dataset": {"root": "", "val_labels": ""},
+        "training": {"cuda_cache_dir": ""},
+    }
+    config_checks.expand_paths(config, {"USER": "ada", "PROJECT": "/proj/x"})
+    assert config["data_dir"] == "/scratch/ada/dlscale" and config["results_dir"] == "/proj/x/results"
+    assert config["log_dir"] == os.path.expanduser("~/logs") and config["dataset"]["root"] == ""
+    with pytest.raises(ConfigProblem, match=r"config dataset.root = '\$NOPE/imagenet': \$NOPE is not set"):
+        config_checks.expand_paths({"dataset": {"root": "$NOPE/imagenet"}}, {})
+
+
+@pytest.mark.unit
+def test_a_real_dataset_with_the_embedded_defaults_settings_is_refused_naming_the_preset():
+    real = with_overrides(CONFIG, dataset__root="/data/ILSVRC2012")
+    with pytest.raises(ConfigProblem, match=r"presets/study\.yaml.*allow_embedded_settings"):
+        config_checks.check_not_laptop_settings(validated(real), CONFIG)
+    # the embedded dataset, the preset, or the user's word: no refusal
+    config_checks.check_not_laptop_settings(validated(CONFIG), CONFIG)
+    preset = yaml.safe_load((REPO / "presets" / "study.yaml").read_text())
+    studied = validated(with_overrides(real, **{f"training__{k}": v for k, v in preset["training"].items()}))
+    assert studied["training"]["image_size"] == 224 and studied["training"]["steps"] == 100
+    config_checks.check_not_laptop_settings(studied, CONFIG)
+    config_checks.check_not_laptop_settings(
+        validated(with_overrides(real, training__allow_embedded_settings=True)), CONFIG
+    )

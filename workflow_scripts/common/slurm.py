@@ -68,9 +68,58 @@ def partition_nodes(partition):
     return tuple(nodes.values())
 
 
-def placement_problem(partition, nodes, per_node, cpus_per_task, gpus_per_node, mem_mb):
+UNUSABLE = ("drain", "down", "fail", "maint", "reserved", "inval")  # sinfo %T states no job starts on now
+
+
+def parse_time_limit(text):
+    """sinfo's time limit (%l: 'infinite', 'UNLIMITED', '30:00', '12:00:00', '1-12:00:00') -> minutes,
+    None for no limit or an answer it does not read."""
+    text = text.strip()
+    if not text or text.lower() in ("infinite", "unlimited", "n/a"):
+        return None
+    days, _, rest = text.rpartition("-")
+    try:
+        parts = [int(x) for x in rest.split(":")]
+        day = int(days) if days else 0
+    except ValueError:
+        return None
+    if days:  # days-hours[:minutes[:seconds]]
+        h, m, sec = (parts + [0, 0])[:3]
+    else:  # minutes, minutes:seconds, hours:minutes:seconds
+        h, m, sec = {1: (0, parts[0], 0), 2: (0, *parts)}.get(len(parts), tuple(parts[:3]))
+    return day * 1440 + h * 60 + m + (1 if sec else 0)
+
+
+@functools.cache
+def partition_max_minutes(partition):
+    """A partition's MaxTime in minutes (None: no limit, or no sinfo to ask)."""
+    if not shutil.which("sinfo"):
+        return None
+    try:
+        out = _run(["sinfo", "-h", "-p", partition, "-o", "%l"])
+    except (OSError, subprocess.SubprocessError):
+        return None
+    limits = [parse_time_limit(line) for line in out.splitlines() if line.strip()]
+    known = [x for x in limits if x is not None]
+    return max(known) if known and len(known) == len(limits) else None
+
+
+def time_problem(partition, minutes, key):
+    """Why a job of `minutes` could never start in `partition`: its MaxTime is shorter."""
+    limit = partition_max_minutes(partition)
+    if limit is None or minutes <= limit:
+        return None
+    return (
+        f"config {key} = {minutes}: partition {partition!r} allows at most {limit} minutes a job (sinfo -p "
+        f"{partition} -o %l), so SLURM would never start it. Fix: set {key} to {limit} or less"
+    )
+
+
+def placement_problem(partition, nodes, per_node, cpus_per_task, gpus_per_node, mem_mb, now=True):
     """Why `nodes` nodes of `per_node` tasks could never start in `partition` (None if they can,
-    or if there is no sinfo to ask). A job SLURM can never place waits in the queue forever."""
+    or if there is no sinfo to ask). A job SLURM can never place waits in the queue forever.
+    now=False counts the nodes whatever their state (drained or down ones too): whether the
+    partition could ever hold it, rather than whether it can now."""
     found = partition_nodes(partition)
     if found is None:
         return None
@@ -82,7 +131,7 @@ def placement_problem(partition, nodes, per_node, cpus_per_task, gpus_per_node, 
         if n.cpus >= per_node * max(cpus_per_task, 1)
         and n.gpus >= gpus_per_node
         and (not mem_mb or n.memory_mb >= mem_mb)
-        and not n.state.startswith(("drain", "down", "fail"))
+        and (not now or not n.state.lower().startswith(UNUSABLE))
     ]
     if len(fit) < nodes:
         return (

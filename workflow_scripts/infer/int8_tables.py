@@ -278,11 +278,12 @@ def main():
     ap.add_argument("table", choices=("accuracy", "throughput"))
     ap.add_argument("--root", required=True, help="the stage's directory (results/int8)")
     ap.add_argument("--engine", required=True)
-    ap.add_argument("--models", nargs="+", required=True)
+    ap.add_argument("--models", nargs="*", default=[], help="none: the stage has no model (tables with no row)")
     ap.add_argument("--batch-sizes", nargs="*", type=int, default=[])
     ap.add_argument("--csv", required=True)
     ap.add_argument("--md", required=True)
     a = ap.parse_args()
+    a.models = [m for m in a.models if m]  # an empty list reaches the shell as one '' word
     root = Path(a.root)
     if a.table == "accuracy":
         rows = accuracy_rows(root, a.engine, a.models)

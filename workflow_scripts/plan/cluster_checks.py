@@ -13,18 +13,33 @@ from workflow_scripts.train import long_test_fit
 
 
 def check_partition(config, placement, system, gpus, key="training.gpus"):
-    """Whether the system's partition can ever hold this run: a job it cannot place would otherwise
-    wait in the queue for ever."""
+    """Whether the system's partition can ever hold this run (a job it cannot place would wait in
+    the queue for ever: a ConfigProblem), and whether it can now: the line that says why not (too
+    few of its nodes are up, e.g. one drained), else None."""
     sysc = config["systems"][system]
     if not sysc["partition"]:
-        return
+        return None
     nodes, per_node = placement(system, gpus, key)
     gpus_per_node = per_node if sysc["gpu_request"] != "none" else 0
-    problem = slurm.placement_problem(
-        sysc["partition"], nodes, per_node, sysc["cpus_per_task"], gpus_per_node, sysc["mem_mb"]
-    )
-    if problem:
-        raise ConfigProblem(f"config systems.{system} ({key} = {gpus}): {problem}")
+    shape = (sysc["partition"], nodes, per_node, sysc["cpus_per_task"], gpus_per_node, sysc["mem_mb"])
+    never = slurm.placement_problem(*shape, now=False)
+    if never:
+        raise ConfigProblem(f"config systems.{system} ({key} = {gpus}): {never}")
+    return slurm.placement_problem(*shape, now=True)
+
+
+def check_time_limits(config, long_test_gpus):
+    """A time limit over its partition's MaxTime: SLURM would never start the job."""
+    for system in config["training"]["systems"]:
+        sysc = config["systems"][system]
+        if not sysc["partition"]:
+            continue
+        problem = slurm.time_problem(sysc["partition"], sysc["time_min"], f"systems.{system}.time_min")
+        own = config["training"]["accuracy"]["time_min"]
+        if not problem and own and long_test_gpus:
+            problem = slurm.time_problem(sysc["partition"], own, "training.accuracy.time_min")
+        if problem:
+            raise ConfigProblem(problem)
 
 
 def check_gpu_type(config, system):
@@ -43,16 +58,22 @@ def check_gpu_type(config, system):
 
 def check_cluster(config, placement, long_test_gpus):
     """check_gpu_type for the training systems and the inference stage's (inference.system, else
-    the first of them); check_partition for every point of the sweep and the long test."""
+    the first of them); check_time_limits; check_partition for every point of the sweep and the
+    long test. -> {(system, GPUs): why it cannot start now} for the points too few of whose nodes
+    are up (systems.<name>.nodes_down says what becomes of them: Sweep.short_now)."""
     training = config["training"]
     for system in dict.fromkeys([*training["systems"], config["inference"]["system"] or training["systems"][0]]):
         if system in config["systems"]:
             check_gpu_type(config, system)
+    check_time_limits(config, long_test_gpus)
+    short = {}
     for system in training["systems"]:
-        for gpus in training["gpus"]:
-            check_partition(config, placement, system, gpus)
-        for gpus in long_test_gpus:
-            check_partition(config, placement, system, gpus, "training.accuracy.gpus")
+        for key, counts in (("training.gpus", training["gpus"]), ("training.accuracy.gpus", long_test_gpus)):
+            for gpus in counts:
+                why = check_partition(config, placement, system, gpus, key)
+                if why:
+                    short[(system, gpus)] = why
+    return short
 
 
 def check_horovod_controller(config, long_test_gpus, have_srun):

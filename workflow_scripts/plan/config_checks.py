@@ -4,11 +4,65 @@ that is not defined, an interpreter that is not there). The rules turn a ConfigP
 Snakemake's WorkflowError (rules/common.smk, parse_time)."""
 
 import os
+import re
 import shlex
 from pathlib import Path
 
 from workflow_scripts.common import interpreter
 from workflow_scripts.plan.sweep import ConfigProblem
+
+# Keys that name a path, where a user writes $USER, ${SCRATCH} or ~ as in a shell.
+PATH_KEYS = (
+    ("data_dir",),
+    ("log_dir",),
+    ("results_dir",),
+    ("dataset", "root"),
+    ("dataset", "val_labels"),
+    ("training", "cuda_cache_dir"),
+)
+VARIABLE = re.compile(r"\$(\w+|\{[^}]*\})")
+
+
+def expand_paths(config, env=None):
+    """Expand ~ and $NAME / ${NAME} in the path keys, in place, as a shell would; a variable that is
+    not set is refused naming the key (it would otherwise make a folder literally named $USER)."""
+    env = os.environ if env is None else env
+    for keys in PATH_KEYS:
+        holder = config
+        for k in keys[:-1]:
+            holder = holder.get(k, {})
+        value = holder.get(keys[-1])
+        if not isinstance(value, str) or not value:
+            continue
+        for m in VARIABLE.finditer(value):
+            name = m.group(1).strip("{}")
+            if name not in env:
+                raise ConfigProblem(
+                    f"config {'.'.join(keys)} = {value!r}: ${name} is not set in this environment. Fix: set it, or "
+                    f"write the path out"
+                )
+        expanded = VARIABLE.sub(lambda m: env[m.group(1).strip("{}")], value)
+        holder[keys[-1]] = os.path.expanduser(expanded) if expanded.startswith("~") else expanded
+
+
+EMBEDDED_SETTINGS = ("image_size", "warmup_steps", "steps", "batch_per_gpu")
+
+
+def check_not_laptop_settings(config, shipped):
+    """A real dataset trained at the embedded default's settings (config.yaml as shipped: `shipped`)
+    measures a laptop's demonstration on a cluster: refused unless the user says so."""
+    t = config["training"]
+    if not config["dataset"]["root"] or t["allow_embedded_settings"]:
+        return
+    same = [k for k in EMBEDDED_SETTINGS if t.get(k) == shipped["training"].get(k)]
+    if len(same) < len(EMBEDDED_SETTINGS):
+        return
+    raise ConfigProblem(
+        f"config dataset.root = {config['dataset']['root']!r} is a real dataset, but training."
+        f"{{{', '.join(EMBEDDED_SETTINGS)}}} are the embedded default's ({t['image_size']} px, {t['warmup_steps']} + "
+        f"{t['steps']} steps, batch {t['batch_per_gpu']}), a laptop's demonstration. Fix: add the study's "
+        f"settings, --configfile config.yaml presets/study.yaml, or set training.allow_embedded_settings: true"
+    )
 
 
 def check_path(key, value, file_pattern=False):

@@ -35,6 +35,25 @@ class Sweep:
         self.config, self.train, self.embedded = config, config["training"], embedded
         self.results = config["results_dir"]
         self.accuracy = self.train["accuracy"]
+        # {(system, GPUs): why}: points too few of whose partition's nodes are up now (set from
+        # cluster_checks.check_cluster where sinfo answers); systems.<name>.nodes_down decides
+        self.short_now = {}
+
+    def skipped(self, system, gpus):
+        """A point left out of the plan: too few nodes up now and its system's nodes_down is skip."""
+        return (system, gpus) in self.short_now and self.config["systems"][system]["nodes_down"] == "skip"
+
+    def runnable_now(self, system, gpus):
+        return (system, gpus) not in self.short_now
+
+    def short_lines(self):
+        """What becomes of each point too few of whose nodes are up, one line each."""
+        return [
+            f"dlscale: {system} at {gpus} GPUs "
+            + ("skipped" if self.skipped(system, gpus) else "planned, waiting in SLURM's queue for its nodes")
+            + f" (systems.{system}.nodes_down = {self.config['systems'][system]['nodes_down']}): {why}"
+            for (system, gpus), why in sorted(self.short_now.items())
+        ]
 
     def placement(self, system, gpus, key="training.gpus"):
         """(nodes, processes per node) for `gpus` on `system`; an impossible point is a parse-time
@@ -125,6 +144,7 @@ class Sweep:
             for f in t["frameworks"]
             for p in t["precisions"]
             for g in gpu_counts
+            if not self.skipped(s, g)
             for i in inputs(s, f)
             for r in range(1, runs(s) + 1)
         ]

@@ -1,0 +1,24 @@
+# The sweep's price before it is submitted (workflow_scripts/plan/price.py): `snakemake price`.
+# config budget_gpu_hours refuses, when the workflow is parsed, a plan that reserves more.
+
+from workflow_scripts.plan import price as plan_price  # noqa: E402
+
+PRICE_JOBS = plan_price.plan_jobs(config, SWEEP, LONG_TEST, placement, preflight_gpus)
+if not IN_SLURM_JOB and not plan_price.targets_only_price(sys.argv, [*(r.name for r in workflow.rules), "price"]):
+    parse_time(plan_price.check_budget, PRICE_JOBS, config["budget_gpu_hours"])
+
+
+rule price:
+    output:
+        md=f"{RESULTS}/price.md",
+        json=f"{RESULTS}/price.json",
+    log:
+        f"{LOGS}/price.log",
+    benchmark:
+        f"{LOGS}/price.bench.tsv"
+    params:
+        py=PY["workflow"],
+        jobs=json.dumps(PRICE_JOBS),
+    shell:
+        "{params.py:q} -m workflow_scripts.plan.price --jobs {params.jobs:q} --out-md {output.md:q} "
+        "--out-json {output.json:q} 2> {log:q}"

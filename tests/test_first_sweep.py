@@ -1,0 +1,47 @@
+"""A first real sweep as a user meets it, planned with Snakemake on this machine (no cluster):
+`snakemake price` prints what the plan reserves, a budget under it stops the workflow naming the
+costliest jobs, and a one-framework sweep plans (its INT8 stage without the `pipeline` weights
+that only a PyTorch run could give, saying so). Cluster limits: tests/test_cluster_limits.py."""
+
+import json
+
+import pytest
+from helpers import interpreter, snakemake, without_slurm, write_config
+
+pytestmark = pytest.mark.stage
+
+GPU = {
+    "gpus_per_node": 4,
+    "max_nodes": 2,
+    "gpu_request": "gpus-per-node",
+    "cpus_per_task": 8,
+    "time_min": 30,
+    # interpreters that exist here: the plan is priced, nothing is run
+    "envs": {fw: interpreter(fw) for fw in ("tensorflow", "mxnet", "pytorch")},
+}
+
+
+def test_price_prints_the_plan_and_a_budget_under_it_is_refused(tmp_path):
+    write_config(tmp_path, systems={"gpu": GPU}, training__systems=["gpu"], training__gpus=[4, 8])
+    proc = snakemake(tmp_path, "price", env=without_slurm(tmp_path))
+    figures = json.loads((tmp_path / "results" / "price.json").read_text())["summary"]
+    # 3 frameworks x fp32 x 3 repeats (auto on a GPU system) at 1 and 2 nodes of 4 GPUs, 30 min each
+    assert figures["by_stage"]["training"] == 18 and figures["largest"]["gpus"] == 8
+    # exclusive 4-GPU nodes, 30 min: training 9 x (1 + 2 nodes) x 4 GPUs x 0.5 h = 54 GPU-hours; preflight
+    # 3 x (1 + 2 nodes) and the interconnect's 4 and 8 GPUs: (9 + 3) x 4 x 0.5 = 24; the embedded default's
+    # long test (2 GPUs, one node) reserves its 12 jobs: 3 x 4 x 12 x 0.5 = 72
+    assert figures["gpu_hours_reserved"] == 54 + 24 + 72
+    assert "GPU-hours reserved" in (tmp_path / "results" / "price.md").read_text()
+    write_config(tmp_path, systems={"gpu": GPU}, training__systems=["gpu"], training__gpus=[4, 8], budget_gpu_hours=10)
+    proc = snakemake(tmp_path, "-n", "training", check=False, env=without_slurm(tmp_path))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "config budget_gpu_hours = 10" in out and "8gpu" in out, out[-3000:]
+    assert snakemake(tmp_path, "-n", "price", env=without_slurm(tmp_path)).returncode == 0  # the price itself runs
+
+
+def test_a_one_framework_sweep_plans_without_the_pipeline_weights(tmp_path):
+    write_config(tmp_path, training__frameworks=["tensorflow"])
+    proc = snakemake(tmp_path, "-n", "all", env=without_slurm(tmp_path))
+    out = proc.stdout + proc.stderr
+    assert "inference.models.resnet50 = pipeline left out of the INT8 stage" in out, out[-3000:]
+    assert "tensorflow_fp32_1gpu" in out and "pytorch_fp32" not in out and "int8_accuracy" in out

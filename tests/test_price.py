@@ -1,0 +1,79 @@
+"""The sweep's price (workflow_scripts/plan/price.py): a doctored 8-node x 8-GPU cluster's plan,
+its figures against arithmetic done by hand, and a budget that refuses it naming the costliest."""
+
+import pytest
+from helpers import CONFIG, validated, with_overrides
+
+from workflow_scripts.plan import price
+from workflow_scripts.plan.sweep import ConfigProblem, Sweep
+
+pytestmark = pytest.mark.unit
+
+H100 = {"gpus_per_node": 8, "max_nodes": 8, "gpu_request": "gpus-per-node", "cpus_per_task": 12, "time_min": 60}
+
+
+def _plan(**overrides):
+    settings = {
+        "systems": {"h100": H100},
+        "training__systems": ["h100"],
+        "training__frameworks": ["tensorflow", "mxnet", "pytorch"],
+        "training__precisions": ["fp32", "fp16"],
+        "training__gpus": [1, 2, 4, 8, 16, 32, 64],
+        "training__repeats": 3,
+        "training__accuracy__gpus": [],
+    }
+    config = validated(with_overrides(CONFIG, **{**settings, **overrides}))
+    sweep = Sweep(config, embedded=False)
+
+    def preflight_gpus(system):  # rules/preflight_common.smk's: one node's tasks, and two nodes'
+        return [8, 16]
+
+    return config, price.plan_jobs(config, sweep.sweep(), sweep.long_test(), sweep.placement, preflight_gpus)
+
+
+def test_the_price_of_an_8_node_sweep_by_hand():
+    _, jobs = _plan()
+    s = price.summary(jobs)
+    # training: 3 frameworks x 2 precisions x 3 repeats = 18 runs at each of 7 GPU counts
+    # preflight: 3 frameworks x (1 node, 2 nodes); interconnect: the 6 counts over 1 GPU
+    assert s["by_stage"] == {"training": 126, "preflight": 6, "interconnect": 6}
+    # nodes of 1, 2, 4, 8, 16, 32, 64 GPUs: 1, 1, 1, 1, 2, 4, 8
+    assert s["by_nodes"] == {1: 18 * 4 + 3 + 3, 2: 18 + 3 + 1, 4: 18 + 1, 8: 18 + 1}
+    node_hours = 18 * (1 + 1 + 1 + 1 + 2 + 4 + 8) + 3 * (1 + 2) + (1 + 1 + 1 + 2 + 4 + 8)  # 324 + 9 + 17, 1 h each
+    assert s["node_hours_reserved"] == node_hours == 350
+    assert s["gpu_hours_reserved"] == 8 * node_hours  # exclusive: every GPU of every node, even for 1 GPU
+    assert s["largest"]["nodes"] == 8 and s["largest"]["gpus"] == 64
+    assert s["estimate_sources"] == {price.LIMIT: 138} and s["gpu_hours_estimated"] == 2800
+
+
+def test_a_shared_node_is_charged_its_own_gpus_only():
+    _, jobs = _plan(systems={"h100": {**H100, "exclusive": False}}, training__gpus=[1, 8], training__repeats=1)
+    training = [j for j in jobs if j["stage"] == "training"]
+    assert sorted({j["gpus"] for j in training}) == [1, 8]
+
+
+def test_a_budget_under_the_reserve_is_refused_naming_the_costliest():
+    config, jobs = _plan()
+    price.check_budget(jobs, 2800)  # exactly the reserve: allowed
+    price.check_budget(jobs, None)
+    with pytest.raises(ConfigProblem) as e:
+        price.check_budget(jobs, 2799)
+    said = str(e.value)
+    assert "budget_gpu_hours = 2799" in said and "2,800 GPU-hours" in said and "64gpu" in said
+
+
+def test_earlier_runs_price_the_estimate():
+    config, _ = _plan(training__gpus=[8, 16], training__frameworks=["pytorch"], training__precisions=["fp16"])
+    points = Sweep(config, embedded=False).sweep()
+    took = {f"{points[0]['run_dir']}/summary.json": 12.0}  # one run of the six has a job record
+    jobs = price.training_jobs(config, points, minutes=took.get)
+    assert [j["estimate_source"] for j in jobs] == [price.MEASURED] + [price.SIMILAR] * 5
+    assert all(j["estimate_min"] == 12.0 for j in jobs)
+    assert price.summary(jobs)["gpu_hours_estimated"] == (3 * 8 + 3 * 16) * 12 / 60
+
+
+def test_only_a_price_alone_escapes_the_budget():
+    rules = ["all", "training", "price"]
+    assert price.targets_only_price(["snakemake", "--profile", "slurm", "price"], rules)
+    assert not price.targets_only_price(["snakemake", "price", "all"], rules)
+    assert not price.targets_only_price(["snakemake", "--profile", "slurm"], rules)  # all, the default target
