@@ -179,7 +179,7 @@ rule int8_accuracy:
         "../envs/workflow.yaml"
     params:
         py=PY["workflow"],
-        root=INT8,
+        root=lambda w, output: Path(output.csv).parent / "int8",  # INT8: the stage's folder beside the table
         engine=ENGINE,
         models=INT8_MODELS,
     shell:
@@ -240,7 +240,7 @@ rule int8_throughput:
         "../envs/workflow.yaml"
     params:
         py=PY["workflow"],
-        root=INT8,
+        root=lambda w, output: Path(output.csv).parent / "int8",  # INT8: the stage's folder beside the table
         engine=ENGINE,
         models=THROUGHPUT["models"],
         batch_sizes=BATCH_SIZES,

@@ -16,6 +16,8 @@ rule price:
         f"{LOGS}/price.log",
     benchmark:
         f"{LOGS}/price.bench.tsv"
+    conda:
+        "../envs/workflow.yaml"
     params:
         py=PY["workflow"],
         jobs=json.dumps(PRICE_JOBS),
