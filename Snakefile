@@ -28,6 +28,7 @@ localrules:
     preflight_table,
     preflight_data_table,
     int8_split,
+    int8_weights,
     int8_accuracy,
     int8_throughput,
     interconnect_table,

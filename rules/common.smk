@@ -20,6 +20,12 @@ from workflow_scripts.plan.sweep import FORMAT_OF, TRAINER_OF, ConfigProblem, Sw
 from workflow_scripts.plan.slurm_job import JobShape  # noqa: E402
 from workflow_scripts.plan.commands import TrainerCommands  # noqa: E402
 
+with open(workflow.source_path("../schemas/config.schema.yaml")) as _schema:
+    # A misspelt key in a few lines, not the validator's whole config and schema around it.
+    try:
+        config_checks.unknown_keys(config, yaml.safe_load(_schema))
+    except ConfigProblem as problem:
+        raise WorkflowError(str(problem)) from None
 validate(config, workflow.source_path("../schemas/config.schema.yaml"))
 
 
@@ -89,6 +95,13 @@ def encoding_args():
     cap = ["--shorter-cap", str(CONV["shorter_cap"])] if CONV["shorter_cap"] else []
     return ["--resize-shorter", str(CONV["resize_shorter"]), "--jpeg-quality", str(CONV["jpeg_quality"]), *cap]
 
+
+# The CPU stages' SLURM partition and time limit (config cpu_jobs), where set.
+CPU_JOB_RESOURCES = {
+    k: v
+    for k, v in (("slurm_partition", config["cpu_jobs"]["partition"]), ("runtime", config["cpu_jobs"]["time_min"]))
+    if v
+}
 
 RESULTS = config["results_dir"]
 TRAIN = config["training"]

@@ -34,6 +34,7 @@ rule index_dataset:
         "../envs/workflow.yaml"
     threads: CONV["threads"]
     resources:
+        **CPU_JOB_RESOURCES,
         cpus_per_task=CONV["threads"],
     params:
         py=PY["workflow"],
@@ -44,7 +45,7 @@ rule index_dataset:
     shell:
         "{params.py:q} -m workflow_scripts.data.index --root {params.root:q} --out {output:q} "
         "--val-labels={params.val_labels:q} --shuffle-seed {params.shuffle_seed} "
-        "--max-reject-fraction {params.max_rejects} --threads {threads} > {log:q} 2>&1"
+        "--max-reject-fraction {params.max_rejects} --threads {threads} --cpus-per-task {resources.cpus_per_task} > {log:q} 2>&1"
 
 
 rule tfrecord:
@@ -60,6 +61,7 @@ rule tfrecord:
         "../envs/tf-mxnet.yaml"
     threads: CONV["threads"]
     resources:
+        **CPU_JOB_RESOURCES,
         cpus_per_task=CONV["threads"],
     params:
         py=PY["tensorflow"],
@@ -69,7 +71,7 @@ rule tfrecord:
         label_offset=CONV["tfrecord"]["label_offset"],
     shell:
         "{params.py:q} -m workflow_scripts.data.tfrecord --index {input:q} --out {output:q} "
-        "--threads {threads} {params.encoding:q} --train-shards {params.train_shards} "
+        "--threads {threads} --cpus-per-task {resources.cpus_per_task} {params.encoding:q} --train-shards {params.train_shards} "
         "--val-shards {params.val_shards} --label-offset {params.label_offset} > {log:q} 2>&1"
 
 
@@ -86,13 +88,14 @@ rule recordio:
         "../envs/tf-mxnet.yaml"
     threads: CONV["threads"]
     resources:
+        **CPU_JOB_RESOURCES,
         cpus_per_task=CONV["threads"],
     params:
         py=PY["mxnet"],
         encoding=encoding_args(),
     shell:
         "{params.py:q} -m workflow_scripts.data.recordio --index {input:q} --out {output:q} "
-        "--threads {threads} {params.encoding:q} > {log:q} 2>&1"
+        "--threads {threads} --cpus-per-task {resources.cpus_per_task} {params.encoding:q} > {log:q} 2>&1"
 
 
 rule lmdb:
@@ -108,13 +111,14 @@ rule lmdb:
         "../envs/torch.yaml"
     threads: CONV["threads"]
     resources:
+        **CPU_JOB_RESOURCES,
         cpus_per_task=CONV["threads"],
     params:
         py=PY["pytorch"],
         encoding=encoding_args(),
     shell:
         "{params.py:q} -m workflow_scripts.data.lmdb_caffe2 --index {input:q} --out {output:q} "
-        "--threads {threads} {params.encoding:q} > {log:q} 2>&1"
+        "--threads {threads} --cpus-per-task {resources.cpus_per_task} {params.encoding:q} > {log:q} 2>&1"
 
 
 rule data:

@@ -30,6 +30,25 @@ rule int8_split:
         "--batch-size {params.batch_size:q} --out {params.out_dir:q} > {log:q} 2>&1"
 
 
+# torchvision's weights, where inference.models asks for them, fetched where snakemake runs (a local
+# rule: compute nodes often have no internet) into the cache the export job then reads.
+rule int8_weights:
+    output:
+        f"{DATA}/weights/{{model}}.torchvision.json",
+    log:
+        f"{LOGS}/int8/{{model}}/weights.log",
+    benchmark:
+        f"{LOGS}/int8/{{model}}/weights.bench.tsv"
+    conda:
+        "../envs/torch.yaml"
+    params:
+        py=PY["pytorch"],
+        torch_home=TORCH_HOME,
+    shell:
+        "{params.py:q} -m workflow_scripts.infer.fetch_weights --network {wildcards.model} "
+        "--torch-home {params.torch_home:q} --key inference.models.{wildcards.model} --out {output:q} > {log:q} 2>&1"
+
+
 rule int8_export:
     input:
         weights=export_weights,
@@ -44,6 +63,7 @@ rule int8_export:
         "../envs/torch.yaml"
     threads: INFER["threads"]
     resources:
+        **CPU_JOB_RESOURCES,
         cpus_per_task=INFER["threads"],
     params:
         py=PY["pytorch"],
@@ -70,6 +90,7 @@ rule int8_calibrate:
         "../envs/torch.yaml"
     threads: INFER["threads"]
     resources:
+        **CPU_JOB_RESOURCES,
         cpus_per_task=INFER["threads"],
     params:
         py=PY["pytorch"],
@@ -214,6 +235,9 @@ rule int8_throughput_run:
         warmup=THROUGHPUT["warmup"],
         repeats=THROUGHPUT["repeats"],
         engine_threads=engine_threads,
+        # as configured too: engine_threads is capped at a local run's cores, and an edit of the key
+        # must rerun the timings wherever they ran
+        threads_asked=INFER["threads"],
         durations=throughput_durations,
     shell:
         "{params.py:q} -m workflow_scripts.infer.throughput --engine {wildcards.engine} --network {wildcards.model} "

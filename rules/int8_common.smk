@@ -127,11 +127,14 @@ BIAS = "float" if TENSORRT else "int32"
 INT8_MODELS = list(INFER["models"])
 
 
+TORCH_HOME = f"{DATA}/weights/torch"  # torchvision's weights, fetched on the login node (int8_weights)
+
+
 def export_weights(w):
     source = INFER["models"][w.model]
     if source == "pipeline":
         return f"{pipeline_run()}/summary.json"
-    return [] if source == "torchvision" else source
+    return f"{DATA}/weights/{w.model}.torchvision.json" if source == "torchvision" else source
 
 
 def export_args(w, input):
@@ -139,7 +142,7 @@ def export_args(w, input):
     if source == "pipeline":
         return ["--source", "pipeline", "--weights", f"{os.path.dirname(input.weights)}/weights.pt"]
     if source == "torchvision":
-        return ["--source", "torchvision"]
+        return ["--source", "torchvision", "--torch-home", TORCH_HOME]
     return ["--source", "file", "--weights", source]
 
 
@@ -178,9 +181,11 @@ def inference_resources(measuring=False):
             words.append(SHAPE.gpu_flag(INFER_SYSTEM, 1))
         return shlex.join(words) if words else None
 
+    cpu = CPU_JOB_RESOURCES if not TENSORRT else {}  # ONNX Runtime: a CPU job, on cpu_jobs' partition where set
     return dict(
         cpus_per_task=INFER["threads"],
-        slurm_partition=system_resource(INFER_SYSTEM, "partition"),
+        slurm_partition=cpu.get("slurm_partition") or system_resource(INFER_SYSTEM, "partition"),
+        **({"runtime": cpu["runtime"]} if "runtime" in cpu else {}),
         slurm_account=system_resource(INFER_SYSTEM, "account"),
         constraint=system_resource(INFER_SYSTEM, "constraint"),
         qos=system_resource(INFER_SYSTEM, "qos"),

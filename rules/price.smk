@@ -9,6 +9,8 @@ if not IN_SLURM_JOB and not plan_price.targets_only_price(sys.argv, [*(r.name fo
 
 
 rule price:
+    # The plan exists only in this process: written from here (a local rule, seconds), not passed to
+    # a command line a hundred jobs long.
     output:
         md=f"{RESULTS}/price.md",
         json=f"{RESULTS}/price.json",
@@ -19,8 +21,6 @@ rule price:
     conda:
         "../envs/workflow.yaml"
     params:
-        py=PY["workflow"],
-        jobs=json.dumps(PRICE_JOBS),
-    shell:
-        "{params.py:q} -m workflow_scripts.plan.price --jobs {params.jobs:q} --out-md {output.md:q} "
-        "--out-json {output.json:q} 2> {log:q}"
+        jobs=PRICE_JOBS,
+    run:
+        plan_price.write(params.jobs, output.md, output.json, log[0])

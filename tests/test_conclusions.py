@@ -213,6 +213,21 @@ def test_caffe2_stability_across_nodes(tables, step_cv, verdict):
 
 
 @pytest.mark.unit
+def test_a_cold_read_finding_on_a_file_system_with_its_own_cache_is_not_decided(tables):
+    """GPFS's pagepool is not emptied by clearing the page cache: the uncached-stability finding says
+    so rather than decide on reads that may have been warm."""
+    gpfs = "IBM Storage Scale (GPFS) keeps file data in its own pagepool"
+
+    def add(df):
+        df = add_rows(df, _run(step_cv=0.10))
+        return df.assign(cache_not_emptied=["" for _ in range(len(df) - 1)] + [gpfs])
+
+    doctor(tables, "training_throughput", add)
+    row = verdicts(tables).loc["caffe2_unstable_across_nodes"]
+    assert row.verdict == mod.NOT_DECIDED and "cache not emptied" in row.why and "pagepool" in row.why, row.why
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("fp16, verdict", [(18.0, mod.HOLDS), (12.0, mod.FAILS)])
 def test_fp16_gain(gpu_tables, fp16, verdict):
     assert verdicts(gpu_tables).loc["fp16_gain", "verdict"] == mod.UNMEASURED
@@ -470,6 +485,7 @@ def gpu_run(framework, gpus, images_per_s, repeat=1, **changes):
         "transport": "NCCL 2.21.5: P2P/CUMEM/read (NVL) within a node",
         "transport_problem": "",
         "nccl_version": "2.21.5+cuda12.4",
+        "execution_mode": "torch.compile reduce-overhead with CUDA graphs, DDP graph whole",
         **changes,
     }
     return {**row, "caveats": guards.join(guards.run_caveats(row))}
@@ -514,6 +530,13 @@ def test_a_vouched_sweep_gets_its_verdict(tables):
             1,
             {"transport_problem": "NCCL used TCP sockets (NET/Socket) between 2 nodes that have InfiniBand ports"},
             "wrong transport: h100/tensorflow_fp32_4gpu: NCCL used TCP sockets",
+        ),
+        # the step ran another way at 4 GPUs than at 1 (PyTorch's auto: CUDA graphs within a node only)
+        (
+            1,
+            {"execution_mode": "torch.compile default, DDP graph split"},
+            "execution mode changed: h100/tensorflow_fp32_4gpu (cpu) ran torch.compile default, DDP graph split, "
+            "its 1-GPU baseline torch.compile reduce-overhead",
         ),
     ],
 )

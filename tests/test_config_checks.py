@@ -156,3 +156,15 @@ def test_a_real_dataset_with_the_embedded_defaults_settings_is_refused_naming_th
     config_checks.check_not_laptop_settings(
         validated(with_overrides(real, training__allow_embedded_settings=True)), CONFIG
     )
+
+
+@pytest.mark.unit
+def test_a_misspelt_key_is_named_in_a_few_lines_with_the_nearest_valid_one():
+    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
+    with pytest.raises(ConfigProblem) as e:
+        config_checks.unknown_keys({**CONFIG, "traning": {"gpus": [1]}}, schema)
+    assert str(e.value).startswith("config traning: no such key; did you mean training?")
+    assert len(str(e.value).splitlines()) == 1
+    with pytest.raises(ConfigProblem, match=r"config training\.gpuz: no such key; did you mean training\.gpus\?"):
+        config_checks.unknown_keys(with_overrides(CONFIG, training__gpuz=[1]), schema)
+    config_checks.unknown_keys(CONFIG, schema)  # the shipped config: nothing unknown

@@ -45,3 +45,38 @@ def test_a_one_framework_sweep_plans_without_the_pipeline_weights(tmp_path):
     out = proc.stdout + proc.stderr
     assert "inference.models.resnet50 = pipeline left out of the INT8 stage" in out, out[-3000:]
     assert "tensorflow_fp32_1gpu" in out and "pytorch_fp32" not in out and "int8_accuracy" in out
+
+
+def test_cpu_stages_go_to_the_cpu_partition_without_a_gpu_or_a_whole_node(tmp_path):
+    write_config(
+        tmp_path,
+        systems={"gpu": {**GPU, "partition": "gpu"}},
+        training__systems=["gpu"],
+        cpu_jobs={"partition": "cpu", "time_min": 360},
+    )
+    out = snakemake(tmp_path, "-n", "all", env=without_slurm(tmp_path)).stdout
+    blocks = {}
+    for block in out.split("\n\n"):
+        for line in block.splitlines():
+            if line.startswith("rule "):
+                blocks.setdefault(line[5:].rstrip(":"), []).append(block)
+    for rule in ("index_dataset", "tfrecord", "recordio", "lmdb", "int8_calibrate", "int8_throughput_run"):
+        for block in blocks[rule]:
+            resources = next(ln for ln in block.splitlines() if ln.strip().startswith("resources:"))
+            assert "slurm_partition=cpu" in resources and "runtime=360" in resources, (rule, resources)
+            assert "--exclusive" not in resources and "gpu" not in resources.replace("slurm_partition", ""), resources
+
+
+def test_torchvision_weights_are_fetched_by_a_local_rule_before_the_export_job(tmp_path):
+    """Compute nodes often have no internet: the download is its own rule, run where snakemake
+    runs (localrules), and the export job reads its cache; without a network it says so, naming
+    the key and the cache (this machine has none)."""
+    write_config(tmp_path, inference__models={"resnet50": "torchvision"})
+    out = snakemake(tmp_path, "-n", "-p", "int8", env=without_slurm(tmp_path)).stdout
+    assert "localrule int8_weights:" in out or "rule int8_weights:" in out, out[-3000:]
+    assert "fetch_weights --network resnet50 --torch-home data/weights/torch" in out
+    assert "export --network resnet50 --source torchvision --torch-home data/weights/torch" in out
+    proc = snakemake(tmp_path, "data/weights/resnet50.torchvision.json", check=False, env=without_slurm(tmp_path))
+    log = (tmp_path / "logs" / "int8" / "resnet50" / "weights.log").read_text()
+    assert proc.returncode != 0 and "config inference.models.resnet50 = torchvision" in log, log[-2000:]
+    assert "could not be downloaded" in log and "Traceback" not in log

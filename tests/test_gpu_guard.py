@@ -13,6 +13,7 @@ import sys
 import pytest
 from helpers import REPO, TRAINERS, interpreter, snakemake, write_config
 
+from workflow_scripts.common import interpreter as interpreter_words
 from workflow_scripts.results import runs
 
 GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "cpus_per_task": 1}}
@@ -100,7 +101,12 @@ def test_a_container_interpreter_starts_every_task_of_a_gpu_run(tmp_path):
         envs_gpu={"mxnet": {"container": str(image), "bind": ["/scratch/imagenet"]}},
     )
     out = snakemake(tmp_path, "-n", "-p", "training").stdout
-    words = f"apptainer exec --nv --bind={REPO} --bind=/scratch/imagenet --env=PYTHONPATH={REPO} {image} python3"
+    nvml = [f"--bind={f}:{interpreter_words.SITE}/pynvml.py" for f in interpreter_words.pure_modules()]
+    path = f"{REPO}:{interpreter_words.SITE}" if nvml else str(REPO)
+    words = " ".join(
+        ["apptainer exec --nv", f"--bind={REPO}", "--bind=/scratch/imagenet", *nvml, f"--env=PYTHONPATH={path}"]
+        + [f"{image} python3"]
+    )
     assert f"--python='{words}'" in out and "--horovod -- workflow_scripts.train.mxnet_horovod" in out
     (image).unlink()
     proc = snakemake(tmp_path, "-n", check=False)
@@ -291,3 +297,14 @@ def test_a_local_runs_measuring_jobs_run_one_at_a_time(tmp_path):
         threads.setdefault(system, set()).add((gpus, int(found.group(1)) if found else 1))
     assert {t for _, t in threads["gpu"]} == {5}, threads
     assert {t for _, t in threads["local"]} == {5}, threads
+
+
+@pytest.mark.unit
+def test_a_stock_container_gets_nvidia_ml_py_bound_in():
+    """nvidia-ml-py is one pure-Python module: bound from the host and put on the container's path,
+    a stock NGC image records its GPUs' state and neighbours without being rebuilt."""
+    c = {"container": "/shared/tf.sif", "bind": ["/scratch"]}
+    w = interpreter_words.words(c, "/repo", extras=["/repo/.venv/lib/python3.11/site-packages/pynvml.py"])
+    assert "--bind=/repo/.venv/lib/python3.11/site-packages/pynvml.py:/opt/dlscale-site/pynvml.py" in w
+    assert "--env=PYTHONPATH=/repo:/opt/dlscale-site" in w and w[-2:] == ["/shared/tf.sif", "python3"]
+    assert "--env=PYTHONPATH=/repo" in interpreter_words.words(c, "/repo", extras=[])

@@ -2,6 +2,7 @@
 
 import io
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -65,3 +66,16 @@ def test_a_shorter_side_cap_shrinks_only_the_larger_images():
     out, w, h, action = image_records.encode(large, image_records.probe(large), enc)
     assert (w, h, action) == (480, 360, "resized") and Image.open(io.BytesIO(out)).size == (480, 360)
     assert enc.describe()["mode"] == "cap"
+
+
+def test_a_16_bit_grayscale_png_is_converted_by_its_depth_not_clipped_to_white():
+    """Pillow's own convert clips every 16-bit value over 255: a photograph became an all-white JPEG."""
+    ramp = (np.arange(64 * 64).reshape(64, 64) * 16).astype(np.uint16)  # 0 .. 65,520
+    buf = io.BytesIO()
+    Image.fromarray(ramp).save(buf, format="PNG")
+    probe = image_records.probe(buf.getvalue())
+    assert probe.ok and probe.mode.startswith("I")
+    jpeg, w, h, action = image_records.encode(buf.getvalue(), probe, image_records.Encoding(0, 95, 0))
+    out = np.asarray(Image.open(io.BytesIO(jpeg)).convert("L"), dtype=np.float64)
+    assert (w, h) == (64, 64) and action.startswith("reencoded-png-")
+    assert out.min() < 10 and out.max() > 245 and abs(out.mean() - 127.5) < 5  # the ramp, not white

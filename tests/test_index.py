@@ -1,9 +1,12 @@
 """The index stage: rejects listed with reasons, a reject threshold naming the files, a seeded order."""
 
 import csv
+import os
 
 import pytest
 from helpers import run_stage
+
+from workflow_scripts.data import embedded, index
 
 pytestmark = pytest.mark.stage
 
@@ -59,3 +62,20 @@ def test_train_order_is_seeded(quirky_tree, quirky_converted, tmp_path):
 
     assert order(0) == [r["relpath"] for r in _rows(quirky_converted / "index" / "train.tsv")]
     assert order(1) != order(0) and sorted(order(1)) == sorted(order(0))
+
+
+def test_a_dangling_link_and_a_name_that_is_not_utf8_are_rejected_by_name(tmp_path):
+    """A symbolic link whose target is gone was dropped without a line; a file name that is not
+    UTF-8 crashed the index with a traceback naming no file. Both are rejects now, listed."""
+    root = tmp_path / "ILSVRC2012"
+    embedded.make(root, classes=2, train_per_class=3, val_per_class=1, seed=1)
+    wnid = sorted(p.name for p in (root / "train").iterdir())[0]
+    folder = root / "train" / wnid
+    (folder / f"{wnid}_gone.JPEG").symlink_to(tmp_path / "elsewhere.JPEG")
+    good = next(folder.glob("*.JPEG")).read_bytes()
+    with open(os.path.join(os.fsencode(folder), b"caf\xe9_" + wnid.encode() + b".JPEG"), "wb") as f:
+        f.write(good)
+    index.build(root, tmp_path / "index", "", 0, 0.5, 1)
+    rejects = (tmp_path / "index" / "rejects.tsv").read_text()
+    assert f"{wnid}_gone.JPEG\ta symbolic link to {tmp_path / 'elsewhere.JPEG'}, which does not exist" in rejects
+    assert "caf\\xe9_" in rejects and "its name is not UTF-8" in rejects, rejects

@@ -77,3 +77,78 @@ def test_garbage_label_file(tmp_path):
     (root / "imagenet_2012_validation_synset_labels.txt").write_text("cat\ndog\n")
     with pytest.raises(StageError, match="first bad line 'cat'"):
         layout.discover(root)
+
+
+def test_the_devkits_own_val_ground_truth_is_read_through_its_meta_mat(tmp_path):
+    """ILSVRC2012_validation_ground_truth.txt holds ILSVRC2012_IDs, whose order is not the sorted
+    synsets': the devkit's meta.mat maps them (here made with shuffled ids, so no order can pass)."""
+    savemat = pytest.importorskip("scipy.io").savemat
+    root = tmp_path / "ILSVRC2012"
+    embedded.make(root, classes=3, train_per_class=2, val_per_class=2, seed=1, val_layout="synset-list", quirks=False)
+    tf_file = next(p for p in (root, root / "val", root.parent) if (p / layout.LABEL_FILE_NAMES[1]).is_file())
+    tf_labels = (tf_file / layout.LABEL_FILE_NAMES[1]).read_text().split()
+    (tf_file / layout.LABEL_FILE_NAMES[1]).unlink()
+    wnids = sorted(set(tf_labels))
+    ids = {w: i for w, i in zip(wnids, (3, 1, 2))}
+    devkit = tmp_path / "ILSVRC2012_devkit_t12" / "data"
+    devkit.mkdir(parents=True)
+    synsets = [{"ILSVRC2012_ID": i, "WNID": w, "words": "x"} for w, i in ids.items()]
+    savemat(devkit / "meta.mat", {"synsets": synsets})
+    truth = devkit / "ILSVRC2012_validation_ground_truth.txt"
+    truth.write_text("".join(f"{ids[w]}\n" for w in tf_labels))
+    lay = layout.discover(root, str(truth))
+    assert [it.synset for it in sorted(lay.val, key=lambda it: it.relpath)] == tf_labels
+    (devkit / "meta.mat").unlink()
+    with pytest.raises(StageError, match="meta.mat"):
+        layout.discover(root, str(truth))
+
+
+def _flat_tree(tmp_path, val_per_class=2):
+    root = tmp_path / "ILSVRC2012"
+    embedded.make(
+        root, classes=3, train_per_class=1, val_per_class=val_per_class, seed=1, val_layout="synset-list", quirks=False
+    )
+    label = next(
+        p / layout.LABEL_FILE_NAMES[1]
+        for p in (root, root / "val", root.parent)
+        if (p / layout.LABEL_FILE_NAMES[1]).is_file()
+    )
+    return root, label
+
+
+def test_a_duplicated_label_line_stops_before_conversion_naming_the_file(tmp_path):
+    """One line too many shifts every val label after it: all images present, all labelled, and 7 of
+    12 wrong before this check."""
+    root, label = _flat_tree(tmp_path, val_per_class=4)
+    lines = label.read_text().splitlines()
+    label.write_text("\n".join(lines[:3] + [lines[3]] + lines[3:]) + "\n")
+    with pytest.raises(StageError) as e:
+        layout.check(root)
+    said = str(e.value)
+    assert str(label) in said and "13 label lines" in said and "up to 12" in said and "Fix:" in said
+
+
+def test_a_missing_label_line_with_a_val_subset_stops(tmp_path):
+    root, label = _flat_tree(tmp_path, val_per_class=4)
+    lines = label.read_text().splitlines()
+    label.write_text("\n".join(lines[:2] + lines[3:]) + "\n")  # line 3 lost
+    for p in sorted((root / "val").iterdir())[6:]:  # a subset: the first 6 images
+        p.unlink()
+    with pytest.raises(StageError, match="11 label lines for validation images numbered up to 6"):
+        layout.check(root)
+
+
+def test_a_name_labelled_twice_or_naming_no_image_stops(tmp_path):
+    root, label = _flat_tree(tmp_path)
+    wnids = label.read_text().split()
+    label.unlink()
+    rows = [f"ILSVRC2012_val_{n:08d},{w} 1 2 3 4" for n, w in enumerate(wnids, start=1)]
+    csv = root / "LOC_val_solution.csv"
+    csv.write_text("ImageId,PredictionString\n" + "\n".join(rows + [rows[0]]) + "\n")
+    with pytest.raises(StageError, match=r"line 8: ILSVRC2012_val_00000001 is labelled a second time"):
+        layout.check(root)
+    csv.write_text("ImageId,PredictionString\n" + "\n".join(rows + ["ILSVRC2012_val_00000099,n00000001 1 2 3 4"]))
+    with pytest.raises(StageError, match="1 entries name no image in the val folder.*ILSVRC2012_val_00000099"):
+        layout.check(root)
+    csv.write_text("ImageId,PredictionString\n" + "\n".join(rows) + "\n")
+    assert layout.check(root)[0] == csv

@@ -517,3 +517,29 @@ def test_one_failed_point_does_not_stop_the_others(stopped_sweep):
     attempt = work / DIRS["log_dir"] / "train" / "b" / "pytorch_fp32_1gpu_synthetic.log.attempt1"
     record = json.loads(attempt.with_name(attempt.name + ".json").read_text())
     assert record["stopped"] == "cancelled" and "CANCELLED" in record["reason"], record
+
+
+@pytest.mark.pipeline
+def test_a_drained_node_leaves_its_points_waiting_and_preflight_runs(cluster, tmp_path):
+    """One of the two nodes drained (`scontrol update`): the 2-node point is planned waiting, with a
+    line saying so, and `snakemake --profile slurm preflight` runs its one-node checks and passes."""
+    cluster_config(tmp_path, training__gpus=[1, 2], training__frameworks=["pytorch"], training__repeats=1)
+    drained = ["scontrol", "update", "nodename=n2", "state=drain", "reason=dlscale-test"]
+    subprocess.run(drained, check=True, timeout=30, capture_output=True)
+    try:
+        proc = run_snakemake(tmp_path, "preflight")
+        out, _ = proc.communicate(timeout=1200)
+        assert proc.returncode == 0, out[-4000:]
+        assert "cluster at 2 GPUs planned, waiting in SLURM's queue for its nodes" in out, out[-4000:]
+        results = tmp_path / DIRS["results_dir"] / "preflight" / "cluster" / "pytorch"
+        assert (results / "1gpu.json").exists() and not (results / "2gpu.json").exists()
+        plan = subprocess.run(
+            [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "-n", "training"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert plan.returncode == 0 and "pytorch_fp32_1gpu" in plan.stdout and "pytorch_fp32_2gpu" in plan.stdout
+    finally:
+        subprocess.run(["scontrol", "update", "nodename=n2", "state=resume"], timeout=30, capture_output=True)
+        cluster.wait_idle()

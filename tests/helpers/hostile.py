@@ -12,7 +12,8 @@ MARK = "PWNED"
 HOSTILE = {
     "data_dir": f"victim data $(touch {MARK}-dollar) `touch {MARK}-tick`;#?",
     "log_dir": f"victim logs ; touch {MARK}-semi ;",
-    "results_dir": f"victim res $HOME & touch {MARK}-amp | x",
+    # $((...)) a shell would compute; config expands only $NAME and ${NAME} (common env variables)
+    "results_dir": f"victim res $((6*7)) & touch {MARK}-amp | x",
 }
 
 

@@ -17,7 +17,9 @@ SNAKEMAKE = str(REPO / ".venv" / "bin" / "snakemake")
 # Every test's config: runs evict their dataset only (training.cache_clear: dataset). Dropping the whole
 # page cache before each run would make every parallel worker read its frameworks' libraries from disk
 # again; the node-wide clear is tested by tests/test_training.py and test_preflight.py.
-SUITE = {"training__cache_clear": "dataset"}
+# training.allow_embedded_settings: the suite's real-dataset trees train at the embedded default's
+# small settings on purpose (the refusal itself: tests/test_config_checks.py)
+SUITE = {"training__cache_clear": "dataset", "training__allow_embedded_settings": True}
 
 
 def write_config(workdir, **overrides):

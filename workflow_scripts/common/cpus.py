@@ -127,3 +127,25 @@ def on_node():
     """The node's CPUs (None where unknown): for shares of the whole node, such as what other
     processes used of it; a rank's thread counts come from of() instead."""
     return os.cpu_count()
+
+
+def add_job_threads(ap):
+    """--threads and --cpus-per-task of a CPU stage's job (conversion, index): resolved by job_threads."""
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads where the job runs here")
+    ap.add_argument(
+        "--cpus-per-task",
+        type=int,
+        default=0,
+        help="the CPUs the rule asks SLURM for: inside a SLURM job the threads come from the allocation, "
+        "not from --threads (Snakemake caps that at the submitting host's --cores)",
+    )
+
+
+def job_threads(a, env=None, allowed=None):
+    """A CPU stage's threads: inside a SLURM job its allocation (the CPUs it may run on, at most
+    --cpus-per-task), else --threads."""
+    env = os.environ if env is None else env
+    allowed = len(os.sched_getaffinity(0)) if allowed is None else allowed
+    if env.get("SLURM_JOB_ID") and a.cpus_per_task:
+        return max(1, min(a.cpus_per_task, allowed))
+    return max(1, a.threads)

@@ -5,29 +5,47 @@ clusters run NGC images under Apptainer/Singularity:
     {container: docker://nvcr.io/nvidia/pytorch:24.05-py3, runtime: apptainer, python: python3,
      options: [--nv], bind: [/scratch/imagenet]}
 
-becomes `apptainer exec --nv --bind=<repo> --bind=/scratch/imagenet --env=PYTHONPATH=<repo> <image>
-python3`: the repository is bound and importable inside, the working directory is bound by the
-runtime itself. Either way the result is a list of words that reaches the job as one quoted
-argument each; no shell reads it.
+becomes `apptainer exec --nv --bind=<repo> --bind=/scratch/imagenet --bind=<pynvml.py>:/opt/dlscale-site/pynvml.py
+--env=PYTHONPATH=<repo>:/opt/dlscale-site <image> python3`: the repository is bound and importable
+inside, the working directory is bound by the runtime itself, and nvidia-ml-py's one pure-Python
+module (pynvml, which stock NGC images lack, so a run there could not see its GPUs' state or
+neighbours) is bound from the workflow's environment. Either way the result is a list of words
+that reaches the job as one quoted argument each; no shell reads it.
 """
 
+import importlib.util
 from pathlib import Path
 
 CONTAINER_DEFAULTS = {"runtime": "apptainer", "python": "python3", "options": ["--nv"], "bind": []}
+SITE = "/opt/dlscale-site"  # inside a container: the pure-Python modules bound from the host
+PURE_MODULES = ("pynvml",)  # nvidia-ml-py: NVML's telemetry and the isolation evidence
 
 
-def words(value, repo):
-    """The command words that start this interpreter."""
+def pure_modules():
+    """The host files of PURE_MODULES this interpreter can import (single .py modules)."""
+    found = []
+    for name in PURE_MODULES:
+        spec = importlib.util.find_spec(name)
+        if spec and spec.origin and spec.origin.endswith(".py"):
+            found.append(spec.origin)
+    return found
+
+
+def words(value, repo, extras=None):
+    """The command words that start this interpreter. extras: host .py files bound into SITE (default
+    pure_modules())."""
     if isinstance(value, str):
         return [value]
     c = {**CONTAINER_DEFAULTS, **value}
-    binds = [str(repo), *c["bind"]]
+    extras = pure_modules() if extras is None else extras
+    binds = [str(repo), *c["bind"], *(f"{f}:{SITE}/{Path(f).name}" for f in extras)]
+    path = ":".join([str(repo), *([SITE] if extras else [])])
     return [
         c["runtime"],
         "exec",
         *c["options"],
         *(f"--bind={b}" for b in binds),
-        f"--env=PYTHONPATH={repo}",
+        f"--env=PYTHONPATH={path}",
         c["container"],
         c["python"],
     ]

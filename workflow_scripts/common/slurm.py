@@ -1,7 +1,8 @@
 """What the pipeline asks SLURM itself: the nodes of a job, what a partition can hold and which GPU
 types it has (checked when the workflow is parsed), and why submitted jobs are still waiting.
 
-    python -m workflow_scripts.common.slurm pending     # this user's waiting jobs, with SLURM's reason
+    python -m workflow_scripts.common.slurm pending     # this user's waiting jobs, with SLURM's reason,
+                                                        # and the sweep's failed runs with their causes
 """
 
 import argparse
@@ -13,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from . import failed_runs
 from .rank_env import expand_nodelist
 
 
@@ -188,7 +190,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=("pending",))
     ap.add_argument("--user", default=None)
+    ap.add_argument("--results", default="results", help="config results_dir: its failed runs are listed too")
     a = ap.parse_args()
+    runs = failed_runs.failed_runs(a.results)
+    if runs:
+        print(f"failed runs ({len(runs)}; `python -m workflow_scripts.common.failed_runs --retry` readies them):")
+        print("\n".join(failed_runs.lines(runs)))
     try:
         rows = pending(a.user)
     except subprocess.CalledProcessError as exc:  # no controller to ask: squeue's own words, not a traceback

@@ -9,12 +9,12 @@ import collections
 import csv
 import errno
 import json
-import os
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..common import cpus
 from ..common.atomic import atomic_dir, write_json
 from ..common.errors import StageError
 from ..common.parallel import ordered_map
@@ -103,6 +103,15 @@ def space_needed(index, enc):
     return sum(int(r["bytes"]) for r in rows) + RECORD_OVERHEAD * len(rows)
 
 
+def _quota(exc):
+    """Whether the write failed on the user's quota (GPFS, Lustre, NFS: EDQUOT), not a full disk."""
+    while exc is not None:
+        if (isinstance(exc, OSError) and exc.errno == errno.EDQUOT) or "Disk quota exceeded" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _disk_full(exc, path):
     while exc is not None:
         if (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left" in str(exc):
@@ -126,14 +135,24 @@ def run(fmt, write_split, args, extra_manifest=None):
     index = Index(args.index)
     enc = image_records.Encoding(args.resize_shorter, args.jpeg_quality, args.shorter_cap)
     needed = space_needed(index, enc)
+    threads = cpus.job_threads(args)
     start = time.perf_counter()
     with atomic_dir(args.out) as tmp:
         if needed and shutil.disk_usage(tmp).free < needed:
             raise _space_error(fmt, args.out, tmp, needed, "not enough free space to write it")
         try:
-            splits, facts_s = _convert(fmt, write_split, index, enc, args.threads, tmp, extra_manifest)
+            splits, facts_s = _convert(fmt, write_split, index, enc, threads, tmp, extra_manifest)
         except Exception as exc:
-            if isinstance(exc, StageError) or not _disk_full(exc, tmp):
+            if isinstance(exc, StageError):
+                raise
+            if _quota(exc):
+                raise StageError(
+                    f"{fmt} output {args.out}: your disk quota on that file system is used up ({type(exc).__name__}: "
+                    f"{str(exc)[:200]}); it needs {f'about {needed / 1e6:,.0f} MB' if needed else 'more'}. Fix: free "
+                    f"space within your quota (GPFS: mmlsquota; Lustre: lfs quota -h -u $USER <path>), or set "
+                    f"config data_dir to a file system with room"
+                ) from exc
+            if not _disk_full(exc, tmp):
                 raise
             written = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file())
             # The scratch directory goes with the error: the space it took is free again.
@@ -149,9 +168,7 @@ def run(fmt, write_split, args, extra_manifest=None):
     total = sum(v["images"] for v in splits.values())
     # Timings go to the log, never into the outputs: equal inputs must give equal bytes.
     print(f"{fmt}: " + ", ".join(f"{s} {v['images']} images, {v['bytes'] / 1e6:.1f} MB" for s, v in splits.items()))
-    print(
-        f"{fmt}: converted {total} images in {elapsed:.3f} s ({total / elapsed:.0f} images/s, {args.threads} threads)"
-    )
+    print(f"{fmt}: converted {total} images in {elapsed:.3f} s ({total / elapsed:.0f} images/s, {threads} threads)")
 
 
 def _convert(fmt, write_split, index, enc, threads, tmp, extra_manifest):
@@ -196,7 +213,7 @@ def arg_parser(description):
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--index", required=True, help="the index stage's output directory")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    cpus.add_job_threads(ap)
     ap.add_argument(
         "--resize-shorter",
         type=int,

@@ -82,6 +82,21 @@ class Encoding:
         return None
 
 
+WIDE_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I", "F")  # more than 8 bits a sample: Pillow clips them
+
+
+def _eight_bit(im):
+    """A 16-bit (or 32-bit) grayscale image as 8-bit grayscale, scaled by its bit depth: Pillow's
+    own convert clips every value over 255 to white. Others pass as they are."""
+    if im.mode not in WIDE_MODES:
+        return im
+    import numpy as np  # only the rare wide image needs it
+
+    a = np.asarray(im, dtype=np.float64)
+    top = 65535.0 if im.mode.startswith("I;16") or a.max() <= 65535 else float(a.max())
+    return Image.fromarray(np.clip(a * (255.0 / top) + 0.5, 0, 255).astype(np.uint8))
+
+
 def encode(data: bytes, probe_: Probe, enc: Encoding):
     """Return (jpeg_bytes, width, height, action) for one image; action is what was done."""
     shorter = enc.target_shorter(probe_.width, probe_.height)
@@ -95,7 +110,7 @@ def encode(data: bytes, probe_: Probe, enc: Encoding):
         target = (max(1, round(w * scale)), max(1, round(h * scale)))
         if im.format == "JPEG":
             im.draft("RGB", target)  # decode at the smallest DCT scale still >= target
-    im = im.convert("RGB")
+    im = _eight_bit(im).convert("RGB")
     if target and im.size != target:
         im = im.resize(target, Image.Resampling.BILINEAR, reducing_gap=None)
     out = io.BytesIO()

@@ -15,6 +15,7 @@ import os
 import random
 from pathlib import Path
 
+from ..common import cpus
 from ..common.atomic import atomic_dir, write_json
 from ..common.errors import StageError, run_main
 from ..common.parallel import ordered_map
@@ -25,10 +26,22 @@ COLUMNS = ("relpath", "label", "synset", "format", "mode", "width", "height", "b
 SPLITS = ("train", "val")
 
 
+def shown(relpath):
+    """A path as text that can be written anywhere: a name that is not UTF-8 (Python keeps its
+    bytes as surrogates) with those bytes as \\xNN."""
+    return relpath.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _probe_file(root):
     def probe(item):
+        path = root / item.relpath
+        if shown(item.relpath) != item.relpath:
+            # Every format's record and index line is UTF-8 text: such a name cannot be stored.
+            return item, image_records.Probe(reason="its name is not UTF-8: rename it"), 0
+        if path.is_symlink() and not path.exists():
+            return item, image_records.Probe(reason=f"a symbolic link to {os.readlink(path)}, which does not exist"), 0
         try:
-            data = (root / item.relpath).read_bytes()
+            data = path.read_bytes()
         except OSError as exc:  # permission denied, an I/O error: a reject like any bad file
             return item, image_records.Probe(reason=f"cannot read: {exc.strerror or exc}"), 0
         return item, image_records.probe(data), len(data)
@@ -69,7 +82,7 @@ def _probe_all(lay, threads, max_reject_fraction):
                     (item.relpath, label_of[item.synset], item.synset, pr.fmt, pr.mode, pr.width, pr.height, nbytes)
                 )
             else:
-                rejects.append((split, item.relpath, pr.reason))
+                rejects.append((split, shown(item.relpath), pr.reason))
     total = len(lay.train) + len(lay.val)
     if total and len(rejects) / total > max_reject_fraction:
         names = "\n  ".join(f"{lay.root / r[1]}: {r[2]}" for r in rejects[:20])
@@ -118,9 +131,9 @@ def main():
     ap.add_argument("--val-labels", default=config_default("dataset.val_labels"))
     ap.add_argument("--shuffle-seed", type=int, default=config_default("conversion.shuffle_seed"))
     ap.add_argument("--max-reject-fraction", type=float, default=config_default("conversion.max_reject_fraction"))
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    cpus.add_job_threads(ap)
     a = ap.parse_args()
-    build(a.root, a.out, a.val_labels, a.shuffle_seed, a.max_reject_fraction, a.threads)
+    build(a.root, a.out, a.val_labels, a.shuffle_seed, a.max_reject_fraction, cpus.job_threads(a))
 
 
 if __name__ == "__main__":

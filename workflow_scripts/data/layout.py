@@ -1,9 +1,11 @@
 """Read the ILSVRC2012 raw layout: which files exist, and which synset each belongs to.
 
 train/<wnid>/<wnid>_<n>.JPEG, and val/ as either synset folders or flat ILSVRC2012_val_*.JPEG
-files labelled by Kaggle's LOC_val_solution.csv or by one synset per line in image order
-(TensorFlow's imagenet_2012_validation_synset_labels.txt). Class index = position of the wnid in
-the sorted list of train synsets.
+files labelled by Kaggle's LOC_val_solution.csv, by one synset per line in image order
+(TensorFlow's imagenet_2012_validation_synset_labels.txt), or by the devkit's own ground truth
+(ILSVRC2012_validation_ground_truth.txt: one ILSVRC2012_ID per line, mapped to synsets by the
+devkit's data/meta.mat beside it). Class index = position of the wnid in the sorted list of train
+synsets.
 """
 
 import csv
@@ -17,7 +19,12 @@ from ..common.errors import StageError
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
 VAL_NAME = re.compile(r"^ILSVRC2012_val_(\d{8})$")
 # Where a flat val/ folder's labels are looked for, in this order, when config names none.
-LABEL_FILE_NAMES = ("LOC_val_solution.csv", "imagenet_2012_validation_synset_labels.txt")
+LABEL_FILE_NAMES = (
+    "LOC_val_solution.csv",
+    "imagenet_2012_validation_synset_labels.txt",
+    "ILSVRC2012_validation_ground_truth.txt",
+)
+DEVKIT_META = "meta.mat"  # the devkit's synsets (ILSVRC2012_ID -> WNID), beside its ground truth
 
 
 @dataclass(frozen=True)
@@ -36,7 +43,9 @@ class Layout:
 
 
 def _images_in(folder):
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    """The images of a folder; a symbolic link whose target is gone is kept, so that the index
+    lists it among its rejects rather than drop it without a word."""
+    return sorted(p for p in folder.iterdir() if (p.is_file() or p.is_symlink()) and p.suffix.lower() in IMAGE_SUFFIXES)
 
 
 def check(root, val_labels=""):
@@ -59,7 +68,57 @@ def check(root, val_labels=""):
         raise StageError(f"{val_dir} mixes synset folders and loose images; use one layout")
     if not has_dirs and not has_files:
         raise StageError(f"{val_dir} holds no images")
-    return _find_label_file(root, val_dir, val_labels) if has_files else (None, [])
+    if not has_dirs:
+        found = _find_label_file(root, val_dir, val_labels)
+        check_labels_whole(found[0], _read_label_file(found[0]), _val_numbers(val_dir))
+        return found
+    return None, []
+
+
+FULL_VAL = 50_000  # ILSVRC2012's validation images: a label file of the full set has one entry each
+
+
+def _val_numbers(val_dir):
+    with os.scandir(val_dir) as it:
+        return sorted(
+            int(m.group(1)) for e in it if e.is_file() and (m := VAL_NAME.match(Path(e.name).stem)) is not None
+        )
+
+
+def _positional(path):
+    """Whether the file labels images by line position (TensorFlow's, the devkit's), not by name."""
+    with open(path, errors="replace") as f:
+        return not f.readline().startswith("ImageId,")
+
+
+def check_labels_whole(path, labels, numbers):
+    """The whole label file against the images, before anything is converted: a file labelled by
+    position must have one line per image of the set (50,000 for ILSVRC2012, or as many as the
+    highest image number here), since one line added or lost shifts every label after it; one
+    labelled by name must have no entry without an image unless it is the full set's."""
+    if not numbers:
+        return
+    have, top = len(labels), max(numbers)
+    fix = (
+        "Fix: restore the file from its source (the full set's has one entry per image, 50,000), or set "
+        "config dataset.val_labels to another label source (Kaggle's LOC_val_solution.csv names each image)"
+    )
+    if _positional(path):
+        if have not in (FULL_VAL, top):
+            first = min(have, top) + 1
+            raise StageError(
+                f"{path}: {have:,} label lines for validation images numbered up to {top:,} (the full set: "
+                f"{FULL_VAL:,}): a line added or lost shifts every label after it, so every image's label is "
+                f"in doubt; the first line without its image (or image without its line): {first:,}. {fix}"
+            )
+        return
+    if have not in (len(numbers), FULL_VAL):
+        spare = sorted(set(labels) - set(numbers))
+        if spare:
+            raise StageError(
+                f"{path}: {len(spare):,} entries name no image in the val folder ({have:,} entries, "
+                f"{len(numbers):,} images), first ILSVRC2012_val_{spare[0]:08d}. {fix}"
+            )
 
 
 def discover(root, val_labels=""):
@@ -146,18 +205,55 @@ def _read_label_file(path):
     text = Path(path).read_text()
     if text.startswith("ImageId,"):
         labels = {}
-        for row in csv.DictReader(text.splitlines()):
+        for line, row in enumerate(csv.DictReader(text.splitlines()), start=2):
             m = VAL_NAME.match(row.get("ImageId") or "")
             pred = (row.get("PredictionString") or "").split()
             if not m or not pred:
                 raise StageError(f"{path}: cannot read row {row!r} (ImageId,PredictionString)")
+            if int(m.group(1)) in labels:
+                raise StageError(
+                    f"{path}, line {line}: {row['ImageId']} is labelled a second time. Fix: restore the file, "
+                    f"or set config dataset.val_labels to another label source"
+                )
             labels[int(m.group(1))] = pred[0]
         return labels
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if lines and all(ln.isdigit() for ln in lines[:50]):
+        return _read_devkit_ground_truth(Path(path), lines)
     bad = [ln for ln in lines[:50] if not re.fullmatch(r"n\d{8}", ln)]
     if not lines or bad:
+        first = f": first bad line {bad[0]!r}" if bad else ""
         raise StageError(
-            f"{path} is neither Kaggle's LOC_val_solution.csv nor one synset (nXXXXXXXX) "
-            f"per line{': first bad line ' + repr(bad[0]) if bad else ''}"
+            f"{path} is neither Kaggle's LOC_val_solution.csv, one synset (nXXXXXXXX) per line, nor the "
+            f"devkit's ILSVRC2012_validation_ground_truth.txt (one ILSVRC2012_ID per line){first}"
         )
     return {i + 1: wnid for i, wnid in enumerate(lines)}
+
+
+def devkit_synsets(meta):
+    """The devkit's meta.mat -> {ILSVRC2012_ID: WNID} (its 'synsets' struct array)."""
+    from scipy.io import loadmat  # only a devkit label file needs it
+
+    try:
+        synsets = loadmat(meta, squeeze_me=True, struct_as_record=False)["synsets"]
+    except (OSError, ValueError, KeyError, NotImplementedError) as exc:
+        raise StageError(f"{meta}: cannot read the devkit's synsets (ILSVRC2012_ID, WNID): {exc}") from None
+    return {int(s.ILSVRC2012_ID): str(s.WNID) for s in synsets}
+
+
+def _read_devkit_ground_truth(path, lines):
+    """The devkit's ground truth: line i is image i's ILSVRC2012_ID, a synset by the devkit's
+    meta.mat (data/ of the devkit, beside the file)."""
+    meta = path.parent / DEVKIT_META
+    if not meta.is_file():
+        raise StageError(
+            f"{path} holds ILSVRC2012_IDs (the devkit's ground truth), which name synsets only through the "
+            f"devkit's {DEVKIT_META}: put it beside the file ({meta}), as the devkit's data/ folder has it"
+        )
+    ids = devkit_synsets(meta)
+    labels = {}
+    for n, ln in enumerate(lines, start=1):
+        if not ln.isdigit() or int(ln) not in ids:
+            raise StageError(f"{path}, line {n}: {ln!r} is not an ILSVRC2012_ID of {meta}")
+        labels[n] = ids[int(ln)]
+    return labels

@@ -7,6 +7,7 @@ count, input size and where the weights came from (file and sha256).
 """
 
 import argparse
+import os
 
 import numpy as np
 import torch
@@ -60,10 +61,18 @@ def main():
     ap.add_argument("--image-size", type=int, required=True)
     ap.add_argument("--key", default="", help="the config key the weights come from (for messages)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--torch-home",
+        default="",
+        help="source torchvision: the cache fetch_weights filled on the login node (TORCH_HOME); the job "
+        "downloads nothing",
+    )
     ap.add_argument("--out", required=True, help="the FP32 ONNX model")
     ap.add_argument("--info", required=True, help="model.json")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    if a.torch_home:
+        os.environ["TORCH_HOME"] = a.torch_home  # read by torch.hub when the weights are looked up
     model, weights = models.load(a.network, a.source, a.weights, a.classes, a.seed, a.key or None)
     with torch.no_grad():
         err = export(model, a.image_size, a.out)

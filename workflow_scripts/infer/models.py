@@ -59,7 +59,7 @@ def _sha256(path):
     return h.hexdigest()
 
 
-def _torchvision_state(name, key):
+def torchvision_state(name, key):
     weights = torchvision.models.get_model_weights(name)[TORCHVISION_WEIGHTS]
     cached = Path(torch.hub.get_dir()) / "checkpoints" / Path(weights.url).name
     try:
@@ -82,7 +82,7 @@ def load(name, source, path="", classes=0, seed=0, key=None):
         torch.manual_seed(seed)
         return build(name, classes or 1000), {"source": "random", "seed": seed}
     if source == "torchvision":
-        state, info = _torchvision_state(name, key)
+        state, info = torchvision_state(name, key)
     elif source in ("pipeline", "file"):
         if not Path(path).is_file():
             what = "the training stage's weights" if source == "pipeline" else "the weights file"

@@ -3,6 +3,7 @@ otherwise fail mid-run (a path no job can carry, an output directory nobody can 
 that is not defined, an interpreter that is not there). The rules turn a ConfigProblem into
 Snakemake's WorkflowError (rules/common.smk, parse_time)."""
 
+import difflib
 import os
 import re
 import shlex
@@ -10,6 +11,28 @@ from pathlib import Path
 
 from workflow_scripts.common import interpreter
 from workflow_scripts.plan.sweep import ConfigProblem
+
+
+def unknown_keys(config, schema, where=""):
+    """A key the schema does not define, in a section that allows no others, as a ConfigProblem of
+    a few lines naming it and the nearest valid key (the schema validator would print the whole
+    config and schema around it)."""
+    props = schema.get("properties") or {}
+    if not isinstance(config, dict) or not props:
+        return
+    if schema.get("additionalProperties") is False:
+        for key in config:
+            if key not in props:
+                near = difflib.get_close_matches(str(key), list(props), n=1, cutoff=0.6)
+                hint = f"; did you mean {where}{near[0]}?" if near else ""
+                raise ConfigProblem(
+                    f"config {where}{key}: no such key{hint} (the keys of {where.rstrip('.') or 'the top level'}: "
+                    f"{', '.join(props)}; each is described in schemas/config.schema.yaml)"
+                )
+    for key, sub_schema in props.items():
+        if isinstance(config.get(key), dict) and isinstance(sub_schema, dict):
+            unknown_keys(config[key], sub_schema, f"{where}{key}.")
+
 
 # Keys that name a path, where a user writes $USER, ${SCRATCH} or ~ as in a shell.
 PATH_KEYS = (

@@ -2,14 +2,13 @@
 allocation, node-hours and GPU-hours reserved at the jobs' time limits, and an estimate of use from
 what the tool has measured (earlier runs' job times), else the time limits, saying which.
 
-    snakemake --profile slurm price          # writes results/price.md and price.json, and prints them
+    snakemake price --profile slurm          # writes results/price.md and price.json, and prints them
 
-rules/common.smk lists the jobs when the workflow is parsed (jobs()); config budget_gpu_hours makes
+rules/price.smk lists the jobs when the workflow is parsed (plan_jobs); config budget_gpu_hours makes
 any invocation but `price` itself refuse a plan whose reserve is over it (check_budget), naming the
 jobs that cost most. A job that takes its nodes alone (--exclusive) is charged all of their GPUs.
 """
 
-import argparse
 import json
 import statistics
 import sys
@@ -220,18 +219,11 @@ def markdown(jobs):
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description="The sweep's price (written by rules/common.smk's job list)")
-    ap.add_argument("--jobs", required=True, help="the jobs as JSON (plan_jobs)")
-    ap.add_argument("--out-md", required=True)
-    ap.add_argument("--out-json", required=True)
-    a = ap.parse_args(argv)
-    jobs = json.loads(a.jobs)
-    Path(a.out_json).write_text(json.dumps({"summary": summary(jobs), "jobs": jobs}, indent=1))
+def write(jobs, md_path, json_path, log_path=None):
+    """The price as results/price.md and price.json; printed, and into the rule's log."""
+    Path(json_path).write_text(json.dumps({"summary": summary(jobs), "jobs": jobs}, indent=1))
     text = markdown(jobs)
-    Path(a.out_md).write_text(text)
+    Path(md_path).write_text(text)
+    if log_path:
+        Path(log_path).write_text(text)
     sys.stdout.write(text)
-
-
-if __name__ == "__main__":
-    main()

@@ -6,6 +6,8 @@ table gives no "holds" or "does not hold" on it, but "not decided" and why, nami
   not isolated  something else used a run's nodes in its timed window (common/neighbours.py), or
                 whether it did is unknown
   impossible    a scaling efficiency above 100% by more than that same 2%: the baseline ran slow
+  execution mode changed  a point whose step ran another way than its baseline's (PyTorch's
+                compile mode, CUDA graphs, DDP's graph): its efficiency mixes scaling with that
   CPU stand-in  CPU processes standing in for GPUs: no performance finding rests on them (an accuracy
                 finding does not depend on the device)
   wrong transport  NCCL all-reduced over TCP sockets between nodes that have InfiniBand (nccl_log)
@@ -100,6 +102,26 @@ def impossible(efficiency, name):
             "(its baseline ran slower than it can)"
         )
     return None
+
+
+def mode_changed(base_mode, mode, name, base_gpus):
+    """The caveat of a point whose step ran another way than its baseline's (PyTorch's CUDA graphs
+    within a node, not across nodes): its efficiency mixes the scaling with that change, or None."""
+    if base_mode and mode and base_mode != mode:
+        return f"execution mode changed: {name} ran {mode}, its {base_gpus}-GPU baseline {base_mode}"
+    return None
+
+
+def cache_caveats(runs):
+    """The caveat of a cold-cache finding (uncached stability, storage reads) over runs whose
+    dataset's file system kept its own cache (cache_not_emptied): the reads may not have been cold."""
+    if "cache_not_emptied" not in runs:
+        return []
+    kept = runs[runs.cache_not_emptied.fillna("").astype(str) != ""]
+    return [
+        f"cache not emptied: {run_name(r)}: {r['cache_not_emptied']}; its reads may not have been cold"
+        for _, r in kept.iterrows()
+    ]
 
 
 def cpu_stand_in(device):

@@ -151,7 +151,7 @@ def stability(t, f, tol):
         for cell in runs.get("caveats", pd.Series(dtype=str))
         for c in guards.split(cell)
         if not c.startswith(("unstable", input_bound.INPUT_BOUND))
-    ]
+    ] + guards.cache_caveats(runs)
     return result(
         text,
         worst.step_cv,

@@ -36,6 +36,9 @@ def points(runs):
                 "stable": bool(g.stable.all()),
                 "isolated": guards.combine_isolated(g.isolated),
                 "ran_as": ", ".join(sorted(set(g.ran_as.astype(str)))),
+                "execution_mode": ", ".join(
+                    sorted(set(g.get("execution_mode", pd.Series(dtype=str)).fillna("").astype(str)) - {""})
+                ),
                 "device": g.device.iloc[0],
                 "gradient_bytes": g.gradient_bytes.iloc[0],
                 "gradient_bytes_from": g.gradient_bytes_from.iloc[0],

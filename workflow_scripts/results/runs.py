@@ -80,13 +80,31 @@ def evidence(s):
         "isolated": guards.isolation_word(s),
         "isolation_why": (s.get("isolation") or {}).get("why", "the run recorded no isolation evidence"),
         "ran_as": math.get("ran_as", "not recorded"),
+        # how the step ran (PyTorch: compile mode, CUDA graphs, DDP's graph); "" where not recorded
+        "execution_mode": s.get("execution_mode", ""),
         "fp32_math": math.get("fp32_math", ""),
         "gpu_state": (s.get("gpu_state") or {}).get("note", ""),
         "slurm_exclusive": (s.get("slurm") or {}).get("exclusive"),
         "cache_scope": (s.get("cache_scope") or {}).get("used", ""),
+        "cache_not_emptied": cache_not_emptied(s),
         "started_at": job.get("started_at"),
         "ended_at": job.get("ended_at"),
     }
+
+
+def cache_not_emptied(s):
+    """Why the dataset's file system kept a cache of its own that clearing did not reach (GPFS's
+    pagepool, a FUSE daemon's, FS-Cache: common/mounts.py), from the run's page-cache reports; ""
+    where the kernel's page cache is the only one."""
+    reports = (s.get("page_cache") or {}).values()
+    return next(
+        (
+            r["dataset_evicted_unverifiable"]
+            for r in reports
+            if isinstance(r, dict) and r.get("dataset_evicted_unverifiable")
+        ),
+        "",
+    )
 
 
 def record(point):
@@ -149,10 +167,12 @@ EVIDENCE = [
     "isolated",
     "isolation_why",
     "ran_as",
+    "execution_mode",
     "fp32_math",
     "gpu_state",
     "slurm_exclusive",
     "cache_scope",
+    "cache_not_emptied",
     "started_at",
     "ended_at",
     # preflight's input check, run by run (results/input_marks.py; empty where it judged none)

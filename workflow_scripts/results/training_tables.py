@@ -106,6 +106,7 @@ SCALING_COLUMNS = KEY + [
     "efficiency_high",
     "isolated",
     "ran_as",
+    "execution_mode",
     "device",
     "vouched",
     "caveats",
@@ -187,7 +188,12 @@ def scaling(runs, allreduce=None, raws=None):
             efficiency = r.images_per_s / ideal
             name = f"{r.system}/{r.framework}_{r.precision}_{r.gpus}gpu ({r.input})"
             caveats = guards.split(r.caveats) + (guards.split(base.caveats) if r.gpus != base.gpus else [])
-            caveats += [c for c in [guards.impossible(efficiency, name)] if c]
+            mode, base_mode = getattr(r, "execution_mode", ""), getattr(base, "execution_mode", "")
+            caveats += [
+                c
+                for c in [guards.impossible(efficiency, name), guards.mode_changed(base_mode, mode, name, base.gpus)]
+                if c
+            ]
             row = {
                 **dict(zip(KEY, key)),
                 "gpus": r.gpus,
@@ -207,6 +213,7 @@ def scaling(runs, allreduce=None, raws=None):
                 "efficiency_high": r.images_per_s_high / (base.images_per_s_low * per),
                 "isolated": guards.combine_isolated([r.isolated, base.isolated]),
                 "ran_as": r.ran_as,
+                "execution_mode": mode,
                 "device": r.device,
                 "vouched": not caveats,
                 "caveats": guards.join(caveats),

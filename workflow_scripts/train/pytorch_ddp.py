@@ -270,6 +270,7 @@ class PyTorch(loop.Adapter):
             ),
             "amp_dtype": s.describe()["amp_dtype"],
             "pytorch": s.describe(),
+            "execution_mode": s.execution_mode(),
             "gpu_input": self.data.stats(run.args.warmup_steps + s.prefetch),
             "max_memory_allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
         }

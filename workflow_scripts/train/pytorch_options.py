@@ -63,6 +63,11 @@ class Settings:
     input_lanes: int = 1
     dali_size_hint: object = 0  # 0, an integer, or "largest"
 
+    def execution_mode(self):
+        """How the step runs, for a table to tell when it changed between GPU counts."""
+        graphs = " with CUDA graphs" if self.compile == "reduce-overhead" else ""
+        return f"torch.compile {self.compile or 'off'}{graphs}, DDP graph {self.ddp_graph}"
+
     def describe(self):
         return {
             "amp_dtype": str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "float32",
