@@ -97,7 +97,7 @@ def test_builds_get_their_own_directories():
 
 @pytest.mark.stage
 def test_the_workflow_passes_the_configured_directory_to_training_and_interconnect(tmp_path):
-    jit = tmp_path / "jit $dir"
+    jit = tmp_path / "jit $(dir)"  # a shell would run it; config expands only $NAME and ${NAME}
     write_config(tmp_path, training__cuda_cache_dir=str(jit))
     out = snakemake(tmp_path, "-n", "-p", "training", "interconnect").stdout
     lines = [ln for ln in out.splitlines() if "--cuda-cache-dir=" in ln]

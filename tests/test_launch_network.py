@@ -14,6 +14,7 @@ import subprocess
 import pytest
 from helpers import REPO, SNAKEMAKE, interpreter, snakemake, trainer_command, write_config
 
+from workflow_scripts.common import interpreter as interpreter_words
 from workflow_scripts.common import launcher, netif
 from workflow_scripts.common.rank_env import Launch, setup_horovod
 
@@ -249,7 +250,9 @@ def test_interconnect_of_a_gpu_system_runs_in_its_training_environment_with_the_
         return shlex.split(line.removeprefix("Shell command: ").split(" > ")[0])
 
     env_words = ["--env=NCCL_NVLS_ENABLE=0", "--env=TORCH_SYMM_MEM_DISABLE_MULTICAST=1"]
-    container = ["apptainer", "exec", "--nv", f"--bind={REPO}", f"--env=PYTHONPATH={REPO}", str(image)]
+    nvml = [f"--bind={f}:{interpreter_words.SITE}/pynvml.py" for f in interpreter_words.pure_modules()]
+    path = f"{REPO}:{interpreter_words.SITE}" if nvml else str(REPO)
+    container = ["apptainer", "exec", "--nv", f"--bind={REPO}", *nvml, f"--env=PYTHONPATH={path}", str(image)]
     collectives = command("workflow_scripts.interconnect.collectives")
     assert collectives[:3] == [interpreter("workflow"), "-m", "workflow_scripts.common.launcher"], collectives
     ranks = collectives[collectives.index("--") + 1 :]
