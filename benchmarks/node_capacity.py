@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from workflow_scripts.common import cpu_bind
+from workflow_scripts.common import cpu_bind, gpu_identity
 from workflow_scripts.train import pytorch_options
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,7 +99,7 @@ def one_setting(work, gpus, batch, image_size, data, flags, bind=False):
         "per_process": [r.get("images_per_s") for r in ranks],
         "batch_cv": [r.get("batch_time_cv") for r in ranks],
         "threads": [r.get("threads") for r in ranks],
-        "cpus": [cpu_bind.cpu_text(c) for c in sets] if sets else "all",
+        "cpus": [gpu_identity.cpu_text(c) for c in sets] if sets else "all",
         "errors": [r["error"] for r in ranks if "error" in r],
     }
 

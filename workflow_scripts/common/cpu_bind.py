@@ -14,7 +14,6 @@ Why `none` is the default: docs/decisions.md#bind_cpus.
 import os
 
 from .affinity import CPU_ROOT, core_groups
-from .gpu_identity import cpu_text  # noqa: F401  (the launcher prints slices with it)
 
 BOUND_ENV = "DLSCALE_CPUS_BOUND"
 CHOICES = ("auto", "none")

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from . import comm_env, cpu_bind, cuda_cache, nccl_log, netif, slurm
+from . import comm_env, cpu_bind, cuda_cache, gpu_identity, nccl_log, netif, slurm
 from .comm_env import SETTABLE
 from .schema import default as config_default
 
@@ -263,7 +263,7 @@ def _bound_sets(env, n, bind):
         print(f"launch: {n} ranks not bound to CPUs: fewer physical cores than ranks", file=sys.stderr, flush=True)
         return None
     for r, cpus in enumerate(sets):
-        print(f"launch: rank {r} bound to CPUs {cpu_bind.cpu_text(cpus)}", file=sys.stderr, flush=True)
+        print(f"launch: rank {r} bound to CPUs {gpu_identity.cpu_text(cpus)}", file=sys.stderr, flush=True)
     return sets
 
 

@@ -48,15 +48,14 @@ def training_jobs(config, points, stage="training", minutes=run_minutes):
     """A job per sweep point; its estimate from its own last run, else the median of the runs of
     the same system, framework and precision (a short test's steps take about as long at any GPU
     count), else its time limit."""
+    took = [minutes(f"{p['run_dir']}/summary.json") for p in points]  # each summary read once
     seen = {}
-    for p in points:
-        m = minutes(f"{p['run_dir']}/summary.json")
+    for p, m in zip(points, took):
         if m is not None:
             seen.setdefault((p["system"], p["framework"], p["precision"]), []).append(m)
     out = []
-    for p in points:
+    for p, own in zip(points, took):
         sysc = config["systems"][p["system"]]
-        own = minutes(f"{p['run_dir']}/summary.json")
         like = seen.get((p["system"], p["framework"], p["precision"]))
         est, src = (
             (own, MEASURED) if own is not None else ((statistics.median(like), SIMILAR) if like else (None, LIMIT))

@@ -112,16 +112,19 @@ def mode_changed(base_mode, mode, name, base_gpus):
     return None
 
 
+def cache_caveat(row):
+    """The caveat of a cold-read finding (uncached stability, storage reads) on a run whose
+    dataset's file system kept its own cache (cache_not_emptied): its reads may not have been cold;
+    None where clearing reached every cache."""
+    why = row.get("cache_not_emptied")
+    if pd.isna(why) or not str(why):
+        return None
+    return f"cache not emptied: {run_name(row)}: {why}; its reads may not have been cold"
+
+
 def cache_caveats(runs):
-    """The caveat of a cold-cache finding (uncached stability, storage reads) over runs whose
-    dataset's file system kept its own cache (cache_not_emptied): the reads may not have been cold."""
-    if "cache_not_emptied" not in runs:
-        return []
-    kept = runs[runs.cache_not_emptied.fillna("").astype(str) != ""]
-    return [
-        f"cache not emptied: {run_name(r)}: {r['cache_not_emptied']}; its reads may not have been cold"
-        for _, r in kept.iterrows()
-    ]
+    """cache_caveat of every run that has one."""
+    return [c for _, r in runs.iterrows() if (c := cache_caveat(r))]
 
 
 def cpu_stand_in(device):

@@ -15,7 +15,7 @@ def _run_nodes(t, cold=False):
     if cold and "cache_not_emptied" in runs:
         runs = runs.assign(
             caveats=[
-                guards.join([*guards.split(r.get("caveats", "")), *guards.cache_caveats(pd.DataFrame([r]))])
+                guards.join([*guards.split(r.get("caveats", "")), *filter(None, [guards.cache_caveat(r)])])
                 for _, r in runs.iterrows()
             ]
         )
