@@ -16,7 +16,7 @@ from workflow_scripts.common.errors import StageError  # noqa: E402
 from workflow_scripts.common import interpreter  # noqa: E402
 from workflow_scripts.data import layout as dataset_layout  # noqa: E402
 from workflow_scripts.plan import cluster_checks, config_checks  # noqa: E402
-from workflow_scripts.plan.sweep import FORMAT_OF, TRAINER_OF, ConfigProblem, Sweep  # noqa: E402
+from workflow_scripts.plan.sweep import FORMAT_OF, TRAINER_OF, ConfigProblem, Sweep, repeat_suffix  # noqa: E402
 from workflow_scripts.plan.slurm_job import JobShape  # noqa: E402
 from workflow_scripts.plan.commands import TrainerCommands  # noqa: E402
 
@@ -133,6 +133,7 @@ parse_time(PLAN.check_long_test)
 if not IN_SLURM_JOB:
     # Where sinfo answers: partitions that can hold every point, GPU types their nodes have.
     PLAN.short_now = parse_time(cluster_checks.check_cluster, config, placement, LONG_TEST_GPUS)
+    PLAN.max_minutes = cluster_checks.max_minutes(config)
     for line in PLAN.short_lines():
         print(line, file=sys.stderr)
 

@@ -1,7 +1,27 @@
 # The training stage: ResNet-50 data-parallel training per framework from its own format,
-# one job per sweep point (system x framework x precision x GPU count). Paper section IV.
-# On a cluster each run is one SLURM job of `nodes` x `gpus_per_node` tasks (srun inside it);
-# locally the same launcher starts child processes.
+# one job per sweep run (system x framework x precision x GPU count x repeat). Paper section IV.
+# On a cluster each run is one SLURM job of `nodes` x `gpus_per_node` tasks (srun inside it), and
+# a point's repeats share one such job, in turn (job_group); locally the same launcher starts child
+# processes.
+
+
+def previous_run(w):
+    """A point's k-th run follows its (k-1)-th: through the earlier run's log, which a retry leaves
+    in place (common/failed_runs.py), and ancient, so that rerunning the earlier run never reruns
+    this one. Snakemake then puts the point's runs in one group, one SLURM job whose resources are
+    one run's and whose time limit is the sum of theirs."""
+    if not w.get("rep"):
+        return []
+    before = repeat_suffix(int(w.rep.removeprefix("_rep")) - 1)
+    return ancient(f"{LOGS}/train/{w.system}/{w.framework}_{w.precision}_{w.gpus}gpu{w.variant}{before}.log")
+
+
+def job_group(w):
+    """plan/sweep.py's job_group of a sweep run; None for the long test's (no repeats)."""
+    if "rep" not in w.keys():
+        return None
+    repeat = int(w.rep.removeprefix("_rep") or 1)
+    return PLAN.job_group(w.system, w.framework, w.precision, int(w.gpus), w.variant, repeat)
 
 
 rule train:
@@ -9,6 +29,7 @@ rule train:
         data=training_data,
         # the pair's preflight passed (rules/preflight.smk)
         preflight=preflight_passed,
+        previous=previous_run,
     output:
         f"{RESULTS}/runs/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}{{rep}}/summary.json",
     log:
@@ -25,6 +46,8 @@ rule train:
         # a point's second and later runs (training.repeats; workflow_scripts/plan/sweep.py, repeat_suffix)
         rep=r"(_rep\d+)?",
     retries: TRAIN["retries"]
+    group:
+        job_group
     conda:
         lambda w: "../envs/torch.yaml" if w.framework == "pytorch" else "../envs/tf-mxnet.yaml"
     threads: point_threads
@@ -54,7 +77,7 @@ rule train:
         # changes no result, so it reruns nothing.
         "{params.py:q} -m workflow_scripts.train.training_job --run-dir {params.run_dir:q} "
         "--results-dir {params.results_dir:q} --log {log:q} --attempt {resources.attempt} "
-        "--retries {params.retries} --data {input.data:q} --cache-clear-command={params.cache_clear_command:q} "
+        "--retries {params.retries} --share-min {resources.runtime} --data {input.data:q} --cache-clear-command={params.cache_clear_command:q} "
         "--cache-clear={params.cache_clear:q} "
         "--python={params.python:q} --cuda-cache-dir={params.cuda_cache:q} {params.launch:q} "
         "-- {params.trainer} {params.args:q}"

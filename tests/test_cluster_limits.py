@@ -4,6 +4,7 @@ with a 12-hour MaxTime would: a time limit over MaxTime refused naming the key, 
 node that leaves the 2-node point waiting (or skipped) while preflight and the 1-node points plan."""
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -28,7 +29,7 @@ def fake_sinfo(folder, states=("idle", "idle"), max_time="12:00:00"):
     return folder
 
 
-def plan(tmp_path, bin_dir, target="preflight", **system):
+def plan(tmp_path, bin_dir, target="preflight", *args, **system):
     sysc = {
         "gpus_per_node": 4,
         "max_nodes": 2,
@@ -43,7 +44,7 @@ def plan(tmp_path, bin_dir, target="preflight", **system):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     proc = subprocess.run(
-        [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "-n", target],
+        [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "-n", target, *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -83,3 +84,13 @@ def test_a_point_the_partition_could_never_hold_is_still_refused(tmp_path):
 )
 def test_sinfo_time_limits_in_minutes(text, minutes):
     assert slurm.parse_time_limit(text) == minutes
+
+
+def test_a_points_repeats_share_jobs_that_fit_the_partitions_max_time(tmp_path):
+    """MaxTime 2.5 h at time_min 60: each point's 3 repeats run as two SLURM jobs, of 2 runs and 1
+    (Snakemake groups, in turn), never one of 3 h that SLURM would not start."""
+    profile = ["--profile", str(REPO / "profiles" / "slurm")]
+    rc, out = plan(tmp_path, fake_sinfo(tmp_path / "bin", max_time="2:30:00"), "training", *profile)
+    assert rc == 0, out[-3000:]
+    groups = re.findall(r"Group job (train_h100_pytorch_fp32_4gpu\S*) ", out)
+    assert sorted(groups) == ["train_h100_pytorch_fp32_4gpu_part1", "train_h100_pytorch_fp32_4gpu_part2"], out[-3000:]

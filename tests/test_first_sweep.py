@@ -25,8 +25,9 @@ def test_price_prints_the_plan_and_a_budget_under_it_is_refused(tmp_path):
     write_config(tmp_path, systems={"gpu": GPU}, training__systems=["gpu"], training__gpus=[4, 8])
     proc = snakemake(tmp_path, "price", env=without_slurm(tmp_path))
     figures = json.loads((tmp_path / "results" / "price.json").read_text())["summary"]
-    # 3 frameworks x fp32 x 3 repeats (auto on a GPU system) at 1 and 2 nodes of 4 GPUs, 30 min each
-    assert figures["by_stage"]["training"] == 18 and figures["largest"]["gpus"] == 8
+    # 3 frameworks x fp32 at 1 and 2 nodes of 4 GPUs: 6 points, each point's 3 repeats (auto on a GPU
+    # system) one job of 3 x 30 min, the partition's MaxTime unknown here
+    assert figures["by_stage"]["training"] == 6 and figures["largest"]["gpus"] == 8
     # exclusive 4-GPU nodes, 30 min: training 9 x (1 + 2 nodes) x 4 GPUs x 0.5 h = 54 GPU-hours; preflight
     # 3 x (1 + 2 nodes) and the interconnect's 4 and 8 GPUs: (9 + 3) x 4 x 0.5 = 24; the embedded default's
     # long test (2 GPUs, one node) reserves its 12 jobs: 3 x 4 x 12 x 0.5 = 72

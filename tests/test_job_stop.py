@@ -60,6 +60,20 @@ def test_the_deadline_is_a_margin_before_the_end():
     assert job_stop._limit_s("1-02:03:04") == ((24 + 2) * 60 + 3) * 60 + 4
 
 
+@pytest.mark.unit
+def test_a_run_sharing_its_job_stops_at_the_end_of_its_own_share():
+    """A job of a point's 3 repeats has 3 x 60 min: the first run stops a margin before its own 60
+    min, not the job's 180; the last run's share ends with the job, whose EndTime then decides."""
+    text = SCONTROL.format(state="RUNNING", reason="None", limit="3:00:00", end="2026-11-26T10:00:00")
+    limit = job_stop.deadline("4242", text)
+    end = limit[1]
+    first = job_stop.own_deadline(limit, 3600, started=end - 3 * 3600 + 20)
+    assert first[3] and first[1] == end - 2 * 3600 + 20 and first[1] - first[0] == 300 and first[2] == 3600
+    last = job_stop.own_deadline(limit, 3600, started=end - 3600 + 60)  # started late: the job's end first
+    assert not last[3] and last[:3] == limit
+    assert job_stop.own_deadline(limit, 0, started=0)[:3] == limit  # no share: the job's own limit
+
+
 def _cmdline(proc):
     try:
         return " ".join(proc.cmdline())

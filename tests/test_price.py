@@ -12,7 +12,7 @@ pytestmark = pytest.mark.unit
 H100 = {"gpus_per_node": 8, "max_nodes": 8, "gpu_request": "gpus-per-node", "cpus_per_task": 12, "time_min": 60}
 
 
-def _plan(**overrides):
+def _plan(max_minutes=None, **overrides):
     settings = {
         "systems": {"h100": H100},
         "training__systems": ["h100"],
@@ -24,30 +24,47 @@ def _plan(**overrides):
     }
     config = validated(with_overrides(CONFIG, **{**settings, **overrides}))
     sweep = Sweep(config, embedded=False)
+    sweep.max_minutes = max_minutes or {}
 
     def preflight_gpus(system):  # rules/preflight_common.smk's: one node's tasks, and two nodes'
         return [8, 16]
 
-    return config, price.plan_jobs(config, sweep.sweep(), sweep.long_test(), sweep.placement, preflight_gpus)
+    return config, price.plan_jobs(
+        config, sweep.sweep(), sweep.long_test(), sweep.placement, preflight_gpus, sweep.point_group
+    )
 
 
 def test_the_price_of_an_8_node_sweep_by_hand():
     _, jobs = _plan()
     s = price.summary(jobs)
-    # training: 3 frameworks x 2 precisions x 3 repeats = 18 runs at each of 7 GPU counts
-    # preflight: 3 frameworks x (1 node, 2 nodes); interconnect: the 6 counts over 1 GPU
-    assert s["by_stage"] == {"training": 126, "preflight": 6, "interconnect": 6}
+    # training: 3 frameworks x 2 precisions = 6 points at each of 7 GPU counts, each point's 3 repeats
+    # one job of 3 h (no MaxTime known); preflight: 3 frameworks x (1 node, 2 nodes); interconnect:
+    # the 6 counts over 1 GPU
+    assert s["by_stage"] == {"training": 42, "preflight": 6, "interconnect": 6}
     # nodes of 1, 2, 4, 8, 16, 32, 64 GPUs: 1, 1, 1, 1, 2, 4, 8
-    assert s["by_nodes"] == {1: 18 * 4 + 3 + 3, 2: 18 + 3 + 1, 4: 18 + 1, 8: 18 + 1}
-    node_hours = 18 * (1 + 1 + 1 + 1 + 2 + 4 + 8) + 3 * (1 + 2) + (1 + 1 + 1 + 2 + 4 + 8)  # 324 + 9 + 17, 1 h each
+    assert s["by_nodes"] == {1: 6 * 4 + 3 + 3, 2: 6 + 3 + 1, 4: 6 + 1, 8: 6 + 1}
+    node_hours = 6 * 3 * (1 + 1 + 1 + 1 + 2 + 4 + 8) + 3 * (1 + 2) + (1 + 1 + 1 + 2 + 4 + 8)  # 324 + 9 + 17
     assert s["node_hours_reserved"] == node_hours == 350
     assert s["gpu_hours_reserved"] == 8 * node_hours  # exclusive: every GPU of every node, even for 1 GPU
     assert s["largest"]["nodes"] == 8 and s["largest"]["gpus"] == 64
-    assert s["estimate_sources"] == {price.LIMIT: 138} and s["gpu_hours_estimated"] == 2800
+    assert s["estimate_sources"] == {price.LIMIT: 54} and s["gpu_hours_estimated"] == 2800
+    three = [j for j in jobs if j["stage"] == "training" and j["name"] == "h100/pytorch_fp16_64gpu (3 runs in turn)"]
+    assert len(three) == 1 and three[0]["time_min"] == 180 and three[0]["runs"] == 3
+
+
+def test_a_partitions_max_time_splits_a_points_repeats_into_jobs_that_fit():
+    """MaxTime 150 min at time_min 60: two runs a job, so each point's 3 repeats are 2 jobs (2 + 1)."""
+    hours = {**H100, "partition": "gpu"}
+    _, jobs = _plan(max_minutes={"gpu": 150}, systems={"h100": hours})
+    training = [j for j in jobs if j["stage"] == "training"]
+    assert len(training) == 6 * 7 * 2
+    assert sorted({(j["runs"], j["time_min"]) for j in training}) == [(1, 60), (2, 120)]
+    assert price.summary(jobs)["node_hours_reserved"] == 350  # the same reserve, in more jobs
 
 
 def test_a_shared_node_is_charged_its_own_gpus_only():
     _, jobs = _plan(systems={"h100": {**H100, "exclusive": False}}, training__gpus=[1, 8], training__repeats=1)
+    assert all("runs" not in j for j in jobs)  # one repeat: each run its own job
     training = [j for j in jobs if j["stage"] == "training"]
     assert sorted({j["gpus"] for j in training}) == [1, 8]
 

@@ -19,6 +19,7 @@ from helpers import REPO, SNAKEMAKE, interpreter, write_config
 from helpers.hostile import MARK, markers
 
 from benchmarks import slurm_cluster
+from workflow_scripts.common import failed_runs
 
 FRAMEWORKS = ("tensorflow", "mxnet", "pytorch")
 SYSTEM = {
@@ -543,3 +544,90 @@ def test_a_drained_node_leaves_its_points_waiting_and_preflight_runs(cluster, tm
     finally:
         subprocess.run(["scontrol", "update", "nodename=n2", "state=resume"], timeout=30, capture_output=True)
         cluster.wait_idle()
+
+
+# --- a point's repeats in one allocation (plan/sweep.py job_group, rules/train.smk previous_run) ---
+
+
+@pytest.fixture(scope="module")
+def shared_jobs(cluster, tmp_path_factory):
+    """Two points of 2 repeats each, one node each: a's are real runs; slow's ranks sleep past their
+    1-minute share of the job's 2 minutes."""
+    work = tmp_path_factory.mktemp("shared")
+    fake = work / "slow-python"
+    fake.write_text(FAKE_TRAINER.format(python=interpreter("pytorch")))
+    fake.chmod(0o755)
+    one = {**SYSTEM, "max_nodes": 1}
+    cluster_config(
+        work,
+        systems={"a": one, "slow": {**one, "time_min": 1, "envs": {"pytorch": str(fake)}}},
+        training__systems=["a", "slow"],
+        training__frameworks=["pytorch"],
+        training__gpus=[1],
+        training__inputs=["synthetic"],
+        training__repeats=2,
+        training__retries=0,
+        preflight__gate=False,
+    )
+    proc = run_snakemake(work, "training")
+    out, _ = proc.communicate(timeout=1200)
+    assert proc.returncode == 0, f"{out[-6000:]}\n{cluster.logs()}"
+    return work, out
+
+
+def point_runs(work, system):
+    runs = work / DIRS["results_dir"] / "runs" / system
+    return [json.loads((runs / f"pytorch_fp32_1gpu_synthetic{r}" / "summary.json").read_text()) for r in ("", "_rep2")]
+
+
+@pytest.mark.pipeline
+def test_a_points_repeats_run_in_turn_in_one_job_each_its_own_run(shared_jobs):
+    """Each point's two runs ran in one SLURM job (two sbatch submissions for four runs), one after
+    the other, and each cleared its node's cache and recorded what else used the node, itself."""
+    work, out = shared_jobs
+    assert len(re.findall(r"submitted with SLURM jobid \d+ \(log: \S*/group_train_", out)) == 2, out[-4000:]
+    first, second = point_runs(work, "a")
+    assert first["status"] == second["status"] == "ok"
+    assert first["slurm"]["job"] == second["slurm"]["job"] and first["slurm"]["exclusive"] is True
+    assert second["job"]["started_at"] >= first["job"]["ended_at"]
+    for s in (first, second):
+        node = s["job"]["host"]
+        assert s["cache_scope"]["used"] == "node" and set(s["page_cache"]) == {node}, s["page_cache"]
+        assert s["isolation"]["isolated"] in (True, False) and set(s["isolation"]["nodes"]) == {node}, s["isolation"]
+
+
+@pytest.mark.pipeline
+def test_a_run_stops_at_the_end_of_its_own_share_and_the_next_still_runs(shared_jobs):
+    """slow's job has 2 x 1 minute: its first run is stopped before its own minute ends, not the
+    job's two, so the second still gets its own; both are recorded as stopped at a time limit."""
+    work, _ = shared_jobs
+    first, second = point_runs(work, "slow")
+    assert first["stopped"] == second["stopped"] == "time limit", (first, second)
+    assert "its own 1 min in a SLURM job it shares" in first["reason"], first["reason"]
+    logs = work / DIRS["log_dir"] / "train" / "slow"
+    jobs = [
+        re.search(r"SLURM job (\d+)", (logs / f"pytorch_fp32_1gpu_synthetic{rep}.log").read_text()).group(1)
+        for rep in ("", "_rep2")
+    ]
+    assert jobs[0] == jobs[1], jobs
+
+
+@pytest.mark.pipeline
+def test_retrying_a_points_first_run_leaves_its_second_alone(shared_jobs):
+    """The first run's record set aside (failed_runs --retry): the plan runs it again, and not the
+    second, which follows it only through its log (ancient)."""
+    work, _ = shared_jobs
+    runs = work / DIRS["results_dir"] / "runs" / "slow"
+    kept = failed_runs.set_aside(runs / "pytorch_fp32_1gpu_synthetic")
+    try:
+        plan = subprocess.run(
+            [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(work), "-n", "training"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-3000:]
+        planned = re.findall(r"^\s+output: .*/runs/slow/(\S+)/summary\.json$", plan.stdout, re.M)
+        assert set(planned) == {"pytorch_fp32_1gpu_synthetic"}, plan.stdout[-3000:]
+    finally:
+        kept.rename(runs / "pytorch_fp32_1gpu_synthetic" / "summary.json")

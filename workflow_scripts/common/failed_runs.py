@@ -7,7 +7,8 @@
 A run that failed on its last attempt is a result (train/failure.py writes it: its summary.json
 says failed and why), so Snakemake does not run it again by itself. --retry moves each failed
 summary.json to .failed-records/<run>.<n>.json in its system's folder (kept: a rerun empties only
-its own run directory), which leaves exactly those runs' outputs missing. A permanent failure (a
+its own run directory), which leaves exactly those runs' outputs missing. A point's later repeats
+follow a run through its log, not its summary (rules/train.smk), so they are not rerun with it. A permanent failure (a
 build that cannot run on the GPU) is listed but set aside only with --include-permanent: it would
 fail alike.
 """

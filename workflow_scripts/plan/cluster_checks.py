@@ -42,6 +42,14 @@ def check_time_limits(config, long_test_gpus):
             raise ConfigProblem(problem)
 
 
+def max_minutes(config):
+    """{partition: MaxTime in minutes} of the training systems' partitions that have a limit, where
+    sinfo answers (Sweep.runs_per_job)."""
+    parts = {config["systems"][s]["partition"] for s in config["training"]["systems"]} - {""}
+    limits = {p: slurm.partition_max_minutes(p) for p in sorted(parts)}
+    return {p: m for p, m in limits.items() if m}
+
+
 def check_gpu_type(config, system):
     """Where sinfo answers, a gpu_type the partition's nodes do not list among their GRES types:
     sbatch would refuse every job of the system, or leave it waiting. Without sinfo nothing is asked."""

@@ -44,10 +44,11 @@ def run_minutes(summary_path):
         return None
 
 
-def training_jobs(config, points, stage="training", minutes=run_minutes):
-    """A job per sweep point; its estimate from its own last run, else the median of the runs of
-    the same system, framework and precision (a short test's steps take about as long at any GPU
-    count), else its time limit."""
+def training_jobs(config, points, stage="training", minutes=run_minutes, group=lambda point: None):
+    """A job per sweep run, or per group of a point's runs that share one (group: Sweep.point_group),
+    reserving the sum of their time limits; a run's estimate from its own last run, else the median
+    of the runs of the same system, framework and precision (a short test's steps take about as long
+    at any GPU count), else its time limit."""
     took = [minutes(f"{p['run_dir']}/summary.json") for p in points]  # each summary read once
     seen = {}
     for p, m in zip(points, took):
@@ -76,6 +77,31 @@ def training_jobs(config, points, stage="training", minutes=run_minutes):
                 src,
             )
         )
+    return _shared(out, [group(p) for p in points])
+
+
+WEAKEST = (LIMIT, SIMILAR, MEASURED)  # a job of several runs is estimated as well as its least known run
+
+
+def _shared(jobs, groups):
+    """The runs of one group as one job: the first run's shape, the sum of the time limits and of
+    the estimates, and how many runs it holds."""
+    out, seen = [], {}
+    for j, g in zip(jobs, groups):
+        if g is None:
+            out.append(j)
+        elif g not in seen:
+            point = g.removeprefix("train_").removeprefix(f"{j['system']}_")
+            seen[g] = {**j, "name": f"{j['system']}/{point}", "runs": 1}
+            out.append(seen[g])
+        else:
+            one = seen[g]
+            one["runs"] += 1
+            one["time_min"] += j["time_min"]
+            one["estimate_min"] += j["estimate_min"]
+            one["estimate_source"] = min(one["estimate_source"], j["estimate_source"], key=WEAKEST.index)
+    for j in seen.values():
+        j["name"] += f" ({j['runs']} runs in turn)"
     return out
 
 
@@ -114,8 +140,9 @@ def point_jobs(config, stage, pairs):
     return out
 
 
-def plan_jobs(config, sweep, long_test, placement, preflight_gpus):
-    """Every job of the plan that holds GPU nodes: the sweep's training runs, the long test's jobs,
+def plan_jobs(config, sweep, long_test, placement, preflight_gpus, group=lambda point: None):
+    """Every job of the plan that holds GPU nodes: the sweep's training runs (a point's repeats one
+    job where they share one: group, Sweep.point_group), the long test's jobs,
     preflight's checks (one a system, framework and task count) and the interconnect measurement
     (one a system and GPU count over 1)."""
     t = config["training"]
@@ -127,7 +154,7 @@ def plan_jobs(config, sweep, long_test, placement, preflight_gpus):
     ]
     links = [(s, g, placement(s, g)[0], f"{s} {g} GPUs") for s in t["systems"] for g in t["gpus"] if g > 1]
     return (
-        training_jobs(config, sweep)
+        training_jobs(config, sweep, group=group)
         + long_test_jobs(config, long_test)
         + point_jobs(config, "preflight", checks)
         + point_jobs(config, "interconnect", links)
@@ -192,7 +219,8 @@ def markdown(jobs):
         "# The sweep's price, before it is submitted",
         "",
         f"{s['jobs']} SLURM jobs that hold GPU nodes (conversion and the other CPU jobs are not counted; a "
-        "long-test run counts once, reserving its most jobs). "
+        "long-test run counts once, reserving its most jobs; a point's repeats that run in turn in one job count once, "
+        "reserving the sum of their time limits). "
         "Reserved: at each job's time limit, an exclusive job charged all of its nodes' GPUs. Estimated: "
         + ", ".join(f"{n} from {src}" for src, n in s["estimate_sources"].items())
         + ".",

@@ -38,6 +38,9 @@ class Sweep:
         # {(system, GPUs): why}: points too few of whose partition's nodes are up now (set from
         # cluster_checks.check_cluster where sinfo answers); systems.<name>.nodes_down decides
         self.short_now = {}
+        # {partition: MaxTime in minutes} where sinfo answers (rules/common.smk): how many of a
+        # point's runs fit one allocation (runs_per_job)
+        self.max_minutes = {}
 
     def skipped(self, system, gpus):
         """A point left out of the plan: too few nodes up now and its system's nodes_down is skip."""
@@ -94,6 +97,31 @@ class Sweep:
         if value != "auto":
             return value
         return 3 if self.config["systems"][system]["gpu_request"] != "none" else 1
+
+    def runs_per_job(self, system):
+        """How many of a point's runs share one SLURM allocation, one after another (each its own
+        run: its cache cleared, its own isolation record; docs/slurm.md#a-points-runs-share-one-job):
+        all its repeats, or as many as fit the partition's MaxTime at systems.<name>.time_min each."""
+        sysc = self.config["systems"][system]
+        limit = self.max_minutes.get(sysc["partition"])
+        fit = limit // sysc["time_min"] if limit and sysc["time_min"] else None
+        return max(1, min(self.repeats(system), fit or self.repeats(system)))
+
+    def job_group(self, system, framework, precision, gpus, variant, repeat):
+        """The Snakemake group (one SLURM job) of a sweep run: a point's runs_per_job() runs in turn,
+        parts numbered where its repeats need more than one; None for a run alone in its job."""
+        per_job = self.runs_per_job(system)
+        if per_job == 1:
+            return None
+        name = f"train_{system}_{framework}_{precision}_{gpus}gpu{variant}"
+        parts = -(-self.repeats(system) // per_job)
+        return name if parts == 1 else f"{name}_part{(repeat - 1) // per_job + 1}"
+
+    def point_group(self, point):
+        """job_group of a point of sweep()."""
+        p = point
+        variant = self.input_suffix(p["system"], p["framework"], p["input"])
+        return self.job_group(p["system"], p["framework"], p["precision"], p["gpus"], variant, p["repeat"])
 
     def run_dir(self, system, framework, precision, gpus, path=None, repeat=1):
         path = path or self.effective_input(system, framework, "auto")

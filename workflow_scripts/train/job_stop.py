@@ -142,10 +142,24 @@ def hold_term():
     signal.pthread_sigmask(signal.SIG_BLOCK, TERM_SIGNALS)
 
 
-def watch(job, say):
+def own_deadline(limit, share_s, started):
+    """deadline()'s (stop at, end, limit) narrowed to the run's own share of its job: a job that runs
+    a point's repeats in turn has the sum of their time limits, and one run must not take the
+    next one's time. -> (stop at, end, limit, whether the share decides)."""
+    stop_at, end_s, limit_s = limit
+    if not share_s or share_s >= limit_s:
+        return stop_at, end_s, limit_s, False
+    own_end = started + share_s
+    if own_end >= end_s:
+        return stop_at, end_s, limit_s, False
+    return own_end - margin_s(share_s), own_end, share_s, True
+
+
+def watch(job, say, share_s=0, started=None):
     """Handlers for the TERM SLURM sends (and INT), and, under a time limit, a timer that stops the
-    ranks margin_s() before it: each raises Stopped in the main thread, out of whatever it waits for.
-    A TERM held since hold_term() is raised here, so the caller calls this inside its try."""
+    ranks margin_s() before it (before the end of the run's own share of the job, share_s seconds
+    from `started`, where that comes first): each raises Stopped in the main thread, out of whatever
+    it waits for. A TERM held since hold_term() is raised here, so the caller calls this inside its try."""
 
     def on_term(signum, frame):
         terminate_children()
@@ -157,15 +171,21 @@ def watch(job, say):
     limit = deadline(job) if job else None
     if not limit:
         return None
-    stop_at, end_s, limit_s = limit
+    stop_at, end_s, limit_s, shared = own_deadline(limit, share_s, time.time() if started is None else started)
+    whose = (
+        f"the end of its own {limit_s / 60:.0f} min in a SLURM job it shares with its point's other repeats"
+        if shared
+        else f"SLURM's time limit of {limit_s / 60:.0f} min"
+    )
 
     def on_limit(signum, frame):
         # TERM first: the launcher's srun waits for them (and a Popen waits for srun on the way out)
         terminate_children()
         raise Stopped(
             "time limit",
-            f"stopped by the pipeline {end_s - stop_at:.0f} s before SLURM's time limit of {limit_s / 60:.0f} min "
-            f"(EndTime {datetime.fromtimestamp(end_s):%Y-%m-%dT%H:%M:%S}): raise the system's time_min "
+            f"stopped by the pipeline {end_s - stop_at:.0f} s before {whose} "
+            f"({'at' if shared else 'EndTime'} {datetime.fromtimestamp(end_s):%Y-%m-%dT%H:%M:%S}): "
+            "raise the system's time_min "
             "(the long test: training.accuracy.time_min) or run fewer steps",
         )
 
@@ -173,7 +193,7 @@ def watch(job, say):
     timer = threading.Timer(max(0.0, stop_at - time.time()), os.kill, (os.getpid(), signal.SIGUSR2))
     timer.daemon = True
     timer.start()
-    say(f"job: will stop the ranks at {datetime.fromtimestamp(stop_at):%H:%M:%S}, before SLURM's time limit")
+    say(f"job: will stop the ranks at {datetime.fromtimestamp(stop_at):%H:%M:%S}, before {whose}")
     return timer
 
 

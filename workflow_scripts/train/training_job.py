@@ -53,6 +53,13 @@ def main():
     ap.add_argument("--log", required=True)
     ap.add_argument("--attempt", type=int, default=1)
     ap.add_argument("--retries", type=int, default=config_default("training.retries"), help="config training.retries")
+    ap.add_argument(
+        "--share-min",
+        type=float,
+        default=0,
+        help="the run's own time limit in minutes (its time_min), where one SLURM job runs a point's "
+        "repeats in turn; 0: the job's",
+    )
     ap.add_argument("--data", nargs="*", default=[], help="the dataset the run reads (page-cache clearing)")
     ap.add_argument(
         "--cache-clear-command",
@@ -86,7 +93,7 @@ def main():
     stopped = sharing = scope = why = None
     job = os.environ.get("SLURM_JOB_ID")
     try:
-        job_stop.watch(job, lambda line: print(line, flush=True))
+        job_stop.watch(job, lambda line: print(line, flush=True), share_s=a.share_min * 60, started=started)
         shutil.rmtree(run, ignore_errors=True)
         run.mkdir(parents=True)
         # Every process of this attempt (srun, the ranks, their workers) inherits the marker: the nodes'
