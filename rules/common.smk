@@ -225,6 +225,25 @@ POINT_RESOURCES = _per_job(SHAPE.point_resources)
 ACCURACY_RESOURCES = _per_job(SHAPE.accuracy_resources)
 
 
+def previous_run(w):
+    """A point's k-th run follows its (k-1)-th: through the earlier run's log, which a retry leaves
+    in place (common/failed_runs.py), and ancient, so that rerunning the earlier run never reruns
+    this one. Snakemake then puts the point's runs in one group, one SLURM job whose resources are
+    one run's and whose time limit is the sum of theirs."""
+    if not w.get("rep"):
+        return []
+    before = repeat_suffix(int(w.rep.removeprefix("_rep")) - 1)
+    return ancient(f"{LOGS}/train/{w.system}/{w.framework}_{w.precision}_{w.gpus}gpu{w.variant}{before}.log")
+
+
+def job_group(w):
+    """plan/sweep.py's job_group of a sweep run; None for the long test's (no repeats)."""
+    if "rep" not in w.keys():
+        return None
+    repeat = int(w.rep.removeprefix("_rep") or 1)
+    return PLAN.job_group(w.system, w.framework, w.precision, int(w.gpus), w.variant, repeat)
+
+
 def training_data(w):
     return [] if run_input(w) == "synthetic" else f"{DATA}/{FORMAT_OF[w.framework]}"
 

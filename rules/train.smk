@@ -1,27 +1,8 @@
 # The training stage: ResNet-50 data-parallel training per framework from its own format,
 # one job per sweep run (system x framework x precision x GPU count x repeat). Paper section IV.
-# On a cluster each run is one SLURM job of `nodes` x `gpus_per_node` tasks (srun inside it), and
-# a point's repeats share one such job, in turn (job_group); locally the same launcher starts child
-# processes.
-
-
-def previous_run(w):
-    """A point's k-th run follows its (k-1)-th: through the earlier run's log, which a retry leaves
-    in place (common/failed_runs.py), and ancient, so that rerunning the earlier run never reruns
-    this one. Snakemake then puts the point's runs in one group, one SLURM job whose resources are
-    one run's and whose time limit is the sum of theirs."""
-    if not w.get("rep"):
-        return []
-    before = repeat_suffix(int(w.rep.removeprefix("_rep")) - 1)
-    return ancient(f"{LOGS}/train/{w.system}/{w.framework}_{w.precision}_{w.gpus}gpu{w.variant}{before}.log")
-
-
-def job_group(w):
-    """plan/sweep.py's job_group of a sweep run; None for the long test's (no repeats)."""
-    if "rep" not in w.keys():
-        return None
-    repeat = int(w.rep.removeprefix("_rep") or 1)
-    return PLAN.job_group(w.system, w.framework, w.precision, int(w.gpus), w.variant, repeat)
+# On a cluster a run takes `nodes` x `gpus_per_node` tasks (srun inside its job), and a point's
+# repeats share one SLURM job, in turn (rules/common.smk, job_group); locally the same launcher
+# starts child processes.
 
 
 rule train:
