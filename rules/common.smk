@@ -248,5 +248,13 @@ def training_data(w):
     return [] if run_input(w) == "synthetic" else f"{DATA}/{FORMAT_OF[w.framework]}"
 
 
+FRAMEWORK_OF_FORMAT = {fmt: fw for fw, fmt in FORMAT_OF.items()}
+
+
+def data_checked(w):
+    """The whole-file check's record of the run's data (rules/data.smk, data_check)."""
+    return [] if run_input(w) == "synthetic" else f"{DATA}/checked/{FORMAT_OF[w.framework]}.json"
+
+
 def dataset_of(w):
     return f"{DATA}/{FORMAT_OF[w.framework]}"

@@ -121,8 +121,37 @@ rule lmdb:
         "--threads {threads} --cpus-per-task {resources.cpus_per_task} {params.encoding:q} > {log:q} 2>&1"
 
 
+# The whole-file check (docs/data.md#the-whole-file-check): every converted file against its
+# manifest's sha256, in parallel, once after conversion; recorded with each file's size and mtime,
+# so that a training job hashes again only what changed since.
+rule data_check:
+    input:
+        f"{DATA}/{{format}}",
+    output:
+        f"{DATA}/checked/{{format}}.json",
+    log:
+        f"{LOGS}/data/check_{{format}}.log",
+    benchmark:
+        f"{LOGS}/data/check_{{format}}.bench.tsv"
+    wildcard_constraints:
+        format="tfrecord|recordio|lmdb",
+    conda:
+        lambda w: "../envs/torch.yaml" if w.format == "lmdb" else "../envs/tf-mxnet.yaml"
+    threads: CONV["threads"]
+    resources:
+        **CPU_JOB_RESOURCES,
+        cpus_per_task=CONV["threads"],
+    params:
+        # the interpreter whose reader the format needs (lmdb's package for an LMDB)
+        py=lambda w: PY[FRAMEWORK_OF_FORMAT[w.format]],
+    shell:
+        "{params.py:q} -m workflow_scripts.data.verify --data {input:q} --record {output:q} "
+        "--threads {threads} > {log:q} 2>&1"
+
+
 rule data:
     input:
         rules.tfrecord.output,
         rules.recordio.output,
         rules.lmdb.output,
+        expand(f"{DATA}/checked/{{format}}.json", format=("tfrecord", "recordio", "lmdb")),

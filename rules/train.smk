@@ -8,6 +8,8 @@
 rule train:
     input:
         data=training_data,
+        # every converted file matched its manifest's sha256 (rules/data.smk, data_check)
+        checked=data_checked,
         # the pair's preflight passed (rules/preflight.smk)
         preflight=preflight_passed,
         previous=previous_run,
@@ -76,6 +78,7 @@ rule training:
 use rule train as train_accuracy with:
     input:
         data=dataset_of,
+        checked=lambda w: f"{DATA}/checked/{FORMAT_OF[w.framework]}.json",
         preflight=preflight_passed,
     output:
         f"{RESULTS}/runs/{{system}}/accuracy/{{framework}}_{{precision}}_{{gpus}}gpu/summary.json",

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from helpers import REPO, run_script, run_stage, trainer_command, tree_hashes
 
-from workflow_scripts.common.errors import PERMANENT_TAG
+from workflow_scripts.common.errors import PERMANENT_TAG, PermanentError
 from workflow_scripts.data import records, verify
 from workflow_scripts.train import failure
 
@@ -216,3 +216,109 @@ def test_a_dataset_smaller_than_one_global_batch_is_permanent(small_lmdb, tmp_pa
     assert f"holds {images} training images, fewer than one global batch ({images + 1} x 1 ranks)" in last, last
     assert "Fix: lower training.batch_per_gpu" in last
     assert failure.permanent(proc.stdout + proc.stderr) == last
+
+
+# --- the whole-file check after conversion (verify --record; rules/data.smk data_check) ---
+
+TRAIN_FILE = {"tfrecord": "train-00000-of-00003", "recordio": "train.rec", "lmdb": "train/data.mdb"}
+RESAMPLE = (
+    "import json, sys\n"
+    "from pathlib import Path\n"
+    "from workflow_scripts.data import verify\n"
+    "verify.SAMPLE_RECORDS = 1  # one record of each file sampled: ILSVRC2012's 1 in 1,250, or fewer\n"
+    "d = Path(sys.argv[1])\n"
+    "m = json.loads((d / 'manifest.json').read_text())\n"
+    "m['files'] = verify.facts(m['format'], d, [d / f for f in m['files']])\n"
+    "(d / 'manifest.json').write_text(json.dumps(m))\n"
+    "print(json.dumps({'resampled': str(d)}))\n"
+)
+
+
+def resampled(copy_of, fmt, tmp_path):
+    """A copy whose manifest samples one record of each file (rewritten in the format's environment)."""
+    data = copy_of(fmt)
+    script = tmp_path / "resample.py"
+    script.write_text(RESAMPLE)
+    run_script(ENV[fmt], script, data)
+    return data
+
+
+def flip_16_bytes_in_last_image(path):
+    """16 bytes inside the last JPEG the file holds (never record 0, the one sampled)."""
+    data = bytearray(path.read_bytes())
+    at = data.rindex(b"\xff\xd8\xff") + 200
+    data[at : at + 16] = bytes(b ^ 0xFF for b in data[at : at + 16])
+    path.write_bytes(bytes(data))
+
+
+def whole_check(data, out, env):
+    proc = run_stage(
+        env, "workflow_scripts.data.verify", "--data", data, "--record", out, "--threads", "2", check=False
+    )
+    return proc.returncode, [ln for ln in proc.stdout.splitlines() if ": " in ln and "Fix:" in ln], proc.stdout
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_damage_outside_the_sample_passes_it_and_fails_the_whole_file_check(copy_of, tmp_path, fmt):
+    data = resampled(copy_of, fmt, tmp_path)
+    flip_16_bytes_in_last_image(data / TRAIN_FILE[fmt])
+    assert check(data, "sample")[:2] == (0, [])  # what preflight reads by default: the damage is not in it
+    out = tmp_path / "checked" / f"{fmt}.json"
+    rc, problems, said = whole_check(data, out, ENV[fmt])
+    assert rc == 1 and not out.exists(), said
+    (line,) = problems
+    assert line.startswith(f"{data / TRAIN_FILE[fmt]}: sha256 of the whole file"), line
+    assert line.endswith(f"Fix: snakemake --forcerun {fmt}")
+
+
+def test_a_file_changed_since_its_check_is_hashed_again_before_training(copy_of, tmp_path):
+    """The record keeps each file's size and mtime: a file rewritten with the same bytes is hashed
+    again and passes; one whose bytes changed (here 16 of them, its size the same) stops the run."""
+    data = copy_of("recordio")
+    rc, _, said = whole_check(data, verify.record_path(data), "mxnet")
+    assert rc == 0 and "whole-file check of" in said and "MB/s" in said, said
+    record = json.loads(verify.record_path(data).read_text())
+    assert set(record["files"]) == set(json.loads((data / "manifest.json").read_text())["files"])
+    assert verify.changed_since_check(data) == set()
+    rec = data / "train.rec"
+    os.utime(rec, ns=(rec.stat().st_atime_ns, rec.stat().st_mtime_ns + 10**9))
+    assert verify.changed_since_check(data) == {"train.rec"}
+    verify.require(data)  # the same bytes: passes
+    flip_16_bytes_in_last_image(rec)
+    with pytest.raises(PermanentError) as e:
+        verify.require(data)
+    assert f"{rec}: sha256 of the whole file" in str(e.value) and "snakemake --forcerun recordio" in str(e.value)
+
+
+def test_a_damaged_tfrecord_stops_tensorflow_naming_the_data_and_the_fix(copy_of, tmp_path):
+    """A shard's record damaged after the check (sizes the same, so the quick check at start passes):
+    TensorFlow's DataLossError, which names no shard, becomes a permanent error naming the copy, the
+    command that finds the shard and the rule that remakes it, recorded at once, never retried."""
+    data = copy_of("tfrecord")
+    for shard in sorted(data.glob("train-*-of-*")):
+        flip_byte_in_first_image(shard)
+    cmd = trainer_command("tensorflow", data=data, batch_per_gpu=2, out=tmp_path / "run")
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {PERMANENT_TAG} {data}: a TFRecord shard is damaged (TensorFlow: "), last
+    assert f"--data {data} --level full` names it. Fix: snakemake --forcerun tfrecord" in last
+    assert failure.permanent(proc.stdout + proc.stderr) == last
+
+
+def test_a_record_that_does_not_decode_stops_pytorch_naming_the_record_and_the_fix(small_lmdb, tmp_path):
+    """A record's JPEG damaged where the quick check at start cannot see it (its start marker): the
+    PyTorch reader names the LMDB, the record and the rule that remakes it, as permanent."""
+    data = shutil.copytree(small_lmdb, tmp_path / "lmdb")
+    mdb = data / "train" / "data.mdb"
+    raw = bytearray(mdb.read_bytes())
+    at = raw.index(b"\xff\xd8\xff")
+    while at >= 0:  # every image: whichever the shuffled first batch takes
+        raw[at : at + 3] = b"BAD"
+        at = raw.find(b"\xff\xd8\xff", at)
+    mdb.write_bytes(bytes(raw))
+    proc = _train(data, tmp_path / "run")
+    assert proc.returncode != 0, proc.stderr[-3000:]
+    line = failure.permanent(proc.stdout + proc.stderr)
+    assert line and f"{data / 'train'}/data.mdb: record " in line and "does not decode" in line, proc.stderr[-3000:]
+    assert line.endswith("Fix: snakemake --forcerun lmdb"), line

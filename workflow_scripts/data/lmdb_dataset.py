@@ -11,6 +11,7 @@ import lmdb
 import torch
 from PIL import Image
 
+from ..common.errors import PermanentError
 from . import caffe2_proto
 from .caffe2_proto import key
 
@@ -50,7 +51,16 @@ class LMDBImageNet(torch.utils.data.Dataset):
 
     def __getitem__(self, index):
         jpeg, label = self.raw(index)
-        image = Image.open(io.BytesIO(jpeg)).convert("RGB")
+        try:
+            image = Image.open(io.BytesIO(jpeg)).convert("RGB")
+        except (OSError, ValueError, SyntaxError) as exc:  # Pillow's words for bytes that are no image
+            # The same record fails every attempt until the copy is remade (in a DataLoader worker
+            # this line reaches the log inside the worker's traceback, tag included).
+            raise PermanentError(
+                f"{self.path}/data.mdb: record {index} (key {key(index, self.length).decode()}) does not decode "
+                f"({type(exc).__name__}: {exc}); `python -m workflow_scripts.data.verify --data "
+                f"{os.path.dirname(self.path)} --level full` checks the copy. Fix: snakemake --forcerun lmdb"
+            ) from None
         return (self.transform(image) if self.transform else image), label
 
     def __getstate__(self):

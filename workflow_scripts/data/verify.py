@@ -10,9 +10,15 @@ sha256 of the whole file. Levels of check:
   full    quick + every file's whole checksum
 
     python -m workflow_scripts.data.verify --data DIR [DIR ...] --level quick|sample|full
+    python -m workflow_scripts.data.verify --data DIR --record OUT.json --threads N
 
 prints one line per problem (file, what differs, expected and found, the fix) and exits 1 when
 there is any; 2 when it cannot check (no lmdb package for an LMDB).
+
+With --record, the whole-file check after conversion (rules/data.smk, data_check): full, files
+hashed N at a time, timed; OUT.json (data/checked/<format>.json) records each file's size and
+mtime as checked. A training job's check at start (require) hashes again every file whose size
+or mtime changed since (docs/data.md#the-whole-file-check).
 """
 
 import argparse
@@ -21,9 +27,12 @@ import json
 import math
 import struct
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..common.atomic import write_json
 from ..common.errors import PermanentError, StageError, run_main
 from . import records
 
@@ -201,6 +210,90 @@ def _check_legacy(data_dir, manifest, level, rule):
     return problems
 
 
+def record_path(data_dir):
+    """Where the whole-file check of a format's directory records what it checked."""
+    data_dir = Path(data_dir)
+    return data_dir.parent / "checked" / f"{data_dir.name}.json"
+
+
+def _stat(path):
+    st = path.stat()
+    return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _manifest(data_dir):
+    path = Path(data_dir) / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise StageError(f"{path}: the data stage's manifest cannot be read ({exc})") from None
+    if manifest.get("files") is None:
+        raise StageError(
+            f"{path}: no per-file facts (an older conversion): remake it (snakemake --forcerun {_rule(data_dir)})"
+        )
+    return manifest
+
+
+def whole(data_dir, threads=1, only=None):
+    """Every file of a format's directory (or those in `only`) against its manifest's size, record
+    count and whole-file sha256, `threads` files at a time (hashlib lets go of the GIL over large
+    reads). -> (problems, {rel: size and mtime as checked}, bytes read, seconds)."""
+    data_dir = Path(data_dir)
+    manifest = _manifest(data_dir)
+    rule = _rule(data_dir, manifest)
+    files = {rel: f for rel, f in manifest["files"].items() if only is None or rel in only}
+
+    def one(item):
+        rel, fact = item
+        path = data_dir / rel
+        before = _stat(path) if path.is_file() else None
+        return rel, _check_file(path, records.kind(manifest["format"], rel), fact, "full", rule), before
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        done = list(pool.map(one, sorted(files.items())))
+    seconds = time.perf_counter() - started
+    problems = [p for _, p, _ in done if p]
+    seen = {rel: st for rel, _, st in done if st}
+    return problems, seen, sum(files[rel]["bytes"] for rel in seen), seconds
+
+
+def write_record(data_dir, out, threads):
+    """The whole-file check of data_dir, recorded in `out` when it passes; -> its problems."""
+    problems, seen, nbytes, seconds = whole(data_dir, threads)
+    rate = nbytes / seconds / 1e6 if seconds else None
+    print(
+        f"whole-file check of {data_dir}: {len(seen)} files, {nbytes / 1e9:.3f} GB in {seconds:.2f} s "
+        f"({rate or 0:.0f} MB/s, {threads} at a time)"
+    )
+    if not problems:
+        write_json(
+            out,
+            {
+                "data": str(Path(data_dir).resolve()),
+                "checked_at": time.time(),
+                "threads": threads,
+                "bytes": nbytes,
+                "seconds": round(seconds, 3),
+                "mb_per_s": round(rate, 1) if rate else None,
+                "files": seen,
+            },
+        )
+    return problems
+
+
+def changed_since_check(data_dir):
+    """The files of data_dir whose size or mtime differ from the whole-file check's record (all of
+    them where a file is new to it); None where there is no record."""
+    path = record_path(data_dir)
+    try:
+        checked = json.loads(path.read_text())["files"]
+    except (OSError, ValueError, KeyError):
+        return None
+    now = {rel: _stat(Path(data_dir) / rel) for rel in _manifest(data_dir)["files"] if (Path(data_dir) / rel).is_file()}
+    return {rel for rel, st in now.items() if checked.get(rel) != st}
+
+
 def _check_index(index_dir):
     summary = json.loads((index_dir / "summary.json").read_text())
     problems = []
@@ -215,10 +308,15 @@ def _check_index(index_dir):
 
 
 def require(data_dir):
-    """The training job's check at start: quick, and a PermanentError with the first problem in one
+    """The training job's check at start: quick, the whole-file check again for every file whose
+    size or mtime changed since its record, and a PermanentError with the first problem in one
     line (the others are one command away): a dataset that fails its manifest fails every attempt
     until it is rebuilt, so the training job records it at once instead of running it again."""
     problems = check(data_dir, "quick")
+    changed = changed_since_check(data_dir) if not problems else None
+    if changed:
+        # written since the whole-file check: hashed again before anything is trained on it
+        problems = whole(data_dir, threads=4, only=changed)[0]
     if problems:
         more = (
             f" (and {len(problems) - 1} more: python -m workflow_scripts.data.verify --data {data_dir})"
@@ -232,7 +330,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", nargs="+", required=True, help="data stage output directories")
     ap.add_argument("--level", choices=LEVELS, default="quick")
+    ap.add_argument("--record", help="the whole-file check: full, recorded here when it passes (one --data)")
+    ap.add_argument("--threads", type=int, default=1, help="with --record: files hashed at once")
     a = ap.parse_args()
+    if a.record:
+        if len(a.data) != 1:
+            ap.error("--record checks one --data directory")
+        problems = write_record(a.data[0], a.record, a.threads)
+        for p in problems:
+            print(p)
+        sys.exit(1 if problems else 0)
     bad = 0
     for d in a.data:
         problems = check(d, a.level)

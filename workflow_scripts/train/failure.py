@@ -17,6 +17,7 @@ from ..common.atomic import write_json
 from ..common.errors import PERMANENT_TAG
 from ..common.kernel_check import classify
 
+WORKER = re.compile(r"Caught \w+ in DataLoader worker process \d+")
 CAUSE = re.compile(r"error|exception|traceback|fail|killed|cancel|oom|denied|not found|needs", re.I)
 
 
@@ -33,7 +34,11 @@ def permanent(log_text):
     (kernel_check's, with the GPU, the build and the fix), else a CUDA message of the same causes
     from a kernel that failed after that check."""
     lines = [ln.strip() for ln in log_text.splitlines()]
-    return next((ln for ln in lines if PERMANENT_TAG in ln), None) or next((ln for ln in lines if classify(ln)), None)
+    tagged = [ln for ln in lines if PERMANENT_TAG in ln]
+    # A DataLoader worker's error reaches the main process as "Caught <error> in DataLoader worker
+    # process N.", its message further down, inside the worker's traceback: that line says why.
+    said = [ln for ln in tagged if not WORKER.search(ln)]
+    return next(iter(said or tagged), None) or next((ln for ln in lines if classify(ln)), None)
 
 
 def record(run_dir, log, attempts, exit_code, permanent_cause=None, stopped=None, out=None):

@@ -10,12 +10,13 @@ the records of its share (the shards' DALI index files give their record counts)
 the shorter side to image_size x 256/224 and centre-crops.
 """
 
+import contextlib
 import functools
 import glob
 import os
 import sys
 
-from ..common.errors import StageError, run_main
+from ..common.errors import PermanentError, StageError, run_main
 from . import accuracy_mode, harness, keras_compat, loop
 from .input_capacity import Feed
 from .keras_compat import tf  # TensorFlow, imported once TF_USE_LEGACY_KERAS is settled (keras_compat)
@@ -26,6 +27,29 @@ FEATURES = {
     "image/encoded": tf.io.FixedLenFeature([], tf.string),
     "image/class/label": tf.io.FixedLenFeature([], tf.int64),
 }
+
+
+@contextlib.contextmanager
+def damaged_records(data):
+    """TensorFlow's own words for a damaged shard (DataLossError: "corrupted record at <byte>", no
+    file named) or a JPEG that does not decode, as a PermanentError that says where and what to do:
+    the same records fail every attempt until the copy is remade."""
+    try:
+        yield
+    except tf.errors.DataLossError as exc:
+        said = exc.message.splitlines()[0]
+        raise PermanentError(
+            f"{data}: a TFRecord shard is damaged (TensorFlow: {said}); `python -m workflow_scripts.data.verify "
+            f"--data {data} --level full` names it. Fix: snakemake --forcerun tfrecord"
+        ) from None
+    except tf.errors.InvalidArgumentError as exc:
+        said = exc.message.splitlines()[0]
+        if "jpeg" not in said.lower():
+            raise
+        raise PermanentError(
+            f"{data}: a record's JPEG does not decode (TensorFlow: {said}); `python -m workflow_scripts.data.verify "
+            f"--data {data} --level full` names its shard. Fix: snakemake --forcerun tfrecord"
+        ) from None
 
 
 def decode_threads(run, gpu):
@@ -230,6 +254,7 @@ class TensorFlow(loop.HorovodAdapter):
         run.record_threads(intra_op=run.cpus.per_rank, **({"decode": self.threads} if manifest else {}))
         self.label_offset = (manifest or {}).get("label_offset", 0)
         self.decoding = bool(manifest)
+        self.data = args.data
         if manifest:
             self.batches = iter(dataset(run, self.label_offset, self.threads))
             return
@@ -244,7 +269,8 @@ class TensorFlow(loop.HorovodAdapter):
         self.step = make_step(self.model, self.opt, lambda t: hvd.allreduce(t, op=hvd.Average), hvd.size())
 
     def next_batch(self):
-        return next(self.batches)
+        with damaged_records(self.data):
+            return next(self.batches)
 
     def input_alone(self, run, gpu):
         """The train input as build_input makes it for a rank on a GPU (gpu) or the CPU, with no
@@ -334,8 +360,9 @@ def long_test_parts(run, model, opt, hvd, label_offset, threads, classes):
         if run.launch.world_size > 1:
             average_moving_statistics()
         numbers, labels, top = [tf.zeros([0], tf.int64)], [tf.zeros([0], tf.int32)], [tf.zeros([0, k], tf.int32)]
-        for n, x, y in val if val is not None else ():
-            numbers.append(n), labels.append(y), top.append(top_k(x))
+        with damaged_records(run.args.data):
+            for n, x, y in val if val is not None else ():
+                numbers.append(n), labels.append(y), top.append(top_k(x))
         return (tf.concat(numbers, 0).numpy(), tf.concat(labels, 0).numpy(), tf.concat(top, 0).numpy())
 
     def allreduce_sum(counts):
