@@ -14,7 +14,7 @@ from snakemake.utils import validate
 sys.path.insert(0, workflow.basedir)
 from workflow_scripts.common.errors import StageError  # noqa: E402
 from workflow_scripts.common import interpreter  # noqa: E402
-from workflow_scripts.data import layout as dataset_layout  # noqa: E402
+from workflow_scripts.data import layout as dataset_layout, listing  # noqa: E402
 from workflow_scripts.plan import cluster_checks, config_checks  # noqa: E402
 from workflow_scripts.plan.sweep import FORMAT_OF, TRAINER_OF, ConfigProblem, Sweep, repeat_suffix  # noqa: E402
 from workflow_scripts.plan.slurm_job import JobShape  # noqa: E402
@@ -75,10 +75,17 @@ EMBEDDED = not config["dataset"]["root"]
 if not EMBEDDED:
     # A wrong path or a missing val label file stops the run now, not hours into a cluster job.
     try:
-        dataset_layout.check(config["dataset"]["root"], config["dataset"]["val_labels"])
+        _found, _agreeing = dataset_layout.check(config["dataset"]["root"], config["dataset"]["val_labels"])
     except StageError as exc:
         raise WorkflowError(str(exc))
 DATASET_ROOT = f"{DATA}/embedded/ILSVRC2012" if EMBEDDED else config["dataset"]["root"]
+# The names under dataset.root and its label files, digested: a param of the index, which reruns
+# when an image is added, removed or renamed there (workflow_scripts/data/listing.py).
+DATASET_CONTENTS = (
+    ""
+    if EMBEDDED
+    else listing.fingerprint(DATASET_ROOT, [f for f in (_found, *_agreeing) if f], f"{DATA}/.dataset-listing.json")
+)
 
 CONV = config["conversion"]
 

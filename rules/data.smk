@@ -36,15 +36,20 @@ rule index_dataset:
     resources:
         **CPU_JOB_RESOURCES,
         cpus_per_task=CONV["threads"],
+        # how long a real tree must have been still (changing it reruns nothing); the embedded
+        # default is written by the job before
+        settle_s=0 if EMBEDDED else config["dataset"]["settle_s"],
     params:
         py=PY["workflow"],
         root=lambda w, input: input.dataset or DATASET_ROOT,
         val_labels=config["dataset"]["val_labels"],
         shuffle_seed=CONV["shuffle_seed"],
         max_rejects=CONV["max_reject_fraction"],
+        # not on the command line: its change reruns the index (rules/common.smk, DATASET_CONTENTS)
+        contents=DATASET_CONTENTS,
     shell:
         "{params.py:q} -m workflow_scripts.data.index --root {params.root:q} --out {output:q} "
-        "--val-labels={params.val_labels:q} --shuffle-seed {params.shuffle_seed} "
+        "--val-labels={params.val_labels:q} --settle-s {resources.settle_s} --shuffle-seed {params.shuffle_seed} "
         "--max-reject-fraction {params.max_rejects} --threads {threads} --cpus-per-task {resources.cpus_per_task} > {log:q} 2>&1"
 
 

@@ -4,7 +4,7 @@ import csv
 import os
 
 import pytest
-from helpers import run_stage
+from helpers import run_stage, snakemake, without_slurm, write_config
 
 from workflow_scripts.data import embedded, index
 
@@ -79,3 +79,38 @@ def test_a_dangling_link_and_a_name_that_is_not_utf8_are_rejected_by_name(tmp_pa
     rejects = (tmp_path / "index" / "rejects.tsv").read_text()
     assert f"{wnid}_gone.JPEG\ta symbolic link to {tmp_path / 'elsewhere.JPEG'}, which does not exist" in rejects
     assert "caf\\xe9_" in rejects and "its name is not UTF-8" in rejects, rejects
+
+
+def _index_plan(work):
+    proc = snakemake(work, "-n", "data/index", env=without_slurm(work))
+    return "index_dataset" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_images_added_later_rerun_the_index_and_a_touched_folder_does_not(tmp_path):
+    """Four train images added after the index was made (as while ImageNet is still being
+    extracted) plan the index again; a folder touched with the same names plans nothing."""
+    root = tmp_path / "ILSVRC2012"
+    embedded.make(root, classes=2, train_per_class=3, val_per_class=1, seed=1)
+    write_config(tmp_path, dataset__root=str(root), dataset__settle_s=0)
+    snakemake(tmp_path, "data/index", env=without_slurm(tmp_path))
+    assert _index_plan(tmp_path)[0] is False
+    folder = sorted((root / "train").iterdir())[0]
+    os.utime(folder)
+    assert _index_plan(tmp_path)[0] is False
+    jpeg = next(folder.glob("*.JPEG")).read_bytes()
+    for i in range(4):
+        (folder / f"{folder.name}_late{i}.JPEG").write_bytes(jpeg)
+    planned, out = _index_plan(tmp_path)
+    assert planned and "params" in out.lower(), out[-3000:]
+
+
+def test_a_tree_still_being_written_is_not_indexed(tmp_path):
+    """A folder whose ctime is seconds old, with dataset.settle_s at its default: the index job
+    refuses, naming the folder and the key, and writes no index."""
+    root = tmp_path / "ILSVRC2012"
+    embedded.make(root, classes=2, train_per_class=3, val_per_class=1, seed=1)
+    write_config(tmp_path, dataset__root=str(root))
+    proc = snakemake(tmp_path, "data/index", check=False, env=without_slurm(tmp_path))
+    log = (tmp_path / "logs" / "data" / "index_dataset.log").read_text()
+    assert proc.returncode != 0 and not (tmp_path / "data" / "index").exists()
+    assert "may still be being written" in log and "dataset.settle_s = 300 s" in log and str(root) in log, log

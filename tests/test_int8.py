@@ -214,6 +214,9 @@ def test_config_edits_rerun_only_what_they_affect(int8_run):
         assert planned(work) == {"int8_throughput_run": 1, "int8_throughput": 1}
         pipeline_config(work, inference__throughput__repeats=5)
         assert planned(work) == {"int8_throughput_run": len(sizes), "int8_throughput": 1}
+        # The timed runs' threads change what they measure: timed again, and nothing else.
+        pipeline_config(work, inference__threads=1)
+        assert planned(work) == {"int8_throughput_run": len(sizes), "int8_throughput": 1}
         # The calibration count moves the split: calibration onward, and FP32 is scored again on the new
         # scoring set; the FP32 model and its engine stay (its timings go with INT8's, in one job).
         pipeline_config(work, inference__calibration__batches=5)

@@ -20,7 +20,7 @@ from ..common.atomic import atomic_dir, write_json
 from ..common.errors import StageError, run_main
 from ..common.parallel import ordered_map
 from ..common.schema import default as config_default
-from . import image_records, layout
+from . import image_records, layout, listing
 
 COLUMNS = ("relpath", "label", "synset", "format", "mode", "width", "height", "bytes")
 SPLITS = ("train", "val")
@@ -124,6 +124,12 @@ def _write_tsv(path, header, rows):
         w.writerows(rows)
 
 
+def label_files(root, val_labels=""):
+    """The val label files the index reads (the one used and those that must agree with it)."""
+    found, others = layout.check(root, val_labels)
+    return [f for f in (found, *others) if f]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", required=True, help="ILSVRC2012 raw layout (train/, val/)")
@@ -131,8 +137,19 @@ def main():
     ap.add_argument("--val-labels", default=config_default("dataset.val_labels"))
     ap.add_argument("--shuffle-seed", type=int, default=config_default("conversion.shuffle_seed"))
     ap.add_argument("--max-reject-fraction", type=float, default=config_default("conversion.max_reject_fraction"))
+    ap.add_argument(
+        "--settle-s",
+        type=float,
+        default=0,
+        help="refuse a tree changed fewer than this many seconds ago, as still being written (the workflow "
+        "passes config dataset.settle_s for a real dataset.root); 0: never",
+    )
     cpus.add_job_threads(ap)
     a = ap.parse_args()
+    labels = label_files(a.root, a.val_labels)
+    still = listing.settling(a.root, a.settle_s, labels)
+    if still:
+        raise StageError(still)
     build(a.root, a.out, a.val_labels, a.shuffle_seed, a.max_reject_fraction, cpus.job_threads(a))
 
 
