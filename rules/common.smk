@@ -14,7 +14,7 @@ from snakemake.utils import validate
 sys.path.insert(0, workflow.basedir)
 from workflow_scripts.common.errors import StageError  # noqa: E402
 from workflow_scripts.common import interpreter  # noqa: E402
-from workflow_scripts.data import layout as dataset_layout, listing  # noqa: E402
+from workflow_scripts.data import convert, layout as dataset_layout, listing  # noqa: E402
 from workflow_scripts.plan import cluster_checks, config_checks  # noqa: E402
 from workflow_scripts.plan.sweep import FORMAT_OF, TRAINER_OF, ConfigProblem, Sweep, repeat_suffix  # noqa: E402
 from workflow_scripts.plan.slurm_job import JobShape  # noqa: E402
@@ -119,6 +119,9 @@ placement = PLAN.placement
 
 
 IN_SLURM_JOB = "SLURM_JOB_ID" in os.environ  # the Snakefile is parsed again inside every cluster job
+if not IN_SLURM_JOB:
+    # copies converted before a conversion's output was its done.json keep their place
+    convert.mark_earlier_copies(DATA, FORMAT_OF.values())
 
 
 effective_input = PLAN.effective_input
@@ -251,8 +254,19 @@ def job_group(w):
     return PLAN.job_group(w.system, w.framework, w.precision, int(w.gpus), w.variant, repeat)
 
 
+def converted(fmt):
+    """A conversion's output: the file it writes last into the complete copy (data/convert.py, DONE),
+    not the copy's folder, which Snakemake would delete before a reconversion."""
+    return f"{DATA}/{fmt}/done.json"
+
+
+def folders_of(files):
+    """The copies' folders of conversion outputs (converted()), for the commands that read them."""
+    return [os.path.dirname(f) for f in ([files] if isinstance(files, str) else files)]
+
+
 def training_data(w):
-    return [] if run_input(w) == "synthetic" else f"{DATA}/{FORMAT_OF[w.framework]}"
+    return [] if run_input(w) == "synthetic" else converted(FORMAT_OF[w.framework])
 
 
 FRAMEWORK_OF_FORMAT = {fmt: fw for fw, fmt in FORMAT_OF.items()}
@@ -264,4 +278,4 @@ def data_checked(w):
 
 
 def dataset_of(w):
-    return f"{DATA}/{FORMAT_OF[w.framework]}"
+    return converted(FORMAT_OF[w.framework])

@@ -57,7 +57,7 @@ rule tfrecord:
     input:
         rules.index_dataset.output,
     output:
-        directory(f"{DATA}/tfrecord"),
+        converted("tfrecord"),
     log:
         f"{LOGS}/data/tfrecord.log",
     benchmark:
@@ -68,14 +68,18 @@ rule tfrecord:
     resources:
         **CPU_JOB_RESOURCES,
         cpus_per_task=CONV["threads"],
+        # where there is no room for both, the complete earlier copy goes first (changing it reruns nothing)
+        delete_old=int(CONV["delete_old"]),
     params:
         py=PY["tensorflow"],
         encoding=encoding_args(),
+        out=lambda w, output: os.path.dirname(output[0]),
         train_shards=tfrecord_shards("train"),
         val_shards=tfrecord_shards("val"),
         label_offset=CONV["tfrecord"]["label_offset"],
     shell:
-        "{params.py:q} -m workflow_scripts.data.tfrecord --index {input:q} --out {output:q} "
+        "{params.py:q} -m workflow_scripts.data.tfrecord --index {input:q} --out {params.out:q} "
+        "--delete-old={resources.delete_old} "
         "--threads {threads} --cpus-per-task {resources.cpus_per_task} {params.encoding:q} --train-shards {params.train_shards} "
         "--val-shards {params.val_shards} --label-offset {params.label_offset} > {log:q} 2>&1"
 
@@ -84,7 +88,7 @@ rule recordio:
     input:
         rules.index_dataset.output,
     output:
-        directory(f"{DATA}/recordio"),
+        converted("recordio"),
     log:
         f"{LOGS}/data/recordio.log",
     benchmark:
@@ -95,11 +99,15 @@ rule recordio:
     resources:
         **CPU_JOB_RESOURCES,
         cpus_per_task=CONV["threads"],
+        # where there is no room for both, the complete earlier copy goes first (changing it reruns nothing)
+        delete_old=int(CONV["delete_old"]),
     params:
         py=PY["mxnet"],
         encoding=encoding_args(),
+        out=lambda w, output: os.path.dirname(output[0]),
     shell:
-        "{params.py:q} -m workflow_scripts.data.recordio --index {input:q} --out {output:q} "
+        "{params.py:q} -m workflow_scripts.data.recordio --index {input:q} --out {params.out:q} "
+        "--delete-old={resources.delete_old} "
         "--threads {threads} --cpus-per-task {resources.cpus_per_task} {params.encoding:q} > {log:q} 2>&1"
 
 
@@ -107,7 +115,7 @@ rule lmdb:
     input:
         rules.index_dataset.output,
     output:
-        directory(f"{DATA}/lmdb"),
+        converted("lmdb"),
     log:
         f"{LOGS}/data/lmdb.log",
     benchmark:
@@ -118,11 +126,15 @@ rule lmdb:
     resources:
         **CPU_JOB_RESOURCES,
         cpus_per_task=CONV["threads"],
+        # where there is no room for both, the complete earlier copy goes first (changing it reruns nothing)
+        delete_old=int(CONV["delete_old"]),
     params:
         py=PY["pytorch"],
         encoding=encoding_args(),
+        out=lambda w, output: os.path.dirname(output[0]),
     shell:
-        "{params.py:q} -m workflow_scripts.data.lmdb_caffe2 --index {input:q} --out {output:q} "
+        "{params.py:q} -m workflow_scripts.data.lmdb_caffe2 --index {input:q} --out {params.out:q} "
+        "--delete-old={resources.delete_old} "
         "--threads {threads} --cpus-per-task {resources.cpus_per_task} {params.encoding:q} > {log:q} 2>&1"
 
 
@@ -131,7 +143,7 @@ rule lmdb:
 # so that a training job hashes again only what changed since.
 rule data_check:
     input:
-        f"{DATA}/{{format}}",
+        converted("{format}"),
     output:
         f"{DATA}/checked/{{format}}.json",
     log:
@@ -149,8 +161,9 @@ rule data_check:
     params:
         # the interpreter whose reader the format needs (lmdb's package for an LMDB)
         py=lambda w: PY[FRAMEWORK_OF_FORMAT[w.format]],
+        data=lambda w, input: os.path.dirname(input[0]),
     shell:
-        "{params.py:q} -m workflow_scripts.data.verify --data {input:q} --record {output:q} "
+        "{params.py:q} -m workflow_scripts.data.verify --data {params.data:q} --record {output:q} "
         "--threads {threads} > {log:q} 2>&1"
 
 

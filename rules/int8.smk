@@ -93,13 +93,14 @@ rule int8_calibrate:
         **CPU_JOB_RESOURCES,
         cpus_per_task=INFER["threads"],
     params:
+        lmdb=lambda w, input: folders_of(input.lmdb)[0],
         py=PY["pytorch"],
         args=calibration_args(),
         image_size=INFER["image_size"],
         batch_size=CALIB["batch_size"],
     shell:
         "{params.py:q} -m workflow_scripts.infer.calibrate --onnx {input.onnx:q} --images {input.images:q} "
-        "--lmdb {input.lmdb:q} --image-size {params.image_size:q} --batch-size {params.batch_size:q} {params.args:q} "
+        "--lmdb {params.lmdb:q} --image-size {params.image_size:q} --batch-size {params.batch_size:q} {params.args:q} "
         "--threads {threads} --out {output:q} > {log:q} 2>&1"
 
 
@@ -172,12 +173,13 @@ rule int8_evaluate:
     resources:
         **inference_resources(),
     params:
+        lmdb=lambda w, input: folders_of(input.lmdb)[0],
         py=PY["pytorch"],
         image_size=INFER["image_size"],
         batch_size=INFER["batch_size"],
     shell:
         "{params.py:q} -m workflow_scripts.infer.evaluate --engine {wildcards.engine} --engine-file {input.engine:q} "
-        "--precision {wildcards.precision} --network {wildcards.model} --images {input.images:q} --lmdb {input.lmdb:q} "
+        "--precision {wildcards.precision} --network {wildcards.model} --images {input.images:q} --lmdb {params.lmdb:q} "
         "--image-size {params.image_size:q} --batch-size {params.batch_size:q} --threads {threads} "
         "--out {output.counts:q} --predictions {output.predictions:q} > {log:q} 2>&1"
 

@@ -62,7 +62,7 @@ use rule preflight_check as preflight_data_check with:
         python=train_python,
         launch=launcher_args,
         args=preflight_data_args,
-        data=lambda w, input: input.data,
+        data=lambda w, input: folders_of(input.data)[0],
 
 
 # The input check (docs/preflight.md#the-input-check): each real-data input path's capacity against
@@ -83,7 +83,7 @@ use rule preflight_check as preflight_input_check with:
         python=train_python,
         launch=launcher_args,
         args=preflight_input_args,
-        data=lambda w, input: input.data,
+        data=lambda w, input: folders_of(input.data)[0],
 
 
 rule preflight_table:

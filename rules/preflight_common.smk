@@ -75,7 +75,7 @@ def preflight_passed_system(w):
 
 def preflight_data(w):
     """The format the pair's runs read (the data check's input)."""
-    return f"{DATA}/{FORMAT_OF[w.framework]}"
+    return converted(FORMAT_OF[w.framework])
 
 
 # The data check's input check: what it measures and against what (plan/input_plan.py).

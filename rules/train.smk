@@ -43,6 +43,8 @@ rule train:
         py=PY["workflow"],
         python=train_python,
         run_dir=lambda w, output: os.path.dirname(output[0]),
+        # the copy's folder: its files' page cache is cleared (workflow_scripts/common/page_cache.py)
+        data=lambda w, input: folders_of(input.data),
         # results_dir (output = <results_dir>/runs/<system>/<run>/summary.json)
         results_dir=lambda w, output: Path(output[0]).parents[3],
         trainer=lambda w: f"workflow_scripts.train.{TRAINER_OF[w.framework]}",
@@ -60,7 +62,7 @@ rule train:
         # changes no result, so it reruns nothing.
         "{params.py:q} -m workflow_scripts.train.training_job --run-dir {params.run_dir:q} "
         "--results-dir {params.results_dir:q} --log {log:q} --attempt {resources.attempt} "
-        "--retries {params.retries} --share-min {resources.runtime} --data {input.data:q} --cache-clear-command={params.cache_clear_command:q} "
+        "--retries {params.retries} --share-min {resources.runtime} --data {params.data:q} --cache-clear-command={params.cache_clear_command:q} "
         "--cache-clear={params.cache_clear:q} "
         "--python={params.python:q} --cuda-cache-dir={params.cuda_cache:q} {params.launch:q} "
         "-- {params.trainer} {params.args:q}"

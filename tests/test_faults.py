@@ -224,7 +224,9 @@ def test_full_disk_is_named_with_the_space_needed_and_keeps_the_good_output(quir
         f"sha256sum {out}/* {out}/*/* 2>/dev/null >{tmp_path}/before; "
         f"{' '.join(conv)} >{tmp_path}/asis.out 2>&1; echo $? >{tmp_path}/asis.rc; "
         f"{' '.join(conv)} --resize-shorter 400 >{tmp_path}/big.out 2>&1; echo $? >{tmp_path}/big.rc; "
-        f"sha256sum {out}/* {out}/*/* 2>/dev/null >{tmp_path}/after; ls -A {mnt} >{tmp_path}/left"
+        f"sha256sum {out}/* {out}/*/* 2>/dev/null >{tmp_path}/after; ls -A {mnt} >{tmp_path}/left; "
+        f"{' '.join(conv)} --delete-old=1 >{tmp_path}/first.out 2>&1; echo $? >{tmp_path}/first.rc; "
+        f"ls -A {mnt} >{tmp_path}/left-first"
     )
     proc = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
@@ -237,13 +239,21 @@ def test_full_disk_is_named_with_the_space_needed_and_keeps_the_good_output(quir
     )
     asis, big = (tmp_path / "asis.out").read_text(), (tmp_path / "big.out").read_text()
     assert (tmp_path / "asis.rc").read_text().strip() == "2" and "Traceback" not in asis, asis
-    assert f"{fmt} output {out}: not enough free space to write it; it needs about" in asis
-    assert "MB free of 2 MB" in asis and "data_dir" in asis
+    # A complete copy is there: refused before writing, naming the room the new one needs beside it
+    assert f"{fmt} output {out}: no room for the new copy (about " in asis and "beside the complete one (" in asis
+    assert "conversion.delete_old: true" in asis and "the complete earlier copy" in asis
     assert (tmp_path / "big.rc").read_text().strip() == "2" and "Traceback" not in big, big
     assert f"{fmt} output {out}: the disk filled after" in big and "MB free of 2 MB" in big
     # The good output is untouched and no scratch directory is left filling the disk.
     assert (tmp_path / "after").read_text() == (tmp_path / "before").read_text() != ""
     assert (tmp_path / "left").read_text().split() == [fmt]
+    # Asked to (conversion.delete_old), the complete copy goes first; then the JPEGs as they are do
+    # not fit the empty disk either, which is named as before, and nothing is left behind.
+    first = (tmp_path / "first.out").read_text()
+    assert (tmp_path / "first.rc").read_text().strip() == "2" and "deleting the complete earlier copy" in first
+    assert f"{fmt} output {out}: not enough free space to write it; it needs about" in first
+    assert "MB free of 2 MB" in first and "data_dir" in first
+    assert (tmp_path / "left-first").read_text().split() == []
 
 
 @pytest.mark.stage

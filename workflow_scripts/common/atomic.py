@@ -68,9 +68,12 @@ def atomic_dir(final):
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
+    # The earlier output goes only once the new one is in its place: moved aside, then deleted.
+    aside = final.with_name(f".{final.name}.old-{socket.gethostname()}-{os.getpid()}")
     if final.exists():
-        shutil.rmtree(final)
+        os.replace(final, aside)
     os.replace(scratch, final)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -6,10 +6,13 @@ A format module supplies only `write_split(out_dir, split, records, count) -> [f
 
 import argparse
 import collections
+import contextlib
 import csv
 import errno
 import json
+import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +133,38 @@ def _space_error(fmt, out, path, needed, what):
     )
 
 
+# The conversion rules' output (rules/data.smk): a file in the copy, not the copy's folder, which
+# Snakemake would delete before a reconversion; the complete copy stays until the new one replaces it.
+DONE = "done.json"
+
+
+def complete_copy(out):
+    """`out` where it holds a complete earlier copy (its manifest written), else None."""
+    return out if Path(out, "manifest.json").is_file() else None
+
+
+def mark_earlier_copies(data_dir, formats):
+    """A complete copy made before DONE was the conversions' output (its manifest, no DONE) gets its
+    DONE, dated as its manifest, so that Snakemake does not convert it again."""
+    for fmt in formats:
+        manifest, done = Path(data_dir, fmt, "manifest.json"), Path(data_dir, fmt, DONE)
+        if manifest.is_file() and not done.exists():
+            write_json(done, {"manifest_sha256": verify.file_sha256(manifest)})
+            stamp = manifest.stat()
+            os.utime(done, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+
+
+@contextlib.contextmanager
+def _kept_on_failure(earlier):
+    try:
+        yield
+    except BaseException:
+        if earlier:
+            # on a line of its own, after any progress bar
+            print(f"\nthe complete earlier copy {earlier} is kept, untouched", file=sys.stderr)
+        raise
+
+
 def run(fmt, write_split, args, extra_manifest=None):
     """Convert both splits with the format's `write_split`; write synsets and the manifest."""
     index = Index(args.index)
@@ -137,11 +172,29 @@ def run(fmt, write_split, args, extra_manifest=None):
     needed = space_needed(index, enc)
     threads = cpus.job_threads(args)
     start = time.perf_counter()
-    with atomic_dir(args.out) as tmp:
+    earlier = complete_copy(args.out)
+    if earlier and args.delete_old and needed and shutil.disk_usage(args.out).free < needed:
+        print(f"deleting the complete earlier copy {args.out} first: no room for both (config conversion.delete_old)")
+        shutil.rmtree(args.out)
+        earlier = None
+    with atomic_dir(args.out) as tmp, _kept_on_failure(earlier):
         if needed and shutil.disk_usage(tmp).free < needed:
+            if earlier:
+                held = sum(f.stat().st_size for f in Path(earlier).rglob("*") if f.is_file())
+                raise StageError(
+                    f"{fmt} output {args.out}: no room for the new copy (about {needed / 1e6:,.0f} MB) beside the "
+                    f"complete one ({held / 1e6:,.0f} MB, kept until the new one is complete): "
+                    f"{shutil.disk_usage(tmp).free / 1e6:,.0f} MB free. Fix: free space there, or set config "
+                    f"conversion.delete_old: true to delete the complete copy before writing the new one"
+                )
             raise _space_error(fmt, args.out, tmp, needed, "not enough free space to write it")
         try:
             splits, facts_s = _convert(fmt, write_split, index, enc, threads, tmp, extra_manifest)
+            problems = verify.check(tmp, "quick")
+            if problems:  # never replace a complete copy with one that does not match its own manifest
+                raise StageError(f"the new {fmt} copy does not match its manifest: {problems[0]}")
+            # Snakemake's output: written last, so that it exists only beside a complete copy
+            write_json(tmp / DONE, {"manifest_sha256": verify.file_sha256(tmp / "manifest.json")})
         except Exception as exc:
             if isinstance(exc, StageError):
                 raise
@@ -214,6 +267,14 @@ def arg_parser(description):
     ap.add_argument("--index", required=True, help="the index stage's output directory")
     ap.add_argument("--out", required=True)
     cpus.add_job_threads(ap)
+    ap.add_argument(
+        "--delete-old",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="config conversion.delete_old: where there is no room for both, delete the complete earlier copy "
+        "before writing the new one (else it is kept until the new one is complete)",
+    )
     ap.add_argument(
         "--resize-shorter",
         type=int,

@@ -1,0 +1,50 @@
+"""A reconversion never loses the complete copy (data/convert.py, rules/data.smk): the conversion's
+Snakemake output is the file it writes last into the copy (done.json), not the copy's folder,
+which Snakemake deletes before a job runs. A config edit whose conversion then fails (a source
+image gone after indexing) leaves the complete copy, its manifest included, where it was; the next
+good run writes the new copy beside it and replaces it only then."""
+
+import json
+import os
+
+import pytest
+from helpers import snakemake, tree_hashes, without_slurm, write_config
+
+pytestmark = pytest.mark.pipeline
+
+
+def test_a_failed_reconversion_keeps_the_complete_copy(tmp_path):
+    write_config(tmp_path)
+    env = without_slurm(tmp_path)
+    copy = tmp_path / "data" / "lmdb"
+    snakemake(tmp_path, "data/lmdb/done.json", env=env)
+    first = tree_hashes(copy)
+    assert json.loads((copy / "manifest.json").read_text())["encoding"]["jpeg_quality"] != 90
+    source = sorted((tmp_path / "data" / "embedded" / "ILSVRC2012" / "train").glob("*/*.JPEG"))[0]
+    held = tmp_path / "held.JPEG"
+    os.replace(source, held)
+    write_config(tmp_path, conversion__jpeg_quality=90)  # a config edit: the copy is made again
+    proc = snakemake(tmp_path, "data/lmdb/done.json", check=False, env=env)
+    assert proc.returncode != 0
+    log = (tmp_path / "logs" / "data" / "lmdb.log").read_text()
+    assert f"the complete earlier copy {copy.relative_to(tmp_path)} is kept, untouched" in log, log[-2000:]
+    # Every file of it as it was, but the done.json Snakemake removed before the job: the copy is
+    # whole, and the next run still makes the one the config asks for.
+    assert tree_hashes(copy) == {k: v for k, v in first.items() if k != "done.json"}
+    os.replace(held, source)
+    snakemake(tmp_path, "data/lmdb/done.json", env=env)
+    assert json.loads((copy / "manifest.json").read_text())["encoding"]["jpeg_quality"] == 90
+    assert (copy / "done.json").is_file() and not list(copy.parent.glob(".lmdb.*"))
+
+
+def test_a_copy_converted_before_done_json_is_not_converted_again(tmp_path):
+    """A complete copy of an earlier version (its manifest, no done.json) gets its done.json, dated as
+    its manifest, when the workflow is parsed: nothing is converted again."""
+    write_config(tmp_path)
+    env = without_slurm(tmp_path)
+    snakemake(tmp_path, "data/lmdb/done.json", env=env)
+    done = tmp_path / "data" / "lmdb" / "done.json"
+    done.unlink()
+    plan = snakemake(tmp_path, "-n", "data/lmdb/done.json", env=env)
+    assert "Nothing to be done" in plan.stdout + plan.stderr, plan.stdout[-2000:]
+    assert done.stat().st_mtime_ns == (tmp_path / "data" / "lmdb" / "manifest.json").stat().st_mtime_ns
