@@ -37,6 +37,9 @@ rule train:
     resources:
         **POINT_RESOURCES,
         attempt=lambda w, attempt: attempt,
+        # the progress watchdog's limits (changing them reruns nothing)
+        hang_start_s=TRAIN["hang_start_s"],
+        hang_idle_s=TRAIN["hang_idle_s"],
     params:
         # train/training_job.py runs in the workflow's environment; the framework's interpreter (or
         # container) starts the rendezvous and the ranks.
@@ -62,7 +65,8 @@ rule train:
         # changes no result, so it reruns nothing.
         "{params.py:q} -m workflow_scripts.train.training_job --run-dir {params.run_dir:q} "
         "--results-dir {params.results_dir:q} --log {log:q} --attempt {resources.attempt} "
-        "--retries {params.retries} --share-min {resources.runtime} --data {params.data:q} --cache-clear-command={params.cache_clear_command:q} "
+        "--retries {params.retries} --share-min {resources.runtime} --hang-start-s {resources.hang_start_s} "
+        "--hang-idle-s {resources.hang_idle_s} --data {params.data:q} --cache-clear-command={params.cache_clear_command:q} "
         "--cache-clear={params.cache_clear:q} "
         "--python={params.python:q} --cuda-cache-dir={params.cuda_cache:q} {params.launch:q} "
         "-- {params.trainer} {params.args:q}"
@@ -94,6 +98,8 @@ use rule train as train_accuracy with:
     resources:
         **ACCURACY_RESOURCES,
         attempt=lambda w, attempt: attempt,
+        hang_start_s=TRAIN["hang_start_s"],
+        hang_idle_s=TRAIN["hang_idle_s"],
     params:
         # results_dir (output = <results_dir>/runs/<system>/accuracy/<run>/summary.json)
         results_dir=lambda w, output: Path(output[0]).parents[4],

@@ -21,6 +21,8 @@ OWN_DEFAULT = {
     ("infer/evaluate.py", "--threads"): "the job's own CPUs, which the rule passes",
     ("infer/export.py", "--threads"): "the job's own CPUs, which the rule passes",
     ("infer/throughput.py", "--threads"): "the job's own CPUs, which the rule passes (capped at its cores)",
+    ("data/index.py", "--settle-s"): "a tree indexed by hand is not refused; the rule passes dataset.settle_s",
+    ("data/verify.py", "--threads"): "files hashed at once in a check by hand; the rule passes conversion.threads",
     ("infer/export.py", "--classes"): "a random network's outputs, not the embedded set's classes",
     ("infer/export.py", "--seed"): "a random network's weights, not a training or dataset seed",
     ("infer/throughput.py", "--duration-s"): "0 times by count (ONNX Runtime); TensorRT's duration is passed",

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import psutil
 import pytest
 import yaml
 from helpers import REPO, SNAKEMAKE, interpreter, write_config
@@ -20,6 +21,7 @@ from helpers.hostile import MARK, markers
 
 from benchmarks import slurm_cluster
 from workflow_scripts.common import failed_runs
+from workflow_scripts.train import watchdog
 
 FRAMEWORKS = ("tensorflow", "mxnet", "pytorch")
 SYSTEM = {
@@ -631,3 +633,61 @@ def test_retrying_a_points_first_run_leaves_its_second_alone(shared_jobs):
         assert set(planned) == {"pytorch_fp32_1gpu_synthetic"}, plan.stdout[-3000:]
     finally:
         kept.rename(runs / "pytorch_fp32_1gpu_synthetic" / "summary.json")
+
+
+# --- a hung rank (train/watchdog.py) ---
+
+
+def stop_a_rank(run, rank, stopped, stop):
+    """Once every rank has made 3 steps, SIGSTOP the rank's process (its SLURM_PROCID): a rank that
+    no longer runs, as one blocked on a storage target or a collective."""
+    while not stop.is_set():
+        beats = watchdog.beats(run)
+        if len(beats) == 2 and min(step for step, _ in beats.values()) >= 3:
+            for p in psutil.process_iter(["cmdline"]):
+                try:
+                    cmd = " ".join(p.info["cmdline"] or [])
+                    if "workflow_scripts.train.pytorch_ddp" in cmd and str(run) in cmd:
+                        if p.environ().get("SLURM_PROCID") == str(rank):
+                            p.suspend()
+                            stopped.append((p.pid, time.time()))
+                            return
+                except psutil.Error:
+                    continue
+        time.sleep(0.5)
+
+
+@pytest.mark.pipeline
+def test_a_rank_that_stops_ends_the_run_as_hung_long_before_its_time_limit(cluster, tmp_path):
+    cluster_config(
+        tmp_path,
+        training__frameworks=["pytorch"],
+        training__inputs=["synthetic"],
+        training__steps=100000,  # far longer than the test: only the watchdog ends it
+        training__retries=0,
+        training__hang_idle_s=10,
+        preflight__gate=False,
+    )
+    run = run_of(tmp_path, "pytorch").with_name("pytorch_fp32_2gpu_synthetic")
+    stopped, stop = [], threading.Event()
+    watcher = threading.Thread(target=stop_a_rank, args=(run, 1, stopped, stop), daemon=True)
+    watcher.start()
+    try:
+        proc = run_snakemake(tmp_path, "training")
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        stop.set()
+        for pid, _ in stopped:
+            try:
+                psutil.Process(pid).resume()
+            except psutil.Error:
+                pass
+    assert stopped, f"rank 1 was never seen making steps:\n{out[-4000:]}"
+    ended = (run / "summary.json").stat().st_mtime
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "failed" and s["stopped"] == "hung" and s["permanent"] is False, s
+    assert "ranks behind or silent: 1;" in s["reason"] and "training.hang_idle_s" in s["reason"], s["reason"]
+    # well before the 30-minute limit: the watchdog's 10 s, its look every 2 s, the stacks, the stop
+    assert ended - stopped[0][1] < 300, ended - stopped[0][1]
+    log = (tmp_path / DIRS["log_dir"] / "train" / "cluster" / "pytorch_fp32_2gpu_synthetic.log").read_text()
+    assert "job: hung: no training step for" in log and "Thread 0x" in log, log[-3000:]

@@ -30,8 +30,10 @@ def thread_clocks():
 
 
 class StepLog:
-    def __init__(self, path, warmup_steps, global_batch, write=True):
+    def __init__(self, path, warmup_steps, global_batch, write=True, beat=None):
+        """beat: this rank's file of its last step (train/watchdog.py), written by every rank."""
         self.path = Path(path)
+        self._beat = open(beat, "w") if beat else None
         self.warmup_steps = warmup_steps
         self.global_batch = global_batch
         self.write = write
@@ -74,6 +76,10 @@ class StepLog:
             **{k: clocks[k] - self._thread[k] for k in clocks if k in self._thread},
         }
         self.steps.append(rec)
+        if self._beat:
+            self._beat.seek(0)
+            self._beat.write(f"{step:012d} {rec['wall_end']:017.3f}\n")
+            self._beat.flush()
         if self.write:
             self._f.write(json.dumps(rec) + "\n")
             self._f.flush()

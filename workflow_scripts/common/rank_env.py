@@ -54,12 +54,18 @@ class Launch:
         }
 
 
+HOROVOD_STALL_SHUTDOWN_S = 600
+
+
 def setup_horovod(launch, env=None, mpi_built=None):
     """Before hvd.init(): give a worker started by srun or the local launcher horovodrun's
     variables, pointing at the launcher's rendezvous server. Under the MPI controller (the
     launcher set HOROVOD_CONTROLLER=mpi) MPI itself tells Horovod the ranks; mpi_built: the
     framework's hvd.mpi_built, to refuse a build that cannot do that."""
     env = os.environ if env is None else env
+    # A collective that some ranks never join stops Horovod with its own words (which tensors, which
+    # ranks) rather than only warning; the training job's watchdog stops what hangs elsewhere.
+    env.setdefault("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", str(HOROVOD_STALL_SHUTDOWN_S))
     if env.get("HOROVOD_CONTROLLER") == "mpi":
         if mpi_built is not None and not mpi_built():
             raise StageError(

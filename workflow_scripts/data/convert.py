@@ -271,7 +271,7 @@ def arg_parser(description):
         "--delete-old",
         type=int,
         choices=(0, 1),
-        default=0,
+        default=int(config_default("conversion.delete_old")),
         help="config conversion.delete_old: where there is no room for both, delete the complete earlier copy "
         "before writing the new one (else it is kept until the new one is complete)",
     )

@@ -20,11 +20,13 @@ A run directory holds:
 """
 
 import argparse
+import faulthandler
 import hashlib
 import json
 import math
 import os
 import platform
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -36,6 +38,7 @@ from ..common.rank_env import detect
 from ..common.schema import default as config_default
 from ..common.telemetry import Telemetry
 from ..data import verify
+from . import watchdog
 
 
 def arg_parser(description):
@@ -250,7 +253,15 @@ class Run:
         self.global_batch = args.batch_per_gpu * self.launch.world_size
         # The long test excludes nothing from its time, as time-to-train does: no warm-up steps.
         warmup = 0 if args.mode == "accuracy" else args.warmup_steps
-        self.log = metrics.StepLog(self.dir / "steps.jsonl", warmup, self.global_batch, write=self.launch.rank == 0)
+        self.log = metrics.StepLog(
+            self.dir / "steps.jsonl",
+            warmup,
+            self.global_batch,
+            write=self.launch.rank == 0,
+            beat=self.dir / watchdog.BEAT.format(rank=self.launch.rank),
+        )
+        # The watchdog's SIGUSR1 on a hang: every thread's stack into the log, and the rank goes on
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         self.digests = {}
         self.cpus, self.threads = cpus.of(self.launch), {}
         self.telemetry = None

@@ -155,6 +155,22 @@ def own_deadline(limit, share_s, started):
     return own_end - margin_s(share_s), own_end, share_s, True
 
 
+_asked = []  # (cause, why) of a stop asked for from another thread (stop_from_thread)
+
+
+def _on_asked(signum, frame):
+    # TERM first: the launcher's srun waits for them (and a Popen waits for srun on the way out)
+    terminate_children()
+    raise Stopped(*_asked[-1])
+
+
+def stop_from_thread(cause, why):
+    """Stop the job from another thread (the progress watchdog): Stopped(cause, why) is raised in the
+    main thread, out of whatever it waits for, as the time limit's is."""
+    _asked.append((cause, why))
+    os.kill(os.getpid(), signal.SIGUSR2)
+
+
 def watch(job, say, share_s=0, started=None):
     """Handlers for the TERM SLURM sends (and INT), and, under a time limit, a timer that stops the
     ranks margin_s() before it (before the end of the run's own share of the job, share_s seconds
@@ -167,6 +183,7 @@ def watch(job, say, share_s=0, started=None):
 
     for signum in TERM_SIGNALS:
         signal.signal(signum, on_term)
+    signal.signal(signal.SIGUSR2, _on_asked)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, TERM_SIGNALS)
     limit = deadline(job) if job else None
     if not limit:
@@ -178,19 +195,12 @@ def watch(job, say, share_s=0, started=None):
         else f"SLURM's time limit of {limit_s / 60:.0f} min"
     )
 
-    def on_limit(signum, frame):
-        # TERM first: the launcher's srun waits for them (and a Popen waits for srun on the way out)
-        terminate_children()
-        raise Stopped(
-            "time limit",
-            f"stopped by the pipeline {end_s - stop_at:.0f} s before {whose} "
-            f"({'at' if shared else 'EndTime'} {datetime.fromtimestamp(end_s):%Y-%m-%dT%H:%M:%S}): "
-            "raise the system's time_min "
-            "(the long test: training.accuracy.time_min) or run fewer steps",
-        )
-
-    signal.signal(signal.SIGUSR2, on_limit)
-    timer = threading.Timer(max(0.0, stop_at - time.time()), os.kill, (os.getpid(), signal.SIGUSR2))
+    why = (
+        f"stopped by the pipeline {end_s - stop_at:.0f} s before {whose} "
+        f"({'at' if shared else 'EndTime'} {datetime.fromtimestamp(end_s):%Y-%m-%dT%H:%M:%S}): "
+        "raise the system's time_min (the long test: training.accuracy.time_min) or run fewer steps"
+    )
+    timer = threading.Timer(max(0.0, stop_at - time.time()), stop_from_thread, ("time limit", why))
     timer.daemon = True
     timer.start()
     say(f"job: will stop the ranks at {datetime.fromtimestamp(stop_at):%H:%M:%S}, before {whose}")

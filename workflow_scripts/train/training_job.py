@@ -34,7 +34,7 @@ from pathlib import Path
 from ..common import launcher, neighbours, page_cache, slurm
 from ..common.errors import StageError, run_main
 from ..common.schema import default as config_default
-from . import checkpoint, failure, job_stop, run_evidence
+from . import checkpoint, failure, job_stop, run_evidence, watchdog
 
 
 def checked_run_dir(run_dir, results_dir):
@@ -44,6 +44,13 @@ def checked_run_dir(run_dir, results_dir):
     if run == results or not run.is_relative_to(results):
         raise StageError(f"run directory {run_dir} does not lie inside results_dir {results_dir}: not deleting it")
     return run
+
+
+def _hung(why):
+    """The watchdog's verdict (its thread): the ranks' stacks into the log, then the job stopped."""
+    print(f"job: hung: {why}", flush=True)
+    watchdog.dump_stacks()
+    job_stop.stop_from_thread("hung", why)
 
 
 def main():
@@ -59,6 +66,18 @@ def main():
         default=0,
         help="the run's own time limit in minutes (its time_min), where one SLURM job runs a point's "
         "repeats in turn; 0: the job's",
+    )
+    ap.add_argument(
+        "--hang-start-s",
+        type=float,
+        default=config_default("training.hang_start_s"),
+        help="config training.hang_start_s: seconds allowed before the first step (0: no watchdog then)",
+    )
+    ap.add_argument(
+        "--hang-idle-s",
+        type=float,
+        default=config_default("training.hang_idle_s"),
+        help="config training.hang_idle_s: seconds allowed between steps, at least (0: no watchdog then)",
     )
     ap.add_argument("--data", nargs="*", default=[], help="the dataset the run reads (page-cache clearing)")
     ap.add_argument(
@@ -123,7 +142,11 @@ def main():
         if rc == 0:
             # NCCL's initialisation lines into the run directory: which transport it chose (nccl_log)
             a.nccl_log_dir = a.nccl_log_dir or str(run)
-            rc = launcher.run([*shlex.split(a.python), "-m", *trainer, "--out", str(run)], a)
+            dog = watchdog.Watchdog(run, a.nodes * a.nproc_per_node, a.hang_start_s, a.hang_idle_s, _hung).start()
+            try:
+                rc = launcher.run([*shlex.split(a.python), "-m", *trainer, "--out", str(run)], a)
+            finally:
+                dog.stop()
     except job_stop.Stopped as exc:
         # Stopped from outside: the ranks down first, then the cause in SLURM's words, recorded.
         job_stop.stop_children()

@@ -1,0 +1,116 @@
+"""The training job's progress watchdog (train/training_job.py): a run whose ranks stop making
+steps is stopped and recorded as hung, instead of holding its nodes until the time limit and being
+filed as one (docs/training.md#a-run-that-hangs).
+
+Every rank writes its last step to beat.rank<r> in the run directory (common/metrics.StepLog). The
+watchdog reads them every few seconds. Before the first step it allows training.hang_start_s
+(imports, NCCL's set-up, compilation and JIT at scale); after it, the larger of
+training.hang_idle_s and STEP_FACTOR times the median step seen so far. Past the limit it asks
+each rank for its Python stacks (SIGUSR1: harness registers faulthandler on it; srun passes the
+signal on to its tasks), then stops the job as "hung", naming the last step, the limit and the
+ranks that were behind or never reported.
+"""
+
+import os
+import signal
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+BEAT = "beat.rank{rank}"
+STEP_FACTOR = 20  # a step 20 times the median one is no longer a slow step
+POLL_S = 2.0
+
+
+def beats(run_dir):
+    """{rank: (last step, wall-clock time)} from the ranks' beat files."""
+    out = {}
+    for path in Path(run_dir).glob("beat.rank*"):
+        try:
+            step, when = path.read_text().split()
+            out[int(path.name.removeprefix("beat.rank"))] = (int(step), float(when))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def behind(seen, ranks):
+    """The ranks whose last step is below the others', or that never reported, in order."""
+    top = max((s for s, _ in seen.values()), default=None)
+    return [r for r in range(ranks) if r not in seen or seen[r][0] != top]
+
+
+class Watchdog:
+    """Watches run_dir's beat files from a thread; on a hang calls on_hang(why) once."""
+
+    def __init__(self, run_dir, ranks, start_s, idle_s, on_hang, poll_s=POLL_S, clock=time.time):
+        self.run_dir, self.ranks, self.start_s, self.idle_s = run_dir, ranks, start_s, idle_s
+        self.on_hang, self.poll_s, self.clock = on_hang, poll_s, clock
+        self.started = clock()
+        self.progress = (None, self.started)  # (top step, when it was first seen)
+        self.step_s = []  # seconds a step, between the tops seen
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="watchdog")
+
+    def start(self):
+        if self.start_s or self.idle_s:
+            self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+
+    def limit(self):
+        """(seconds allowed without a new step, how the limit was set)."""
+        if self.progress[0] is None:
+            return self.start_s, "training.hang_start_s before the first step"
+        if self.step_s:
+            median = statistics.median(self.step_s)
+            if STEP_FACTOR * median > self.idle_s:
+                return STEP_FACTOR * median, f"{STEP_FACTOR} x the median step of {median:.2f} s"
+        return self.idle_s, "training.hang_idle_s"
+
+    def check(self):
+        """One look at the beats: the hang's description, or None."""
+        now, seen = self.clock(), beats(self.run_dir)
+        top = max((s for s, _ in seen.values()), default=None)
+        last, since = self.progress
+        if top is not None and (last is None or top > last):
+            if last is not None:
+                self.step_s.append((now - since) / (top - last))
+            self.progress = (top, now)
+            return None
+        limit, how = self.limit()
+        idle = now - self.progress[1]
+        if not limit or idle <= limit:
+            return None
+        slow = behind(seen, self.ranks)
+        where = f"after step {last} (the last any rank reported)" if last is not None else "before the first step"
+        return (
+            f"no training step for {idle:.0f} s {where}, over the limit of {limit:.0f} s ({how}); "
+            f"ranks behind or silent: {', '.join(map(str, slow)) or 'none (all stopped at the same step)'}; "
+            f"their Python stacks, where they could be had, are in the attempt's log"
+        )
+
+    def _loop(self):
+        while not self._stop.wait(self.poll_s):
+            why = self.check()
+            if why:
+                self.on_hang(why)
+                return
+
+
+def dump_stacks(grace_s=3.0):
+    """SIGUSR1 to the job's children that take it: the ranks (faulthandler prints their stacks) and
+    srun (which passes it on to its tasks); then a moment for them to write."""
+    for p in psutil.Process().children(recursive=True):
+        try:
+            name = p.name()
+            if name == "srun" or "python" in name:
+                os.kill(p.pid, signal.SIGUSR1)
+        except (psutil.Error, OSError):
+            pass
+    time.sleep(grace_s)
