@@ -167,6 +167,16 @@ PLANS = {
             run("compile_{n}gpu_ddp_defaults", words=f"{COMPILE} {DDP_OWN}", gpus="n", est=90),
         ],
     },
+    "sampler": {
+        "measures": "the telemetry sampler's cost (each node's local rank 0 samples every second in a thread of its "
+        "own: --telemetry-interval 1 against 0) on synthetic data at --gpus GPUs, alternated, 3 repeats each; "
+        "every run's images/s CV per step and over 10-step windows (the study's way of judging stability)",
+        "items": [
+            run(f"synthetic_{{n}}gpu{tel}{suffix}", words="--telemetry-interval 0" if tel else "", gpus="n", est=45)
+            for suffix in ("", "_2", "_3")
+            for tel in ("", "_tel0")
+        ],
+    },
     "ceilings": {
         "measures": "what the machine can do: a device-to-device copy and bf16/TF32 matrix products, each input "
         "path alone (no step), and the step alone (synthetic data, the defaults)",

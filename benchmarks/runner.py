@@ -233,6 +233,7 @@ def run_variant(v, work, a, timeout):
         "images_per_s": s["images_per_s"],
         "per_gpu": s["images_per_s"] / v["gpus"],
         "step_cv": s["step_images_per_s_cv"],
+        "window_cv": s.get("window_images_per_s_cv"),
         "stable": s["stable"],
         "device": s.get("device"),
         "settings": s.get("pytorch"),

@@ -278,12 +278,12 @@ def unvouched(w):
     cvs = ", ".join(f"{n} GPU{'s' if n > 1 else ''} {cv:.1%}" for n, cv in bad.items())
     if 1 in bad:
         return set(w.images_per_s), (
-            f"; the overlap is not fitted or tested: the 1-GPU run, every efficiency's baseline, is unstable (step "
+            f"; the overlap is not fitted or tested: the 1-GPU run, every efficiency's baseline, is unstable (images/s "
             f"CV {cvs}, above 2%: docs/results.md#verdict-guards)"
         )
     return set(bad), (
-        f"; the overlap is not fitted to or tested on the points whose steps vary beyond 2% (step CV {cvs}): "
-        f"figures the tool does not vouch for (docs/results.md#verdict-guards)"
+        f"; the overlap is not fitted to or tested on the points whose images/s vary beyond 2% "
+        f"(CV over 10-step windows {cvs}): figures the tool does not vouch for (docs/results.md#verdict-guards)"
     )
 
 

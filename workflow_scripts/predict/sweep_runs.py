@@ -43,7 +43,8 @@ def run_record(point):
         "input": point.get("input", "auto"),
         "device": device,
         "images_per_s": s["images_per_s"],
-        "step_cv": s.get("step_images_per_s_cv"),
+        # the variation "stable" judges: over windows of steps where the run has it (common/metrics.py)
+        "step_cv": s.get("window_images_per_s_cv") or s.get("step_images_per_s_cv"),
         "batch_per_gpu": (s.get("args") or {}).get("batch_per_gpu") or s["global_batch"] // point["gpus"],
         "gradient_bytes": nbytes,
         "gradient_bytes_from": nbytes_from,

@@ -44,16 +44,17 @@ DEVICE_INDEPENDENT = {"int8_accuracy"}
 TITLE = "The study's conclusions on this cluster"
 HOW = (
     "One row per finding of the study (the PMBS18 paper, sections IV-VI, and its slides) and of the scale-out "
-    "whitepaper (its short and long tests), with our counterpart from this run's tables at the "
-    "nearest sweep point that exists (point; same_point says whether it is the study's) and a verdict: holds, does "
-    "not hold, or not measured by this sweep (why names the config keys that would measure it). Caffe2's findings "
-    "are checked on PyTorch DDP. device says what the point ran on; a CPU point says so. No verdict rests on a "
-    "figure the tool cannot vouch for: an unstable run (step CV > 2%), one not known to have had its nodes to "
-    "itself, an efficiency above 100% by more than 2%, or, for a performance finding, CPU processes standing in "
-    "for GPUs: such a row says not decided and why, naming the runs. Where a point ran several times "
-    "(training.repeats) its figure is the interval over the runs: inconclusive where that interval lies across "
-    "the study's figure. predicted: for a scaling finding at a GPU count this sweep did not run, what the scaling "
-    "prediction (scaling_prediction.md) gives at that count on this cluster; a prediction, never a verdict."
+    "whitepaper (its short and long tests), with our counterpart from this run's tables at the nearest sweep "
+    "point that exists (point; same_point says whether it is the study's) and a verdict: holds, does not hold, "
+    "or not measured by this sweep (why names the config keys that would measure it). Caffe2's findings are "
+    "checked on PyTorch DDP. device says what the point ran on; a CPU point says so. No verdict rests on a "
+    "figure the tool cannot vouch for: an unstable run (images/s CV over 10-step windows > 2%), one not known "
+    "to have had its nodes to itself, an efficiency above 100% by more than 2%, or, for a performance finding, "
+    "CPU processes standing in for GPUs: such a row says not decided and why, naming the runs. Where a point "
+    "ran several times (training.repeats) its figure is the interval over the runs: inconclusive where that "
+    "interval lies across the study's figure. predicted: for a scaling finding at a GPU count this sweep did "
+    "not run, what the scaling prediction (scaling_prediction.md) gives at that count on this cluster; a "
+    "prediction, never a verdict."
 )
 COLUMNS = [
     "id",
@@ -103,7 +104,7 @@ def study_figure(f, tol):
     if f["kind"] == "time":
         return f"{f['hours']:g} h at {f['gpus']} GPUs"
     if f["kind"] == "stability":
-        return f"unstable: step CV > {tol['threshold']:.0%}"
+        return f"unstable: images/s CV over 10-step windows > {tol['threshold']:.0%}"
     return f"{f['framework']} highest"
 
 

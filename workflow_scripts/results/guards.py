@@ -2,7 +2,8 @@
 vouch for. A table shows such a figure with its caveats; a figure is drawn marked; the verdict
 table gives no "holds" or "does not hold" on it, but "not decided" and why, naming the runs.
 
-  unstable      a run's per-step images/s varies by more than the study's 2% (metrics.STABLE_CV)
+  unstable      a run's images/s varies by more than the study's 2% (metrics.STABLE_CV) over windows
+                of metrics.STABILITY_WINDOW steps, as the study's frameworks reported it
   not isolated  something else used a run's nodes in its timed window (common/neighbours.py), or
                 whether it did is unknown
   impossible    a scaling efficiency above 100% by more than that same 2%: the baseline ran slow
@@ -25,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..common import input_bound
-from ..common.metrics import STABLE_CV
+from ..common.metrics import STABILITY_WINDOW, STABLE_CV
 
 IMPOSSIBLE_MARGIN = STABLE_CV
 # DALI's default prefetch depth (train/pytorch_options.DALI_PREFETCH; tests/test_options.py ties
@@ -49,12 +50,23 @@ def isolation_word(summary):
     return "true" if iso["isolated"] else "false"
 
 
+def stability_cv(row):
+    """(the variation a run is judged stable by, its words): images/s over windows of
+    metrics.STABILITY_WINDOW steps, else (an older run, or too few steps) per step."""
+    window = row.get("window_cv")
+    if window is not None and not pd.isna(window):
+        return window, f"images/s CV over {STABILITY_WINDOW}-step windows"
+    step = row.get("step_cv")
+    return (None, "") if step is None or pd.isna(step) else (step, "step CV")
+
+
 def run_caveats(row):
     """Why one completed run's figure cannot be vouched for ([] when it can): row is a record of
     results/runs.py (step_cv, isolated, isolation_why, run_dir, system)."""
     name, out = run_name(row), []
-    if not pd.isna(row.get("step_cv")) and row["step_cv"] > STABLE_CV:
-        out.append(f"unstable: {name} step CV {row['step_cv']:.1%} > {STABLE_CV:.0%}")
+    cv, words = stability_cv(row)
+    if cv is not None and cv > STABLE_CV:
+        out.append(f"unstable: {name} {words} {cv:.1%} > {STABLE_CV:.0%}")
     if isinstance(row.get("transport_problem"), str) and row["transport_problem"]:
         # sockets where the nodes have InfiniBand: a figure of the wrong network
         out.append(f"wrong transport: {name}: {row['transport_problem']}")

@@ -141,8 +141,10 @@ def stability(t, f, tol):
             f"no {f['framework']} run across nodes on real data; set {MULTI_NODE_KEYS}, with "
             f"{f['framework']} in training.frameworks"
         )
-    worst = runs.loc[runs.step_cv.idxmax()]
-    text = f"step CV up to {worst.step_cv:.1%} ({len(runs)} run(s) across nodes)"
+    cvs = runs.apply(lambda r: guards.stability_cv(r)[0], axis=1).astype(float)
+    worst = runs.loc[cvs.idxmax()]
+    worst_cv, words = guards.stability_cv(worst)
+    text = f"{words} up to {worst_cv:.1%} ({len(runs)} run(s) across nodes)"
     point = f"{worst.system} {worst.framework} {worst.precision}, {worst.gpus} GPUs on {worst.nodes} nodes"
     # Instability is this finding's figure, not a caveat of it, and so is an input that cannot keep up
     # (the study's uncached case); a neighbour's load would explain it away.
@@ -154,11 +156,11 @@ def stability(t, f, tol):
     ] + guards.cache_caveats(runs)
     return result(
         text,
-        worst.step_cv,
+        worst_cv,
         point,
         True,
         worst.device,
-        (runs.step_cv > tol["threshold"]).any(),
+        (cvs > tol["threshold"]).any(),
         caveats=caveats,
         cpu=guards.cpu_stand_in(worst.device),
     )

@@ -33,6 +33,7 @@ def points(runs):
                 "images_per_s_low": ips.min(),
                 "images_per_s_high": ips.max(),
                 "step_cv": g.step_cv.max(),
+                "window_cv": g.get("window_cv", pd.Series(dtype=float)).max(),
                 "stable": bool(g.stable.all()),
                 "isolated": guards.combine_isolated(g.isolated),
                 "ran_as": ", ".join(sorted(set(g.ran_as.astype(str)))),
@@ -197,6 +198,7 @@ INPUT_PATHS_SHOWN = [
     "input",
     "images_per_s",
     "step_cv",
+    "window_cv",
     "stable",
     "of_synthetic_percent",
     "vouched",
@@ -212,6 +214,7 @@ def input_paths(runs):
         "input",
         "images_per_s",
         "step_cv",
+        "window_cv",
         "stable",
         "synthetic_images_per_s",
         "of_synthetic_percent",
@@ -232,6 +235,7 @@ def input_paths(runs):
                 "input": r.input,
                 "images_per_s": r.images_per_s,
                 "step_cv": r.step_cv,
+                "window_cv": getattr(r, "window_cv", None),
                 "stable": r.stable,
                 "synthetic_images_per_s": ref.images_per_s if ref is not None else None,
                 "of_synthetic_percent": r.images_per_s / ref.images_per_s * 100 if ref is not None else None,
@@ -245,8 +249,8 @@ def input_paths(runs):
 
 GUARDS = (
     "vouched: none of the verdict guards applies (docs/results.md#verdict-guards): no run behind the figure is "
-    "unstable (step CV > 2%) or not known to be isolated, and no efficiency is above 100% by more than 2%; the "
-    "figures that are not are listed under the table with why, and no verdict rests on them."
+    "unstable (images/s CV over 10-step windows > 2%) or not known to be isolated, and no efficiency is above "
+    "100% by more than 2%; the figures that are not are listed under the table with why, and no verdict rests on them."
 )
 
 

@@ -123,6 +123,8 @@ def record(point):
         "global_batch": s["global_batch"],
         "images_per_s": s["images_per_s"],
         "step_cv": s["step_images_per_s_cv"],
+        # images/s over windows of steps, as the study's frameworks reported it: what "stable" judges
+        "window_cv": s.get("window_images_per_s_cv"),
         "stable": s["stable"],
         "warmup_steps": s["warmup_steps"],
         "timed_steps": s["timed_steps"],
@@ -198,6 +200,7 @@ COLUMNS = [
     "global_batch",
     "images_per_s",
     "step_cv",
+    "window_cv",
     "stable",
     "warmup_steps",
     "timed_steps",

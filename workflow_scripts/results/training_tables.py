@@ -66,6 +66,7 @@ RUN_COLUMNS = [
     "global_batch",
     "images_per_s",
     "step_cv",
+    "window_cv",
     "stable",
     "mode",
     "warmup_steps",
@@ -82,7 +83,17 @@ RUN_COLUMNS = [
 
 
 # What each table's markdown copy shows; the CSV has every column (output.write_table).
-THROUGHPUT_SHOWN = KEY + ["gpus", "repeat", "images_per_s", "step_cv", "stable", "isolated", "ran_as", "status"]
+THROUGHPUT_SHOWN = KEY + [
+    "gpus",
+    "repeat",
+    "images_per_s",
+    "step_cv",
+    "window_cv",
+    "stable",
+    "isolated",
+    "ran_as",
+    "status",
+]
 
 
 def throughput(runs):
@@ -274,7 +285,9 @@ def main():
     notes += [f"{r.system}/{Path(r.run_dir).name} {r.status}: {r.why}" for r in bad.itertuples()]
     timing = (
         "images/s = images processed in the timed steps / their wall time, warm-up steps excluded; "
-        "step_cv = coefficient of variation of the per-step images/s (stable: <= 2%, the study's criterion). "
+        "step_cv = coefficient of variation of the per-step images/s; window_cv = that of images/s over windows of "
+        "10 timed steps, as the study's frameworks reported it (stable: window_cv <= 2%, the study's criterion; "
+        "step_cv where a run has fewer than two windows). "
         "ran_as: what the precision ran as on the run's device (training.fp32_math)."
     )
     points_how = (
