@@ -245,7 +245,7 @@ def test_each_input_path_is_its_own_workload(tmp_path):
     "step_cv, says",
     [
         ({4: 0.22}, "4 GPUs (an unstable run) ran at 55.0%, below no overlap"),
-        ({1: 0.05}, "the 1-GPU run, every efficiency's baseline, is unstable (step CV 1 GPU 5.0%"),
+        ({1: 0.05}, "the 1-GPU run, every efficiency's baseline, is unstable (images/s CV 1 GPU 5.0%"),
         ({4: 0.015}, "4 GPUs ran at 55.0%, below no overlap"),
     ],
 )
@@ -269,7 +269,10 @@ def test_a_figure_the_tool_does_not_vouch_for_never_shows_the_model_good(tmp_pat
     rows = rows_of(df)
     assert rows[2].overlap_fraction == pytest.approx(0.5, abs=1e-6)
     assert pd.isna(rows[2].loo_rel_error) and pd.isna(rows[4].loo_rel_error)
-    assert "not fitted to or tested on the points whose steps vary beyond 2% (step CV 4 GPUs 5.0%)" in rows[4].model_why
+    assert (
+        "not fitted to or tested on the points whose images/s vary beyond 2% (CV over 10-step windows 4 GPUs 5.0%)"
+        in rows[4].model_why
+    )
     # vouched for, the same runs fit an f between the two and test each on the other
     df, _, _ = sp.build(table, write_runs(tmp_path / "b", runs), {"gpu": 4}, settings(max_gpus=8))
     assert 0.5 < rows_of(df)[2].overlap_fraction < 1.0 and pd.notna(rows_of(df)[4].loo_rel_error)
