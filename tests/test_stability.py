@@ -49,3 +49,34 @@ def test_the_guard_names_the_window_cv_and_falls_back_on_the_step_cv():
     assert not [c for c in guards.run_caveats(steady) if c.startswith("unstable")]
     older = {**row, "window_cv": None}  # a run from before windows: its steps are judged
     assert any("step CV 3.0%" in c for c in guards.run_caveats(older))
+
+
+def test_a_throttled_gpu_or_an_xid_in_the_timed_window_blocks_the_verdict():
+    row = {
+        "step_cv": 0.01,
+        "window_cv": 0.01,
+        "run_dir": "results/runs/g/pytorch_fp32_4gpu",
+        "system": "g",
+        "isolated": "true",
+    }
+    assert guards.run_caveats({**row, "gpu_slowed_share": 0.05, "xid_errors": 0}) == []  # at the share: not over
+    hot = {**row, "gpu_slowed_share": 0.4, "gpu_state": "n1 0: software thermal slowdown in 40% of samples"}
+    (said,) = guards.run_caveats(hot)
+    assert said.startswith("throttled: ") and "software thermal slowdown in 40% of samples" in said
+    (said,) = guards.run_caveats({**row, "xid_errors": 2, "gpu_state": "n1 gpu0: Xid 94; n1 gpu0: Xid 94"})
+    assert said.startswith("Xid: ") and "2 GPU error(s) in its timed window" in said
+
+
+def test_the_share_of_samples_a_gpu_was_slowed_is_recorded_over_the_timed_window(tmp_path):
+    import json
+
+    from workflow_scripts.train import run_evidence
+
+    (tmp_path / "telemetry.n1.json").write_text(json.dumps({"wall_origin": 1000.0, "interval": 1.0}))
+    rows = ["time_s,metric,device,value"]
+    for t in range(10):  # gpu 0: thermal slowdown (0x20) in 3 of its 10 samples in the window
+        rows.append(f"{t + 0.5},gpu_clock_limiters,0,{0x20 if t in (2, 3, 4) else 0}")
+    rows.append("30.5,gpu_clock_limiters,0,32")  # after the window: not counted
+    (tmp_path / "telemetry.n1.csv").write_text("\n".join(rows) + "\n")
+    state = run_evidence.gpu_state(tmp_path, 1000.0, 1010.0)
+    assert state["slowed_share"] == 0.3 and "software thermal slowdown in 30% of samples" in state["note"]

@@ -9,6 +9,9 @@ table gives no "holds" or "does not hold" on it, but "not decided" and why, nami
   impossible    a scaling efficiency above 100% by more than that same 2%: the baseline ran slow
   execution mode changed  a point whose step ran another way than its baseline's (PyTorch's
                 compile mode, CUDA graphs, DDP's graph): its efficiency mixes scaling with that
+  throttled     a GPU held down by heat or a power brake in more than THROTTLED_SHARE of its samples
+                in the timed window (train/run_evidence.py gpu_state)
+  Xid           any GPU error NVML reported in the timed window
   CPU stand-in  CPU processes standing in for GPUs: no performance finding rests on them (an accuracy
                 finding does not depend on the device)
   wrong transport  NCCL all-reduced over TCP sockets between nodes that have InfiniBand (nccl_log)
@@ -29,6 +32,9 @@ from ..common import input_bound
 from ..common.metrics import STABILITY_WINDOW, STABLE_CV
 
 IMPOSSIBLE_MARGIN = STABLE_CV
+# A GPU held down by heat or a power brake in more than this share of its samples in the timed
+# window: the run measured a slowed GPU (docs/results.md#verdict-guards)
+THROTTLED_SHARE = 0.05
 # DALI's default prefetch depth (train/pytorch_options.DALI_PREFETCH; tests/test_options.py ties
 # them): an epoch shorter than the queue leaves nothing to run ahead across its end (what showed it:
 # docs/benchmarks.md#what-the-dali-wait-at-4-gpus-was-d).
@@ -67,6 +73,12 @@ def run_caveats(row):
     cv, words = stability_cv(row)
     if cv is not None and cv > STABLE_CV:
         out.append(f"unstable: {name} {words} {cv:.1%} > {STABLE_CV:.0%}")
+    slowed = row.get("gpu_slowed_share")
+    if slowed is not None and not pd.isna(slowed) and slowed > THROTTLED_SHARE:
+        out.append(f"throttled: {name}: {row.get('gpu_state') or f'{slowed:.0%} of samples slowed'}")
+    xids = row.get("xid_errors")
+    if xids is not None and not pd.isna(xids) and xids > 0:
+        out.append(f"Xid: {name}: {int(xids)} GPU error(s) in its timed window ({row.get('gpu_state') or 'NVML'})")
     if isinstance(row.get("transport_problem"), str) and row["transport_problem"]:
         # sockets where the nodes have InfiniBand: a figure of the wrong network
         out.append(f"wrong transport: {name}: {row['transport_problem']}")

@@ -84,6 +84,9 @@ def evidence(s):
         "execution_mode": s.get("execution_mode", ""),
         "fp32_math": math.get("fp32_math", ""),
         "gpu_state": (s.get("gpu_state") or {}).get("note", ""),
+        # the timed window's largest share of samples a GPU was held down (heat, a brake), and its Xids
+        "gpu_slowed_share": (s.get("gpu_state") or {}).get("slowed_share"),
+        "xid_errors": len((s.get("gpu_state") or {}).get("xid") or []),
         "slurm_exclusive": (s.get("slurm") or {}).get("exclusive"),
         "cache_scope": (s.get("cache_scope") or {}).get("used", ""),
         "cache_not_emptied": cache_not_emptied(s),
@@ -172,6 +175,8 @@ EVIDENCE = [
     "execution_mode",
     "fp32_math",
     "gpu_state",
+    "gpu_slowed_share",
+    "xid_errors",
     "slurm_exclusive",
     "cache_scope",
     "cache_not_emptied",

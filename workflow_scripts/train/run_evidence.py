@@ -98,7 +98,9 @@ def gpu_state(run_dir, start, end):
                 if start < line["t"] <= end + 60:
                     xids.append({"node": node, **x})
     notes += [f"{x['node']} gpu{x['gpu']}: Xid {x['xid']}" for x in xids]
-    return {"gpus": state, "xid": xids, "note": "; ".join(notes)}
+    # the largest share of a GPU's samples any slowing limiter was on: what results/guards.py judges
+    slowed = max((v for g in state.values() for k, v in g["limiters"].items() if k in SLOWED), default=0.0)
+    return {"gpus": state, "xid": xids, "slowed_share": slowed, "note": "; ".join(notes)}
 
 
 def isolation(run_dir, summary):
