@@ -659,3 +659,23 @@ def test_epoch_turnover_is_read_from_the_run_summary():
     assert (
         runs.epoch_turnover({"global_batch": 64}, {"data_source": "real", "mode": "steps"})["steps_per_epoch"] is None
     )
+
+
+@pytest.mark.unit
+def test_a_point_short_of_its_repeats_and_a_baseline_that_moved_are_named(tables):
+    """Three repeats planned at 1 and 4 GPUs: one 4-GPU repeat timed out, so its interval rests on two
+    (fewer repeats); then every 1-GPU run failed, so the 2-GPU point became the baseline (baseline not
+    the smallest). Neither is decided."""
+    failed = {"status": "failed", "why": "time limit"}
+    runs = [gpu_run("tensorflow", 1, 1000.0, repeat=k) for k in (1, 2, 3)] + [
+        gpu_run("tensorflow", 4, 3920.0),
+        gpu_run("tensorflow", 4, 3930.0, repeat=2),
+        gpu_run("tensorflow", 4, 3000.0, repeat=3, **failed),
+    ]
+    table = training_tables.scaling(pd.DataFrame(runs))[0].set_index("gpus")
+    assert "fewer repeats: h100/tensorflow_fp32_4gpu 2 of 3 runs completed" in table.loc[4, "caveats"]
+    assert sweep_verdict(tables, runs).verdict != mod.HOLDS
+    moved = [gpu_run("tensorflow", 1, 1000.0, **failed)] + [gpu_run("tensorflow", g, 1000.0 * g) for g in (2, 4)]
+    table = training_tables.scaling(pd.DataFrame(moved))[0].set_index("gpus")
+    said = table.loc[4, "caveats"]
+    assert "baseline not the smallest: h100/tensorflow_fp32 against 2 GPUs, its 1-GPU runs did not complete" in said

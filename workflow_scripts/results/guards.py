@@ -9,6 +9,9 @@ table gives no "holds" or "does not hold" on it, but "not decided" and why, nami
   impossible    a scaling efficiency above 100% by more than that same 2%: the baseline ran slow
   execution mode changed  a point whose step ran another way than its baseline's (PyTorch's
                 compile mode, CUDA graphs, DDP's graph): its efficiency mixes scaling with that
+  fewer repeats a point with fewer completed runs than the sweep planned
+  baseline not the smallest  efficiencies against a GPU count above the sweep's smallest, whose runs
+                did not complete
   throttled     a GPU held down by heat or a power brake in more than THROTTLED_SHARE of its samples
                 in the timed window (train/run_evidence.py gpu_state)
   Xid           any GPU error NVML reported in the timed window
@@ -64,6 +67,28 @@ def stability_cv(row):
         return window, f"images/s CV over {STABILITY_WINDOW}-step windows"
     step = row.get("step_cv")
     return (None, "") if step is None or pd.isna(step) else (step, "step CV")
+
+
+def fewer_repeats(point, done, planned, runs):
+    """[the caveat] of a point with fewer completed runs than planned: an interval over the runs that
+    finished leaves out the ones that did not (a timed-out repeat on a slow node), naming them."""
+    if done >= planned:
+        return []
+    rows = runs[(runs[list(point)] == pd.Series(point)).all(axis=1) & (runs.status != "ok")]
+    why = "; ".join(f"{Path(str(r.run_dir)).name} {r.status}" for r in rows.itertuples())
+    name = f"{point['system']}/{point['framework']}_{point['precision']}_{point['gpus']}gpu"
+    return [f"fewer repeats: {name} {done} of {planned} runs completed ({why})"]
+
+
+def baseline_moved(key, base_gpus, smallest):
+    """[the caveat] of efficiencies against a baseline that is not the sweep's smallest GPU count
+    (its runs there did not complete): they are not the study's, which are against 1 GPU."""
+    if base_gpus <= smallest:
+        return []
+    return [
+        f"baseline not the smallest: {key['system']}/{key['framework']}_{key['precision']} against "
+        f"{base_gpus} GPUs, its {smallest}-GPU runs did not complete"
+    ]
 
 
 def run_caveats(row):

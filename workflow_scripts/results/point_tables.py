@@ -21,8 +21,10 @@ def points(runs):
     the largest step CV, isolation over all of them, what the precision ran as, and every run's
     caveats."""
     rows = []
+    planned = runs.groupby(POINT, sort=True).size() if len(runs) else {}
     for key, g in runs[runs.status == "ok"].groupby(POINT, sort=True):
         ips = g.images_per_s
+        short = guards.fewer_repeats(dict(zip(POINT, key)), len(g), planned[key], runs)
         rows.append(
             {
                 **dict(zip(POINT, key)),
@@ -43,7 +45,7 @@ def points(runs):
                 "device": g.device.iloc[0],
                 "gradient_bytes": g.gradient_bytes.iloc[0],
                 "gradient_bytes_from": g.gradient_bytes_from.iloc[0],
-                "caveats": guards.join(c for cell in g.caveats for c in guards.split(cell)),
+                "caveats": guards.join([*(c for cell in g.caveats for c in guards.split(cell)), *short]),
                 "transport": ", ".join(sorted(set(g.transport.fillna("").astype(str)) - {""})),
                 "nccl_version": ", ".join(sorted(set(g.nccl_version.fillna("").astype(str)) - {""})),
                 "runs": " ".join(guards.run_name(r) for _, r in g.iterrows()),

@@ -193,12 +193,14 @@ def scaling(runs, allreduce=None, raws=None):
     for key, g in pts.groupby(KEY) if len(pts) else ():
         g = g.sort_values("gpus")
         base = g.iloc[0]
+        sweep = runs[(runs[KEY] == pd.Series(key, index=KEY)).all(axis=1)]
+        moved = guards.baseline_moved(dict(zip(KEY, key)), base.gpus, int(sweep.gpus.min()))
         for r in g.itertuples():
             ideal = base.images_per_s * r.gpus / base.gpus
             per = r.gpus / base.gpus
             efficiency = r.images_per_s / ideal
             name = f"{r.system}/{r.framework}_{r.precision}_{r.gpus}gpu ({r.input})"
-            caveats = guards.split(r.caveats) + (guards.split(base.caveats) if r.gpus != base.gpus else [])
+            caveats = guards.split(r.caveats) + (guards.split(base.caveats) if r.gpus != base.gpus else []) + moved
             mode, base_mode = getattr(r, "execution_mode", ""), getattr(base, "execution_mode", "")
             caveats += [
                 c
