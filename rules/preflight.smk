@@ -127,9 +127,11 @@ use rule preflight_table as preflight_data_table with:
 
 rule preflight_gate:
     input:
-        # after the table, so that it lists every pair even when this one stops the workflow (a
-        # table rewritten for another pair does not rerun this gate)
-        table=ancient(rules.preflight_table.output.csv),
+        # Locally after the table, so that it lists every pair even when this one stops the workflow
+        # (a table rewritten for another pair does not rerun this gate). Through SLURM (keep-going)
+        # not: a check job that dies with its node writes no result, and the table would then hold
+        # back every system's gate; this one waits for its own pair's results only.
+        table=ancient(rules.preflight_table.output.csv) if workflow.local_exec else [],
         results=lambda w: [preflight_result(w.system, w.framework, g) for g in preflight_gpus(w.system)],
     output:
         f"{RESULTS}/preflight/{{system}}/{{framework}}.ok",
