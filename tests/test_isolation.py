@@ -339,3 +339,31 @@ def test_a_gpu_run_without_nvml_is_of_unknown_isolation(tmp_path):
     assert run_evidence.isolation(tmp_path, {**summary, "device_type": "cpu"})["isolated"] is True
     gpu = run_evidence.isolation(tmp_path, {**summary, "device_type": "gpu"})
     assert gpu["isolated"] is None and "NVML unavailable" in gpu["why"] and "nvidia-ml-py" in gpu["why"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "slurm, isolated, says",
+    [
+        (None, True, None),  # no SLURM: the node's own samples decide
+        ({"job": "7", "oversubscribe": "NO", "exclusive": True}, True, None),
+        ({"job": "7", "oversubscribe": "OK", "exclusive": False}, None, "OverSubscribe=OK) and squeue was not asked"),
+        ({"job": "7", "oversubscribe": None, "exclusive": None}, None, "could not say whether job 7 held its nodes"),
+    ],
+)
+def test_the_slurm_half_is_true_only_where_slurm_held_the_nodes_alone(tmp_path, slurm, isolated, says):
+    """A clean node under SLURM is isolated only where its job held its nodes alone (OverSubscribe=NO,
+    scontrol's word from the host side); a shared allocation, whatever squeue said, is unknown."""
+    from workflow_scripts.train import run_evidence
+
+    steps = [
+        {"step": i, "phase": "timed" if i else "warmup", "wall_s": 1.0, "wall_end": 100.0 + i} for i in range(1, 11)
+    ]
+    (tmp_path / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    lines = [{"t": 99.0, "baseline": True}] + [sample(100.0 + i) for i in range(1, 12)]
+    (tmp_path / "neighbours.g1.jsonl").write_text("".join(json.dumps(ln) + "\n" for ln in lines))
+    summary = {"args": {"mode": "steps"}, "provenance": {"nodes": {"g1": {"cpus": 8}}}, "device_type": "cpu"}
+    ev = run_evidence.isolation(tmp_path, {**summary, "slurm": slurm})
+    assert ev["isolated"] is isolated, ev["why"]
+    if says:
+        assert says in ev["why"] and "systems.<name>.exclusive" in ev["why"], ev["why"]
