@@ -366,3 +366,24 @@ def test_telemetry_writes_no_read_rows_where_the_storage_probe_is_unsupported(tm
     time.sleep(0.02)
     metrics = {row[2] for row in tel._rows(prev, tel._snapshot(), prev[0])}
     assert "read_MBps" not in metrics and "cpu_percent" in metrics
+
+
+@pytest.mark.unit
+def test_a_runs_rates_are_over_its_timed_steps_not_its_start_up(tmp_path):
+    """NCCL's set-up and compilation at 1,000 MB/s for the run's first 10 s, then 100 MB/s through its
+    timed steps (wall clock 1010-1020): the table's mean and total are the timed steps' alone."""
+    from workflow_scripts.results import telemetry_tables
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"isolation": {"window": {"start": 1010.0, "end": 1020.0}}}))
+    (run / "telemetry.n1.json").write_text(json.dumps({"wall_origin": 1000.0, "interval": 1.0}))
+    rows = ["time_s,node,metric,device,value"]
+    rows += [f"{t}.0,n1,send_MBps,ib0,{1000 if t <= 10 else 100}" for t in range(1, 31)]
+    (run / "telemetry.n1.csv").write_text("\n".join(rows) + "\n")
+    runs = pd.DataFrame(
+        [{"status": "ok", "run_dir": str(run), "system": "g", "framework": "pytorch", "precision": "fp32",
+          "gpus": 2, "input": "dali", "repeat": 1}]
+    )  # fmt: skip
+    (row,) = telemetry_tables.telemetry(runs, ["send_MBps"]).itertuples()
+    assert (row.samples, row.seconds, row.mean_MBps, row.total_MB) == (10, 10.0, 100.0, 1000.0)

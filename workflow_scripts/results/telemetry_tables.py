@@ -13,17 +13,44 @@ TELEMETRY_SHOWN = SERIES + FIGURES
 COLUMNS = SERIES + ["samples", "seconds"] + FIGURES
 
 
+def timed_window(run_dir):
+    """(start, end) wall-clock seconds of the run's timed steps, as its isolation was judged over
+    (train/run_evidence.py), or None where the run recorded none."""
+    try:
+        w = json.loads((Path(run_dir) / "summary.json").read_text())["isolation"]["window"]
+        return w["start"], w["end"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def in_window(t, csv, window):
+    """(the rows of a node's series inside the run's timed window, on the node's own clock:
+    telemetry.<node>.json's wall_origin; a sample covers the interval before it, which its first
+    row counts for); all rows from time 0 where either is not recorded."""
+    try:
+        meta = json.loads(csv.with_suffix(".json").read_text())
+        origin, interval = meta["wall_origin"], meta.get("interval", 1.0)
+    except (OSError, ValueError, KeyError):
+        return t, None
+    if window is None:
+        return t, None
+    wall = t.time_s + origin
+    return t[(wall > window[0]) & (wall - interval < window[1])], interval
+
+
 def telemetry(runs, metrics):
-    """Per run, node and device: peak, mean and total of a MB/s series (total = integral over
+    """Per run, node and device over the run's timed steps (start-up, compilation and NCCL's set-up
+    left out, as its isolation is): peak, mean and total of a MB/s series (total = integral over
     the sampled time)."""
     rows = []
     for r in runs[runs.status == "ok"].itertuples():
+        window = timed_window(r.run_dir)
         for csv in sorted(Path(r.run_dir).glob("telemetry.*.csv")):
             t = pd.read_csv(csv)
-            t = t[t.metric.isin(metrics)]
+            t, interval = in_window(t[t.metric.isin(metrics)], csv, window)
             for (node, metric, device), g in t.groupby(["node", "metric", "device"]):
                 g = g.sort_values("time_s")
-                dt = g.time_s.diff().fillna(g.time_s.iloc[0])
+                dt = g.time_s.diff().fillna(interval if interval is not None else g.time_s.iloc[0])
                 rows.append(
                     {
                         "system": r.system,
@@ -36,7 +63,7 @@ def telemetry(runs, metrics):
                         "metric": metric,
                         "device": device,
                         "samples": len(g),
-                        "seconds": g.time_s.iloc[-1],
+                        "seconds": float(dt.sum()),
                         "peak_MBps": g.value.max(),
                         "mean_MBps": g.value.mean(),
                         "total_MB": float((g.value * dt).sum()),
