@@ -322,3 +322,34 @@ def test_a_record_that_does_not_decode_stops_pytorch_naming_the_record_and_the_f
     line = failure.permanent(proc.stdout + proc.stderr)
     assert line and f"{data / 'train'}/data.mdb: record " in line and "does not decode" in line, proc.stderr[-3000:]
     assert line.endswith("Fix: snakemake --forcerun lmdb"), line
+
+
+def test_a_storage_failover_is_asked_again_and_never_made_permanent(copy_of, monkeypatch):
+    """ESTALE while the check reads (a stale handle: the file system failing over): asked again
+    after a wait, and it passes once the storage answers; where it never does, a StageError that
+    is not permanent, naming the file system, not the data."""
+    import errno as errno_
+
+    data = copy_of("recordio")
+    real, calls = records.RecordIOFile.count, []
+
+    def flaky(self, path):
+        calls.append(path)
+        if len(calls) <= 2:
+            raise OSError(errno_.ESTALE, "Stale file handle")
+        return real(self, path)
+
+    monkeypatch.setattr(records.RecordIOFile, "count", flaky)
+    slept = []
+    assert verify.patient(lambda: verify.check(data, "quick"), sleep=slept.append) == []
+    assert slept == [5, 20]
+    calls.clear()
+
+    def failing(self, path):
+        raise OSError(errno_.EIO, "Input/output error")
+
+    monkeypatch.setattr(records.RecordIOFile, "count", failing)
+    with pytest.raises(verify.StageError) as e:
+        verify.patient(lambda: verify.check(data, "quick"), sleep=slept.append)
+    assert not isinstance(e.value, PermanentError) and "the file system, not the data" in str(e.value)
+    assert PERMANENT_TAG not in str(e.value)

@@ -22,6 +22,7 @@ or mtime changed since (docs/data.md#the-whole-file-check).
 """
 
 import argparse
+import errno
 import hashlib
 import json
 import math
@@ -37,6 +38,16 @@ from ..common.errors import PermanentError, StageError, run_main
 from . import records
 
 LEVELS = ("quick", "sample", "full")
+# I/O errors of a file system in trouble (a failover, a stale NFS handle, a lost server), not of
+# the file: asked again before anything is judged permanent
+TRANSIENT = {errno.ESTALE, errno.EIO, errno.ETIMEDOUT, errno.EAGAIN, errno.ENOTCONN, errno.EHOSTDOWN, errno.ECONNRESET}
+ASK_AGAIN_S = (5, 20, 60)
+
+
+class Transient(StageError):
+    """A check that met the storage failing, not the data: retried, and never recorded as permanent."""
+
+
 # The rule that makes each format's directory (rules/data.smk).
 RULES = {"tfrecord": "tfrecord", "recordio": "recordio", "lmdb": "lmdb", "index": "index_dataset"}
 # Records sampled over a whole dataset, split among its data files (at least one each): ImageNet's
@@ -160,6 +171,10 @@ def _check_file(path, kind, fact, level, rule):
                 return problem("sha256 of the whole file", fact["sha256"], digest)
     except ImportError as exc:
         raise StageError(f"{path}: {exc}")
+    except OSError as exc:
+        if exc.errno in TRANSIENT:  # the storage, not the file: the caller asks again
+            raise Transient(f"{path}: {exc.strerror or exc} (errno {errno.errorcode.get(exc.errno, exc.errno)})")
+        return problem("readability", "a readable file", f"{type(exc).__name__}: {exc}")
     except records.Damaged as exc:
         return problem("structure", "records as its index locates them", str(exc))
     except Exception as exc:  # the format's own reader failing (lmdb.Error, an I/O error) is the finding
@@ -297,16 +312,37 @@ def _check_index(index_dir):
     return problems
 
 
+def patient(fn, waits=ASK_AGAIN_S, sleep=time.sleep):
+    """fn(), asked again after each of `waits` seconds while the storage fails (Transient); then a
+    StageError that says so, which is never recorded as permanent (the run is tried again)."""
+    for wait in (*waits, None):
+        try:
+            return fn()
+        except Transient as exc:
+            if wait is None:
+                raise StageError(
+                    f"the dataset could not be read: {exc}, after {len(waits)} more tries over {sum(waits)} s: "
+                    "the file system, not the data"
+                ) from None
+            print(f"data check: {exc}; asking again in {wait} s", file=sys.stderr, flush=True)
+            sleep(wait)
+
+
 def require(data_dir):
     """The training job's check at start: quick, the whole-file check again for every file whose
     size or mtime changed since its record, and a PermanentError with the first problem in one
     line (the others are one command away): a dataset that fails its manifest fails every attempt
     until it is rebuilt, so the training job records it at once instead of running it again."""
-    problems = check(data_dir, "quick")
-    changed = changed_since_check(data_dir) if not problems else None
-    if changed:
-        # written since the whole-file check: hashed again before anything is trained on it
-        problems = whole(data_dir, threads=4, only=changed)[0]
+
+    def at_start():
+        problems = check(data_dir, "quick")
+        changed = changed_since_check(data_dir) if not problems else None
+        if changed:
+            # written since the whole-file check: hashed again before anything is trained on it
+            return whole(data_dir, threads=4, only=changed)[0]
+        return problems
+
+    problems = patient(at_start)
     if problems:
         more = (
             f" (and {len(problems) - 1} more: python -m workflow_scripts.data.verify --data {data_dir})"
@@ -326,13 +362,13 @@ def main():
     if a.record:
         if len(a.data) != 1:
             ap.error("--record checks one --data directory")
-        problems = write_record(a.data[0], a.record, a.threads)
+        problems = patient(lambda: write_record(a.data[0], a.record, a.threads))
         for p in problems:
             print(p)
         sys.exit(1 if problems else 0)
     bad = 0
     for d in a.data:
-        problems = check(d, a.level)
+        problems = patient(lambda d=d: check(d, a.level))
         for p in problems:
             print(p)
         if not problems:
