@@ -679,3 +679,17 @@ def test_a_point_short_of_its_repeats_and_a_baseline_that_moved_are_named(tables
     table = training_tables.scaling(pd.DataFrame(moved))[0].set_index("gpus")
     said = table.loc[4, "caveats"]
     assert "baseline not the smallest: h100/tensorflow_fp32 against 2 GPUs, its 1-GPU runs did not complete" in said
+
+
+@pytest.mark.unit
+def test_a_point_on_another_gpu_model_than_its_baseline_is_named():
+    runs = [
+        gpu_run("tensorflow", 1, 1000.0, device="1x Tesla V100-SXM2-32GB"),
+        gpu_run("tensorflow", 4, 3920.0),
+    ]
+    table = training_tables.scaling(pd.DataFrame(runs))[0].set_index("gpus")
+    said = table.loc[4, "caveats"]
+    assert (
+        "device changed: h100/tensorflow_fp32_4gpu (cpu) ran on NVIDIA H100 80GB HBM3, its 1-GPU baseline on " in said
+    )
+    assert "Tesla V100-SXM2-32GB" in said

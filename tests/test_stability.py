@@ -80,3 +80,29 @@ def test_the_share_of_samples_a_gpu_was_slowed_is_recorded_over_the_timed_window
     (tmp_path / "telemetry.n1.csv").write_text("\n".join(rows) + "\n")
     state = run_evidence.gpu_state(tmp_path, 1000.0, 1010.0)
     assert state["slowed_share"] == 0.3 and "software thermal slowdown in 30% of samples" in state["note"]
+
+
+def test_ranks_on_two_gpu_models_are_refused_before_the_first_step_naming_the_nodes(tmp_path):
+    """A partition of V100 and A100 nodes: rank 1 on an A100 has written its GPU; rank 0 on a V100
+    stops, naming both models and their nodes and the keys that give a system one model."""
+    import json
+    from types import SimpleNamespace
+
+    from workflow_scripts.common.errors import PermanentError
+    from workflow_scripts.train import harness
+
+    def rank(r, node):
+        return SimpleNamespace(launch=SimpleNamespace(rank=r, world_size=2), node=node, dir=tmp_path)
+
+    (tmp_path / "gpu.rank1.json").write_text(
+        json.dumps({"rank": 1, "node": "a1", "gpu": "NVIDIA A100-SXM4-80GB", "capability": [8, 0]})
+    )
+    with pytest.raises(PermanentError) as e:
+        harness.Run.one_gpu_model(rank(0, "v1"), ("Tesla V100-SXM2-32GB", (7, 0)), wait_s=5)
+    said = str(e.value)
+    assert "Tesla V100-SXM2-32GB (compute capability 7.0) on v1" in said and "(compute capability 8.0) on a1" in said
+    assert "systems.<name>.gpu_type" in said
+    (tmp_path / "gpu.rank1.json").write_text(
+        json.dumps({"rank": 1, "node": "v2", "gpu": "Tesla V100-SXM2-32GB", "capability": [7, 0]})
+    )
+    harness.Run.one_gpu_model(rank(0, "v1"), ("Tesla V100-SXM2-32GB", (7, 0)), wait_s=5)  # one model: goes on

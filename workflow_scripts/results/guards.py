@@ -27,6 +27,7 @@ table gives no "holds" or "does not hold" on it, but "not decided" and why, nami
                 (the storage, network and uncached-stability findings read such a run all the same)
 """
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -78,6 +79,18 @@ def fewer_repeats(point, done, planned, runs):
     why = "; ".join(f"{Path(str(r.run_dir)).name} {r.status}" for r in rows.itertuples())
     name = f"{point['system']}/{point['framework']}_{point['precision']}_{point['gpus']}gpu"
     return [f"fewer repeats: {name} {done} of {planned} runs completed ({why})"]
+
+
+def device_changed(base_device, device, name, base_gpus):
+    """The caveat of a point whose GPU model is not its baseline's (a partition of two models): its
+    efficiency would compare two GPUs, not one GPU's scaling. device: results/runs.py's "<n>x <model>"."""
+
+    def model(d):
+        return re.sub(r"^\d+x ", "", str(d or ""))
+
+    if not base_device or not device or model(base_device) == model(device):
+        return None
+    return f"device changed: {name} ran on {model(device)}, its {base_gpus}-GPU baseline on {model(base_device)}"
 
 
 def baseline_moved(key, base_gpus, smallest):

@@ -204,7 +204,11 @@ def scaling(runs, allreduce=None, raws=None):
             mode, base_mode = getattr(r, "execution_mode", ""), getattr(base, "execution_mode", "")
             caveats += [
                 c
-                for c in [guards.impossible(efficiency, name), guards.mode_changed(base_mode, mode, name, base.gpus)]
+                for c in [
+                    guards.impossible(efficiency, name),
+                    guards.mode_changed(base_mode, mode, name, base.gpus),
+                    guards.device_changed(base.device, r.device, name, base.gpus),
+                ]
                 if c
             ]
             row = {

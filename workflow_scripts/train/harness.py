@@ -29,11 +29,12 @@ import platform
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
 from ..common import comm_env, cpus, gpu_choice, kernel_check, metrics, provenance
 from ..common.atomic import write_json
-from ..common.errors import StageError
+from ..common.errors import PermanentError, StageError
 from ..common.rank_env import detect
 from ..common.schema import default as config_default
 from ..common.telemetry import Telemetry
@@ -321,6 +322,37 @@ class Run:
             "seconds": seconds,
             "cuda_jit_cache": {k: os.environ.get(k) for k in ("CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE")},
         }
+        self.one_gpu_model(gpu)
+
+    def one_gpu_model(self, gpu, wait_s=300.0):
+        """Every rank's GPU model and compute capability, through the run directory: a run over two
+        models (a partition of V100 and A100 nodes) is refused before its first step, naming the nodes.
+        Its ranks would pick precision and loss scaling per GPU (float16 with scaling on a V100,
+        bfloat16 without on an A100), and DDP would average scaled and unscaled gradients."""
+        mine = {"rank": self.launch.rank, "node": self.node, "gpu": gpu[0], "capability": list(gpu[1] or [])}
+        write_json(self.dir / f"gpu.rank{self.launch.rank}.json", mine)
+        n, deadline, seen = self.launch.world_size, time.time() + wait_s, {}
+        while len(seen) < n and time.time() < deadline:
+            for path in self.dir.glob("gpu.rank*.json"):
+                try:
+                    seen.setdefault(path.name, json.loads(path.read_text()))
+                except (OSError, ValueError):  # being written: read next time
+                    pass
+            if len(seen) < n:
+                time.sleep(0.2)
+        models = {}
+        for r in seen.values():
+            models.setdefault((r["gpu"], tuple(r["capability"])), set()).add(r["node"])
+        if len(models) > 1:
+            said = "; ".join(
+                f"{name} (compute capability {'.'.join(map(str, cc)) or '?'}) on {', '.join(sorted(nodes))}"
+                for (name, cc), nodes in sorted(models.items())
+            )
+            raise PermanentError(
+                f"the run's ranks have different GPUs: {said}. Each would pick its own precision and loss "
+                "scaling, and the gradients averaged would mix them. Fix: give the system a gpu_type or "
+                "constraint (systems.<name>.gpu_type, constraint) so that its runs get one GPU model"
+            )
 
     @property
     def node(self):
