@@ -271,11 +271,15 @@ def test_preflight_fails_on_sockets_between_infiniband_nodes_unless_chosen(tmp_p
     assert "check nccl_transport" in line and "libibverbs could not be loaded" in line and "rdma-core" in line
     chosen = preflight_job.nccl_transport_row(work, nodes=2, tasks=2, gpu=True, env={"NCCL_IB_DISABLE": "1"})
     assert chosen["status"] == OK and "NCCL_IB_DISABLE=1" in chosen["figure"]
-    # not applicable: a CPU system, one task, no log (NCCL_DEBUG set quieter by the user)
+    # not applicable: a CPU system, one task
     assert preflight_job.nccl_transport_row(work, 2, 2, False, {})["status"] == NA
     assert preflight_job.nccl_transport_row(work, 1, 1, True, {})["status"] == NA
+    # no log where one was asked for (a site's NCCL_DEBUG=WARN is raised, so its files should be
+    # there): a warning, never "not applicable", and one naming where the log went where it went elsewhere
     quiet = preflight_job.nccl_transport_row(tmp_path / "empty", 2, 2, True, {"NCCL_DEBUG": "WARN"})
-    assert quiet["status"] == NA and "NCCL_DEBUG=WARN" in quiet["cause"]
+    assert quiet["status"] == "warning" and "no NCCL debug file" in quiet["cause"]
+    away = preflight_job.nccl_transport_row(tmp_path / "empty", 2, 2, True, {"NCCL_DEBUG_FILE": "/x/nccl.log"})
+    assert away["status"] == "warning" and "NCCL_DEBUG_FILE=/x/nccl.log" in away["cause"]
 
 
 def run_launcher(tmp_path, *options, env=None):
@@ -336,11 +340,11 @@ def test_the_launcher_gives_every_rank_the_nccl_log_variables_without_overriding
     for r in ranks:
         assert (r["env"]["NCCL_DEBUG"], r["env"]["NCCL_DEBUG_SUBSYS"]) == ("TRACE", "INIT,NET")
         assert r["env"]["NCCL_DEBUG_FILE"] == expected["NCCL_DEBUG_FILE"]
-    # Quieter than INFO: nothing written, and the launcher says so
+    # A site's module set it quieter than INFO: raised, so the transport is still recorded, and said
     proc, ranks = run_launcher(tmp_path, f"--nccl-log-dir={logs}", env={"NCCL_DEBUG": "WARN"})
     for r in ranks:
-        assert r["env"]["NCCL_DEBUG"] == "WARN" and "NCCL_DEBUG_FILE" not in r["env"]
-    assert "NCCL's transport is not recorded: the environment sets NCCL_DEBUG=WARN" in proc.stderr
+        assert r["env"]["NCCL_DEBUG"] == "INFO" and r["env"]["NCCL_DEBUG_FILE"] == expected["NCCL_DEBUG_FILE"]
+    assert "NCCL's transport: the environment's NCCL_DEBUG=WARN raised to INFO" in proc.stderr
     # Without the option, nothing changes
     _, ranks = run_launcher(tmp_path)
     assert not any(k.startswith("NCCL_DEBUG") for r in ranks for k in r["env"])

@@ -231,7 +231,7 @@ def run(cmd, a, per_node_once=False, stdout=None, env_record=None):
                 debug, note = nccl_log.debug_env(a.nccl_log_dir, env)
                 env.update(debug)
                 if note:
-                    print(f"launch: NCCL's transport is not recorded: {note}", file=sys.stderr, flush=True)
+                    print(f"launch: NCCL's transport: {note}", file=sys.stderr, flush=True)
         if env_record is not None:
             env_record.update(comm_env.recorded(env))
         if use_srun:

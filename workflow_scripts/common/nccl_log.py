@@ -270,12 +270,12 @@ def transport_problem(parsed, num_nodes, ib_devices, env=None):
 
 
 def debug_env(directory, env):
-    """The variables that make each rank write its NCCL lines to `directory`: only those the
-    environment (with config nccl_env) does not set already, and none where the user set NCCL_DEBUG
-    quieter than INFO or sent the log elsewhere with NCCL_DEBUG_FILE. (variables, a note or None)."""
+    """The variables that make each rank write its NCCL lines to `directory`: those the environment
+    (with config nccl_env) does not set already, NCCL_DEBUG raised to INFO where a site set it
+    quieter (its own lines then go to the same files: the transport is never left unrecorded by a
+    site's module), and none where the log was sent elsewhere with NCCL_DEBUG_FILE. (variables, a
+    note or None)."""
     level = env.get("NCCL_DEBUG", "").strip()
-    if level and level.upper() not in VERBOSE_LEVELS:
-        return {}, f"the environment sets NCCL_DEBUG={level}, quieter than INFO"
     if "NCCL_DEBUG_FILE" in env:
         return (
             {},
@@ -284,6 +284,10 @@ def debug_env(directory, env):
     # NCCL expands %h and %p itself; a '%' of the folder's own name must reach it doubled.
     target = str(Path(directory).resolve()).replace("%", "%%") + "/nccl.%h.%p.log"
     wanted = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": DEBUG_SUBSYS, "NCCL_DEBUG_FILE": target}
+    if level and level.upper() not in VERBOSE_LEVELS:
+        return {**wanted, "NCCL_DEBUG_SUBSYS": env.get("NCCL_DEBUG_SUBSYS", DEBUG_SUBSYS)}, (
+            f"the environment's NCCL_DEBUG={level} raised to INFO, NCCL's lines written to {directory}"
+        )
     return {k: v for k, v in wanted.items() if k not in env}, None
 
 

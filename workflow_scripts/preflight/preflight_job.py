@@ -31,7 +31,7 @@ from ..common.atomic import write_json
 from ..common.errors import run_main
 from ..common.schema import default as config_default
 from . import markers
-from .check_rows import FAILED, NA, OK, merge, read_all, row
+from .check_rows import FAILED, NA, OK, WARN, merge, read_all, row
 
 HANG_FIX = (
     "check that every node reaches the others (firewall, the interface the launcher picks: "
@@ -113,9 +113,10 @@ def nccl_transport_row(work, nodes, tasks, gpu, env):
         return row("nccl_transport", NA, cause="one task: NCCL connects nothing")
     parsed = nccl_log.read_logs(work)
     if parsed is None or not (parsed["within_node"] or parsed["between_nodes"]):
-        _, note = nccl_log.debug_env(work, env)
+        # a warning, not "not applicable": a fall-back to sockets would go unseen
+        words, note = nccl_log.debug_env(work, env)
         found = "no NCCL debug file" if parsed is None else "its debug files hold no channel lines"
-        return row("nccl_transport", NA, cause=f"NCCL's transport is not recorded: {note or found}")
+        return row("nccl_transport", WARN, cause=f"NCCL's transport is not recorded: {found if words else note}")
     problem = nccl_log.transport_problem(parsed, nodes, read_all(work, "infiniband.*.json"), env)
     where = ",".join(parsed["hosts"])
     if problem:
