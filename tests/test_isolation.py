@@ -367,3 +367,36 @@ def test_the_slurm_half_is_true_only_where_slurm_held_the_nodes_alone(tmp_path, 
     assert ev["isolated"] is isolated, ev["why"]
     if says:
         assert says in ev["why"] and "systems.<name>.exclusive" in ev["why"], ev["why"]
+
+
+@pytest.mark.unit
+def test_a_long_tests_isolation_is_judged_job_by_job_and_across_them(tmp_path):
+    """Six jobs, a neighbour on 10% of the CPUs through the last: judged over the last job's own steps
+    it reads 10%, not 10% of six jobs' time (1.7%), and an earlier job's verdict is kept beside it."""
+    from workflow_scripts.train import run_evidence
+
+    run = tmp_path / "accuracy" / "pytorch_fp32_2gpu"
+    run.mkdir(parents=True)
+    steps = [{"step": i, "phase": "timed", "wall_s": 1.0, "wall_end": 100.0 + i} for i in range(1, 11)]
+    (run / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    # the cumulative time of all six jobs: 60 s; this job's own steps: 10 s
+    (run / "epochs.jsonl").write_text(json.dumps({"epoch": 6, "elapsed_s": 60.0}) + "\n")
+    busy = [{"t": 99.0, "baseline": True}] + [
+        {**sample(100.0 + i), "others_s": 0.8, "others": [[4242, "hog", "someone", 0.8]]} for i in range(1, 12)
+    ]
+    (run / "neighbours.g1.jsonl").write_text("".join(json.dumps(ln) + "\n" for ln in busy))
+    summary = {"args": {"mode": "accuracy"}, "provenance": {"nodes": {"g1": {"cpus": 8}}}, "device_type": "cpu"}
+    ev = run_evidence.isolation(run, summary)
+    assert ev["isolated"] is False and ev["window"]["seconds"] == 10.0, ev
+    # an earlier job with a neighbour of its own: the last job's clean samples do not clear it
+    (run / "neighbours.g1.jsonl").write_text(
+        "".join(
+            json.dumps(ln) + "\n" for ln in [{"t": 99.0, "baseline": True}] + [sample(100.0 + i) for i in range(1, 12)]
+        )
+    )
+    run_evidence.jobs_file(run).write_text(
+        json.dumps({"attempt": 2, "isolated": False, "why": "g1: other processes used 10.0% of its 8 CPUs"}) + "\n"
+    )
+    last = run_evidence.across_jobs(run_evidence.isolation(run, summary), run)
+    assert last["isolated"] is False and "job 2: g1: other processes used 10.0%" in last["why"]
+    assert [j["attempt"] for j in last["jobs"]] == [2, "last"]

@@ -40,15 +40,14 @@ def _jsonl(path):
 
 def timed_window(run_dir, summary):
     """(start, end) in wall-clock seconds of what images/s (or the long test's time) counts: the
-    timed steps; in mode accuracy everything from the first step to the end of the last epoch."""
+    timed steps; in mode accuracy this job's, from its first step to its last (a resumed long test's
+    earlier jobs are judged each in its own job: job_evidence)."""
     steps = _jsonl(Path(run_dir) / "steps.jsonl")
     steps = [s for s in steps if "wall_end" in s]
     if not steps:
         return None
     if summary.get("args", {}).get("mode") == "accuracy":
-        epochs = _jsonl(Path(run_dir) / "epochs.jsonl")
-        start = steps[0]["wall_end"] - steps[0]["wall_s"]
-        return start, start + (epochs[-1]["elapsed_s"] if epochs else steps[-1]["wall_end"] - start)
+        return steps[0]["wall_end"] - steps[0]["wall_s"], steps[-1]["wall_end"]
     timed = [s for s in steps if s["phase"] == "timed"]
     if not timed:
         return None
@@ -154,6 +153,45 @@ def slurm_half(ev, slurm, lines):
     return ev
 
 
+def job_summary(run_dir, mode, device_type, slurm):
+    """What isolation() reads of a summary, for a job that wrote none (a long test stopped to be
+    resumed): the nodes' CPUs from their provenance files."""
+    nodes = {}
+    for p in sorted(Path(run_dir).glob("provenance.*.json")):
+        try:
+            nodes[_node_of(p, "provenance.")] = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+    return {"args": {"mode": mode}, "provenance": {"nodes": nodes}, "device_type": device_type, "slurm": slurm}
+
+
+def jobs_file(run_dir):
+    """Beside the run directory (which each attempt empties): the long test's jobs' isolation, one line each."""
+    run_dir = Path(run_dir)
+    return run_dir.parent / f".{run_dir.name}.jobs.jsonl"
+
+
+def keep_job_evidence(run_dir, summary, attempt):
+    """This job's isolation over its own steps, kept for the run's last job to judge all of them."""
+    ev = isolation(run_dir, summary)
+    with open(jobs_file(run_dir), "a") as f:
+        f.write(json.dumps({"attempt": attempt, "isolated": ev["isolated"], "why": ev["why"]}) + "\n")
+
+
+def across_jobs(ev, run_dir):
+    """The last job's isolation judged with every earlier job's of the same run: false where any job
+    was not isolated, unknown where any is unknown, true only where every one was."""
+    earlier = _jsonl(jobs_file(run_dir)) if jobs_file(run_dir).exists() else []
+    if not earlier:
+        return ev
+    every = [*earlier, {"attempt": "last", "isolated": ev["isolated"], "why": ev["why"]}]
+    verdicts = [j["isolated"] for j in every]
+    ev["isolated"] = False if False in verdicts else (None if None in verdicts else True)
+    ev["why"] = "; ".join(f"job {j['attempt']}: {j['why']}" for j in every)
+    ev["jobs"] = every
+    return ev
+
+
 def nccl(run_dir, summary):
     """What NCCL ran over (nccl_log.read_logs of the ranks' logs; None where no NCCL ran: a CPU, one
     GPU), its table cell, and the problem where it used sockets between nodes that have InfiniBand."""
@@ -182,6 +220,8 @@ def add_to_summary(run_dir, extra):
     summary.update(extra)
     summary["nccl"] = nccl(run_dir, summary)
     summary["isolation"] = isolation(run_dir, summary)
+    if summary.get("args", {}).get("mode") == "accuracy":
+        summary["isolation"] = across_jobs(summary["isolation"], run_dir)
     window = summary["isolation"].get("window")
     summary["gpu_state"] = gpu_state(run_dir, window["start"], window["end"]) if window else None
     write_json(path, summary)

@@ -109,6 +109,8 @@ def main():
         flush=True,
     )
     progress = checkpoint.JobProgress(trainer, a.attempt)
+    if progress.dir and a.attempt == 1 and progress.before == 0:
+        run_evidence.jobs_file(run).unlink(missing_ok=True)  # a long test from its start: no earlier jobs
     stopped = sharing = scope = why = None
     job = os.environ.get("SLURM_JOB_ID")
     try:
@@ -188,6 +190,12 @@ def main():
             },
         )
     shutil.copyfile(attempt_log, log)
+    if progress.dir and rc != 0 and not (cause or last):
+        # a long test's job that will be resumed: its own isolation, for the last job to judge with
+        mode = "accuracy"
+        device = "gpu" if any(run.glob("gpu.rank*.json")) or "--require-gpu" in trainer else "cpu"
+        slurm_record = sharing or ({"job": job, "oversubscribe": None, "exclusive": None} if job else None)
+        run_evidence.keep_job_evidence(run, run_evidence.job_summary(run, mode, device, slurm_record), a.attempt)
     if stopped:
         # A record beside the attempt's log too: Snakemake deletes a failed job's outputs (a
         # cancelled job's summary.json among them), and the next attempt empties the run directory.
