@@ -387,3 +387,26 @@ def test_a_runs_rates_are_over_its_timed_steps_not_its_start_up(tmp_path):
     )  # fmt: skip
     (row,) = telemetry_tables.telemetry(runs, ["send_MBps"]).itertuples()
     assert (row.samples, row.seconds, row.mean_MBps, row.total_MB) == (10, 10.0, 100.0, 1000.0)
+
+
+@pytest.mark.unit
+def test_sends_are_counted_once_per_physical_port(tmp_path):
+    """A bond over two ports, a VLAN on it, IPoIB on an HCA and loopback: only the ports are
+    counted (the bond's and the VLAN's bytes are theirs; IPoIB's, the HCA port counters')."""
+    from workflow_scripts.common import telemetry as tel
+
+    net = tmp_path / "net"
+    for nic, kind, physical in [
+        ("eth0", "1", True),
+        ("eth1", "1", True),
+        ("bond0", "1", False),
+        ("bond0.100", "1", False),
+        ("ib0", "32", True),
+        ("lo", "772", False),
+    ]:
+        (net / nic).mkdir(parents=True)
+        (net / nic / "type").write_text(kind + "\n")
+        if physical:
+            (net / nic / "device").mkdir()
+    said = tel.uncounted_nics(net)
+    assert sorted(said) == ["bond0", "bond0.100", "ib0", "lo"] and "IPoIB" in said["ib0"]

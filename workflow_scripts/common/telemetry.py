@@ -25,6 +25,26 @@ from .neighbours import NodeSampler
 from .storage_probe import StorageProbe
 
 IB_ROOT = Path("/sys/class/infiniband")
+NET_ROOT = Path("/sys/class/net")
+ARPHRD_INFINIBAND = "32"
+
+
+def uncounted_nics(root=NET_ROOT):
+    """{interface: why} of the interfaces whose bytes another series counts already, so that a
+    node's sends are summed once per physical port: virtual ones (a bond, whose slaves are counted,
+    a VLAN over its parent, a bridge, loopback) have no device of their own; IPoIB interfaces are
+    counted by their HCA's port counters (the ib: series)."""
+    out = {}
+    for nic in sorted(Path(root).glob("*")):
+        try:
+            kind = (nic / "type").read_text().strip()
+        except OSError:
+            continue
+        if not (nic / "device").exists():
+            out[nic.name] = "virtual (a bond, VLAN, bridge or loopback): its traffic is its ports'"
+        elif kind == ARPHRD_INFINIBAND:
+            out[nic.name] = "IPoIB: its HCA's port counters (ib:) count its bytes"
+    return out
 
 
 def _ib_counters():
@@ -166,7 +186,9 @@ class Telemetry(threading.Thread):
         # time_s = 0 as wall-clock time: series of several nodes (each with its own perf_counter) and the
         # steps of rank 0 meet on it.
         meta = {"node": self.node, "wall_origin": time.time(), "interval": self.interval}
-        write_json(self.meta_path(), {**meta, "storage": self.storage.describe()})
+        write_json(
+            self.meta_path(), {**meta, "storage": self.storage.describe(), "network_not_counted": uncounted_nics()}
+        )
         psutil.cpu_percent(None)
         psutil.cpu_times_percent(None)
         with open(self.csv_path, "w", newline="") as f, open(self.neighbours_path, "w") as nf:

@@ -38,6 +38,14 @@ def in_window(t, csv, window):
     return t[(wall > window[0]) & (wall - interval < window[1])], interval
 
 
+def not_counted(csv):
+    """The node's interfaces another series counts already (common/telemetry.py uncounted_nics)."""
+    try:
+        return list(json.loads(csv.with_suffix(".json").read_text()).get("network_not_counted") or {})
+    except (OSError, ValueError):
+        return []
+
+
 def telemetry(runs, metrics):
     """Per run, node and device over the run's timed steps (start-up, compilation and NCCL's set-up
     left out, as its isolation is): peak, mean and total of a MB/s series (total = integral over
@@ -48,6 +56,7 @@ def telemetry(runs, metrics):
         for csv in sorted(Path(r.run_dir).glob("telemetry.*.csv")):
             t = pd.read_csv(csv)
             t, interval = in_window(t[t.metric.isin(metrics)], csv, window)
+            t = t[~t.device.isin(not_counted(csv))]
             for (node, metric, device), g in t.groupby(["node", "metric", "device"]):
                 g = g.sort_values("time_s")
                 dt = g.time_s.diff().fillna(interval if interval is not None else g.time_s.iloc[0])
