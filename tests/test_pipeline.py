@@ -61,9 +61,10 @@ def test_config_edit_reruns_only_what_it_affects(pipeline_run):
     work = pipeline_run
     try:
         pipeline_config(work, conversion__resize_shorter=96)
-        assert planned_jobs(work, "data") == {"tfrecord": 1, "recordio": 1, "lmdb": 1}
+        # each conversion, then its whole-file check
+        assert planned_jobs(work, "data") == {"tfrecord": 1, "recordio": 1, "lmdb": 1, "data_check": 3}
         pipeline_config(work, conversion__tfrecord__train_shards=3)
-        assert planned_jobs(work, "data") == {"tfrecord": 1}
+        assert planned_jobs(work, "data") == {"tfrecord": 1, "data_check": 1}
         # and the TensorFlow runs on it (the sweep's and the long test's), and the tables and figures
         # built from the runs
         assert {
@@ -78,7 +79,13 @@ def test_config_edit_reruns_only_what_it_affects(pipeline_run):
             "time_to_accuracy_figure": 1,
         }
         pipeline_config(work, conversion__shuffle_seed=5)
-        assert planned_jobs(work, "data") == {"index_dataset": 1, "tfrecord": 1, "recordio": 1, "lmdb": 1}
+        assert planned_jobs(work, "data") == {
+            "index_dataset": 1,
+            "tfrecord": 1,
+            "recordio": 1,
+            "lmdb": 1,
+            "data_check": 3,
+        }
         pipeline_config(work, dataset__embedded__classes=12)
         assert planned_jobs(work, "data") == {
             "embedded_dataset": 1,
@@ -86,6 +93,7 @@ def test_config_edit_reruns_only_what_it_affects(pipeline_run):
             "tfrecord": 1,
             "recordio": 1,
             "lmdb": 1,
+            "data_check": 3,
         }
     finally:
         pipeline_config(work)

@@ -38,13 +38,19 @@ def test_a_failed_reconversion_keeps_the_complete_copy(tmp_path):
 
 
 def test_a_copy_converted_before_done_json_is_not_converted_again(tmp_path):
-    """A complete copy of an earlier version (its manifest, no done.json) gets its done.json, dated as
-    its manifest, when the workflow is parsed: nothing is converted again."""
+    """A complete copy of an earlier version (its manifest naming no output, no done.json) gets its
+    done.json, dated as its manifest, when the workflow is parsed: nothing is converted again."""
     write_config(tmp_path)
     env = without_slurm(tmp_path)
     snakemake(tmp_path, "data/lmdb/done.json", env=env)
     done = tmp_path / "data" / "lmdb" / "done.json"
     done.unlink()
+    manifest = tmp_path / "data" / "lmdb" / "manifest.json"
+    stamp = manifest.stat()
+    earlier = json.loads(manifest.read_text())
+    del earlier["output"]  # as an earlier version wrote it
+    manifest.write_text(json.dumps(earlier))
+    os.utime(manifest, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
     plan = snakemake(tmp_path, "-n", "data/lmdb/done.json", env=env)
     assert "Nothing to be done" in plan.stdout + plan.stderr, plan.stdout[-2000:]
     assert done.stat().st_mtime_ns == (tmp_path / "data" / "lmdb" / "manifest.json").stat().st_mtime_ns

@@ -144,14 +144,23 @@ def complete_copy(out):
 
 
 def mark_earlier_copies(data_dir, formats):
-    """A complete copy made before DONE was the conversions' output (its manifest, no DONE) gets its
-    DONE, dated as its manifest, so that Snakemake does not convert it again."""
+    """A complete copy made before DONE was the conversions' output (its manifest names no "output")
+    gets its DONE, dated as its manifest, so that Snakemake does not convert it again. A copy whose
+    DONE Snakemake removed for a reconversion that then failed keeps it removed: the next run makes
+    the copy the config asks for."""
     for fmt in formats:
         manifest, done = Path(data_dir, fmt, "manifest.json"), Path(data_dir, fmt, DONE)
-        if manifest.is_file() and not done.exists():
+        if manifest.is_file() and not done.exists() and "output" not in _read(manifest):
             write_json(done, {"manifest_sha256": verify.file_sha256(manifest)})
             stamp = manifest.stat()
             os.utime(done, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+
+
+def _read(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {"output": None}  # unreadable: not taken for an earlier version's complete copy
 
 
 @contextlib.contextmanager
@@ -256,6 +265,8 @@ def _convert(fmt, write_split, index, enc, threads, tmp, extra_manifest):
             "rejected": rejected,
             # Per output file: what verify.py checks a copy against before it is read.
             "files": files,
+            # the file Snakemake's output is (DONE): a copy whose manifest lacks it is an earlier version's
+            "output": DONE,
             **(extra_manifest or {}),
         },
     )

@@ -46,10 +46,17 @@ def checked_run_dir(run_dir, results_dir):
     return run
 
 
-def _hung(why):
-    """The watchdog's verdict (its thread): the ranks' stacks into the log, then the job stopped."""
-    print(f"job: hung: {why}", flush=True)
+def _hung(why, run, ranks):
+    """The watchdog's verdict (its thread): the ranks asked for their stacks, which go into the log,
+    the ones that gave none named; then the job stopped."""
     watchdog.dump_stacks()
+    silent = watchdog.unanswered(run, ranks)
+    why += (
+        f"; ranks that gave no stack when asked (stopped, or stuck outside Python): {', '.join(map(str, silent))}"
+        if silent
+        else "; every rank gave its stack"
+    ) + " (the attempt's log holds them)"
+    print(f"job: hung: {why}\n{watchdog.stacks_text(run)}", flush=True)
     job_stop.stop_from_thread("hung", why)
 
 
@@ -144,7 +151,10 @@ def main():
         if rc == 0:
             # NCCL's initialisation lines into the run directory: which transport it chose (nccl_log)
             a.nccl_log_dir = a.nccl_log_dir or str(run)
-            dog = watchdog.Watchdog(run, a.nodes * a.nproc_per_node, a.hang_start_s, a.hang_idle_s, _hung).start()
+            ranks = a.nodes * a.nproc_per_node
+            dog = watchdog.Watchdog(
+                run, ranks, a.hang_start_s, a.hang_idle_s, lambda why: _hung(why, run, ranks)
+            ).start()
             try:
                 rc = launcher.run([*shlex.split(a.python), "-m", *trainer, "--out", str(run)], a)
             finally:

@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 
 BEAT = "beat.rank{rank}"
+STACKS = "stacks.rank{rank}.txt"  # faulthandler's dump on SIGUSR1 (harness)
 STEP_FACTOR = 20  # a step 20 times the median one is no longer a slow step
 POLL_S = 2.0
 
@@ -91,8 +92,7 @@ class Watchdog:
         where = f"after step {last} (the last any rank reported)" if last is not None else "before the first step"
         return (
             f"no training step for {idle:.0f} s {where}, over the limit of {limit:.0f} s ({how}); "
-            f"ranks behind or silent: {', '.join(map(str, slow)) or 'none (all stopped at the same step)'}; "
-            f"their Python stacks, where they could be had, are in the attempt's log"
+            f"ranks behind or silent: {', '.join(map(str, slow)) or 'none (all stopped at the same step)'}"
         )
 
     def _loop(self):
@@ -101,6 +101,29 @@ class Watchdog:
             if why:
                 self.on_hang(why)
                 return
+
+
+def unanswered(run_dir, ranks):
+    """The ranks that wrote no stack when asked (dump_stacks): stopped, or stuck where not even a
+    signal handler runs; with the ranks behind, the ones to look at first."""
+    return [r for r in range(ranks) if not _size(Path(run_dir) / STACKS.format(rank=r))]
+
+
+def stacks_text(run_dir):
+    """Every rank's dumped stacks, for the attempt's log."""
+    out = []
+    for path in sorted(Path(run_dir).glob("stacks.rank*.txt")):
+        text = path.read_text(errors="replace").strip()
+        if text:
+            out.append(f"--- {path.name} ---\n{text}")
+    return "\n".join(out)
+
+
+def _size(path):
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def dump_stacks(grace_s=3.0):
