@@ -454,14 +454,21 @@ exec {python} "$@"
 """
 
 
+def fake_python(work, name, script):
+    """An interpreter for a system's PyTorch: `script` (a shell script's text with {python}, the real
+    interpreter), executable, in `work`."""
+    fake = work / name
+    fake.write_text(script.format(python=interpreter("pytorch")))
+    fake.chmod(0o755)
+    return fake
+
+
 @pytest.fixture(scope="module")
 def stopped_sweep(cluster, tmp_path_factory):
     """Three points, one per system, no retries: a and b are real runs, b cancelled once it runs;
     slow's ranks sleep past its 1-minute limit. Then the same target again, for the table."""
     work = tmp_path_factory.mktemp("stopped")
-    fake = work / "slow-python"
-    fake.write_text(FAKE_TRAINER.format(python=interpreter("pytorch")))
-    fake.chmod(0o755)
+    fake = fake_python(work, "slow-python", FAKE_TRAINER)
     one = {**SYSTEM, "max_nodes": 1}
     cluster_config(
         work,
@@ -556,9 +563,7 @@ def shared_jobs(cluster, tmp_path_factory):
     """Two points of 2 repeats each, one node each: a's are real runs; slow's ranks sleep past their
     1-minute share of the job's 2 minutes."""
     work = tmp_path_factory.mktemp("shared")
-    fake = work / "slow-python"
-    fake.write_text(FAKE_TRAINER.format(python=interpreter("pytorch")))
-    fake.chmod(0o755)
+    fake = fake_python(work, "slow-python", FAKE_TRAINER)
     one = {**SYSTEM, "max_nodes": 1}
     cluster_config(
         work,
@@ -709,9 +714,7 @@ exec {python} "$@"
 
 @pytest.mark.pipeline
 def test_a_preflight_check_lost_with_its_node_blocks_only_its_own_systems_gate(cluster, tmp_path):
-    fake = tmp_path / "lost-python"
-    fake.write_text(LOST_CHECK.format(python=interpreter("pytorch")))
-    fake.chmod(0o755)
+    fake = fake_python(tmp_path, "lost-python", LOST_CHECK)
     one = {**SYSTEM, "max_nodes": 1}
     cluster_config(
         tmp_path,
