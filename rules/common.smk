@@ -152,9 +152,15 @@ SWEEP = parse_time(PLAN.sweep)
 LONG_TEST = parse_time(PLAN.long_test)
 
 
-if not workflow.local_exec:
-    # Through SLURM: a long test that cannot fit its jobs at the best measured rate stops it now.
-    parse_time(cluster_checks.check_long_test_fits, config, LONG_TEST)
+def long_test_fits(w):
+    """Through SLURM, a long test that cannot fit its jobs at the best measured rate stops the
+    workflow before any of its jobs is submitted. An input function of its runs (no file): asked
+    when the jobs are planned, since the executor is not known yet while the Snakefile is read."""
+    if not workflow.local_exec:
+        parse_time(cluster_checks.check_long_test_fits, config, LONG_TEST)
+    return []
+
+
 # Every training interpreter the sweep uses exists (or names its container), checked now.
 TRAIN_ENV = {(s, f): framework_env(s, f) for s in TRAIN["systems"] for f in TRAIN["frameworks"]}
 TRAINING_RUNS = [f"{point['run_dir']}/summary.json" for point in SWEEP]

@@ -86,6 +86,7 @@ use rule train as train_accuracy with:
         data=dataset_of,
         checked=lambda w: f"{DATA}/checked/{FORMAT_OF[w.framework]}.json",
         preflight=preflight_passed,
+        fits=long_test_fits,
     output:
         f"{RESULTS}/runs/{{system}}/accuracy/{{framework}}_{{precision}}_{{gpus}}gpu/summary.json",
     log:
