@@ -101,16 +101,16 @@ def test_storage_and_network_totals_integrate_the_telemetry(pipeline_run):
         t = table(pipeline_run, name)
         assert set(t.metric) == metrics
         for r in t.sample(n=min(4, len(t)), random_state=0).itertuples():
-            csv = pd.read_csv(
-                pipeline_run
-                / "results"
-                / "runs"
-                / r.system
-                / f"{r.framework}_{r.precision}_{r.gpus}gpu"
-                / f"telemetry.{r.node}.csv"
-            )
-            s = csv[(csv.metric == r.metric) & (csv.device == r.device)].sort_values("time_s")
-            dt = s.time_s.diff().fillna(s.time_s.iloc[0])
+            run = pipeline_run / "results" / "runs" / r.system / f"{r.framework}_{r.precision}_{r.gpus}gpu"
+            csv = pd.read_csv(run / f"telemetry.{r.node}.csv")
+            # over the run's timed steps (its isolation's window), each sample covering the interval
+            # before it, on the node's own clock
+            window = json.loads((run / "summary.json").read_text())["isolation"]["window"]
+            meta = json.loads((run / f"telemetry.{r.node}.json").read_text())
+            wall = csv.time_s + meta["wall_origin"]
+            inside = (wall > window["start"]) & (wall - meta["interval"] < window["end"])
+            s = csv[(csv.metric == r.metric) & (csv.device == r.device) & inside].sort_values("time_s")
+            dt = s.time_s.diff().fillna(meta["interval"])
             assert r.total_MB == pytest.approx(float((s.value * dt).sum()))
             assert r.peak_MBps == pytest.approx(s.value.max()) and r.samples == len(s)
 
