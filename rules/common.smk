@@ -16,7 +16,14 @@ from workflow_scripts.common.errors import StageError  # noqa: E402
 from workflow_scripts.common import interpreter  # noqa: E402
 from workflow_scripts.data import convert, layout as dataset_layout, listing  # noqa: E402
 from workflow_scripts.plan import cluster_checks, config_checks  # noqa: E402
-from workflow_scripts.plan.sweep import FORMAT_OF, TRAINER_OF, ConfigProblem, Sweep, repeat_suffix  # noqa: E402
+from workflow_scripts.plan.sweep import (
+    FORMAT_OF,
+    TRAINER_OF,
+    ConfigProblem,
+    Sweep,
+    repeat_of,
+    repeat_suffix,
+)  # noqa: E402
 from workflow_scripts.plan.slurm_job import JobShape  # noqa: E402
 from workflow_scripts.plan.commands import TrainerCommands  # noqa: E402
 
@@ -248,7 +255,7 @@ def previous_run(w):
     one run's and whose time limit is the sum of theirs."""
     if not w.get("rep"):
         return []
-    before = repeat_suffix(int(w.rep.removeprefix("_rep")) - 1)
+    before = repeat_suffix(repeat_of(w.rep) - 1)
     return ancient(f"{LOGS}/train/{w.system}/{w.framework}_{w.precision}_{w.gpus}gpu{w.variant}{before}.log")
 
 
@@ -256,8 +263,7 @@ def job_group(w):
     """plan/sweep.py's job_group of a sweep run; None for the long test's (no repeats)."""
     if "rep" not in w.keys():
         return None
-    repeat = int(w.rep.removeprefix("_rep") or 1)
-    return PLAN.job_group(w.system, w.framework, w.precision, int(w.gpus), w.variant, repeat)
+    return PLAN.job_group(w.system, w.framework, w.precision, int(w.gpus), w.variant, repeat_of(w.rep))
 
 
 def converted(fmt):
@@ -278,9 +284,14 @@ def training_data(w):
 FRAMEWORK_OF_FORMAT = {fmt: fw for fw, fmt in FORMAT_OF.items()}
 
 
+def check_record(fmt):
+    """The whole-file check's record of a format's copy (rules/data.smk, data_check)."""
+    return f"{DATA}/checked/{fmt}.json"
+
+
 def data_checked(w):
-    """The whole-file check's record of the run's data (rules/data.smk, data_check)."""
-    return [] if run_input(w) == "synthetic" else f"{DATA}/checked/{FORMAT_OF[w.framework]}.json"
+    """check_record of the run's data; none for synthetic data."""
+    return [] if run_input(w) == "synthetic" else check_record(FORMAT_OF[w.framework])
 
 
 def dataset_of(w):

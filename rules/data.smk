@@ -145,7 +145,7 @@ rule data_check:
     input:
         converted("{format}"),
     output:
-        f"{DATA}/checked/{{format}}.json",
+        check_record("{format}"),
     log:
         f"{LOGS}/data/check_{{format}}.log",
     benchmark:
@@ -172,4 +172,4 @@ rule data:
         rules.tfrecord.output,
         rules.recordio.output,
         rules.lmdb.output,
-        expand(f"{DATA}/checked/{{format}}.json", format=("tfrecord", "recordio", "lmdb")),
+        [check_record(fmt) for fmt in ("tfrecord", "recordio", "lmdb")],

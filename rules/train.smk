@@ -65,8 +65,8 @@ rule train:
         # changes no result, so it reruns nothing.
         "{params.py:q} -m workflow_scripts.train.training_job --run-dir {params.run_dir:q} "
         "--results-dir {params.results_dir:q} --log {log:q} --attempt {resources.attempt} "
-        "--retries {params.retries} --share-min {resources.runtime} --hang-start-s {resources.hang_start_s} "
-        "--hang-idle-s {resources.hang_idle_s} --data {params.data:q} --cache-clear-command={params.cache_clear_command:q} "
+        "--retries {params.retries} --share-min {resources.runtime:q} --hang-start-s {resources.hang_start_s:q} "
+        "--hang-idle-s {resources.hang_idle_s:q} --data {params.data:q} --cache-clear-command={params.cache_clear_command:q} "
         "--cache-clear={params.cache_clear:q} "
         "--python={params.python:q} --cuda-cache-dir={params.cuda_cache:q} {params.launch:q} "
         "-- {params.trainer} {params.args:q}"
@@ -84,7 +84,7 @@ rule training:
 use rule train as train_accuracy with:
     input:
         data=dataset_of,
-        checked=lambda w: f"{DATA}/checked/{FORMAT_OF[w.framework]}.json",
+        checked=lambda w: check_record(FORMAT_OF[w.framework]),
         preflight=preflight_passed,
         fits=long_test_fits,
     output:

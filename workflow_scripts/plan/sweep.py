@@ -29,6 +29,11 @@ def repeat_suffix(repeat):
     return "" if repeat == 1 else f"_rep{repeat}"
 
 
+def repeat_of(suffix):
+    """The repeat a run directory's suffix names: repeat_suffix backwards ("" is 1)."""
+    return int(suffix.removeprefix("_rep") or 1)
+
+
 class Sweep:
     def __init__(self, config, embedded):
         """config: the validated config; embedded: whether the dataset is the embedded default."""
