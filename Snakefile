@@ -26,6 +26,7 @@ localrules:
     preflight_gate,
     preflight_data_gate,
     preflight_table,
+    preflight_system_table,
     preflight_data_table,
     int8_split,
     int8_weights,
@@ -55,3 +56,12 @@ rule all:
         rules.results_tables.input,
         rules.interconnect.input,
         rules.predict.input,
+
+
+# A preflight check that returned nothing holds back its own system's gates only: say which, since
+# snakemake's own message names the failed job, not what waits for it.
+onerror:
+    for line in preflight_gate.unreturned(
+        [*PREFLIGHT_RESULTS, *PREFLIGHT_DATA_RESULTS, *PREFLIGHT_INPUT_RESULTS], LOGS
+    ):
+        print(line, file=sys.stderr)

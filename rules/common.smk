@@ -26,6 +26,7 @@ from workflow_scripts.plan.sweep import (
 )  # noqa: E402
 from workflow_scripts.plan.slurm_job import JobShape  # noqa: E402
 from workflow_scripts.plan.commands import TrainerCommands  # noqa: E402
+from workflow_scripts.preflight import gate as preflight_gate  # noqa: E402
 
 with open(workflow.source_path("../schemas/config.schema.yaml")) as _schema:
     # A misspelt key in a few lines, not the validator's whole config and schema around it.

@@ -125,11 +125,25 @@ use rule preflight_table as preflight_data_table with:
         judge=input_judge_args(),
 
 
+# Each system's own table: its gates wait for it, so a check that never returned (its job lost
+# with its node) holds back its own system's gates and no other's.
+use rule preflight_table as preflight_system_table with:
+    input:
+        lambda w: [r for r in PREFLIGHT_RESULTS if r.startswith(f"{RESULTS}/preflight/{w.system}/")],
+    output:
+        csv=f"{RESULTS}/preflight/{{system}}.csv",
+        markdown=f"{RESULTS}/preflight/{{system}}.md",
+    log:
+        f"{LOGS}/preflight/{{system}}/table.log",
+    benchmark:
+        f"{LOGS}/preflight/{{system}}/table.bench.tsv"
+
+
 rule preflight_gate:
     input:
-        # after the table, so that it lists every pair even when this one stops the workflow (a
-        # table rewritten for another pair does not rerun this gate)
-        table=ancient(rules.preflight_table.output.csv),
+        # after its system's table, so that it lists every pair even when this one stops the
+        # workflow (a table rewritten for another pair does not rerun this gate)
+        table=ancient(f"{RESULTS}/preflight/{{system}}.csv"),
         results=lambda w: [preflight_result(w.system, w.framework, g) for g in preflight_gpus(w.system)],
     output:
         f"{RESULTS}/preflight/{{system}}/{{framework}}.ok",

@@ -88,7 +88,13 @@ def test_a_first_preflight_on_a_real_dataset_converts_nothing(tmp_path):
     embedded.make(root, classes=2, train_per_class=2, val_per_class=2, seed=1)
     write_config(tmp_path, dataset__root=str(root), training__accuracy__gpus=[2])
     jobs = planned_jobs(tmp_path, "preflight")
-    assert set(jobs) == {"preflight_check", "preflight_table", "preflight_gate", "preflight"}, jobs
+    assert set(jobs) == {
+        "preflight_check",
+        "preflight_system_table",
+        "preflight_table",
+        "preflight_gate",
+        "preflight",
+    }, jobs
     out = snakemake(tmp_path, "all", "-n").stdout
     checks = [b for b in out.split("\n\n") if "rule preflight_check:" in b]
     assert len(checks) == len(CONFIG["training"]["frameworks"]) and not any("input:" in b for b in checks), checks
@@ -194,6 +200,64 @@ def test_a_hanging_allreduce_is_stopped_by_the_timeout_and_named(tmp_path):
     assert "phase 'allreduce': rank(s) 0 (" in line and ", 1 (" in line
     with pytest.raises(ProcessLookupError):  # the stopped rank was ended with the check
         os.kill(stopped, 0)
+
+
+TWO_SYSTEMS = {name: {"gpus_per_node": 2, "max_nodes": 1} for name in ("a", "b")}
+
+
+@pytest.mark.pipeline
+def test_a_check_lost_with_its_node_holds_back_only_its_own_systems_gate(tmp_path):
+    """System a's check killed (SIGKILL: what a node lost under it leaves, no result written), with
+    --keep-going as the SLURM profile has it: system b's gate opens, a's does not, and the workflow's
+    output names a's check as the one that returned nothing."""
+    import psutil
+
+    write_config(
+        tmp_path, systems=TWO_SYSTEMS, training__systems=["a", "b"], training__frameworks=["pytorch"], **NO_DATA
+    )
+    gates = [f"results/preflight/{s}/pytorch.ok" for s in ("a", "b")]
+    cmd = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "2"]
+    proc = subprocess.Popen([*cmd, "--keep-going", *gates], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killed = None
+    try:
+        deadline = time.monotonic() + 600
+        while killed is None and proc.poll() is None and time.monotonic() < deadline:
+            for p in psutil.process_iter(["cmdline"]):
+                words = p.info["cmdline"] or []
+                if (
+                    "workflow_scripts.preflight.preflight_job" in words
+                    and "a" in words[words.index("--system") + 1 :][:1]
+                ):
+                    p.kill()
+                    killed = p.pid
+                    break
+            time.sleep(0.05)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert killed, out[-3000:]
+    assert proc.returncode != 0
+    assert (tmp_path / gates[1]).is_file() and (tmp_path / "results" / "preflight" / "b.csv").is_file(), out[-3000:]
+    assert not (tmp_path / gates[0]).exists() and not (tmp_path / "results" / "preflight" / "a.csv").exists()
+    [line] = [ln for ln in out.splitlines() if ln.startswith("preflight: system a")]
+    assert (
+        "framework pytorch, 2 task(s): its check returned no result" in line
+        and "logs/preflight/a/pytorch_2gpu.log" in line
+    )
+    assert "Only system a's gates wait for it" in line
+
+
+@pytest.mark.stage
+def test_each_systems_gate_waits_for_its_own_checks_only(tmp_path):
+    """The plan behind the test above, without running it: system b's gate plans b's checks and
+    table, none of a's."""
+    write_config(
+        tmp_path, systems=TWO_SYSTEMS, training__systems=["a", "b"], training__frameworks=["pytorch"], **NO_DATA
+    )
+    out = snakemake(tmp_path, "-n", "results/preflight/b/pytorch.ok").stdout
+    assert "system=b" in out and "system=a" not in out, out
+    assert "preflight_system_table" in out and "rule preflight_table:" not in out, out
 
 
 @pytest.mark.pipeline

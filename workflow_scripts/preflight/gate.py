@@ -10,6 +10,7 @@ The line goes to the workflow's own output; the log keeps which results were rea
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -27,6 +28,28 @@ def first_failure(results):
                     f"{r['check']}: {r['cause']}. Fix: {r['fix'] or 'see ' + res['log']}"
                 )
     return None
+
+
+def unreturned(results, logs):
+    """One line per preflight check that was started and wrote no result (its job failed before it
+    could, or lost its node): the gates waiting for it are its own system's only. `results` are the
+    checks' result files, `logs` the workflow's log folder (rules/preflight.smk's log names). A
+    check that ran and failed has a result, and its gate names the cause."""
+    lines = []
+    for result in results:
+        where = re.search(r"preflight/([^/]+)/([^/]+)/(\d+)gpu(\.\w+)?\.json$", str(result))
+        if where is None or Path(result).exists():
+            continue
+        system, framework, tasks, kind = where.groups()
+        log = Path(logs, "preflight", system, f"{framework}_{tasks}gpu{kind or ''}.log")
+        if log.exists():
+            what = f"{kind[1:]} check" if kind else "check"
+            lines.append(
+                f"preflight: system {system}, framework {framework}, {tasks} task(s): its {what} returned "
+                f"no result (its job failed or lost its node: {log}). Only system {system}'s gates wait "
+                "for it; run the workflow again to check it again."
+            )
+    return lines
 
 
 def main():
