@@ -353,3 +353,53 @@ def test_one_rank_runs_horovod_on_gloo_without_a_rendezvous(tmp_path):
         env=dict(clean, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2"),
     )
     assert proc.returncode == 0 and proc.stdout.split() == ["1", "True", "gloo"], proc.stderr[-2000:]
+
+
+def fake_net(tmp_path, links):
+    """A /sys/class/net tree: {interface: (operstate, speed file text)}."""
+    for name, (state, speed) in links.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "operstate").write_text(state + "\n")
+        (tmp_path / name / "speed").write_text(speed + "\n")
+    return tmp_path
+
+
+@pytest.mark.unit
+def test_a_faster_interface_up_beside_the_chosen_one_is_a_preflight_warning_and_recorded(tmp_path):
+    """Issue 52 item 9: the route to the peers is a 1 GbE management LAN while a 100 Gb/s interface
+    is up; a down one, one without an address and one whose speed is unknown are not named."""
+    from workflow_scripts.preflight.rank import socket_row
+    from workflow_scripts.results.runs import socket_text
+
+    addrs = {**ADDRS, "ens2": "10.3.0.5", "ens3": "10.4.0.5", "ens4": "10.5.0.5"}
+    root = fake_net(
+        tmp_path,
+        {
+            "lo": ("unknown", "-1"),
+            "eth0": ("up", "1000"),
+            "ib0": ("up", "100000"),
+            "ens2": ("down", "25000"),
+            "ens3": ("up", "-1"),
+            "ens4": ("up", "10000"),
+            "docker0": ("up", "40000"),
+        },
+    )
+    env = {"NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "eth0"}
+    link = netif.describe(env, addrs, root)
+    assert link == {"name": "eth0", "speed_mbps": 1000, "faster_up": {"ib0": 100000, "ens4": 10000}}
+    r = socket_row(env, addrs, root)
+    assert r["status"] == "warning" and r["figure"] == "eth0: 1 Gb/s" and r["value"] == 1000
+    assert "while ib0 (100 Gb/s), ens4 (10 Gb/s) are up" in r["cause"] and netif.KEY in r["fix"]
+    assert socket_text(link) == "eth0 1 Gb/s; faster up: ib0 100 Gb/s, ens4 10 Gb/s"
+    # the fastest chosen: ok, its speed recorded
+    fast = {"NCCL_SOCKET_IFNAME": "=ib0"}
+    assert (
+        socket_row(fast, addrs, root)["status"] == "ok"
+        and socket_text(netif.describe(fast, addrs, root)) == "ib0 100 Gb/s"
+    )
+    # a speed the driver does not report: no comparison, said
+    vm = {"NCCL_SOCKET_IFNAME": "=ens3"}
+    assert socket_row(vm, addrs, root)["figure"] == "ens3: speed not reported"
+    # one node (nothing given), or a site's prefix/exclusion list: no one interface to judge
+    for site in ({}, {"NCCL_SOCKET_IFNAME": "^docker,lo"}, {"NCCL_SOCKET_IFNAME": "eth,ib"}):
+        assert socket_row(site, addrs, root)["status"] == "not applicable" and netif.describe(site, addrs, root) == {}

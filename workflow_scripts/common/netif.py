@@ -13,11 +13,13 @@ import fcntl
 import ipaddress
 import socket
 import struct
+from pathlib import Path
 
 SIOCGIFADDR = 0x8915
 # RFC 5737's TEST-NET-1: routed by the default route; connecting a UDP socket sends nothing.
 DEFAULT_ROUTE_PROBE = "192.0.2.1"
 KEY = "training.network_interface"
+NET_ROOT = "/sys/class/net"
 
 
 class InterfaceError(Exception):
@@ -96,3 +98,55 @@ def choose(peers, override="auto", addrs=None, resolve=None, route=None):
         f"interface the nodes share (interfaces here: "
         f"{', '.join(f'{n}={ip}' for n, ip in sorted(addrs.items()))})"
     )
+
+
+def chosen(env):
+    """The interface the launcher gave the ranks (its exact '=name' form), or None: none given (one
+    node left to NCCL and Gloo), or a site's prefix or exclusion list, which names no one interface."""
+    value = env.get("NCCL_SOCKET_IFNAME") or env.get("GLOO_SOCKET_IFNAME") or ""
+    name = value[1:] if value.startswith("=") else value
+    return name if name and not any(c in name for c in ",^") else None
+
+
+def link_speed(name, root=NET_ROOT):
+    """The link speed in Mb/s its driver reports (a bond: its ports' sum), or None where it reports
+    none (down, a bridge, most virtual machines' NICs)."""
+    try:
+        speed = int((Path(root) / name / "speed").read_text())
+    except (OSError, ValueError):
+        return None
+    return speed if speed > 0 else None
+
+
+def faster_up(name, addrs, root=NET_ROOT):
+    """[(interface, Mb/s)] of the host's other interfaces that are up, have an IPv4 address to talk
+    over and a faster link than `name`'s, fastest first; [] where `name`'s speed is not reported."""
+    mine = link_speed(name, root)
+    if mine is None:
+        return []
+    out = []
+    for other, ip in addrs.items():
+        if other == name or not ip or is_loopback(ip):
+            continue
+        try:
+            up = (Path(root) / other / "operstate").read_text().strip() == "up"
+        except OSError:
+            up = False
+        speed = link_speed(other, root)
+        if up and speed and speed > mine:
+            out.append((other, speed))
+    return sorted(out, key=lambda x: -x[1])
+
+
+def gbps(mbps):
+    return "speed not reported" if mbps is None else f"{mbps / 1000:g} Gb/s"
+
+
+def describe(env, addrs=None, root=NET_ROOT):
+    """What a run records of its socket interface: {name, speed_mbps, faster_up}; {} where the
+    launcher named none."""
+    name = chosen(env)
+    if name is None:
+        return {}
+    addrs = interfaces() if addrs is None else addrs
+    return {"name": name, "speed_mbps": link_speed(name, root), "faster_up": dict(faster_up(name, addrs, root))}

@@ -16,10 +16,11 @@ import argparse
 import glob
 import importlib
 import math
+import os
 import sys
 from pathlib import Path
 
-from ..common import cpus, gpu_choice
+from ..common import cpus, gpu_choice, netif
 from ..common.atomic import write_json
 from ..common.rank_env import detect
 from ..train.harness import gpu_problem
@@ -106,6 +107,32 @@ def cpu_row(a, launch, threads, mine=None):
             unit="CPUs",
         )
     return row("cpus", OK, figure, value=mine.allowed, unit="CPUs")
+
+
+def socket_row(env=None, addrs=None, root=netif.NET_ROOT):
+    """The interface the ranks' sockets use between nodes (Gloo, Horovod's rendezvous, NCCL's
+    bootstrap, and NCCL's data where it has no InfiniBand or RoCE) and its link speed: a warning
+    where a faster interface is up beside it, as when the route to the peers is a management LAN."""
+    env = os.environ if env is None else env
+    link = netif.describe(env, addrs, root)
+    if not link:
+        return row("socket_interface", NA, cause="no interface given to the ranks: one node, left to NCCL and Gloo")
+    figure = f"{link['name']}: {netif.gbps(link['speed_mbps'])}"
+    if not link["faster_up"]:
+        return row("socket_interface", OK, figure, value=link["speed_mbps"], unit="Mb/s")
+    faster = ", ".join(f"{n} ({netif.gbps(v)})" for n, v in link["faster_up"].items())
+    are = "are" if len(link["faster_up"]) > 1 else "is"
+    return row(
+        "socket_interface",
+        WARN,
+        figure,
+        f"the ranks' sockets between nodes go over {link['name']} ({netif.gbps(link['speed_mbps'])}), the route "
+        f"to the other nodes, while {faster} {are} up: NCCL sends its data over these sockets where it has no "
+        "InfiniBand or RoCE",
+        f"set config {netif.KEY} to the faster interface if the nodes reach each other over it",
+        value=link["speed_mbps"],
+        unit="Mb/s",
+    )
 
 
 def telemetry_rows(gpu_system):
@@ -216,7 +243,7 @@ def checks(a, launch, marks, out):
     mine = cpus.of(launch)
     rows.append(cpu_row(a, launch, thread_counts(a.framework, launch, a.require_gpu, mine), mine))
     if launch.local_rank == 0:
-        rows += telemetry_rows(a.require_gpu)
+        rows += telemetry_rows(a.require_gpu) + [socket_row()]
     write_json(out, stamp(rows, launch))  # what is known so far, should the collective hang
     if any(r["status"] == FAILED for r in rows):
         return rows

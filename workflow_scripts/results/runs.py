@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..common import netif
 from ..common.input_bound import wait_share
 from ..interconnect.prediction import gradient_bytes
 from . import guards
@@ -76,6 +77,8 @@ def evidence(s):
         # what the gradients travelled over, NCCL's own words (empty where no NCCL ran)
         "transport": nccl.get("described", ""),
         "transport_problem": nccl.get("problem") or "",
+        # the sockets' interface between nodes, its link speed and any faster one up beside it
+        "socket_interface": socket_text(s.get("socket_interface") or {}),
         "nccl_version": ", ".join(nccl.get("versions") or []),
         "isolated": guards.isolation_word(s),
         "isolation_why": (s.get("isolation") or {}).get("why", "the run recorded no isolation evidence"),
@@ -93,6 +96,15 @@ def evidence(s):
         "started_at": job.get("started_at"),
         "ended_at": job.get("ended_at"),
     }
+
+
+def socket_text(link):
+    """e.g. "eth0 1 Gb/s; faster up: ib0 100 Gb/s"; "" where the run named no interface."""
+    if not link:
+        return ""
+    text = f"{link['name']} {netif.gbps(link.get('speed_mbps'))}"
+    faster = ", ".join(f"{n} {netif.gbps(v)}" for n, v in (link.get("faster_up") or {}).items())
+    return text + (f"; faster up: {faster}" if faster else "")
 
 
 def cache_not_emptied(s):
@@ -168,6 +180,7 @@ PROVENANCE = [
 EVIDENCE = [
     "transport",
     "transport_problem",
+    "socket_interface",
     "nccl_version",
     "isolated",
     "isolation_why",

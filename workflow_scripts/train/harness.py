@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..common import comm_env, cpus, gpu_choice, kernel_check, metrics, provenance
+from ..common import comm_env, cpus, gpu_choice, kernel_check, metrics, netif, provenance
 from ..common.atomic import write_json
 from ..common.errors import PermanentError, StageError
 from ..common.rank_env import detect
@@ -422,6 +422,8 @@ class Run:
             "launch": self.launch.as_dict(),
             # config nccl_env and the launcher's interface and Horovod settings, as the ranks had them
             "nccl_env": comm_env.recorded(),
+            # the sockets' interface between nodes and its link speed (rank 0's node)
+            "socket_interface": netif.describe(os.environ),
             "cpus": self.cpus.describe(**self.threads),  # rank 0's; each rank's in its rank<r>.json
             "args": vars(self.args),
             "lr": self.lr,
