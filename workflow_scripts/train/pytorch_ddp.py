@@ -285,7 +285,7 @@ class PyTorch(loop.Adapter):
 
 
 def long_test_parts(args, run, trainer, s, workers, classes):
-    """--mode accuracy: long_test.LongTest's learning rate, evaluation and count all-reduce in PyTorch."""
+    """--mode accuracy: accuracy_mode.LongTest's learning rate, evaluation and count all-reduce in PyTorch."""
     launch, model, k = run.launch, trainer.model, min(5, classes)
     layout = torch.channels_last if s.channels_last else torch.contiguous_format
     loader = pytorch_input.val_loader(args, launch, workers)
