@@ -5,7 +5,7 @@ them can starve real GPUs. This set is made of the photographs that registry pac
 (scikit-image's and scikit-learn's sample photos, matplotlib's Grace Hopper): each image is a
 crop of one of them, or a mosaic of several, rescaled, flipped and colour-jittered, with a little
 sensor-like noise, then saved at a JPEG quality drawn per image. Sizes follow ILSVRC2012 train
-(docs/benchmarks.md#an-imagenet-like-set states both sets' statistics): most images 500 x 375 or
+(docs/history/imagenet-input.md#an-imagenet-like-set states both sets' statistics): most images 500 x 375 or
 500 x 333 either way up, some smaller, a few small ones, and a tail of 1.5-4 megapixel photos; and
 ILSVRC's quirks: grayscale JPEGs, CMYK JPEGs and a PNG named .JPEG.
 
@@ -61,7 +61,7 @@ WHEEL_PHOTOS = {
 MATPLOTLIB_PHOTO = "sample_data/grace_hopper.jpg"  # inside matplotlib's mpl-data, installed with it
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dlscale" / "photo-wheels"
 
-# Image sizes as (share, kind). ILSVRC2012 train's own mix is summarized in docs/benchmarks.md;
+# Image sizes as (share, kind). ILSVRC2012 train's own mix is summarized in docs/history/imagenet-input.md;
 # these shares are this set's, chosen to follow it.
 SIZE_MIX = (
     (0.46, "500x375"),

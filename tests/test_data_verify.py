@@ -206,7 +206,7 @@ def test_pytorch_training_on_a_truncated_lmdb_fails_naming_the_file(small_lmdb, 
 
 
 def test_a_dataset_smaller_than_one_global_batch_is_permanent(small_lmdb, tmp_path):
-    """Seen on the GPU machine (docs/benchmarks.md, `snakemake --profile slurm` on GPUs): a long
+    """Seen on the GPU machine (ba1bbec:docs/benchmarks.md, `snakemake --profile slurm` on GPUs): a long
     test of 2 x 512 images on 480 was submitted twice. No attempt can pass: it is recorded at once,
     with the key to change."""
     images = json.loads((small_lmdb / "manifest.json").read_text())["splits"]["train"]["images"]

@@ -1,15 +1,18 @@
-"""The README's commands are the ones the tests run, and the documentation's links lead somewhere.
+"""The README's commands are the ones the tests run, its Layout is the tree, and the documentation's
+links lead somewhere.
 
 Every ```bash block of README.md must be run by a test exactly as written: the quick start's
 second command is what .ci/run runs, the "Changing settings" block is run by
 tests/test_faults.py::test_a_second_config_file_overrides_nested_keys. A new block fails here until
 a test runs it. Relative links of README.md and docs/ must name an existing file and, with a
-#fragment, an existing heading of it (GitHub's anchors)."""
+#fragment, an existing heading of it (GitHub's anchors). Every name the README's Layout gives is a
+file or folder of the checkout, and every module of workflow_scripts/ is named there, so a module
+added, renamed or moved fails here until the guide places it."""
 
 import re
 
 import pytest
-from helpers import REPO, anchors, bash_blocks, links
+from helpers import REPO, anchors, bash_blocks, layout_items, links
 
 pytestmark = pytest.mark.unit
 
@@ -62,3 +65,76 @@ def test_relative_links_resolve():
 def test_ci_prints_the_slowest_tests():
     """CI's log names the slowest tests, so a test that grows shows where the suite's time went."""
     assert "--durations=15" in ci_test_command().split(), ci_test_command()
+
+
+def layout_problems(items, kind, modules):
+    """What the Layout's items get wrong against a tree: `kind(path)` is "file", "dir" or None for
+    a path relative to the top, `modules` the paths the Layout must each name. A name `x/` is a
+    folder; a name is looked for in its item's folder, then in each folder above it (preflight/'s
+    `common/input_bound` is workflow_scripts/common/input_bound.py), as written or as a module."""
+
+    def resolve(folder, name):
+        parts = folder.rstrip("/").split("/") if folder else []
+        for depth in range(len(parts), -1, -1):
+            base = "".join(f"{p}/" for p in parts[:depth]) + name.rstrip("/")
+            for path in (base, f"{base}.py"):
+                if kind(path) == "dir" or (kind(path) == "file" and not name.endswith("/")):
+                    return path
+        return None
+
+    missing, named = [], set()
+    for path, folder, names in items:
+        own = resolve("", path) if kind(path.rstrip("/")) else None
+        missing += [] if own == path.rstrip("/") else [f"{path} (an item)"]
+        named.add(own)
+        for name in names:
+            found = resolve(folder, name)
+            missing += [] if found else [f"{name} (in {path})"]
+            named.add(found)
+    return missing, [m for m in modules if m not in named]
+
+
+def tree_kind(path):
+    full = REPO / path
+    return "dir" if full.is_dir() else "file" if full.is_file() else None
+
+
+def product_modules():
+    """Every folder and file of workflow_scripts/ but packages' __init__.py and caches."""
+    paths = (p for p in sorted((REPO / "workflow_scripts").rglob("*")) if "__pycache__" not in p.parts)
+    return [p.relative_to(REPO).as_posix() for p in paths if p.name != "__init__.py" and not p.name.startswith(".")]
+
+
+def test_the_layout_is_the_tree():
+    items = layout_items((REPO / "README.md").read_text())
+    modules = product_modules()
+    assert len(items) > 10 and len(modules) > 100, (items, modules)
+    missing, unlisted = layout_problems(items, tree_kind, modules)
+    assert not missing and not unlisted, (
+        "README.md's Layout is not the tree:\n"
+        + "".join(f"  missing: {m}\n" for m in missing)
+        + "".join(f"  unlisted (place it in the Layout): {u}\n" for u in unlisted)
+    )
+
+
+def test_the_layout_check_names_what_is_wrong():
+    text = (
+        "# x\n## Layout\n\nintro with `not/an/item`\n\n- `top.txt`: a file\n- `pkg/`: a package\n"
+        "  - `a/`: `one`, `gone`,\n    `b/two` (`run this`) and `two.yaml`\n  - `b/`: `two`\n"
+        "- `lost/`: moved\n\nHouse style\n"
+    )
+    items = layout_items(text)
+    assert [(path, folder) for path, folder, _ in items] == [
+        ("top.txt", ""),
+        ("pkg/", "pkg/"),
+        ("pkg/a/", "pkg/a/"),
+        ("pkg/b/", "pkg/b/"),
+        ("lost/", "lost/"),
+    ]
+    assert items[2][2] == ["one", "gone", "b/two", "two.yaml"]
+    tree = {"top.txt": "file", "pkg": "dir", "pkg/a": "dir", "pkg/a/one.py": "file", "pkg/a/two.yaml": "file"}
+    tree |= {"pkg/b": "dir", "pkg/b/two.py": "file", "pkg/b/new.py": "file"}
+    modules = [p for p in tree if p.startswith("pkg/")]
+    missing, unlisted = layout_problems(items, tree.get, modules)
+    assert missing == ["gone (in pkg/a/)", "lost/ (an item)"]
+    assert unlisted == ["pkg/b/new.py"]

@@ -5,7 +5,7 @@
     trainer     the trainer's command line for a test that runs a trainer itself
     data        small datasets: embedded trees through the index stage into a format
     workflow    Snakemake on a scratch directory: config, run, dry run, copies of a finished run
-    docs        markdown: ```bash blocks, headings' anchors, links
+    docs        markdown: ```bash blocks, headings' anchors, links, the README's Layout
     gpu_layout, hostile, systems
                 a made-up GPU node; config strings a shell must never run; three kinds of system
     scripts/    scripts run inside the framework environments (each prints JSON last)
@@ -16,7 +16,7 @@ names most tests use are importable from here: `from helpers import REPO, run_st
 
 from .config import CONFIG, LONG_TEST_GPUS, REPO, validated, with_overrides
 from .data import QUIRKY, embedded_lmdb, source_catalog, tree_hashes
-from .docs import anchors, bash_blocks, links
+from .docs import anchors, bash_blocks, layout_items, links
 from .processes import interpreter, run_script, run_stage
 from .trainer import TRAINERS, launched, trainer_command, trainer_flags
 from .workflow import (
@@ -48,6 +48,7 @@ __all__ = [
     "embedded_lmdb",
     "interpreter",
     "launched",
+    "layout_items",
     "links",
     "pipeline_config",
     "planned_jobs",

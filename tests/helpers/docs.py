@@ -56,3 +56,30 @@ def links(path):
         if not fenced:
             out += [(lineno, target) for target in LINK.findall(line)]
     return out
+
+
+LAYOUT_ITEM = re.compile(r"^( *)- `([^`\s]+)`")
+NAME = re.compile(r"`([^`\s]+)`")  # one word in code; a command (spaces) is no name
+
+
+def layout_items(text):
+    """The list of a `## Layout` section as (path, folder, names) per item: its own path (its first
+    name, inside the folder of the item it hangs from), the folder its other names are in (its
+    own path where that is a folder, `x/`, else its parent's), and those names as written."""
+    section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    items, parents = [], []  # parents: (indent, folder) of the items above this one
+    for line in section.splitlines():
+        head = LAYOUT_ITEM.match(line)
+        if head:
+            indent = len(head.group(1))
+            while parents and parents[-1][0] >= indent:
+                parents.pop()
+            path = (parents[-1][1] if parents else "") + head.group(2)
+            folder = path if path.endswith("/") else (parents[-1][1] if parents else "")
+            items.append((path, folder, NAME.findall(line[head.end() :])))
+            parents.append((indent, folder))
+        elif items and line.startswith("  ") and line.strip():
+            items[-1][2].extend(NAME.findall(line))
+        else:
+            parents = [] if not line.startswith(" ") and line.strip() else parents
+    return items

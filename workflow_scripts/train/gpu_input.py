@@ -254,7 +254,7 @@ class GPUBatches:
     another (the nvJPEG call holds its thread until the batch is decoded), up to `depth` batches
     ahead; the consumer takes them round-robin again, so the order and each batch's crops (a
     seeded generator per lane) do not depend on thread timing. Two lanes overlap one batch's
-    decode with another's augmentation, which one serial thread cannot (docs/benchmarks.md).
+    decode with another's augmentation, which one serial thread cannot (docs/decisions.md#input_lanes).
     A lane's work is ordered before the consumer's use of a batch by an event the consumer's
     stream waits on; the tensors are marked as used on the consumer's stream so the caching
     allocator does not hand their memory back to the lane while a step still reads them.

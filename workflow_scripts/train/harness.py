@@ -1,6 +1,6 @@
 """What the three trainers share: their command line, the run directory, the step log and summary,
 telemetry, the per-rank weight digests and the run's provenance. The scale-out whitepaper's long
-test (mode accuracy) is long_test.py.
+test (mode accuracy) is accuracy_mode.py.
 
 A run directory holds:
   steps.jsonl              rank 0's per-iteration log (global images per step)

@@ -37,7 +37,7 @@ Where the frameworks differ, as capabilities of their adapters:
                outside their profilers.
 Without a GPU PyTorch's capabilities are off by default, so all three time the same interval.
 
-The long test (mode accuracy, long_test.LongTest) counts everything, warm-up included: it takes
+The long test (mode accuracy, accuracy_mode.LongTest) counts everything, warm-up included: it takes
 the steps from here (launched and read at once) and times epochs itself.
 """
 

@@ -311,7 +311,7 @@ class MXNet(loop.HorovodAdapter):
 
 
 def long_test_parts(run, net, trainer, params, ctx, dtype, hvd, threads, classes, numbered):
-    """--mode accuracy: long_test.LongTest's learning rate, evaluation and count all-reduce in MXNet."""
+    """--mode accuracy: accuracy_mode.LongTest's learning rate, evaluation and count all-reduce in MXNet."""
     k = min(5, classes)
     moving = [p for p in params.values() if p.grad_req == "null"]  # BatchNorm's running means and variances
 

@@ -14,7 +14,7 @@ no BatchNorm buffer broadcast, and within one node one compiled graph with the a
 the backward pass. The adapter's capabilities in the timed loop (loop): on CUDA the next batch is
 taken while the GPU runs the step (--fetch-ahead) and, except with DALI, each loss is read one
 step behind (--loss-lag), and each step's device time is taken from CUDA events. What each
-default gained is in docs/benchmarks.md and docs/history/pytorch-gpu-input-paths.md.
+default gained is in docs/decisions.md and docs/history/pytorch-gpu-input-paths.md.
 """
 
 import os
@@ -76,7 +76,7 @@ class Trainer:
         # Compiled DDP: "split" cuts the graph at bucket boundaries so all-reduces overlap the
         # backward pass (dynamo's optimize_ddp); "whole" keeps one graph (fused across the cuts,
         # CUDA-graphable) and all-reduces after it (which scaled better within a node:
-        # pytorch_options.ddp_graph, docs/benchmarks.md).
+        # pytorch_options.ddp_graph, docs/decisions.md#ddp_graph).
         torch._dynamo.config.optimize_ddp = s.ddp_graph == "split"
         self.net = torch.compile(net, mode=s.compile, dynamic=False) if s.compile else net
         # Fused SGD: one kernel for all parameters; it also takes the GradScaler's scale and
@@ -285,7 +285,7 @@ class PyTorch(loop.Adapter):
 
 
 def long_test_parts(args, run, trainer, s, workers, classes):
-    """--mode accuracy: long_test.LongTest's learning rate, evaluation and count all-reduce in PyTorch."""
+    """--mode accuracy: accuracy_mode.LongTest's learning rate, evaluation and count all-reduce in PyTorch."""
     launch, model, k = run.launch, trainer.model, min(5, classes)
     layout = torch.channels_last if s.channels_last else torch.contiguous_format
     loader = pytorch_input.val_loader(args, launch, workers)

@@ -337,7 +337,7 @@ class TensorFlow(loop.HorovodAdapter):
 
 
 def long_test_parts(run, model, opt, hvd, label_offset, threads, classes):
-    """--mode accuracy: long_test.LongTest's learning rate, evaluation and count all-reduce in TensorFlow."""
+    """--mode accuracy: accuracy_mode.LongTest's learning rate, evaluation and count all-reduce in TensorFlow."""
     size, k = run.args.image_size, min(5, classes)
     val = val_dataset(run, label_offset, threads)
     moving = keras_compat.tf_variables(model.non_trainable_variables)  # BatchNorm's moving means and variances
