@@ -54,6 +54,10 @@ def gpu_tables(tables):
         lambda df: df.assign(
             engine="tensorrt",
             device="NVIDIA H100 80GB HBM3",
+            isolated="true",
+            isolation_why="",
+            **{f"{p}_cv": 0.005 for p in ("fp32", "int8")},
+            **{f"{p}_cv_over": "windows" for p in ("fp32", "int8")},
             # a GPU's runs within 1% of each other: each batch size's interval is narrow
             **{
                 f"{p}_{k}": df[f"{p}_images_per_s"] * m
@@ -380,6 +384,29 @@ def test_int8_large_batches_measured_once_the_sweep_has_them(gpu_tables):
         lambda df: add_rows(df, {**df.iloc[-1].to_dict(), "batch_size": 64, "int8_over_fp32": 3.6}),
     )
     assert verdicts(gpu_tables).loc["int8_speedup_large_batches", "verdict"] == mod.HOLDS
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (dict(int8_cv=0.034), "unstable: ResNet-50 batch 64 (tensorrt) INT8 images/s CV over 10-run windows 3.4% > 2%"),
+        (
+            dict(isolated="false", isolation_why="g1: other processes used 9.0 CPU-s"),
+            "not isolated: ResNet-50 batch 64",
+        ),
+        (dict(isolated="unknown", isolation_why="the timing job kept no isolation record"), "isolation unknown"),
+    ],
+)
+def test_an_int8_ratio_the_tool_cannot_vouch_for_decides_nothing(gpu_tables, change, says):
+    """Issue 52 item 10: Fig. 9's ratio guarded as the training runs are: a precision whose images/s
+    varied beyond 2% over windows of runs, or a timing job whose node was not its own (or not known
+    to be), leaves the finding not decided, its figure still shown."""
+    row = lambda df: add_rows(df, {**df.iloc[-1].to_dict(), "batch_size": 64, "int8_over_fp32": 3.6})  # noqa: E731
+    doctor(gpu_tables, "int8_throughput", lambda df: row(df).assign(**{k: v for k, v in change.items()}))
+    v = verdicts(gpu_tables).loc["int8_speedup_large_batches"]
+    assert v.verdict == mod.NOT_DECIDED and says in v.why, v.why
+    assert "3.60x" in v.measured
 
 
 @pytest.mark.unit

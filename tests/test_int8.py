@@ -8,6 +8,8 @@ import hashlib
 import json
 import re
 import statistics
+import subprocess
+import sys
 
 import pytest
 from helpers import (
@@ -201,6 +203,31 @@ def test_throughput_table(int8_run):
         "| Batch size | FP32 images/s | INT8 images/s | INT8/FP32 |"
         in (int8_run / "results" / "int8_throughput.md").read_text()
     )
+    # what the verdict guards read (issue 52 item 10): each precision's variation, the job's isolation
+    for r in rows:
+        assert r["isolated"] in ("true", "false", "unknown") and r["isolation_why"]
+        assert all(float(r[f"{p}_cv"]) >= 0 and r[f"{p}_cv_over"] in ("windows", "runs") for p in ("fp32", "int8"))
+
+
+@pytest.mark.pipeline
+def test_a_cpu_hog_beside_the_int8_timing_is_named_in_its_record(int8_run, tmp_path):
+    """Issue 52 item 10: the pipeline's own engines timed again with a busy loop beside the job: its
+    record says not isolated, naming the loop, as a training run's would."""
+    engines = stage(int8_run) / "resnet50" / "onnxruntime"
+    out = tmp_path / "bs8.json"
+    args = ["--engine", "onnxruntime", "--network", "resnet50", "--image-size", "64", "--batch-size", "8"]
+    args += ["--fp32", str(engines / "fp32.engine"), "--int8", str(engines / "int8.engine"), "--repeats", "20"]
+    args += ["--warmup", "1", "--threads", "1", "--out", str(out)]
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        run_stage("torch", "workflow_scripts.infer.throughput", *args)
+    finally:
+        hog.kill()
+        hog.wait()
+    iso = json.loads(out.read_text())["isolation"]
+    assert iso["isolated"] is False and "other processes used" in iso["why"], iso
+    (node,) = iso["nodes"].values()
+    assert hog.pid in {pid for e in node["other_processes"] for pid in e["pids"]}, node["other_processes"]
 
 
 @pytest.mark.pipeline

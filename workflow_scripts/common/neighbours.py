@@ -18,6 +18,7 @@ too: what neither the run nor a process still alive accounts for is kept as `una
 import os
 import shutil
 import subprocess
+import threading
 import time
 
 import psutil
@@ -345,3 +346,66 @@ def evidence(lines_by_node, start, end, cpus_by_node, interval):
         "window": {"start": start, "end": end, "seconds": round(end - start, 3)},
         "nodes": nodes,
     }
+
+
+def slurm_half(ev, slurm, lines):
+    """Under SLURM a run is isolated only where SLURM held its nodes for it alone (OverSubscribe=NO,
+    asked by the training job on the host, not from the ranks' container). Where it let other jobs
+    on, squeue's answers cannot stand in: they fail, are missing where the ranks' image has no squeue,
+    and hide other users' jobs under PrivateData=jobs. Such a run is unknown, never true."""
+    if ev["isolated"] is not True or not slurm:
+        return ev
+    over = slurm.get("oversubscribe")
+    if over == "NO":
+        return ev
+    errors = sorted({e for node in ev["nodes"].values() for e in node.get("slurm_errors", [])})
+    asked = any("slurm_jobs" in ln for ls in lines.values() for ln in ls)
+    squeue = (
+        f"squeue failed ({errors[0]})"
+        if errors
+        else "squeue was not asked (none on the ranks' PATH)"
+        if not asked
+        else "squeue showed none, but hides other users' jobs where the cluster sets PrivateData=jobs"
+    )
+    job = slurm.get("job", "?")
+    ev["isolated"] = None
+    ev["why"] = (
+        f"SLURM could not say whether job {job} held its nodes alone (scontrol show job)"
+        if over is None
+        else f"job {job} let other jobs onto its nodes (SLURM's OverSubscribe={over}) and {squeue}"
+    ) + ": set systems.<name>.exclusive (sbatch --exclusive) for runs SLURM holds alone"
+    return ev
+
+
+class Watch:
+    """A job timed in one process (the INT8 stage's throughput): its node sampled into memory every
+    `interval` seconds on a thread from __enter__ to __exit__, and evidence() over its timed window,
+    by the same rule as a training run's. Marks this process the run's (mark_run) first."""
+
+    def __init__(self, run, interval=1.0, gpus=None):
+        mark_run(run)
+        self.interval, self.lines = interval, []
+        self.sampler = NodeSampler(gpus=gpus)
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self):
+        self.lines.append(self.sampler.sample())
+        while not self._halt.wait(self.interval):
+            self.lines.append(self.sampler.sample())
+        self.lines.append(self.sampler.sample())
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._halt.set()
+        self._thread.join()
+
+    def evidence(self, start, end, slurm=None):
+        """{isolated, why, ...} over [start, end] (wall-clock seconds); slurm: the job's
+        sharing record (common/slurm.py job_sharing), None outside SLURM."""
+        lines = {self.sampler.node: self.lines}
+        ev = evidence(lines, start, end, {self.sampler.node: psutil.cpu_count()}, self.interval)
+        return slurm_half(ev, slurm, lines)

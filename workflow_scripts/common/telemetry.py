@@ -67,7 +67,7 @@ def _log(message):
     print(f"telemetry: {message}", file=sys.stderr, flush=True)
 
 
-class _Gpus:
+class Gpus:
     """GPU rows through NVML. `nvml` is the pynvml module (the default) or any object with its
     functions, constants and NVMLError. Each GPU's handle is opened on its own: on a shared node a
     device cgroup can deny some GPUs, and those are logged and left out while the others are
@@ -164,7 +164,7 @@ class Telemetry(threading.Thread):
         super().__init__(daemon=True)
         self.csv_path, self.interval = Path(csv_path), interval
         self.storage = StorageProbe(dataset_path)
-        self.gpus = _Gpus(nvml)
+        self.gpus = Gpus(nvml)
         self.node = socket.gethostname()
         # What else used the node meanwhile (common/neighbours.py), one JSON line per sample beside the CSV.
         self.neighbours = NodeSampler(gpus=self.gpus)

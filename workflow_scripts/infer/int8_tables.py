@@ -156,6 +156,7 @@ def _pair(root, engine, model, bs):
         rec = _json(both)
         order = " ".join(p for p, _ in rec["blocks"])
         shared = {k: rec[k] for k in ("image_size", "warmup", "threads")} | {"order": order}
+        shared["isolation"] = rec.get("isolation") or {}
         return {p: {**shared, **rec["precisions"][p]} for p in PRECISIONS}, str(both)
     old = {p: folder / f"{p}_bs{bs}.json" for p in PRECISIONS}
     missing = [str(f) for f in old.values() if not f.exists()]
@@ -215,9 +216,24 @@ def throughput_rows(root, engine, models, batch_sizes):
                     "timing": _timing(t),
                     # the blocks' order in the one job; empty for the per-precision jobs of before
                     "order": t["fp32"].get("order", ""),
+                    **_trust(t),
                 }
             )
     return rows
+
+
+def _trust(t):
+    """What the verdict guards read of a pair (results/guards.py int8_caveats): each precision's
+    variation of images/s (over windows of runs, else over runs) and the job's isolation (unknown for
+    a record made before the job kept either)."""
+    out = {}
+    for p in PRECISIONS:
+        window = t[p].get("window_cv")
+        out[f"{p}_cv"] = round(window if window is not None else t[p].get("cv", float("nan")), 4)
+        out[f"{p}_cv_over"] = "windows" if window is not None else "runs"
+    iso = t["fp32"].get("isolation") or {}
+    word = {True: "true", False: "false"}.get(iso.get("isolated"), "unknown")
+    return {**out, "isolated": word, "isolation_why": iso.get("why") or "the timing job kept no isolation record"}
 
 
 def _timing(runs):

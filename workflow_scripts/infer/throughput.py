@@ -13,6 +13,11 @@ The record names, for each precision, the device (GPU model, or CPU model and th
 node it ran on, and the job's wall-clock start and end: the table refuses a pair from two devices
 or nodes, and the start and end show whether another measuring job ran beside this one.
 
+The job's node is sampled meanwhile (common/neighbours.py Watch): the record's `isolation` says,
+by the training runs' rule, whether anything else used it while the blocks ran; and each
+precision's `stable` whether its images/s held within the study's 2% over windows of
+metrics.STABILITY_WINDOW runs (results/guards.py int8_caveats reads both).
+
 The input is seeded noise: throughput does not depend on what the pixels show, and no dataset
 read or decode is timed.
 """
@@ -24,15 +29,29 @@ import time
 
 import numpy as np
 
+from ..common import neighbours, slurm
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
+from ..common.metrics import STABILITY_WINDOW, STABLE_CV
 from ..common.schema import default as config_default
+from ..common.telemetry import Gpus
 from . import engines
 
 PRECISIONS = ("fp32", "int8")
 
 
+def window_cv(times, batch, window=STABILITY_WINDOW):
+    """The variation of images/s over windows of `window` runs in the order run (as training's steps
+    are judged, common/metrics.py), or None with fewer than two whole windows."""
+    rates = [batch * window / sum(times[i : i + window]) for i in range(0, len(times) - window + 1, window)]
+    return statistics.pstdev(rates) / statistics.fmean(rates) if len(rates) > 1 else None
+
+
 def summarize(times, batch):
+    """Figures of one precision's timed runs (`times` in the order run)."""
+    windows = window_cv(times, batch)
+    run_cv = statistics.pstdev(times) / statistics.fmean(times) if len(times) > 1 else 0.0
+    judged = windows if windows is not None else run_cv
     times = sorted(times)
     median = statistics.median(times)
     return {
@@ -43,7 +62,11 @@ def summarize(times, batch):
         "images_per_s": batch / median,
         "images_per_s_best": batch / times[0],
         "images_per_s_worst": batch / times[-1],
-        "cv": statistics.pstdev(times) / statistics.fmean(times) if len(times) > 1 else 0.0,
+        "cv": run_cv,
+        "window_runs": STABILITY_WINDOW,
+        "window_cv": windows,
+        "stable": judged <= STABLE_CV,
+        "stable_by": "windows" if windows is not None else "runs",
     }
 
 
@@ -105,16 +128,21 @@ def main():
     if a.repeats < 1:
         raise StageError("config inference.throughput.repeats must be at least 1")
     runners, where = {}, {}
+    watch = neighbours.Watch(f"int8:{a.out}:{os.getpid()}", gpus=Gpus() if a.engine == "tensorrt" else None)
     try:
         for p in PRECISIONS:
             runners[p] = engines.open_engine(a.engine, getattr(a, p), a.threads)
             where[p] = {"device": runners[p].device, "host": engines.host_name()}
         x = np.random.default_rng(0).standard_normal((a.batch_size, 3, a.image_size, a.image_size), dtype=np.float32)
-        times, spans = time_alternating(runners, x, a.warmup, a.repeats, a.warmup_s, a.duration_s)
+        with watch:
+            timed_from = time.time()
+            times, spans = time_alternating(runners, x, a.warmup, a.repeats, a.warmup_s, a.duration_s)
+            ended_at = time.time()
     finally:
         for runner in runners.values():
             runner.close()
-    ended_at = time.time()
+    job = os.environ.get("SLURM_JOB_ID", "")
+    sharing = (slurm.job_sharing(job) or {"job": job, "oversubscribe": None, "exclusive": None}) if job else None
     results = {
         p: {
             "precision": p,
@@ -143,7 +171,9 @@ def main():
             "blocks": blocks(a.repeats),
             "started_at": started_at,
             "ended_at": ended_at,
-            "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
+            "slurm_job": job,
+            # what else used the node while the blocks ran (warm-ups included), by the training runs' rule
+            "isolation": watch.evidence(timed_from, ended_at, sharing),
             "precisions": results,
         },
     )

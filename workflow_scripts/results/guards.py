@@ -15,6 +15,8 @@ table gives no "holds" or "does not hold" on it, but "not decided" and why, nami
   throttled     a GPU held down by heat or a power brake in more than THROTTLED_SHARE of its samples
                 in the timed window (train/run_evidence.py gpu_state)
   Xid           any GPU error NVML reported in the timed window
+  INT8 timing   Fig. 9's ratio at a batch size whose FP32 or INT8 images/s varied beyond 2% over windows
+                of runs, or whose timing job was not (or not known to be) alone on its node (int8_caveats)
   CPU stand-in  CPU processes standing in for GPUs: no performance finding rests on them (an accuracy
                 finding does not depend on the device)
   wrong transport  NCCL all-reduced over TCP sockets between nodes that have InfiniBand (nccl_log)
@@ -134,6 +136,27 @@ def run_caveats(row):
         out.append(f"not isolated: {name}: {why}")
     elif row.get("isolated") != "true":
         out.append(f"isolation unknown: {name}: {why}")
+    return out
+
+
+def int8_caveats(row):
+    """Why one INT8/FP32 pair's ratio (a row of int8_throughput.csv) cannot be vouched for, by the
+    training runs' rules: a precision whose images/s varied beyond the study's 2%, and a timing job
+    whose node was not (or not known to be) its own."""
+    name, out = f"{row.network} batch {row.batch_size} ({row.engine})", []
+    for p in ("fp32", "int8"):
+        cv = getattr(row, f"{p}_cv", None)
+        if cv is not None and not pd.isna(cv) and cv > STABLE_CV:
+            over = getattr(row, f"{p}_cv_over", "runs")
+            what = f"images/s CV over {STABILITY_WINDOW}-run windows" if over == "windows" else "run-time CV"
+            out.append(f"unstable: {name} {p.upper()} {what} {cv:.1%} > {STABLE_CV:.0%}")
+    # "true"/"false" as written, or read back by pandas as booleans
+    isolated, why = str(getattr(row, "isolated", "unknown")).lower(), getattr(row, "isolation_why", "")
+    why = "" if pd.isna(why) else why
+    if isolated == "false":
+        out.append(f"not isolated: {name}: {why}")
+    elif isolated != "true":
+        out.append(f"isolation unknown: {name}: {why or 'no isolation record'}")
     return out
 
 

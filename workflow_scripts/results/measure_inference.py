@@ -2,6 +2,7 @@
 size (Fig. 9) and the accuracy it loses (Table III)."""
 
 from ..common.guessing import describe, no_better_than_guessing
+from .guards import int8_caveats
 from .verdict_rules import Unmeasured, col, compare, result
 
 
@@ -28,6 +29,7 @@ def int8_speedup(t, f, tol):
         True,
         device,
         compare(f, values, tol),
+        caveats=[c for r in rows.itertuples() for c in int8_caveats(r)],
         cpu=cpu,
     )
 

@@ -121,36 +121,7 @@ def isolation(run_dir, summary):
             f"{node}: NVML unavailable ({why}): other processes on its GPUs cannot be seen (install nvidia-ml-py)"
             for node, why in sorted(blind.items())
         )
-    return slurm_half(ev, summary.get("slurm"), lines)
-
-
-def slurm_half(ev, slurm, lines):
-    """Under SLURM a run is isolated only where SLURM held its nodes for it alone (OverSubscribe=NO,
-    asked by the training job on the host, not from the ranks' container). Where it let other jobs
-    on, squeue's answers cannot stand in: they fail, are missing where the ranks' image has no squeue,
-    and hide other users' jobs under PrivateData=jobs. Such a run is unknown, never true."""
-    if ev["isolated"] is not True or not slurm:
-        return ev
-    over = slurm.get("oversubscribe")
-    if over == "NO":
-        return ev
-    errors = sorted({e for node in ev["nodes"].values() for e in node.get("slurm_errors", [])})
-    asked = any("slurm_jobs" in ln for ls in lines.values() for ln in ls)
-    squeue = (
-        f"squeue failed ({errors[0]})"
-        if errors
-        else "squeue was not asked (none on the ranks' PATH)"
-        if not asked
-        else "squeue showed none, but hides other users' jobs where the cluster sets PrivateData=jobs"
-    )
-    job = slurm.get("job", "?")
-    ev["isolated"] = None
-    ev["why"] = (
-        f"SLURM could not say whether job {job} held its nodes alone (scontrol show job)"
-        if over is None
-        else f"job {job} let other jobs onto its nodes (SLURM's OverSubscribe={over}) and {squeue}"
-    ) + ": set systems.<name>.exclusive (sbatch --exclusive) for runs SLURM holds alone"
-    return ev
+    return neighbours.slurm_half(ev, summary.get("slurm"), lines)
 
 
 def job_summary(run_dir, mode, device_type, slurm):
