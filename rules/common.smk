@@ -107,8 +107,7 @@ def tfrecord_shards(split):
 
 
 def encoding_args():
-    cap = ["--shorter-cap", str(CONV["shorter_cap"])] if CONV["shorter_cap"] else []
-    return ["--resize-shorter", str(CONV["resize_shorter"]), "--jpeg-quality", str(CONV["jpeg_quality"]), *cap]
+    return convert.encoding_argv(CONV)
 
 
 # The CPU stages' SLURM partition and time limit (config cpu_jobs), where set.

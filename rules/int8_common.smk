@@ -1,5 +1,7 @@
 # Settings and helpers of the inference stage (rules/int8.smk): what config.yaml's inference
 # section means, checked when the workflow is parsed.
+from workflow_scripts.common import schema as config_schema  # noqa: E402
+from workflow_scripts.infer import build_engine  # noqa: E402
 from workflow_scripts.infer.networks import NETWORKS  # noqa: E402
 
 INFER = config["inference"]
@@ -149,17 +151,12 @@ def export_args(w, input):
 def calibration_args():
     """Only what the chosen method uses, so editing another method's setting reruns nothing."""
     method = CALIB["method"]
-    args = ["--method", method, "--chunk-batches", str(CALIB["chunk_batches"])]
-    if method in ("entropy", "percentile"):
-        args += ["--histogram-bins", str(CALIB["histogram_bins"])]
-    if method == "percentile":
-        args += ["--percentile", str(CALIB["percentile"])]
-    return args
+    keys = ["method", "chunk_batches"] + (["histogram_bins"] if method in ("entropy", "percentile") else [])
+    return config_schema.argv(CALIB, "inference.calibration", keys + (["percentile"] if method == "percentile" else []))
 
 
 def engine_args():
-    trt = INFER["tensorrt"]
-    return ["--max-batch", str(trt["max_batch"]), "--workspace-mb", str(trt["workspace_mb"])] if TENSORRT else []
+    return config_schema.argv(INFER["tensorrt"], "inference.tensorrt", build_engine.BUILD) if TENSORRT else []
 
 
 def inference_resources(measuring=False):

@@ -1,6 +1,7 @@
 # Settings and helpers of the preflight stage (rules/preflight.smk): which checks the sweep needs
 # and what a training job waits for, from config.yaml's preflight section.
 
+from workflow_scripts.common import input_bound  # noqa: E402
 from workflow_scripts.plan.input_plan import InputPlan  # noqa: E402
 
 PREFLIGHT = config["preflight"]
@@ -99,10 +100,7 @@ def preflight_input_args(w):
 def input_judge_args():
     """How the tables judge the input check (preflight_data_table, training_tables): its margin
     and the input paths meant to be measured input-bound."""
-    expected = PREFLIGHT["input_bound_expected"]
-    return ["--input-margin", str(PREFLIGHT["input_margin"])] + (
-        ["--input-bound-expected", *expected] if expected else []
-    )
+    return input_bound.judge_argv(PREFLIGHT)
 
 
 def preflight_args(w):

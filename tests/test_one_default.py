@@ -28,12 +28,6 @@ OWN_DEFAULT = {
     ("infer/throughput.py", "--duration-s"): "0 times by count (ONNX Runtime); TensorRT's duration is passed",
     ("interconnect/bandwidth_rows.py", "--system"): "the name put on the rows, not inference.system",
     ("train/harness.py", "--classes"): "synthetic data's classes (0: 1000), not the embedded set's",
-    ("train/harness.py", "--epochs"): "training.epochs and training.accuracy.epochs both reach it",
-    # a trainer run by hand measures as the study did (224 px, 10 + 100 steps); the rules always
-    # pass the config's values
-    ("train/harness.py", "--image-size"): "the study's 224 px for a trainer run by hand",
-    ("train/harness.py", "--warmup-steps"): "the study's 10 for a trainer run by hand",
-    ("train/harness.py", "--steps"): "the study's 100 for a trainer run by hand",
 }
 
 

@@ -16,7 +16,6 @@ import os
 from .affinity import CPU_ROOT, core_groups
 
 BOUND_ENV = "DLSCALE_CPUS_BOUND"
-CHOICES = ("auto", "none")
 
 
 def _split(cores, n):

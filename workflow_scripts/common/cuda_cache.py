@@ -26,8 +26,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .schema import default as config_default
-
 MAXSIZE = 4 * 2**30
 KEY = "training.cuda_cache_dir"
 
@@ -107,12 +105,3 @@ def bound(cmd, env):
     if not path or len(cmd) < 2 or Path(cmd[0]).name not in RUNTIMES or cmd[1] != "exec":
         return cmd
     return [cmd[0], cmd[1], f"--bind={path}", *cmd[2:]]
-
-
-def add_argument(ap):
-    ap.add_argument(
-        "--cuda-cache-dir",
-        default=config_default("training.cuda_cache_dir"),
-        help=f"config {KEY}: where the ranks' CUDA JIT cache lies, one directory per GPU architecture "
-        f"and build under it (empty: {default_dir()})",
-    )

@@ -18,7 +18,7 @@ where its node's capacity is below its node's demand times (1 + preflight.input_
 
 import math
 
-from .schema import default as config_default
+from . import schema
 
 INPUT_BOUND = "input-bound"
 EXPECTED_KEY = "preflight.input_bound_expected"
@@ -136,18 +136,16 @@ def wait_share(summary):
     return wait / seconds
 
 
+# config preflight.*: how every table that judges the input check judges it
+JUDGE = ("input_margin", "input_bound_expected")
+
+
 def add_judge_arguments(ap):
-    """The flags of the judgement's two keys (rules/preflight_common.smk's input_judge_args), for
-    every table that judges the input check: preflight's and the training tables."""
-    ap.add_argument(
-        "--input-margin",
-        type=float,
-        default=config_default("preflight.input_margin"),
-        help="config preflight.input_margin: the input check's headroom over the step rate",
-    )
-    ap.add_argument(
-        "--input-bound-expected",
-        nargs="*",
-        default=[],
-        help=f"config {EXPECTED_KEY}: input paths meant to be measured input-bound",
-    )
+    """The flags of the judgement's keys, for every table that judges the input check: preflight's
+    and the training tables."""
+    return schema.add_arguments(ap, "preflight", JUDGE)
+
+
+def judge_argv(preflight):
+    """Their words (rules/preflight_common.smk's input_judge_args); no paths listed, no word."""
+    return schema.argv(preflight, "preflight", JUDGE, quiet=("input_bound_expected",))

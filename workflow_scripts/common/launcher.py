@@ -23,9 +23,8 @@ import subprocess
 import sys
 import time
 
-from . import comm_env, cpu_bind, cuda_cache, gpu_identity, nccl_log, netif, slurm
+from . import comm_env, cpu_bind, cuda_cache, gpu_identity, nccl_log, netif, schema, slurm
 from .comm_env import SETTABLE
-from .schema import default as config_default
 
 
 def _free_port():
@@ -130,8 +129,13 @@ def horovod_env(a, stack, hosts, iface, addr, per_node, use_srun):
     }
 
 
+# config training.*: what every rank of a run is started with
+KEYS = ("cuda_cache_dir", "horovod_controller", "gloo_timeout_s", "network_interface", "bind_cpus")
+
+
 def add_arguments(ap):
-    """The launcher's options, shared with the training job (train/training_job.py) that calls run()."""
+    """The launcher's options, shared with the jobs that call run() (train/training_job.py) or
+    start the launcher (preflight/preflight_job.py: parse())."""
     ap.add_argument("--nproc-per-node", type=int, default=1)
     ap.add_argument("--nodes", type=int, default=1)
     ap.add_argument(
@@ -141,40 +145,13 @@ def add_arguments(ap):
         help="auto: srun inside a SLURM allocation when more than one process runs",
     )
     ap.add_argument("--cpus-per-task", type=int, default=0, help="srun only")
-    cuda_cache.add_argument(ap)
     ap.add_argument(
         "--srun-args",
         default="",
         help="further srun flags (e.g. --gpus-per-node=4), split into words as a shell would but never run by one",
     )
     ap.add_argument("--horovod", action="store_true", help="run Horovod's Gloo rendezvous server")
-    ap.add_argument(
-        "--horovod-controller",
-        choices=("gloo", "mpi"),
-        default=config_default("training.horovod_controller"),
-        help="config training.horovod_controller: mpi starts the ranks through srun's MPI plugin "
-        "(--srun-mpi) and needs an MPI-built Horovod",
-    )
-    ap.add_argument(
-        "--gloo-timeout-s",
-        type=int,
-        default=config_default("training.gloo_timeout_s"),
-        help="config training.gloo_timeout_s: seconds Horovod's Gloo waits for every rank at start",
-    )
-    ap.add_argument(
-        "--network-interface",
-        default=config_default("training.network_interface"),
-        help="config training.network_interface: the interface "
-        "the ranks talk over (auto: the route to another node, else the default route)",
-    )
-    ap.add_argument(
-        "--bind-cpus",
-        choices=cpu_bind.CHOICES,
-        default=config_default("training.bind_cpus"),
-        help="config training.bind_cpus: auto gives each rank the local launcher starts whole cores of its "
-        "own, near its GPU where known (common/cpu_bind.py); none leaves them on all of the launcher's CPUs; "
-        "srun's tasks are bound by the site",
-    )
+    schema.add_arguments(ap, "training", KEYS)
     ap.add_argument("--srun-mpi", default="", help="config systems.<name>.srun_mpi: srun's --mpi= for MPI programs")
     ap.add_argument(
         "--env",
@@ -196,6 +173,13 @@ def add_arguments(ap):
         default=shlex.quote(sys.executable),
         help="the framework's interpreter as words (a container's exec line): runs the rendezvous server",
     )
+
+
+def parse(words):
+    """The launcher's options among `words` (a job that starts the launcher with them reads them too)."""
+    ap = argparse.ArgumentParser(prog="launcher")
+    add_arguments(ap)
+    return ap.parse_args(words)
 
 
 def uses_srun(a, per_node):

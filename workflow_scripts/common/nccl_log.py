@@ -81,26 +81,9 @@ def _info_lines(path):
         yield (m.group("host") if m else ""), msg.strip(), line.strip()
 
 
-def read_logs(directory):
-    """What NCCL's debug files in `directory` (nccl.*.log) say it chose, over all ranks; None where
-    there is none (no NCCL in the run, or NCCL_DEBUG / NCCL_DEBUG_FILE set otherwise by the user).
-
-    Keys: files, lines (NCCL INFO lines read), versions, hosts, ranks, nodes (the hosts that wrote
-    lines; None where the logs do not say), nccl_nodes (NCCL's own nNodes), within_node and
-    between_nodes ({transport: connections}; NET counts as between nodes only in a run over several
-    nodes), gdrdma (True/False for the NET connections, None without any), link_types ({"intra":
-    [...], "inter": [...]}: the GRAPH lines' path types, NVL, PIX, PXB, PHB, SYS...), network (what
-    NCCL announced: "IB", "Socket", a plugin's name), devices ({"IB": [...], "Socket": [...]}: what
-    each network said it uses), oob (IB's bootstrap interfaces), ibverbs_failed (NCCL's line saying
-    libibverbs could not be loaded, else None), ib_no_device (its "NET/IB : No device found." line,
-    else None), net_failed (the network plugins NCCL says it could not initialise, e.g. ["IB"], in
-    releases that say so), ib_disable (NCCL_IB_DISABLE as NCCL read it, else None), nvls (NVLink
-    SHARP available: True/False/None) and evidence (a few lines verbatim)."""
-    files = sorted(Path(directory).glob(PATTERN)) if directory and Path(directory).is_dir() else []
-    if not files:
-        return None
-    out = {
-        "files": len(files),
+def _empty():
+    return {
+        "files": 0,
         "lines": 0,
         "versions": [],
         "hosts": [],
@@ -121,75 +104,124 @@ def read_logs(directory):
         "nvls": None,
         "evidence": [],
     }
-    channels, gdr, kinds_seen = [], [], set()
 
-    def evidence(kind, line):
-        if kind not in kinds_seen and len(out["evidence"]) < EVIDENCE_LINES:
-            kinds_seen.add(kind)
-            out["evidence"].append(line)
 
-    def add(items, value):
-        if value not in items:
-            items.append(value)
+def _add(items, value):
+    if value not in items:
+        items.append(value)
 
+
+class _Reading:
+    """read_logs' record as its lines come: each line goes to the one field it speaks of, and the
+    first line of each kind (up to EVIDENCE_LINES) is kept verbatim."""
+
+    def __init__(self):
+        self.out, self.channels, self.gdr, self.kinds = _empty(), [], [], set()
+
+    def evidence(self, kind, line):
+        if kind not in self.kinds and len(self.out["evidence"]) < EVIDENCE_LINES:
+            self.kinds.add(kind)
+            self.out["evidence"].append(line)
+
+    def take(self, host, msg, line):
+        out = self.out
+        out["lines"] += 1
+        if host:
+            _add(out["hosts"], host)
+        kind = self._setup(msg) or self._network(msg, line)
+        if kind:
+            self.evidence(kind, line)
+
+    def _setup(self, msg):
+        """The version, communicator, channel and graph lines; -> the line's kind, or None."""
+        out = self.out
+        if m := _VERSION.match(msg):
+            _add(out["versions"], m.group(1))
+            return "version"
+        if m := _COMM.match(msg):
+            out["ranks"] = max(out["ranks"] or 0, int(m.group(2)))
+            if m.group(3):
+                out["nccl_nodes"] = max(out["nccl_nodes"] or 0, int(m.group(3)))
+            return "comm"
+        if m := _CHANNEL.match(msg) or _COLLNET.match(msg):
+            name, uses_gdr = _transport(m.group(m.lastindex))
+            self.channels.append(name)
+            if uses_gdr is not None:
+                self.gdr.append(uses_gdr)
+            return name
+        if m := _PATTERN.match(msg):
+            if int(m.group(1)) > 0:
+                _add(out["link_types"]["intra"], m.group(2))
+                _add(out["link_types"]["inter"], m.group(3))
+            return "graph"
+        return None
+
+    def _network(self, msg, line):
+        """The network's lines: what NCCL chose, used, could not load or was told; -> the kind."""
+        out = self.out
+        if m := _NETWORK.match(msg):
+            _add(out["network"], m.group(1))
+            return "network"
+        if m := _NET_DEVICES.match(msg):
+            used, _, oob = m.group(2).partition("; OOB")
+            for dev in _DEVICE.findall(used):
+                _add(out["devices"].setdefault(m.group(1), []), dev)
+            if oob:
+                _add(out["oob"], oob.strip())
+            return f"devices {m.group(1)}"
+        if _IBVERBS.search(msg):
+            out["ibverbs_failed"] = out["ibverbs_failed"] or line
+            return "ibverbs"
+        if m := _NET_FAILED.match(msg):
+            _add(out["net_failed"], m.group(1))
+            return f"net failed {m.group(1)}"
+        if _NO_IB.match(msg):
+            out["ib_no_device"] = out["ib_no_device"] or line
+            return "no ib"
+        if m := _IB_DISABLE.match(msg):
+            out["ib_disable"] = m.group(1)
+            return "ib disable"
+        if m := _NVLS.match(msg):
+            out["nvls"] = bool(out["nvls"]) or not m.group(1)
+        return None
+
+    def result(self):
+        out = self.out
+        # The hosts the lines came from, not NCCL's nNodes: with P2P and SHM off NCCL counts each GPU
+        # of one host as a node of its own.
+        out["nodes"] = len(out["hosts"]) or out["nccl_nodes"]
+        several = (out["nodes"] or 1) > 1
+        for name in self.channels:
+            between = several and name.startswith(("NET/", "COLLNET/"))
+            side = out["between_nodes" if between else "within_node"]
+            side[name] = side.get(name, 0) + 1
+        out["gdrdma"] = any(self.gdr) if self.gdr else None
+        return out
+
+
+def read_logs(directory):
+    """What NCCL's debug files in `directory` (nccl.*.log) say it chose, over all ranks; None where
+    there is none (no NCCL in the run, or NCCL_DEBUG / NCCL_DEBUG_FILE set otherwise by the user).
+
+    Keys: files, lines (NCCL INFO lines read), versions, hosts, ranks, nodes (the hosts that wrote
+    lines; None where the logs do not say), nccl_nodes (NCCL's own nNodes), within_node and
+    between_nodes ({transport: connections}; NET counts as between nodes only in a run over several
+    nodes), gdrdma (True/False for the NET connections, None without any), link_types ({"intra":
+    [...], "inter": [...]}: the GRAPH lines' path types, NVL, PIX, PXB, PHB, SYS...), network (what
+    NCCL announced: "IB", "Socket", a plugin's name), devices ({"IB": [...], "Socket": [...]}: what
+    each network said it uses), oob (IB's bootstrap interfaces), ibverbs_failed (NCCL's line saying
+    libibverbs could not be loaded, else None), ib_no_device (its "NET/IB : No device found." line,
+    else None), net_failed (the network plugins NCCL says it could not initialise, e.g. ["IB"], in
+    releases that say so), ib_disable (NCCL_IB_DISABLE as NCCL read it, else None), nvls (NVLink
+    SHARP available: True/False/None) and evidence (a few lines verbatim)."""
+    files = sorted(Path(directory).glob(PATTERN)) if directory and Path(directory).is_dir() else []
+    if not files:
+        return None
+    reading = _Reading()
     for path in files:
         for host, msg, line in _info_lines(path):
-            out["lines"] += 1
-            if host:
-                add(out["hosts"], host)
-            if m := _VERSION.match(msg):
-                add(out["versions"], m.group(1))
-                evidence("version", line)
-            elif m := _COMM.match(msg):
-                out["ranks"] = max(out["ranks"] or 0, int(m.group(2)))
-                if m.group(3):
-                    out["nccl_nodes"] = max(out["nccl_nodes"] or 0, int(m.group(3)))
-                evidence("comm", line)
-            elif m := _CHANNEL.match(msg) or _COLLNET.match(msg):
-                name, uses_gdr = _transport(m.group(m.lastindex))
-                channels.append(name)
-                if uses_gdr is not None:
-                    gdr.append(uses_gdr)
-                evidence(name, line)
-            elif m := _PATTERN.match(msg):
-                if int(m.group(1)) > 0:
-                    add(out["link_types"]["intra"], m.group(2))
-                    add(out["link_types"]["inter"], m.group(3))
-                evidence("graph", line)
-            elif m := _NETWORK.match(msg):
-                add(out["network"], m.group(1))
-                evidence("network", line)
-            elif m := _NET_DEVICES.match(msg):
-                used, _, oob = m.group(2).partition("; OOB")
-                for dev in _DEVICE.findall(used):
-                    add(out["devices"].setdefault(m.group(1), []), dev)
-                if oob:
-                    add(out["oob"], oob.strip())
-                evidence(f"devices {m.group(1)}", line)
-            elif _IBVERBS.search(msg):
-                out["ibverbs_failed"] = out["ibverbs_failed"] or line
-                evidence("ibverbs", line)
-            elif m := _NET_FAILED.match(msg):
-                add(out["net_failed"], m.group(1))
-                evidence(f"net failed {m.group(1)}", line)
-            elif _NO_IB.match(msg):
-                out["ib_no_device"] = out["ib_no_device"] or line
-                evidence("no ib", line)
-            elif m := _IB_DISABLE.match(msg):
-                out["ib_disable"] = m.group(1)
-                evidence("ib disable", line)
-            elif m := _NVLS.match(msg):
-                out["nvls"] = bool(out["nvls"]) or not m.group(1)
-    # The hosts the lines came from, not NCCL's nNodes: with P2P and SHM off NCCL counts each GPU
-    # of one host as a node of its own.
-    out["nodes"] = len(out["hosts"]) or out["nccl_nodes"]
-    several = (out["nodes"] or 1) > 1
-    for name in channels:
-        between = several and name.startswith(("NET/", "COLLNET/"))
-        side = out["between_nodes" if between else "within_node"]
-        side[name] = side.get(name, 0) + 1
-    out["gdrdma"] = any(gdr) if gdr else None
-    return out
+            reading.take(host, msg, line)
+    return {**reading.result(), "files": len(files)}
 
 
 def _short(version):

@@ -23,9 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import mounts
+from . import mounts, schema
 from .atomic import write_json
-from .schema import default as config_default
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -109,7 +108,21 @@ def evict(files):
             os.close(fd)
 
 
-SCOPES = ("node", "dataset")
+# config training.cache_clear_command and cache_clear: the flags of every job that clears the page
+# cache or passes the clearing on (add_arguments, argv)
+KEYS = ("cache_clear_command", "cache_clear")
+SCOPES = tuple(schema.section("training")["cache_clear"]["enum"])
+
+
+def add_arguments(ap):
+    """--cache-clear-command and --cache-clear, from the schema (--cache-clear's choices its enum)."""
+    return schema.add_arguments(ap, "training", KEYS)
+
+
+def argv(command, scope):
+    """Those flags' words for a command started from here: one word each (--flag=value), as a
+    command may start with a dash."""
+    return schema.argv({"cache_clear_command": command, "cache_clear": scope}, "training", KEYS, joined=True)
 
 
 def scope_for(configured, sharing):
@@ -176,18 +189,8 @@ def clear(paths, command="", drop_caches="/proc/sys/vm/drop_caches", mountinfo=m
 def main():
     ap = argparse.ArgumentParser(description="Clear the page cache before a run and verify it.")
     ap.add_argument("--paths", nargs="*", default=[], help="the dataset files or directories of the run")
-    ap.add_argument(
-        "--cache-clear-command",
-        default=config_default("training.cache_clear_command"),
-        help="a configured drop command (e.g. a sudo rule)",
-    )
+    add_arguments(ap)
     ap.add_argument("--drop-caches", default="/proc/sys/vm/drop_caches")
-    ap.add_argument(
-        "--cache-clear",
-        default=config_default("training.cache_clear"),
-        choices=SCOPES,
-        help="config training.cache_clear",
-    )
     ap.add_argument("--out", required=True, help="JSON report; {node} is replaced by this host's name")
     a = ap.parse_args()
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()

@@ -6,6 +6,7 @@ A key `some_key` is the flag `--some-key`; YAML booleans are the words on and of
 
 import argparse
 import functools
+import re
 from pathlib import Path
 
 import yaml
@@ -39,10 +40,24 @@ def word(value):
     return str(value)
 
 
-def argv(values, dotted):
-    """The section's values as flag words, every key in schema order (the order is part of a
-    rule's params: a changed order would rerun its jobs)."""
-    return [w for key in section(dotted) for w in (flag(key), word(values[key]))]
+def argv(values, dotted, keys=None, *, quiet=(), joined=False):
+    """The section's values as flag words: every key in schema order, or `keys` in their order (the
+    order is part of a rule's params: a changed order would rerun its jobs). A list is its flag and
+    one word per item (an empty one the flag alone); None adds no word (such a key's flag defaults
+    to None). quiet: keys that add no word at their schema default, so that a key added after runs
+    were made reruns none of them. joined: --flag=value, one word, for a value that may start
+    with a dash (a command)."""
+    specs = section(dotted)
+    words = []
+    for key in keys or specs:
+        value = values[key]
+        if value is None or (key in quiet and value == specs[key]["default"]):
+            continue
+        if isinstance(value, list):
+            words += [flag(key), *map(word, value)]
+        else:
+            words += [f"{flag(key)}={word(value)}"] if joined else [flag(key), word(value)]
+    return words
 
 
 def choices(spec):
@@ -96,14 +111,51 @@ class Value:
         return value
 
 
-def add_arguments(group, dotted):
-    """One flag per key of the section: default, choices or type, and help from the schema."""
-    for key, spec in section(dotted).items():
-        words = choices(spec)
-        kind = {"choices": words} if words else {"type": Value(key, spec, f"{dotted}.{key}")}
-        # Through the type, as a given word would be: a default of 25 is the 25.0 that --x 25 gives.
-        default = word(spec["default"]) if words else kind["type"](word(spec["default"]))
-        group.add_argument(flag(key), default=default, help=spec.get("description", ""), **kind)
+class Text:
+    """argparse type of a string key: its pattern, where the schema gives one."""
+
+    __name__ = "string"
+
+    def __init__(self, key, spec, config_key):
+        self.key, self.config_key, self.pattern = key, config_key, spec.get("pattern")
+
+    def __call__(self, text):
+        if self.pattern and not re.search(self.pattern, text):
+            raise argparse.ArgumentTypeError(
+                f"{flag(self.key)} {text!r}: must match {self.pattern} (config {self.config_key})"
+            )
+        return text
+
+
+def argument(key, spec, config_key, more_choices=()):
+    """add_argument's keywords for one key: its default, choices (with more_choices, words a script
+    takes beyond the config's) or type, and help, all from the schema. An array is a flag of
+    nargs="*", each word its items' kind."""
+    one = spec["items"] if spec.get("type") == "array" else spec
+    words = choices(one)
+    if words:
+        kind = {"choices": [*words, *more_choices]}
+    else:
+        numeric = any(a.get("type") in ("integer", "number") for a in one.get("oneOf", [one]))
+        kind = {"type": (Value if numeric else Text)(key, one, config_key)}
+    # Through the type, as a given word would be: a default of 25 is the 25.0 that --x 25 gives.
+    given = kind.get("type", str)
+    default = spec["default"]
+    if spec.get("type") == "array":
+        kind["nargs"] = "*"
+        default = [given(word(v)) for v in default]
+    elif default is not None:
+        default = given(word(default))
+    return {"default": default, "help": spec.get("description", ""), **kind}
+
+
+def add_arguments(group, dotted, keys=None, *, more_choices=None):
+    """One flag per key of the section (or per one of `keys`): default, choices or type, and help
+    from the schema (argument()). more_choices: {key: words} a script takes beyond the config's."""
+    specs = section(dotted)
+    for key in keys or specs:
+        extra = (more_choices or {}).get(key, ())
+        group.add_argument(flag(key), **argument(key, specs[key], f"{dotted}.{key}", extra))
     return group
 
 

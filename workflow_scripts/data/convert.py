@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..common import cpus
+from ..common import cpus, schema
 from ..common.atomic import atomic_dir, write_json
 from ..common.errors import StageError
 from ..common.parallel import ordered_map
@@ -273,6 +273,16 @@ def _convert(fmt, write_split, index, enc, threads, tmp, extra_manifest):
     return splits, facts_s
 
 
+# config conversion.*: how the records store images, in the order the rules pass them
+ENCODING = ("resize_shorter", "jpeg_quality", "shorter_cap")
+
+
+def encoding_argv(conversion):
+    """The converters' words of config conversion (rules/common.smk); shorter_cap none at its
+    default, so copies made before the key are not converted again."""
+    return schema.argv(conversion, "conversion", ENCODING, quiet=("shorter_cap",))
+
+
 def arg_parser(description):
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--index", required=True, help="the index stage's output directory")
@@ -286,22 +296,5 @@ def arg_parser(description):
         help="config conversion.delete_old: where there is no room for both, delete the complete earlier copy "
         "before writing the new one (else it is kept until the new one is complete)",
     )
-    ap.add_argument(
-        "--resize-shorter",
-        type=int,
-        default=config_default("conversion.resize_shorter"),
-        help="0: pass the JPEG bytes through",
-    )
-    ap.add_argument(
-        "--shorter-cap",
-        type=int,
-        default=config_default("conversion.shorter_cap"),
-        help="0: no cap; N: images whose shorter side is over N shrunk to N, the rest passed through",
-    )
-    ap.add_argument(
-        "--jpeg-quality",
-        type=int,
-        default=config_default("conversion.jpeg_quality"),
-        help="JPEG quality when re-encoding",
-    )
+    schema.add_arguments(ap, "conversion", ENCODING)
     return ap

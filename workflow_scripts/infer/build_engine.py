@@ -4,10 +4,13 @@ ONNX Runtime and for TensorRT. Writes the engine file and a JSON record of it.""
 import argparse
 import json
 
+from ..common import schema
 from ..common.atomic import atomic_file, write_json
 from ..common.errors import run_main
-from ..common.schema import default as config_default
 from . import engines
+
+# config inference.tensorrt.*: what a TensorRT build is given (rules/int8_common.smk, engine_args)
+BUILD = ("max_batch", "workspace_mb")
 
 
 def main():
@@ -16,18 +19,7 @@ def main():
     ap.add_argument("--onnx", required=True)
     ap.add_argument("--precision", choices=("fp32", "int8"), required=True)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument(
-        "--max-batch",
-        type=int,
-        default=config_default("inference.tensorrt.max_batch"),
-        help="tensorrt: the optimisation profile's largest batch",
-    )
-    ap.add_argument(
-        "--workspace-mb",
-        type=int,
-        default=config_default("inference.tensorrt.workspace_mb"),
-        help="tensorrt: builder workspace",
-    )
+    schema.add_arguments(ap, "inference.tensorrt", BUILD)
     ap.add_argument("--out", required=True, help="the engine file")
     ap.add_argument("--info", required=True, help="JSON record of the build")
     a = ap.parse_args()

@@ -32,9 +32,9 @@ from onnxruntime.quantization.calibrate import (
 )
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
+from ..common import schema
 from ..common.atomic import atomic_file
 from ..common.errors import StageError, run_main
-from ..common.schema import default as config_default
 from . import val_images
 
 METHODS = {
@@ -99,20 +99,7 @@ def main():
     ap.add_argument("--lmdb", required=True, help="the data stage's LMDB directory")
     ap.add_argument("--image-size", type=int, required=True)
     ap.add_argument("--batch-size", type=int, required=True)
-    ap.add_argument("--method", choices=sorted(METHODS), default=config_default("inference.calibration.method"))
-    ap.add_argument(
-        "--histogram-bins",
-        type=int,
-        default=config_default("inference.calibration.histogram_bins"),
-        help="histogram bins (entropy, percentile)",
-    )
-    ap.add_argument("--percentile", type=float, default=config_default("inference.calibration.percentile"))
-    ap.add_argument(
-        "--chunk-batches",
-        type=int,
-        default=config_default("inference.calibration.chunk_batches"),
-        help="batches per collection pass",
-    )
+    schema.add_arguments(ap, "inference.calibration", ("method", "histogram_bins", "percentile", "chunk_batches"))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", required=True, help="the calibration ranges (JSON)")
     a = ap.parse_args()

@@ -29,15 +29,16 @@ import time
 
 import numpy as np
 
-from ..common import neighbours, slurm
+from ..common import neighbours, schema, slurm
 from ..common.atomic import write_json
-from ..common.errors import StageError, run_main
+from ..common.errors import run_main
 from ..common.metrics import STABILITY_WINDOW, STABLE_CV
-from ..common.schema import default as config_default
 from ..common.telemetry import Gpus
 from . import engines
 
 PRECISIONS = ("fp32", "int8")
+# the job's settings, as the record names them
+SETTINGS = ("network", "engine", "batch_size", "image_size", "warmup", "repeats", "warmup_s", "duration_s", "threads")
 
 
 def window_cv(times, batch, window=STABILITY_WINDOW):
@@ -92,8 +93,7 @@ def time_alternating(runners, x, warmup, repeats, warmup_s=0.0, duration_s=0.0):
     return times, spans
 
 
-def main():
-    started_at = time.time()
+def arg_parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engine", choices=engines.ENGINES, required=True)
     ap.add_argument("--network", required=True)
@@ -101,18 +101,7 @@ def main():
         ap.add_argument(f"--{p}", required=True, metavar="ENGINE_FILE", help=f"the {p.upper()} engine file")
     ap.add_argument("--image-size", type=int, required=True)
     ap.add_argument("--batch-size", type=int, required=True)
-    ap.add_argument(
-        "--warmup",
-        type=int,
-        default=config_default("inference.throughput.warmup"),
-        help="runs discarded before each block",
-    )
-    ap.add_argument(
-        "--repeats",
-        type=int,
-        default=config_default("inference.throughput.repeats"),
-        help="timed runs of each precision",
-    )
+    schema.add_arguments(ap, "inference.throughput", ("warmup", "repeats"))
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime: intra-op threads")
     ap.add_argument(
         "--warmup-s", type=float, default=0.0, help="config inference.tensorrt.warmup_ms: each block's least warm-up"
@@ -124,9 +113,12 @@ def main():
         help="config inference.tensorrt.duration_s: each precision's least timing",
     )
     ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    if a.repeats < 1:
-        raise StageError("config inference.throughput.repeats must be at least 1")
+    return ap
+
+
+def measure(a):
+    """({precision: its record} of both engine files, timed alternately on one device, what else
+    used the node while the blocks ran (warm-ups included), by the training runs' rule)."""
     runners, where = {}, {}
     watch = neighbours.Watch(f"int8:{a.out}:{os.getpid()}", gpus=Gpus() if a.engine == "tensorrt" else None)
     try:
@@ -156,37 +148,40 @@ def main():
         }
         for p in PRECISIONS
     }
+    return results, watch.evidence(timed_from, ended_at, sharing)
+
+
+def said(a, r):
+    """The job's one line: both precisions' images/s and their ratio."""
+    rates = "; ".join(
+        f"{p.upper()} {r[p]['images_per_s']:.1f} images/s ({r[p]['images_per_s_worst']:.1f}.."
+        f"{r[p]['images_per_s_best']:.1f})"
+        for p in PRECISIONS
+    )
+    ratio = r["int8"]["images_per_s"] / r["fp32"]["images_per_s"]
+    return (
+        f"throughput: {a.network} on {a.engine} ({r['fp32']['device']}, {r['fp32']['host']}), batch {a.batch_size}: "
+        f"{rates}; INT8/FP32 {ratio:.2f}x (median of {a.repeats} each)"
+    )
+
+
+def main():
+    started_at = time.time()
+    a = arg_parser().parse_args()
+    results, isolation = measure(a)
     write_json(
         a.out,
         {
-            "network": a.network,
-            "engine": a.engine,
-            "batch_size": a.batch_size,
-            "image_size": a.image_size,
-            "warmup": a.warmup,
-            "repeats": a.repeats,
-            "warmup_s": a.warmup_s,
-            "duration_s": a.duration_s,
-            "threads": a.threads,
+            **{k: getattr(a, k) for k in SETTINGS},
             "blocks": blocks(a.repeats),
             "started_at": started_at,
-            "ended_at": ended_at,
-            "slurm_job": job,
-            # what else used the node while the blocks ran (warm-ups included), by the training runs' rule
-            "isolation": watch.evidence(timed_from, ended_at, sharing),
+            "ended_at": time.time(),
+            "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
+            "isolation": isolation,
             "precisions": results,
         },
     )
-    r = {p: results[p] for p in PRECISIONS}
-    print(
-        f"throughput: {a.network} on {a.engine} ({r['fp32']['device']}, {r['fp32']['host']}), batch {a.batch_size}: "
-        + "; ".join(
-            f"{p.upper()} {r[p]['images_per_s']:.1f} images/s ({r[p]['images_per_s_worst']:.1f}.."
-            f"{r[p]['images_per_s_best']:.1f})"
-            for p in PRECISIONS
-        )
-        + f"; INT8/FP32 {r['int8']['images_per_s'] / r['fp32']['images_per_s']:.2f}x (median of {a.repeats} each)"
-    )
+    print(said(a, results))
 
 
 if __name__ == "__main__":

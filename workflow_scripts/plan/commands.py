@@ -3,6 +3,7 @@ the launcher's Horovod flags, from the config. One list item per argument, and o
 framework and precision use, so editing another framework's setting does not rerun it."""
 
 from ..common import schema as config_schema
+from ..train import trainer_flags
 from .sweep import FORMAT_OF
 
 
@@ -29,24 +30,10 @@ class TrainerCommands:
             precision,
             "--batch-per-gpu",
             batch,
-            "--image-size",
-            t["image_size"],
+            *config_schema.argv(t, "training", ("image_size",)),
             *mode_args,
-            "--lr",
-            t["lr"],
-            "--momentum",
-            t["momentum"],
-            "--weight-decay",
-            t["weight_decay"],
-            "--decode-threads",
-            t["decode_threads"],
-            "--seed",
-            t["seed"],
-            "--telemetry-interval",
-            t["telemetry_interval"],
+            *trainer_flags.shared(t),
         ]
-        if t["fp32_math"] != "tf32":  # the default adds no word: it reruns no run made before the key
-            args += ["--fp32-math", t["fp32_math"]]
         if self.config["systems"][system]["gpu_request"] != "none":
             # No silent CPU fallback: the trainer stops before training without a GPU per task.
             args += ["--require-gpu", "--env-key", self.env_keys[system, framework]]
@@ -56,17 +43,14 @@ class TrainerCommands:
 
     def sweep_run(self, system, framework, precision, path):
         """The trainer's command line of a sweep (short test) run on input `path`."""
-        t = self.train
-        mode = ["--mode", t["mode"], "--warmup-steps", t["warmup_steps"], "--steps", t["steps"]]
-        return self._args(system, framework, precision, path, [*mode, "--epochs", t["epochs"]])
+        return self._args(system, framework, precision, path, trainer_flags.schedule(self.train))
 
     def preflight_synthetic_run(self, system, framework, precision, steps):
         """The trainer's command line of preflight's timing of the step rate (its input
         check): the sweep's run of this precision on synthetic data, `steps` timed steps after the
         sweep's warm-up (config preflight.demand_steps)."""
-        t = self.train
-        mode = ["--mode", "steps", "--warmup-steps", t["warmup_steps"], "--steps", steps]
-        return self._args(system, framework, precision, "synthetic", [*mode, "--epochs", t["epochs"]])
+        mode = trainer_flags.schedule(self.train, mode="steps", steps=steps)
+        return self._args(system, framework, precision, "synthetic", mode)
 
     def checkpoint_dir(self, system, framework, precision, gpus):
         """The long test's checkpoints (train/checkpoint.py): beside the runs, never inside the run
@@ -77,31 +61,15 @@ class TrainerCommands:
         """The trainer's command line of a long-test run: training.accuracy, and never the sweep's
         mode, steps or inputs (the long test reads the dataset through the framework's default
         input path), so editing either test's keys reruns only that test's runs."""
-        a = self.train["accuracy"]
-        mode = [
-            "--mode",
-            "accuracy",
-            "--epochs",
-            a["epochs"],
-            "--warmup-epochs",
-            a["warmup_epochs"],
-            *(["--milestones", *a["milestones"]] if a["milestones"] else []),
-            "--decay",
-            a["decay"],
-            "--eval-every",
-            a["eval_every"],
-            *(["--target-top1", a["target_top1"]] if a["target_top1"] is not None else []),
-            "--checkpoint-dir",
-            self.checkpoint_dir(system, framework, precision, gpus),
-            "--max-jobs",
-            a["max_jobs"],
-        ]
+        mode = trainer_flags.long_test(self.train["accuracy"], self.checkpoint_dir(system, framework, precision, gpus))
         path = self.sweep.effective_input(system, framework, "auto")
         return self._args(system, framework, precision, path, mode)
 
     def horovod_args(self, system):
         """training.horovod_controller's launcher flags for a TensorFlow or MXNet run."""
-        t = self.train
-        if t["horovod_controller"] == "mpi":
-            return ["--horovod-controller=mpi", f"--srun-mpi={self.config['systems'][system]['srun_mpi']}", "--horovod"]
-        return [f"--gloo-timeout-s={t['gloo_timeout_s']}", "--horovod"]
+        mpi = self.train["horovod_controller"] == "mpi"
+        words = config_schema.argv(
+            self.train, "training", ("horovod_controller" if mpi else "gloo_timeout_s",), joined=True
+        )
+        srun = [f"--srun-mpi={self.config['systems'][system]['srun_mpi']}"] if mpi else []
+        return [*words, *srun, "--horovod"]

@@ -4,6 +4,8 @@ with. rules/common.smk hands these to the rules as functions of a job's wildcard
 
 import shlex
 
+from ..common import schema
+
 
 class JobShape:
     def __init__(self, config, sweep, sbatch_extra):
@@ -34,12 +36,8 @@ class JobShape:
         local launcher's CPU binding where config asks for it. The
         defaults add no word, so they rerun nothing."""
         words = [f"--env={name}={value}" for name, value in sorted(self.config["nccl_env"].items())]
-        interface = self.config["training"]["network_interface"]
-        if interface != "auto":
-            words.append(f"--network-interface={interface}")
-        if self.config["training"]["bind_cpus"] != "none":
-            words.append(f"--bind-cpus={self.config['training']['bind_cpus']}")
-        return words
+        keys = ("network_interface", "bind_cpus")
+        return words + schema.argv(self.config["training"], "training", keys, quiet=keys, joined=True)
 
     def geometry_args(self, system, gpus):
         """Where the processes of one job at a sweep point start: the node and task geometry and,

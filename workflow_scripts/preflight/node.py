@@ -20,7 +20,6 @@ from pathlib import Path
 
 from ..common import page_cache, provenance
 from ..common.atomic import write_json
-from ..common.schema import default as config_default
 from .check_rows import FAILED, NA, OK, row
 from .seams import dataset_check
 
@@ -116,17 +115,7 @@ def main():
         action="store_true",
         help="the runs read a dataset, checked by its own job once it is converted (preflight_data_check)",
     )
-    ap.add_argument(
-        "--cache-clear-command",
-        default=config_default("training.cache_clear_command"),
-        help="config training.cache_clear_command",
-    )
-    ap.add_argument(
-        "--cache-clear",
-        default=config_default("training.cache_clear"),
-        choices=page_cache.SCOPES,
-        help="config training.cache_clear",
-    )
+    page_cache.add_arguments(ap)
     ap.add_argument("--level", default="sample", choices=("quick", "sample", "full"))
     ap.add_argument("--python", default=sys.executable, help="the framework's interpreter as words (reads the format)")
     a = ap.parse_args()

@@ -6,10 +6,15 @@ locally):
         --python 'WORDS' [--data DIR] [--cache-clear-command CMD] [--timeout-s 300] [rank options] \
         -- LAUNCHER OPTIONS (as the training job's: --nproc-per-node, --nodes, --srun-args, --horovod ...)
 
-First the node checks once on every node (node.py, this interpreter), then the task checks on
-every rank (rank.py, the framework's interpreter), each through the training launcher. A phase
-that makes no progress for --timeout-s is stopped and named from the ranks' markers. The result
-(status and rows) is always written; the gate (gate.py) turns a failure into the stopped workflow.
+It runs the measuring jobs' sequence as a training job does (train/measuring_job.py: TERM held
+from the start, the page cache's scope, a stop from outside recorded): first the node checks once
+on every node (node.py, this interpreter; they clear the page cache and judge the clearing), then
+the task checks on every rank (rank.py, the framework's interpreter), each through the training
+launcher. A phase that makes no progress for --timeout-s is stopped and named from the ranks'
+markers. The result (status and rows) is always written; the gate (gate.py) turns a failure into
+the stopped workflow. A stop from outside is a failed row of it, and recorded beside the log; the
+job then exits 143 (no result for Snakemake: the next run checks again), except at the time limit,
+which another check would meet again.
 The input check (--only-input --input-check), a job of its own after the data check, measures each
 real-data input path's capacity and the synthetic step rate it must keep up with (input_check below;
 docs/preflight.md#the-input-check): a record the tables judge, never a failure.
@@ -26,10 +31,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..common import input_bound, launcher, nccl_log, page_cache, slurm
+from ..common import input_bound, launcher, nccl_log, page_cache, schema
 from ..common.atomic import write_json
 from ..common.errors import run_main
-from ..common.schema import default as config_default
+from ..train.measuring_job import MeasuringJob, host
 from . import markers
 from .check_rows import FAILED, NA, OK, WARN, merge, read_all, row
 
@@ -237,7 +242,7 @@ def rank_args(a):
     return words + (["--allreduce-elements", str(a.allreduce_elements)] if a.allreduce_elements else [])
 
 
-def main():
+def arg_parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--system", required=True)
@@ -258,9 +263,8 @@ def main():
         action="store_true",
         help="the input check alone (--input-check), once the data check passed: no gate reads it",
     )
-    ap.add_argument("--cache-clear-command", default=config_default("training.cache_clear_command"))
-    ap.add_argument("--cache-clear", default=config_default("training.cache_clear"))
-    ap.add_argument("--timeout-s", type=float, default=config_default("preflight.timeout_s"))
+    page_cache.add_arguments(ap)
+    schema.add_arguments(ap, "preflight", ("timeout_s",))
     ap.add_argument(
         "--input-check",
         default="",
@@ -273,129 +277,123 @@ def main():
     r.add_argument("--gpu-type", default="")
     r.add_argument("--env-key", default="envs")
     r.add_argument("--cpus-per-task", type=int, default=0)
-    r.add_argument(
-        "--allreduce-elements",
-        type=int,
-        default=config_default("preflight.allreduce_elements"),
-        help="0: ResNet-50's gradient size",
-    )
-    ap.add_argument("launcher", nargs=argparse.REMAINDER)
-    a = ap.parse_args()
-    started = time.time()
-    # Node-wide clearing only where the check's job holds its nodes alone, as the training job does.
-    job = os.environ.get("SLURM_JOB_ID")
-    scope, scope_why = page_cache.scope_for(a.cache_clear, slurm.job_sharing(job) if job else None)
-    words = a.launcher[1:] if a.launcher[:1] == ["--"] else a.launcher
-    geometry = argparse.ArgumentParser()
-    launcher.add_arguments(geometry)
-    g = geometry.parse_args(words)
-    expected = g.nodes * g.nproc_per_node
-    out = Path(a.out)
-    work = out.with_suffix(".d")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    base = [sys.executable, "-m", "workflow_scripts.common.launcher", *words]
-    rows, timings = [], {}
-    with open(a.log, "w") as log:
-        node_cmd = [
-            *base,
-            "--per-node",
-            "--",
-            sys.executable,
-            "-m",
-            "workflow_scripts.preflight.node",
-            "--out",
-            str(work),
-            f"--data={a.data}",
-            "--level",
-            a.level,
-            f"--cache-clear-command={a.cache_clear_command}",
-            f"--cache-clear={scope}",
-            f"--python={a.python}",
-            *(["--data-later"] if a.data_later else []),
-        ]
-        rank_cmd = [
-            *base,
-            f"--python={a.python}",
-            f"--nccl-log-dir={work}",
-            "--",
-            *shlex.split(a.python),
-            "-m",
-            "workflow_scripts.preflight.rank",
-            "--framework",
-            a.framework,
-            "--out",
-            str(work),
-            *rank_args(a),
-        ]
-        phases = (
-            []
-            if a.only_input
-            else [("node checks", node_cmd, None)] + ([] if a.only_data else [("task checks", rank_cmd, work)])
+    schema.add_arguments(r, "preflight", ("allreduce_elements",))
+    ap.add_argument("launcher", nargs=argparse.REMAINDER, help="-- LAUNCHER OPTIONS: as the training job's")
+    return ap
+
+
+def named_fixes(rows, system):
+    """The rows merged, their fixes naming the system: the ranks name its keys systems.<name>.*."""
+    return [{**r, "fix": (r.get("fix") or "").replace("systems.<name>.", f"systems.{system}.")} for r in merge(rows)]
+
+
+def failed(rows):
+    return any(r["status"] == FAILED for r in rows)
+
+
+class PreflightJob(MeasuringJob):
+    """One check job (measuring_job's sequence): the node checks clear the cache on every node, the
+    task checks (or the input check) are what it measures, and the result is always written."""
+
+    what = "preflight"
+
+    def __init__(self, a):
+        super().__init__(a, a.log)
+        self.words = a.launcher[1:] if a.launcher[:1] == ["--"] else a.launcher
+        self.g = launcher.parse(self.words)  # the geometry, which the launcher it starts reads too
+        self.expected = self.g.nodes * self.g.nproc_per_node
+        self.out = Path(a.out)
+        self.work = self.out.with_suffix(".d")
+        self.base = [sys.executable, "-m", "workflow_scripts.common.launcher", *self.words]
+        self.rows, self.timings, self.checked = [], {}, None
+
+    def prepare(self):
+        shutil.rmtree(self.work, ignore_errors=True)
+        self.work.mkdir(parents=True)
+
+    def phase(self, name, cmd, folder=None):
+        """One phase through the launcher, supervised (no progress for --timeout-s: stopped); its
+        rows and, where it failed without saying why, one row that says so."""
+        a = self.a
+        self.say(f"preflight: {shlex.join(cmd)}")
+        rc, self.timings[name] = supervise(cmd, None, a.timeout_s, folder)
+        found = read_all(self.work, "node.*.json" if folder is None else "rank*.json")
+        self.rows += found
+        stuck = f"made no progress for {a.timeout_s:g} s (preflight.timeout_s), stopped"
+        if rc is None and folder is None:
+            self.rows.append(row("node_checks", FAILED, "", f"the node checks {stuck}", "see the check job's log", ""))
+        elif rc is None:
+            self.rows.append(hang_row(self.work, self.expected, a.timeout_s))
+        elif rc != 0 and not failed(found):
+            self.rows.append(
+                row("launch", FAILED, "", f"the {name} exited with status {rc} and wrote no cause", f"see {a.log}", "")
+            )
+        return 1 if failed(self.rows) else 0
+
+    def clear_cache(self):
+        """The node checks, once on every node: the page cache cleared in self.scope and judged, the
+        dataset checked (node.py)."""
+        a = self.a
+        if a.only_input:
+            return 0
+        cmd = [*self.base, "--per-node", "--", sys.executable, "-m", "workflow_scripts.preflight.node"]
+        cmd += ["--out", str(self.work), f"--data={a.data}", "--level", a.level]
+        cmd += [*page_cache.argv(a.cache_clear_command, self.scope), f"--python={a.python}"]
+        return self.phase("node checks", cmd + (["--data-later"] if a.data_later else []))
+
+    def measure(self):
+        """The task checks on every rank and which transport NCCL used, or the input check."""
+        a = self.a
+        if a.only_input:
+            settings = json.loads(a.input_check) if a.input_check else None
+            if settings and a.data:
+                self.checked = input_check(a, settings, self.base, self.work, sys.stdout, self.timings)
+            return 0
+        if a.only_data:
+            return 0
+        cmd = [*self.base, f"--python={a.python}", f"--nccl-log-dir={self.work}", "--", *shlex.split(a.python)]
+        cmd += ["-m", "workflow_scripts.preflight.rank", "--framework", a.framework, "--out", str(self.work)]
+        if self.phase("task checks", cmd + rank_args(a), self.work) == 0:
+            # after the launcher returned: every rank's NCCL log is closed
+            env = {**os.environ, **launcher.config_env(self.g.env)}
+            self.rows.append(nccl_transport_row(self.work, self.g.nodes, self.expected, a.require_gpu, env))
+        return 0
+
+    def record(self, rc, stopped):
+        """The result, always; a stop from outside is one of its rows, and recorded beside the log.
+        A check has no second attempt: a stop that another job would not meet again (scancel, a
+        node failure) leaves no result for Snakemake (exit status STOPPED_RC), the time limit one."""
+        a = self.a
+        if stopped:
+            self.rows.append(row("job", FAILED, "", f"stopped ({stopped.cause}): {stopped.why}", "", host()))
+            self.record_stop(self.work, rc, 1, stopped)
+        rows = named_fixes(self.rows, a.system)
+        part = "input" if a.only_input else "data" if a.only_data else "environment"
+        write_json(
+            self.out,
+            {
+                "system": a.system,
+                "framework": a.framework,
+                "nodes": self.g.nodes,
+                "tasks": self.expected,
+                "status": FAILED if failed(rows) else OK,
+                "part": part,
+                "seconds": self.timings,
+                "rows": rows,
+                "log": a.log,
+                "cache_scope": self.cache_record(),
+                # the input check (--only-input): each input path's capacity and the step rate (None: not made)
+                "input_capacity": self.checked,
+                # wall-clock start and end of this measuring job: no other ran beside it (docs/training.md#isolation)
+                "started_at": self.started,
+                "ended_at": time.time(),
+            },
         )
-        for phase, cmd, folder in phases:
-            print("preflight:", shlex.join(cmd), file=log, flush=True)
-            rc, timings[phase] = supervise(cmd, log, a.timeout_s, folder)
-            found = read_all(work, "node.*.json" if folder is None else "rank*.json")
-            rows += found
-            if rc is None and folder is None:
-                rows.append(
-                    row(
-                        "node_checks",
-                        FAILED,
-                        "",
-                        f"the node checks made no progress for {a.timeout_s:g} s (preflight.timeout_s), stopped",
-                        "see the check job's log",
-                        "",
-                    )
-                )
-            elif rc is None:
-                rows.append(hang_row(work, expected, a.timeout_s))
-            elif rc != 0 and not any(r["status"] == FAILED for r in found):
-                rows.append(
-                    row(
-                        "launch",
-                        FAILED,
-                        "",
-                        f"the {phase} exited with status {rc} and wrote no cause",
-                        f"see {a.log}",
-                        "",
-                    )
-                )
-            if any(r["status"] == FAILED for r in rows):
-                break
-            if folder is not None:  # after the launcher returned: every rank's NCCL log is closed
-                env = {**os.environ, **launcher.config_env(g.env)}
-                rows.append(nccl_transport_row(work, g.nodes, expected, a.require_gpu, env))
-        settings = json.loads(a.input_check) if a.input_check else None
-        checked = None
-        if a.only_input and settings and a.data and not any(r["status"] == FAILED for r in rows):
-            checked = input_check(a, settings, base, work, log, timings)
-    # The ranks name the key as systems.<name>.*: this job knows the name.
-    merged = [
-        {**r, "fix": (r.get("fix") or "").replace("systems.<name>.", f"systems.{a.system}.")} for r in merge(rows)
-    ]
-    failed = [r for r in merged if r["status"] == FAILED]
-    write_json(
-        out,
-        {
-            "system": a.system,
-            "framework": a.framework,
-            "nodes": g.nodes,
-            "tasks": expected,
-            "status": FAILED if failed else OK,
-            "part": "input" if a.only_input else "data" if a.only_data else "environment",
-            "seconds": timings,
-            "rows": merged,
-            "log": a.log,
-            "cache_scope": {"configured": a.cache_clear, "used": scope, "why": scope_why},
-            # the input check (--only-input): each input path's capacity and the step rate (None: not made)
-            "input_capacity": checked,
-            # wall-clock start and end of this measuring job: no other ran beside it (docs/training.md#isolation)
-            "started_at": started,
-            "ended_at": time.time(),
-        },
-    )
+        return rc if stopped and not stopped.permanent else 0
+
+
+def main():
+    sys.exit(PreflightJob(arg_parser().parse_args()).run())
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import pandas as pd
 
 from ..common import input_bound
 from . import guards
+from .point_tables import at
 from .verdict_rules import (
     MULTI_NODE_KEYS,
     Unmeasured,
@@ -46,14 +47,7 @@ def _scaling_point(t, f, framework, precision, gpus, scope=None):
 
 
 def _run_device(t, r):
-    runs = t["training_throughput"]
-    match = runs[
-        (runs.system == r.system)
-        & (runs.framework == r.framework)
-        & (runs.precision == r.precision)
-        & (runs.gpus == r.gpus)
-        & (runs.input == r.input)
-    ]
+    match = at(t["training_throughput"], r)
     return match.device.iloc[0] if len(match) else ""
 
 

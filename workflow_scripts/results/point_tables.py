@@ -16,6 +16,13 @@ KEY = ["system", "framework", "precision", "input"]
 POINT = KEY + ["gpus"]
 
 
+def at(table, r, keys=POINT, **given):
+    """The rows of `table` at r's point (r: a row of another table, as itertuples gives it): its
+    values of `keys`, and of `given`'s columns those values."""
+    wanted = pd.Series({**{k: getattr(r, k) for k in keys}, **given})
+    return table[(table[list(wanted.index)] == wanted).all(axis=1)]
+
+
 def points(runs):
     """One row per sweep point over its completed runs: images/s as their mean, lowest and highest,
     the largest step CV, isolation over all of them, what the precision ran as, and every run's

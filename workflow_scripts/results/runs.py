@@ -203,6 +203,8 @@ EVIDENCE = [
     "input_check",
     "caveats",
 ]
+# a run's batch and what it measured, in this order in every table of runs (training_tables too)
+FIGURES = ["batch_per_gpu", "global_batch", "images_per_s", "step_cv", "window_cv", "stable"]
 COLUMNS = [
     "system",
     "framework",
@@ -214,12 +216,7 @@ COLUMNS = [
     "status",
     "why",
     "run_dir",
-    "batch_per_gpu",
-    "global_batch",
-    "images_per_s",
-    "step_cv",
-    "window_cv",
-    "stable",
+    *FIGURES,
     "warmup_steps",
     "timed_steps",
     "mode",

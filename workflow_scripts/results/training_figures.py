@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..common.plotting import empty_figure, plt, save_png
+from .point_tables import at
 from .published import PUBLISHED
 from .telemetry_tables import network_panel_note, storage_panel_note
 
@@ -136,14 +137,7 @@ def _series(runs, table, metrics, path, title, ylabel, note=None):
     for ax, r in zip(axes.flat, runs.itertuples()):
         label = f"{r.system}/{Path(r.run_dir).name}"
         ax.set_title(label, fontsize=9)
-        mine = chosen[
-            (chosen.system == r.system)
-            & (chosen.framework == r.framework)
-            & (chosen.precision == r.precision)
-            & (chosen.gpus == r.gpus)
-            & (chosen.input == r.input)
-            & (chosen.repeat == getattr(r, "repeat", 1) if "repeat" in chosen else True)
-        ]
+        mine = at(chosen, r, **({"repeat": getattr(r, "repeat", 1)} if "repeat" in chosen else {}))
         if mine.empty:
             text = notes.get(r.run_dir) or (note(r.run_dir, None) if note else None)
             if text:

@@ -62,12 +62,7 @@ RUN_COLUMNS = [
     "nodes",
     "gpus",
     "repeat",
-    "batch_per_gpu",
-    "global_batch",
-    "images_per_s",
-    "step_cv",
-    "window_cv",
-    "stable",
+    *run_records.FIGURES,
     "mode",
     "warmup_steps",
     "timed_steps",
@@ -264,7 +259,20 @@ def load_allreduce(points):
     return {k: prediction.allreduce_points(raw) for k, raw in load_raws(points).items()}
 
 
-def main():
+TIMING = (
+    "images/s = images processed in the timed steps / their wall time, warm-up steps excluded; "
+    "step_cv = coefficient of variation of the per-step images/s; window_cv = that of images/s over windows of "
+    "10 timed steps, as the study's frameworks reported it (stable: window_cv <= 2%, the study's criterion; "
+    "step_cv where a run has fewer than two windows). "
+    "ran_as: what the precision ran as on the run's device (training.fp32_math)."
+)
+POINTS_HOW = (
+    " One row per point: images/s is the mean over its completed runs (training.repeats), _low and _high "
+    "in the CSV their slowest and fastest. " + GUARDS
+)
+
+
+def arg_parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", required=True, help="JSON list of {system, framework, precision, gpus, nodes, run_dir}")
     ap.add_argument(
@@ -280,39 +288,41 @@ def main():
     )
     input_bound.add_judge_arguments(ap)
     ap.add_argument("--out-dir", required=True)
-    a = ap.parse_args()
+    return ap
+
+
+def marked_runs(a):
+    """The sweep's runs, those preflight's input check found input-bound marked."""
     runs = run_records.load(json.loads(a.points))
-    runs = input_marks.mark(runs, input_marks.load(a.preflight), a.input_margin, a.input_bound_expected)
-    raws = load_raws(json.loads(a.interconnect))
-    scaled, sentences = scaling(runs, {k: prediction.allreduce_points(r) for k, r in raws.items()}, raws)
-    out = Path(a.out_dir)
-    notes = run_records.mixed_settings(runs)
+    return input_marks.mark(runs, input_marks.load(a.preflight), a.input_margin, a.input_bound_expected)
+
+
+def run_notes(runs):
+    """Every table's notes: settings that differ between runs, and each run that failed, with why."""
     bad = runs[runs.status != "ok"]
-    notes += [f"{r.system}/{Path(r.run_dir).name} {r.status}: {r.why}" for r in bad.itertuples()]
-    timing = (
-        "images/s = images processed in the timed steps / their wall time, warm-up steps excluded; "
-        "step_cv = coefficient of variation of the per-step images/s; window_cv = that of images/s over windows of "
-        "10 timed steps, as the study's frameworks reported it (stable: window_cv <= 2%, the study's criterion; "
-        "step_cv where a run has fewer than two windows). "
-        "ran_as: what the precision ran as on the run's device (training.fp32_math)."
-    )
-    points_how = (
-        " One row per point: images/s is the mean over its completed runs (training.repeats), _low and _high "
-        "in the CSV their slowest and fastest. " + GUARDS
-    )
-    throughput_table = throughput(runs)
+    return run_records.mixed_settings(runs) + [
+        f"{r.system}/{Path(r.run_dir).name} {r.status}: {r.why}" for r in bad.itertuples()
+    ]
+
+
+def write_throughput(runs, out, notes):
+    table = throughput(runs)
     write_table(
-        throughput_table,
+        table,
         out / "training_throughput.csv",
         "Training throughput, one row per run",
-        timing + " isolated: whether anything else used the run's nodes in its timed window (docs/training.md"
+        TIMING + " isolated: whether anything else used the run's nodes in its timed window (docs/training.md"
         "#isolation). input_bound: whether preflight's input check found the run's input too slow for its GPUs "
         "(input_capacity and input_demand, images/s a node; input_wait_share: the share of its timed steps it "
         "waited for its input). Failed or missing runs are listed with why.",
         notes + input_marks.note(runs),
         columns=THROUGHPUT_SHOWN,
-        after=unvouched(labelled(throughput_table[throughput_table.status == "ok"], guards.run_name), "runs"),
+        after=unvouched(labelled(table[table.status == "ok"], guards.run_name), "runs"),
     )
+
+
+def write_scaling(runs, raws, out, notes):
+    scaled, sentences = scaling(runs, {k: prediction.allreduce_points(r) for k, r in raws.items()}, raws)
     predicted = ["## What the interconnect predicts, run by run", "", *(f"- {x}" for x in sentences)]
     write_table(
         scaled,
@@ -322,68 +332,72 @@ def main():
         "is 1 GPU); efficiency = measured / ideal, ideal = baseline images/s x N / baseline GPUs (the "
         "scale-out whitepaper); efficiency_low/_high: the point's slowest run against the baseline's "
         "fastest, and back. intra-node: the run fits one node; inter-node: it spans nodes. "
-        + timing
-        + points_how
+        + TIMING
+        + POINTS_HOW
         + " "
         + PREDICTION,
         notes,
         after=unvouched(labelled(scaled, point_label), "points") + (predicted if sentences else []),
         columns=SCALING_SHOWN,
     )
-    fp16 = fp16_vs_fp32(runs)
-    write_table(
-        fp16,
+
+
+def write_comparison(table, path, title, how, notes, missing, columns, label, what):
+    """One of the point comparisons: `missing`, where this sweep lacks what it compares, one more note."""
+    notes = notes + ([missing] if missing else [])
+    after = unvouched(labelled(table, label), what)
+    write_table(table, path, title, how + TIMING + POINTS_HOW, notes, columns=columns, after=after)
+
+
+def write_comparisons(runs, out, notes):
+    """FP16 against FP32, system against system, each input path against synthetic data."""
+    write_comparison(
+        fp16_vs_fp32(runs),
         out / "fp16_vs_fp32.csv",
         "FP16 vs FP32 (Fig. 5)",
         "fp16_gain_percent = (FP16 images/s / FP32 images/s - 1) x 100, same system, framework and GPUs. "
-        "As they ran: " + (ran_as_note(runs) or "no completed run.") + " " + timing + points_how,
-        notes
-        + (
-            []
-            if {"fp16", "fp32"} <= set(runs.precision)
-            else ["this sweep has no FP16/FP32 pair: add both to training.precisions"]
-        ),
-        columns=FP16_SHOWN,
-        after=unvouched(labelled(fp16, lambda r: f"{r.system}/{r.framework} {r.gpus} GPUs ({r.input})"), "pairs"),
+        "As they ran: " + (ran_as_note(runs) or "no completed run.") + " ",
+        notes,
+        ""
+        if {"fp16", "fp32"} <= set(runs.precision)
+        else "this sweep has no FP16/FP32 pair: add both to training.precisions",
+        FP16_SHOWN,
+        lambda r: f"{r.system}/{r.framework} {r.gpus} GPUs ({r.input})",
+        "pairs",
     )
-    systems = system_comparison(runs)
-    write_table(
-        systems,
+    write_comparison(
+        system_comparison(runs),
         out / "system_comparison.csv",
         "System vs system (Fig. 4, Fig. 6)",
         "a_over_b_percent = (images/s on system a / images/s on system b - 1) x 100, same framework, "
-        "precision and GPUs. " + timing + points_how,
-        notes
-        + (
-            []
-            if runs.system.nunique() > 1
-            else ["this sweep has one system: list two in training.systems to compare them"]
-        ),
-        columns=SYSTEMS_SHOWN,
-        after=unvouched(
-            labelled(systems, lambda r: f"{r.system_a} vs {r.system_b}: {r.framework} {r.precision} {r.gpus} GPUs"),
-            "pairs",
-        ),
+        "precision and GPUs. ",
+        notes,
+        "" if runs.system.nunique() > 1 else "this sweep has one system: list two in training.systems to compare them",
+        SYSTEMS_SHOWN,
+        lambda r: f"{r.system_a} vs {r.system_b}: {r.framework} {r.precision} {r.gpus} GPUs",
+        "pairs",
     )
-    paths = input_paths(runs)
-    write_table(
-        paths,
+    write_comparison(
+        input_paths(runs),
         out / "input_paths.csv",
         "Input paths vs synthetic data",
         "Per point, images/s of each input path (training.inputs) and as a share of the same point's "
         "synthetic run (random tensors on the device: the step without I/O). cpu: decoding on the CPU "
         "(TensorFlow tf.data, MXNet ImageRecordIter, PyTorch Pillow workers); gpu: PyTorch nvJPEG in a "
         "thread; dali: PyTorch NVIDIA DALI, decoding where training.pytorch.dali_decoder says (its CPU "
-        "threads, or the hardware JPEG engine and nvJPEG). " + timing + points_how,
-        notes
-        + (
-            []
-            if runs.input.nunique() > 1
-            else ["this sweep has one input path: list several in training.inputs, e.g. [auto, cpu, gpu, synthetic]"]
-        ),
-        columns=INPUT_PATHS_SHOWN,
-        after=unvouched(labelled(paths, point_label), "points"),
+        "threads, or the hardware JPEG engine and nvJPEG). ",
+        notes,
+        ""
+        if runs.input.nunique() > 1
+        else "this sweep has one input path: list several in training.inputs, e.g. [auto, cpu, gpu, synthetic]",
+        INPUT_PATHS_SHOWN,
+        point_label,
+        "points",
     )
+
+
+def write_telemetry(runs, out, notes):
+    """Storage and network throughput over each run, from its nodes' telemetry."""
     write_table(
         telemetry(runs, ["read_MBps"]),
         out / "storage_throughput.csv",
@@ -403,6 +417,17 @@ def main():
         notes + network_notes(runs),
         columns=TELEMETRY_SHOWN,
     )
+
+
+def main():
+    a = arg_parser().parse_args()
+    runs = marked_runs(a)
+    raws = load_raws(json.loads(a.interconnect))
+    out, notes = Path(a.out_dir), run_notes(runs)
+    write_throughput(runs, out, notes)
+    write_scaling(runs, raws, out, notes)
+    write_comparisons(runs, out, notes)
+    write_telemetry(runs, out, notes)
 
 
 if __name__ == "__main__":

@@ -36,95 +36,27 @@ from ..common import comm_env, cpus, gpu_choice, kernel_check, metrics, netif, p
 from ..common.atomic import write_json
 from ..common.errors import PermanentError, StageError
 from ..common.rank_env import detect
-from ..common.schema import default as config_default
 from ..common.telemetry import Telemetry
 from ..data import verify
-from . import watchdog
+from . import trainer_flags, watchdog
 
 
 def arg_parser(description):
+    """The trainer's command line: the run's own flags (its data, precision, batch and run
+    directory), the config keys of trainer_flags, each made from its schema entry, and the long
+    test's checkpoints."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--data", default="", help="the data stage's output directory for this framework")
     ap.add_argument("--data-source", choices=("real", "synthetic"), default="real")
     ap.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
     ap.add_argument("--batch-per-gpu", type=int, required=True, help="per rank (per GPU, or per CPU process)")
-    ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--classes", type=int, default=0, help="synthetic data: number of classes (default 1000)")
-    ap.add_argument(
-        "--mode",
-        choices=("steps", "epochs", "accuracy"),
-        default=config_default("training.mode"),
-        help="steps: the short test (warm-up + timed steps); epochs: passes over the data; accuracy: "
-        "the scale-out whitepaper's long test (epochs with a step LR schedule, top-1/top-5 after each, time to "
-        "--target-top1)",
-    )
-    ap.add_argument("--warmup-steps", type=int, default=10)
-    ap.add_argument("--steps", type=int, default=100, help="timed steps, mode=steps")
-    ap.add_argument("--epochs", type=float, default=1.0, help="mode=epochs; mode=accuracy: at most this many (whole)")
-    g = ap.add_argument_group("mode accuracy (config training.accuracy)")
-    g.add_argument(
-        "--warmup-epochs",
-        type=float,
-        default=config_default("training.accuracy.warmup_epochs"),
-        help="the LR rises linearly from lr/steps to lr over these epochs",
-    )
-    g.add_argument(
-        "--milestones",
-        type=float,
-        nargs="*",
-        default=[],
-        help="epochs at which the LR is multiplied by --decay (the scale-out whitepaper: 10 60 of 90)",
-    )
-    g.add_argument("--decay", type=float, default=config_default("training.accuracy.decay"))
-    g.add_argument(
-        "--eval-every",
-        type=int,
-        default=config_default("training.accuracy.eval_every"),
-        help="evaluate every N epochs (and after the last)",
-    )
-    g.add_argument(
-        "--target-top1",
-        type=float,
-        default=config_default("training.accuracy.target_top1"),
-        help="top-1 in percent: stop after the first evaluation that reaches it (unset: run every epoch)",
-    )
-    g.add_argument(
+    long_test = trainer_flags.add_arguments(ap)
+    long_test.add_argument(
         "--checkpoint-dir",
         default="",
         help="write the model's and optimizer's state here after every epoch, and resume from it "
         "(a later job of the same run: train/checkpoint.py); empty: no checkpoints",
-    )
-    g.add_argument(
-        "--max-jobs",
-        type=int,
-        default=config_default("training.accuracy.max_jobs"),
-        help="config training.accuracy.max_jobs: the jobs the run may span, each resuming the last "
-        "one's checkpoint (read by train/training_job.py)",
-    )
-    ap.add_argument(
-        "--lr", type=float, default=config_default("training.lr"), help="learning rate per 256 images (scaled linearly)"
-    )
-    ap.add_argument("--momentum", type=float, default=config_default("training.momentum"))
-    ap.add_argument("--weight-decay", type=float, default=config_default("training.weight_decay"))
-    ap.add_argument(
-        "--decode-threads",
-        type=int,
-        default=config_default("training.decode_threads"),
-        help="0: the framework's rule (see module)",
-    )
-    ap.add_argument(
-        "--fp32-math",
-        choices=("tf32", "strict"),
-        default=config_default("training.fp32_math"),
-        help="config training.fp32_math: fp32 on a GPU of compute capability 8.0 or more as TF32 (the frameworks' "
-        "default) or strict IEEE float32 (NVIDIA_TF32_OVERRIDE=0 and the framework's own switch)",
-    )
-    ap.add_argument("--seed", type=int, default=config_default("training.seed"))
-    ap.add_argument(
-        "--telemetry-interval",
-        type=float,
-        default=config_default("training.telemetry_interval"),
-        help="seconds; 0 disables",
     )
     ap.add_argument(
         "--require-gpu",

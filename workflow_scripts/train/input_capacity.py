@@ -271,14 +271,9 @@ def arg_parser():
     ap.add_argument("--framework", choices=sorted(TRAINERS), required=True)
     ap.add_argument("--data", required=True, help="its converted copy: tfrecord, recordio or lmdb")
     ap.add_argument("--input", choices=INPUTS, default="dali", help="PyTorch's input path (the others have one)")
-    ap.add_argument(
-        "--dali-decoder",
-        choices=DECODERS,
-        default=DALI_DECODER,
-        help="input dali: where JPEGs are decoded (config training.pytorch.dali_decoder; cpu without a GPU)",
-    )
+    schema.add_arguments(ap, "training.pytorch", ("dali_decoder",))
     ap.add_argument("--batch-per-gpu", type=int, required=True, help="images per batch, as one rank's")
-    ap.add_argument("--image-size", type=int, default=config_default("training.image_size"))
+    schema.add_arguments(ap, "training", ("image_size", "seed"))
     ap.add_argument(
         "--threads",
         type=int,
@@ -293,7 +288,6 @@ def arg_parser():
         help="batches taken before timing (at least the batches the path prepares ahead)",
     )
     ap.add_argument("--device", choices=DEVICES, default="cpu", help="where the rank would train (gpu: the first)")
-    ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument(
         "--trainer-args",
         default="",

@@ -5,8 +5,9 @@ cluster, a child of snakemake locally):
         --attempt N --retries R [--data PATH ...] [--cache-clear-command CMD] --python 'WORDS' \
         [launcher options] -- workflow_scripts.train.pytorch_ddp --batch-per-gpu 64 ...
 
-It empties the run directory (only ever one that lies inside --results-dir), clears the page
-cache once on every node of the run (node-wide only where the job holds its nodes alone:
+It runs the measuring jobs' sequence (train/measuring_job.py, preflight's too): it empties the
+run directory (only ever one that lies inside --results-dir), clears the page cache once on every
+node of the run (node-wide only where the job holds its nodes alone:
 page_cache.scope_for), then starts the trainer's ranks through the launcher, everything it starts
 marked as the run's (neighbours.MARKER). Once they have exited it adds to the summary what only
 the whole run shows: whether anything else used its nodes in the timed window, the GPUs' state,
@@ -22,19 +23,17 @@ No shell is involved: every path and setting reaches the programs as one argumen
 """
 
 import argparse
-import os
 import shlex
 import shutil
-import socket
 import sys
 import time
 import uuid
 from pathlib import Path
 
-from ..common import launcher, neighbours, page_cache, slurm
+from ..common import launcher, neighbours, page_cache, schema
 from ..common.errors import StageError, run_main
-from ..common.schema import default as config_default
 from . import checkpoint, failure, job_stop, run_evidence, watchdog
+from .measuring_job import MeasuringJob, host
 
 
 def checked_run_dir(run_dir, results_dir):
@@ -60,13 +59,12 @@ def _hung(why, run, ranks):
     job_stop.stop_from_thread("hung", why)
 
 
-def main():
+def arg_parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--results-dir", required=True, help="config results_dir: the run dir must lie inside it")
     ap.add_argument("--log", required=True)
     ap.add_argument("--attempt", type=int, default=1)
-    ap.add_argument("--retries", type=int, default=config_default("training.retries"), help="config training.retries")
     ap.add_argument(
         "--share-min",
         type=float,
@@ -74,146 +72,110 @@ def main():
         help="the run's own time limit in minutes (its time_min), where one SLURM job runs a point's "
         "repeats in turn; 0: the job's",
     )
-    ap.add_argument(
-        "--hang-start-s",
-        type=float,
-        default=config_default("training.hang_start_s"),
-        help="config training.hang_start_s: seconds allowed before the first step (0: no watchdog then)",
-    )
-    ap.add_argument(
-        "--hang-idle-s",
-        type=float,
-        default=config_default("training.hang_idle_s"),
-        help="config training.hang_idle_s: seconds allowed between steps, at least (0: no watchdog then)",
-    )
+    # the attempts and the progress watchdog's limits (0: no watchdog then)
+    schema.add_arguments(ap, "training", ("retries", "hang_start_s", "hang_idle_s"))
     ap.add_argument("--data", nargs="*", default=[], help="the dataset the run reads (page-cache clearing)")
-    ap.add_argument(
-        "--cache-clear-command",
-        default=config_default("training.cache_clear_command"),
-        help="config training.cache_clear_command",
-    )
-    ap.add_argument("--cache-clear", default=config_default("training.cache_clear"), help="config training.cache_clear")
+    page_cache.add_arguments(ap)
     launcher.add_arguments(ap)
     ap.add_argument("trainer", nargs=argparse.REMAINDER, help="-- MODULE ARGS...: the trainer and its options")
+    return ap
+
+
+class TrainingJob(MeasuringJob):
+    """One attempt of a run (measuring_job's sequence): its log is LOG.attemptN, copied to LOG at the end."""
+
+    def __init__(self, a, trainer):
+        log = Path(a.log)
+        super().__init__(a, log.with_name(f"{log.name}.attempt{a.attempt}"))
+        self.run_dir, self.final_log, self.trainer = checked_run_dir(a.run_dir, a.results_dir), log, trainer
+        self.share_s = a.share_min * 60
+        self.progress = None
+
+    @property
+    def what(self):
+        return f"attempt {self.a.attempt}"
+
+    def open_log(self):
+        super().open_log()
+        self.progress = checkpoint.JobProgress(self.trainer, self.a.attempt)
+
+    def prepare(self):
+        if self.progress.dir and self.a.attempt == 1 and self.progress.before == 0:
+            run_evidence.jobs_file(self.run_dir).unlink(missing_ok=True)  # a long test from its start: no earlier jobs
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.run_dir.mkdir(parents=True)
+        # Every process of this attempt (srun, the ranks, their workers) inherits the marker: the nodes'
+        # samplers count them as the run's and everything else as a neighbour.
+        neighbours.mark_run(f"{self.run_dir}:{self.a.attempt}:{uuid.uuid4().hex}")
+
+    def clear_cache(self):
+        # Page caches are the host's: cleared from this (the workflow's) interpreter, never from
+        # inside a container; the ranks run in the framework's interpreter.
+        words = [*self.a.data, *page_cache.argv(self.a.cache_clear_command, self.scope)]
+        cmd = [sys.executable, "-m", "workflow_scripts.common.page_cache", "--paths", *words]
+        return launcher.run([*cmd, "--out", str(self.run_dir / "cache.{node}.json")], self.a, per_node_once=True)
+
+    def measure(self):
+        a, run = self.a, self.run_dir
+        # NCCL's initialisation lines into the run directory: which transport it chose (nccl_log)
+        a.nccl_log_dir = a.nccl_log_dir or str(run)
+        ranks = a.nodes * a.nproc_per_node
+        dog = watchdog.Watchdog(run, ranks, a.hang_start_s, a.hang_idle_s, lambda why: _hung(why, run, ranks)).start()
+        try:
+            return launcher.run([*shlex.split(a.python), "-m", *self.trainer, "--out", str(run)], a)
+        finally:
+            dog.stop()
+
+    def judge(self, rc, stopped):
+        """(a cause no other attempt would remove, or None; whether no attempt follows)."""
+        a = self.a
+        if stopped:
+            cause = f"{stopped.cause}: {stopped.why}" if stopped.permanent else None
+        else:
+            cause = failure.permanent(self.log_text()) if rc != 0 else None
+        cause, last, line = self.progress.judge(a.attempt, a.retries, rc, cause, stopped and stopped.cause)
+        if line:
+            self.say(line)
+        if cause and not last:
+            self.say(
+                f"job: attempt {a.attempt} failed for a cause another attempt would meet again: recorded now, "
+                f"not retried (training.retries {a.retries})"
+            )
+        return cause, last
+
+    def record(self, rc, stopped):
+        """The run's evidence once it ran; a failure another attempt would meet again, or on the
+        last attempt, as the run's result (the job then exits 0: Snakemake does not resubmit it)."""
+        cause, last = self.judge(rc, stopped)
+        if rc == 0:
+            self.add_evidence()
+        shutil.copyfile(self.log, self.final_log)
+        if self.progress.dir and rc != 0 and not (cause or last):
+            # a long test's job that will be resumed: its own isolation, for the last job to judge with
+            device = "gpu" if any(self.run_dir.glob("gpu.rank*.json")) or "--require-gpu" in self.trainer else "cpu"
+            summary = run_evidence.job_summary(self.run_dir, "accuracy", device, self.slurm_record())
+            run_evidence.keep_job_evidence(self.run_dir, summary, self.a.attempt)
+        if stopped:
+            self.record_stop(self.run_dir, rc, self.a.attempt, stopped, cause)
+        if rc != 0 and (cause or last):
+            failure.record(self.run_dir, self.log, self.a.attempt, rc, cause, stopped=stopped and stopped.cause)
+            rc = 0
+        return rc
+
+    def add_evidence(self):
+        """What only the whole run shows, added to its summary (run_evidence)."""
+        job = {"started_at": self.started, "ended_at": time.time(), "host": host(), "attempt": self.a.attempt}
+        extra = {"job": job, "slurm": self.slurm_record(), "cache_scope": self.cache_record()}
+        run_evidence.add_to_summary(self.run_dir, extra)
+
+
+def main():
+    ap = arg_parser()
     a = ap.parse_args()
-    job_stop.hold_term()  # from the attempt's log on, a TERM is recorded (job_stop.watch, below)
-    started = time.time()
     trainer = a.trainer[1:] if a.trainer[:1] == ["--"] else a.trainer
     if not trainer:
         ap.error("no trainer module given after --")
-    run = checked_run_dir(a.run_dir, a.results_dir)
-    log = Path(a.log)
-    attempt_log = log.with_name(f"{log.name}.attempt{a.attempt}")
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(attempt_log, "w") as f:
-        # Every child (launcher, srun, ranks) writes into the attempt's log.
-        sys.stdout.flush(), sys.stderr.flush()
-        os.dup2(f.fileno(), 1)
-        os.dup2(f.fileno(), 2)
-    print(
-        f"attempt {a.attempt} on {os.environ.get('SLURMD_NODENAME') or socket.gethostname()}, "
-        f"SLURM job {os.environ.get('SLURM_JOB_ID', 'none')}",
-        flush=True,
-    )
-    progress = checkpoint.JobProgress(trainer, a.attempt)
-    if progress.dir and a.attempt == 1 and progress.before == 0:
-        run_evidence.jobs_file(run).unlink(missing_ok=True)  # a long test from its start: no earlier jobs
-    stopped = sharing = scope = why = None
-    job = os.environ.get("SLURM_JOB_ID")
-    try:
-        job_stop.watch(job, lambda line: print(line, flush=True), share_s=a.share_min * 60, started=started)
-        shutil.rmtree(run, ignore_errors=True)
-        run.mkdir(parents=True)
-        # Every process of this attempt (srun, the ranks, their workers) inherits the marker: the nodes'
-        # samplers count them as the run's and everything else as a neighbour.
-        neighbours.mark_run(f"{run}:{a.attempt}:{uuid.uuid4().hex}")
-        sharing = slurm.job_sharing(job) if job else None
-        scope, why = page_cache.scope_for(a.cache_clear, sharing)
-        if why:
-            print(f"job: page cache: {why}", flush=True)
-        # Page caches are the host's: cleared from this (the workflow's) interpreter, never from
-        # inside a container; the ranks run in the framework's interpreter.
-        rc = launcher.run(
-            [
-                sys.executable,
-                "-m",
-                "workflow_scripts.common.page_cache",
-                "--paths",
-                *a.data,
-                f"--cache-clear-command={a.cache_clear_command}",
-                f"--cache-clear={scope}",
-                "--out",
-                str(run / "cache.{node}.json"),
-            ],
-            a,
-            per_node_once=True,
-        )
-        if rc == 0:
-            # NCCL's initialisation lines into the run directory: which transport it chose (nccl_log)
-            a.nccl_log_dir = a.nccl_log_dir or str(run)
-            ranks = a.nodes * a.nproc_per_node
-            dog = watchdog.Watchdog(
-                run, ranks, a.hang_start_s, a.hang_idle_s, lambda why: _hung(why, run, ranks)
-            ).start()
-            try:
-                rc = launcher.run([*shlex.split(a.python), "-m", *trainer, "--out", str(run)], a)
-            finally:
-                dog.stop()
-    except job_stop.Stopped as exc:
-        # Stopped from outside: the ranks down first, then the cause in SLURM's words, recorded.
-        job_stop.stop_children()
-        sys.stdout.flush(), sys.stderr.flush()
-        cause, why = (
-            (exc.cause, exc.why)
-            if exc.cause != "TERM"
-            else job_stop.cause_of(attempt_log.read_text(errors="replace"), job)
-        )
-        stopped = job_stop.Stopped(cause, why)
-        print(f"job: stopped ({cause}): {why}", flush=True)
-        rc = 143
-    sys.stdout.flush(), sys.stderr.flush()
-    if stopped:
-        cause = f"{stopped.cause}: {stopped.why}" if stopped.permanent else None
-    else:
-        cause = failure.permanent(attempt_log.read_text(errors="replace")) if rc != 0 else None
-    cause, last, line = progress.judge(a.attempt, a.retries, rc, cause, stopped and stopped.cause)
-    if line:
-        print(line, flush=True)
-    if cause and not last:
-        print(
-            f"job: attempt {a.attempt} failed for a cause another attempt would meet again: recorded now, "
-            f"not retried (training.retries {a.retries})",
-            flush=True,
-        )
-    if rc == 0:
-        run_evidence.add_to_summary(
-            run,
-            {
-                "job": {
-                    "started_at": started,
-                    "ended_at": time.time(),
-                    "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
-                    "attempt": a.attempt,
-                },
-                "slurm": sharing or ({"job": job, "oversubscribe": None, "exclusive": None} if job else None),
-                "cache_scope": {"configured": a.cache_clear, "used": scope, "why": why},
-            },
-        )
-    shutil.copyfile(attempt_log, log)
-    if progress.dir and rc != 0 and not (cause or last):
-        # a long test's job that will be resumed: its own isolation, for the last job to judge with
-        mode = "accuracy"
-        device = "gpu" if any(run.glob("gpu.rank*.json")) or "--require-gpu" in trainer else "cpu"
-        slurm_record = sharing or ({"job": job, "oversubscribe": None, "exclusive": None} if job else None)
-        run_evidence.keep_job_evidence(run, run_evidence.job_summary(run, mode, device, slurm_record), a.attempt)
-    if stopped:
-        # A record beside the attempt's log too: Snakemake deletes a failed job's outputs (a
-        # cancelled job's summary.json among them), and the next attempt empties the run directory.
-        failure.record(run, attempt_log, a.attempt, rc, cause, stopped=stopped.cause, out=f"{attempt_log}.json")
-    if rc != 0 and (cause or last):
-        failure.record(run, attempt_log, a.attempt, rc, cause, stopped=stopped and stopped.cause)
-        rc = 0
-    sys.exit(rc)
+    sys.exit(TrainingJob(a, trainer).run())
 
 
 if __name__ == "__main__":
