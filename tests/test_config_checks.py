@@ -4,7 +4,6 @@ here; tests/test_slurm.py and tests/test_faults.py see the same messages through
 
 import json
 import os
-import sys
 
 import pytest
 import yaml
@@ -81,10 +80,11 @@ def test_a_training_run_takes_its_systems_interpreter_then_envs_gpu_then_envs():
     assert config_checks.framework_config(c, "cpu", "pytorch")[0] == "envs.pytorch"
 
 
-def test_a_missing_interpreter_names_the_key_and_the_set_up():
+def test_a_missing_interpreter_names_the_key_and_the_set_up(tmp_path):
     with pytest.raises(ConfigProblem, match="config envs.pytorch: .*bash envs/setup.sh --gpu"):
-        config_checks.interpreter_words("envs.pytorch", "/no/such/python", REPO, "bash envs/setup.sh --gpu")
-    assert config_checks.interpreter_words("envs.workflow", sys.executable, REPO)[0] == sys.executable
+        config_checks.interpreter_words("envs.pytorch", str(tmp_path / "no-python"), REPO, "bash envs/setup.sh --gpu")
+    (python := tmp_path / "python").touch()
+    assert config_checks.interpreter_words("envs.workflow", str(python), REPO) == [str(python)]
 
 
 def test_horovod_over_mpi_needs_srun_for_several_gpus():
@@ -135,9 +135,9 @@ def test_user_and_home_in_path_keys_are_expanded_and_an_unset_variable_is_refuse
         "dataset": {"root": "", "val_labels": ""},
         "training": {"cuda_cache_dir": ""},
     }
-    config_checks.expand_paths(config, {"USER": "ada", "PROJECT": "/proj/x"})
+    config_checks.expand_paths(config, {"USER": "ada", "PROJECT": "/proj/x", "HOME": "/home/ada"})
     assert config["data_dir"] == "/scratch/ada/dlscale" and config["results_dir"] == "/proj/x/results"
-    assert config["log_dir"] == os.path.expanduser("~/logs") and config["dataset"]["root"] == ""
+    assert config["log_dir"] == "/home/ada/logs" and config["dataset"]["root"] == ""
     with pytest.raises(ConfigProblem, match=r"config dataset.root = '\$NOPE/imagenet': \$NOPE is not set"):
         config_checks.expand_paths({"dataset": {"root": "$NOPE/imagenet"}}, {})
 

@@ -65,7 +65,14 @@ def expand_paths(config, env=None):
                     f"write the path out"
                 )
         expanded = VARIABLE.sub(lambda m: env[m.group(1).strip("{}")], value)
-        holder[keys[-1]] = os.path.expanduser(expanded) if expanded.startswith("~") else expanded
+        holder[keys[-1]] = home(expanded, env) if expanded.startswith("~") else expanded
+
+
+def home(path, env):
+    """~ and ~/x from env's HOME, as a shell reads it; ~user (or no HOME) from the password database."""
+    if (path == "~" or path.startswith("~/")) and env.get("HOME"):
+        return (env["HOME"].rstrip("/") + path[1:]) or "/"
+    return os.path.expanduser(path)
 
 
 EMBEDDED_SETTINGS = ("image_size", "warmup_steps", "steps", "batch_per_gpu")
