@@ -9,6 +9,7 @@ import pytest
 import yaml
 from helpers import CONFIG, REPO, validated, with_overrides
 
+from workflow_scripts.common import interpreter
 from workflow_scripts.plan import cluster_checks, config_checks
 from workflow_scripts.plan.sweep import ConfigProblem, Sweep
 
@@ -85,6 +86,32 @@ def test_a_missing_interpreter_names_the_key_and_the_set_up(tmp_path):
         config_checks.interpreter_words("envs.pytorch", str(tmp_path / "no-python"), REPO, "bash envs/setup.sh --gpu")
     (python := tmp_path / "python").touch()
     assert config_checks.interpreter_words("envs.workflow", str(python), REPO) == [str(python)]
+
+
+def test_the_workflows_folder_comes_first_on_pythonpath_and_the_working_directory_never():
+    sep = os.pathsep
+    assert interpreter.search_path("/repo", {}) == "/repo"
+    # a module's own entries stay, after it; an empty entry (the working directory) and a second
+    # copy of the folder go
+    environ = {"PYTHONPATH": f"{sep}/opt/site{sep}/repo{sep}{sep}/more"}
+    assert interpreter.search_path("/repo", environ) == sep.join(["/repo", "/opt/site", "/more"])
+
+
+def test_a_conda_jobs_command_sets_the_path_snakemake_took_out():
+    assert interpreter.job_words(["python3"], "/repo", path_blocked=False) == ["python3"]
+    assert interpreter.job_words(["python3"], "/repo", path_blocked=True) == ["env", "PYTHONPATH=/repo", "python3"]
+
+
+def test_a_relative_interpreter_is_the_working_directorys_else_the_repositorys(tmp_path):
+    repo, work, venv = tmp_path / "repo", tmp_path / "work", ".venv/bin/python"
+    for folder in (repo, work):
+        (folder / venv).parent.mkdir(parents=True)
+    (repo / venv).touch()
+    assert config_checks.located(venv, repo, work) == str(repo / venv)
+    (work / venv).touch()
+    assert config_checks.located(venv, repo, work) == venv
+    for value in ("python3", "/opt/python", {"container": ".venv/bin/python"}):
+        assert config_checks.located(value, repo, work) == value
 
 
 def test_horovod_over_mpi_needs_srun_for_several_gpus():

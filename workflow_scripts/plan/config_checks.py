@@ -171,9 +171,23 @@ def sbatch_words(config, system):
         raise ConfigProblem(f"config systems.{system}.sbatch_extra = {value!r}: {exc}") from None
 
 
+def located(value, repo, cwd=None):
+    """An interpreter path from config as a job runs it: a relative one from the working directory,
+    else from the repository, where envs/setup.sh makes the environments (config.yaml's own
+    `.venv/bin/python`, run with snakemake --directory on scratch). Either way a job finds it: they
+    start where snakemake runs."""
+    if not isinstance(value, str) or "/" not in value or os.path.isabs(value):
+        return value
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    if not (cwd / value).exists() and (Path(repo) / value).exists():
+        return str(Path(repo) / value)
+    return value
+
+
 def interpreter_words(key, value, repo, setup="bash envs/setup.sh"):
     """An interpreter from config as command words (a container: its runtime's exec line),
     checked now rather than mid-run."""
+    value = located(value, repo)
     for part in (
         [value] if isinstance(value, str) else [value["container"], value.get("python", ""), *value.get("bind", [])]
     ):
