@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from snakemake.exceptions import WorkflowError
+from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 # The stage modules, importable even from a snakemake installed outside envs/setup.sh's .venv.
@@ -60,11 +61,22 @@ SBATCH_EXTRA = {name: parse_time(config_checks.sbatch_words, config, name) for n
 DATA = config["data_dir"]
 LOGS = config["log_dir"]
 REPO = Path(workflow.basedir)
-# Each environment has this repository installed (editable) by envs/setup.sh, so the stage
-# modules import as workflow_scripts.* whatever the working directory (in a container: bound
-# and on PYTHONPATH).
+# The stage modules are found from this folder, not the working directory (snakemake --directory on
+# scratch; a SLURM job starts where snakemake ran), and in an interpreter that does not have them
+# installed (a module's, a container's): every job's command and what it starts get the folder first
+# on PYTHONPATH. A job inherits this process's environment, sbatch passes it on (--export=ALL) and
+# the job parses this file again; srun passes it to the ranks on every node (common/launcher.py);
+# a container gets the folder bound and on its own PYTHONPATH (common/interpreter.py).
+os.environ.update(PYTHONPATH=interpreter.search_path(REPO, os.environ))
+# A conda job's environment has no PYTHONPATH (Snakemake removes it): its command sets it.
+PATH_BLOCKED = (
+    DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+    and not workflow.deployment_settings.conda_not_block_search_path_envvars
+)
 PY = {
-    env: parse_time(config_checks.interpreter_words, f"envs.{env}", value, REPO)
+    env: interpreter.job_words(
+        parse_time(config_checks.interpreter_words, f"envs.{env}", value, REPO), REPO, PATH_BLOCKED
+    )
     for env, value in config["envs"].items()
 }
 

@@ -12,7 +12,7 @@ import os
 import subprocess
 
 import pytest
-from helpers import QUIRKY, embedded_lmdb, pipeline_config, run_stage, snakemake
+from helpers import QUIRKY, as_a_user, embedded_lmdb, pipeline_config, run_stage, snakemake
 
 # The suite runs more processes than there are cores (its workers; the SLURM test's two nodes share
 # this machine's), so an OpenMP thread (PyTorch's, MXNet's) that spins while it waits for work takes
@@ -79,10 +79,11 @@ def quirky_converted(quirky_tree, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def pipeline_run(tmp_path_factory):
-    """The quick start's `snakemake all` (at helpers.PIPELINE's sizes) in a scratch working directory."""
+    """The quick start's `snakemake all` (at helpers.PIPELINE's sizes) in a scratch working directory,
+    with interpreters that do not have this project installed and no PYTHONPATH of the tests'."""
     work = tmp_path_factory.mktemp("pipeline")
     pipeline_config(work)
-    snakemake(work)
+    snakemake(work, env=as_a_user())
     return work
 
 

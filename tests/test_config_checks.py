@@ -4,12 +4,12 @@ here; tests/test_slurm.py and tests/test_faults.py see the same messages through
 
 import json
 import os
-import sys
 
 import pytest
 import yaml
 from helpers import CONFIG, REPO, validated, with_overrides
 
+from workflow_scripts.common import interpreter
 from workflow_scripts.plan import cluster_checks, config_checks
 from workflow_scripts.plan.sweep import ConfigProblem, Sweep
 
@@ -81,10 +81,37 @@ def test_a_training_run_takes_its_systems_interpreter_then_envs_gpu_then_envs():
     assert config_checks.framework_config(c, "cpu", "pytorch")[0] == "envs.pytorch"
 
 
-def test_a_missing_interpreter_names_the_key_and_the_set_up():
+def test_a_missing_interpreter_names_the_key_and_the_set_up(tmp_path):
     with pytest.raises(ConfigProblem, match="config envs.pytorch: .*bash envs/setup.sh --gpu"):
-        config_checks.interpreter_words("envs.pytorch", "/no/such/python", REPO, "bash envs/setup.sh --gpu")
-    assert config_checks.interpreter_words("envs.workflow", sys.executable, REPO)[0] == sys.executable
+        config_checks.interpreter_words("envs.pytorch", str(tmp_path / "no-python"), REPO, "bash envs/setup.sh --gpu")
+    (python := tmp_path / "python").touch()
+    assert config_checks.interpreter_words("envs.workflow", str(python), REPO) == [str(python)]
+
+
+def test_the_workflows_folder_comes_first_on_pythonpath_and_the_working_directory_never():
+    sep = os.pathsep
+    assert interpreter.search_path("/repo", {}) == "/repo"
+    # a module's own entries stay, after it; an empty entry (the working directory) and a second
+    # copy of the folder go
+    environ = {"PYTHONPATH": f"{sep}/opt/site{sep}/repo{sep}{sep}/more"}
+    assert interpreter.search_path("/repo", environ) == sep.join(["/repo", "/opt/site", "/more"])
+
+
+def test_a_conda_jobs_command_sets_the_path_snakemake_took_out():
+    assert interpreter.job_words(["python3"], "/repo", path_blocked=False) == ["python3"]
+    assert interpreter.job_words(["python3"], "/repo", path_blocked=True) == ["env", "PYTHONPATH=/repo", "python3"]
+
+
+def test_a_relative_interpreter_is_the_working_directorys_else_the_repositorys(tmp_path):
+    repo, work, venv = tmp_path / "repo", tmp_path / "work", ".venv/bin/python"
+    for folder in (repo, work):
+        (folder / venv).parent.mkdir(parents=True)
+    (repo / venv).touch()
+    assert config_checks.located(venv, repo, work) == str(repo / venv)
+    (work / venv).touch()
+    assert config_checks.located(venv, repo, work) == venv
+    for value in ("python3", "/opt/python", {"container": ".venv/bin/python"}):
+        assert config_checks.located(value, repo, work) == value
 
 
 def test_horovod_over_mpi_needs_srun_for_several_gpus():
@@ -135,9 +162,9 @@ def test_user_and_home_in_path_keys_are_expanded_and_an_unset_variable_is_refuse
         "dataset": {"root": "", "val_labels": ""},
         "training": {"cuda_cache_dir": ""},
     }
-    config_checks.expand_paths(config, {"USER": "ada", "PROJECT": "/proj/x"})
+    config_checks.expand_paths(config, {"USER": "ada", "PROJECT": "/proj/x", "HOME": "/home/ada"})
     assert config["data_dir"] == "/scratch/ada/dlscale" and config["results_dir"] == "/proj/x/results"
-    assert config["log_dir"] == os.path.expanduser("~/logs") and config["dataset"]["root"] == ""
+    assert config["log_dir"] == "/home/ada/logs" and config["dataset"]["root"] == ""
     with pytest.raises(ConfigProblem, match=r"config dataset.root = '\$NOPE/imagenet': \$NOPE is not set"):
         config_checks.expand_paths({"dataset": {"root": "$NOPE/imagenet"}}, {})
 

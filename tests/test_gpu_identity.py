@@ -92,17 +92,16 @@ def test_the_kernel_checks_gpu_under_a_device_cgroup_is_the_jobs_own(monkeypatch
     CUDA: GPU 0 of the task is NVML's 6, which NVML's index 0 (another job's) is not."""
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(hidden=range(6)))
     monkeypatch.setattr(gpu_identity, "cuda_devices", no_driver)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    assert kernel_check.nvml_gpu(0) == ("NVIDIA H100 #6", (9, 0))
-    assert kernel_check.nvml_gpu(1) == ("NVIDIA H100 #7", (9, 0))
+    env = {"CUDA_VISIBLE_DEVICES": "0,1"}
+    assert kernel_check.nvml_gpu(0, env) == ("NVIDIA H100 #6", (9, 0))
+    assert kernel_check.nvml_gpu(1, env) == ("NVIDIA H100 #7", (9, 0))
 
 
 def test_the_kernel_checks_gpu_is_asked_by_the_cuda_drivers_bus_id(monkeypatch):
     """With the driver's answer, its PCI bus id decides, whatever CUDA_VISIBLE_DEVICES's numbers say."""
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
     monkeypatch.setattr(gpu_identity, "cuda_devices", lambda: [{"cuda_index": 0, "bus_id": BUS[5], "uuid": UUID[5]}])
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    assert kernel_check.nvml_gpu(0) == ("NVIDIA H100 #5", (9, 0))
+    assert kernel_check.nvml_gpu(0, {"CUDA_VISIBLE_DEVICES": "0"}) == ("NVIDIA H100 #5", (9, 0))
 
 
 def test_nvml_affinity_is_read_for_the_gpus_cuda_shows(monkeypatch, tmp_path):

@@ -8,8 +8,6 @@ import pytest
 
 from workflow_scripts.common import affinity, metrics
 
-pytestmark = pytest.mark.unit
-
 
 def _sysfs(root, siblings):
     for cpu, text in siblings.items():
@@ -19,6 +17,7 @@ def _sysfs(root, siblings):
     return root
 
 
+@pytest.mark.unit
 def test_cpu_lists_and_core_groups_follow_the_kernel(tmp_path):
     assert affinity.parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
     # Two hyperthreads per core, siblings numbered half the host apart; cpu 5 shows no topology.
@@ -28,7 +27,9 @@ def test_cpu_lists_and_core_groups_follow_the_kernel(tmp_path):
     assert affinity.core_groups({1, 2}, root) == [[1], [2]]
 
 
+@pytest.mark.stage
 def test_steps_record_the_threads_cpu_time_apart_from_its_waits(tmp_path):
+    """This thread's real clocks (its CPU time, Linux's schedstat), a step asleep and a step busy."""
     log = metrics.StepLog(tmp_path / "steps.jsonl", warmup_steps=0, global_batch=1)
     log.start()
     time.sleep(0.2)  # a step that waits (for a device, say): hardly any CPU time

@@ -338,18 +338,19 @@ def test_the_uncached_case_decides_caffe2s_stability_on_input_bound_runs(tmp_pat
     assert v.verdict == conclusions.HOLDS, v.why
 
 
-def test_a_ranks_decode_threads_follow_its_share_of_the_node():
+def test_a_ranks_decode_threads_follow_its_share_of_the_node(tmp_path):
     """Where the ranks share the node's CPUs (the local launcher) a rank's share shrinks as the
     ranks grow; where SLURM binds each task to its cpus_per_task, it is those CPUs at any count."""
     from workflow_scripts.common.rank_env import Launch
     from workflow_scripts.preflight import input_task
 
     settings = {"device": "gpu", "decode_threads": 0, "loader_workers": 0, "ranks_per_node": [1, 2, 8]}
-    shared = {"allowed": set(range(32)), "node_cpus": 32, "env": {}}
+    # every CPU a core of its own: a sysfs with no topology (tmp_path)
+    shared = {"allowed": set(range(32)), "node_cpus": 32, "env": {}, "root": tmp_path}
     at = input_task.threads_at("mxnet", "cpu", settings, Launch(source="env"), **shared)
     # MXNet's 16 a GPU, fewer where the rank has fewer CPUs, and at most 32 / 2 - 1 of them started
     assert at == {"1": 15, "2": 15, "8": 4}
-    bound = {"allowed": set(range(8)), "node_cpus": 64, "env": {"SLURM_CPUS_PER_TASK": "8"}}
+    bound = {"allowed": set(range(8)), "node_cpus": 64, "env": {"SLURM_CPUS_PER_TASK": "8"}, "root": tmp_path}
     # bound to 8 CPUs: the rule asks 8, MXNet's parser starts 8 / 2 - 1
     assert input_task.threads_at("mxnet", "cpu", settings, Launch(source="slurm"), **bound) == {"1": 3, "2": 3, "8": 3}
     assert (

@@ -233,15 +233,13 @@ def test_a_gpu_system_runs_every_point_three_times_a_cpu_system_once(tmp_path):
         (None, "tf32", False, "float32"),  # a CPU
     ],
 )
-def test_what_fp32_ran_as(monkeypatch, capability, mode, overridden, fp32):
-    monkeypatch.delenv("NVIDIA_TF32_OVERRIDE", raising=False)
-    if overridden:
-        monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
+def test_what_fp32_ran_as(capability, mode, overridden, fp32):
+    env = {"NVIDIA_TF32_OVERRIDE": "0"} if overridden else {}
     args = SimpleNamespace(fp32_math=mode, precision="fp32")
     first = {"capability": list(capability)} if capability else None
-    math = harness.math_record(args, first, "bfloat16", "matrix products and convolutions")
+    math = harness.math_record(args, first, "bfloat16", "matrix products and convolutions", env)
     assert (math["fp32"], math["ran_as"], math["half"]) == (fp32, fp32, None)
-    half = harness.math_record(SimpleNamespace(fp32_math=mode, precision="fp16"), first, "bfloat16", "x")
+    half = harness.math_record(SimpleNamespace(fp32_math=mode, precision="fp16"), first, "bfloat16", "x", env)
     assert half["ran_as"] == "bfloat16 mixed" and half["fp32"] == fp32
 
 

@@ -214,6 +214,13 @@ def test_srun_gets_the_mpi_plugin_only_where_asked():
         launcher.config_env(["LD_PRELOAD=/tmp/x.so"])
 
 
+@pytest.mark.unit
+def test_every_task_on_every_node_gets_the_launchers_environment():
+    """PYTHONPATH with the workflow's folder, the rendezvous, nccl_env: srun exports them all, whatever
+    a site's SLURM_EXPORT_ENV says."""
+    assert "--export=ALL" in launcher.srun_command(2, 4, 10, "--gpus-per-node=4")
+
+
 GPU_SYSTEM = {
     "gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "srun_mpi": "pmix", "cpus_per_task": 1}
 }

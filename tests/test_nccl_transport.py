@@ -249,6 +249,12 @@ def test_node_facts_list_the_infiniband_ports(tmp_path):
         {"name": "rocep1s0", "port": 1, "state": "4: ACTIVE", "link_layer": "Ethernet"},
     ]
     assert provenance.infiniband_ports(tmp_path / "none") == []
+
+
+@pytest.mark.stage
+def test_this_nodes_facts_carry_its_infiniband_ports(tmp_path):
+    """node_facts reads this machine (its CPU, memory, GPUs), the ports from the tree it is given."""
+    root = fake_infiniband(tmp_path / "ib", HCA)
     assert provenance.node_facts(infiniband_root=root)["infiniband"] == provenance.infiniband_ports(root)
 
 

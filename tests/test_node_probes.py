@@ -29,10 +29,17 @@ MOUNTINFO = """\
 def test_mount_of_takes_the_longest_mount_point_and_unescapes_it(tmp_path):
     info = tmp_path / "mountinfo"
     info.write_text(MOUNTINFO)
-    assert mounts.mount_of("/gpfs/fs1/imagenet/train-00000-of-01024", info).fstype == "gpfs"
-    assert mounts.mount_of("/gpfs/fs1/local copy/train", info).fstype == "xfs"
-    assert mounts.mount_of("/gpfs/fs10/x", info).fstype == "ext4"  # a prefix of the name is not a parent
-    assert mounts.mount_of("/nfs/data/x", info).source == "srv:/export/data"
+
+    def mount_of(path):
+        return mounts.mount_of(path, info, resolve=os.path.normpath)  # the paths as written: no host's links
+
+    assert mount_of("/gpfs/fs1/imagenet/train-00000-of-01024").fstype == "gpfs"
+    assert mount_of("/gpfs/fs1/local copy/train").fstype == "xfs"
+    assert mount_of("/gpfs/fs10/x").fstype == "ext4"  # a prefix of the name is not a parent
+    assert mount_of("/nfs/data/x").source == "srv:/export/data"
+    # a link is read where it leads: /data/imagenet is a link into the GPFS file system
+    into_gpfs = {"/data/imagenet": "/gpfs/fs1/imagenet"}.get
+    assert mounts.mount_of("/data/imagenet", info, resolve=into_gpfs).fstype == "gpfs"
 
 
 @pytest.mark.stage

@@ -12,11 +12,13 @@ from helpers import (
     LONG_TEST_GPUS,
     REPO,
     SNAKEMAKE,
+    as_a_user,
     interpreter,
     pipeline_config,
     planned_jobs,
     snakemake,
     tree_hashes,
+    without_slurm,
     write_config,
 )
 
@@ -54,6 +56,45 @@ def test_embedded_default_converts_to_all_three_formats(pipeline_run):
         assert (default_run / "logs" / "data" / f"{rule}.log").is_file()
         assert (default_run / "logs" / "data" / f"{rule}.bench.tsv").is_file()
     assert "Nothing to be done" in snakemake(default_run, "-n").stdout + snakemake(default_run, "-n").stderr
+
+
+@pytest.mark.pipeline
+def test_every_stage_ran_from_a_scratch_folder_with_interpreters_that_lack_this_project(pipeline_run):
+    """pipeline_run ran as a user runs it on a cluster: `--directory` elsewhere than the repository,
+    each interpreter one with the packages but not this project (a module's python, an image's), no
+    PYTHONPATH of the tests'. Every job, the ranks and helpers they start, found the stage modules
+    from the workflow's own folder."""
+    assert REPO.resolve() not in pipeline_run.resolve().parents
+    envs = yaml.safe_load((pipeline_run / "config.yaml").read_text())["envs"]
+    assert set(envs) == set(CONFIG["envs"])
+    for env, python in envs.items():
+        assert python != interpreter(env)
+        found = subprocess.run(
+            [python, "-c", "import workflow_scripts"],
+            cwd=pipeline_run,
+            env=as_a_user(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "No module named 'workflow_scripts'" in found.stderr, (env, found.stderr[-2000:])
+    assert planned_jobs(pipeline_run) == {}
+
+
+@pytest.mark.stage
+def test_the_shipped_config_plans_from_a_scratch_folder(tmp_path):
+    """config.yaml as shipped, given from a scratch folder: its relative interpreters are the
+    repository's (envs/setup.sh makes them there), not the folder's."""
+    proc = subprocess.run(
+        [SNAKEMAKE, "all", "-n", "-p", "--snakefile", REPO / "Snakefile", "--configfile", REPO / "config.yaml"],
+        cwd=tmp_path,
+        env=as_a_user(without_slurm(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"{REPO / CONFIG['envs']['workflow']} -m workflow_scripts.data.embedded" in proc.stdout
 
 
 @pytest.mark.pipeline

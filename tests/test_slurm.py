@@ -16,7 +16,7 @@ import pandas as pd
 import psutil
 import pytest
 import yaml
-from helpers import REPO, SNAKEMAKE, interpreter, write_config
+from helpers import REPO, SNAKEMAKE, as_a_user, interpreter, write_config
 from helpers.hostile import MARK, markers
 
 from benchmarks import slurm_cluster
@@ -106,9 +106,12 @@ def cluster_config(work, **overrides):
     """The embedded dataset on this cluster: one system of 1-task nodes, runs of 2 (both nodes); no
     job asks for more CPUs than a node has (a local run caps threads at --cores, SLURM does not).
     Without the scale-out whitepaper's long test (tests/test_accuracy.py runs it locally): it would
-    add minutes of training to this run."""
+    add minutes of training to this run. The interpreters are bare ones, as a cluster's module or
+    image has them: every job, and every rank on both nodes, finds the stage modules from the
+    workflow's folder, the working directory being `work`."""
     write_config(
         work,
+        bare=True,
         **{
             "systems": {"cluster": dict(SYSTEM, sbatch_extra=SBATCH_EXTRA)},
             "training__systems": ["cluster"],
@@ -125,6 +128,7 @@ def cluster_config(work, **overrides):
 
 
 def run_snakemake(work, *args, timeout=1800):
+    """`snakemake --profile slurm` from `work`, as a user runs it: no PYTHONPATH of the tests'."""
     return subprocess.Popen(
         [
             SNAKEMAKE,
@@ -139,6 +143,7 @@ def run_snakemake(work, *args, timeout=1800):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env=as_a_user(),
     )
 
 
@@ -233,6 +238,22 @@ LOCALRULES = re.compile(r"^\s+(\w+),?$", re.M)
 
 def run_of(work, framework):
     return work / DIRS["results_dir"] / "runs" / "cluster" / f"{framework}_fp32_2gpu"
+
+
+@pytest.mark.pipeline
+def test_the_sweep_ran_from_a_scratch_folder_with_interpreters_that_lack_this_project(slurm_run):
+    """Every job went through sbatch and its ranks through srun on both nodes with `work` as the
+    working directory and interpreters without this project: the stage modules came from the
+    workflow's folder (sbatch's and srun's exported PYTHONPATH, the job's own parse)."""
+    work, *_ = slurm_run
+    assert REPO.resolve() not in work.resolve().parents
+    envs = yaml.safe_load((work / "config.yaml").read_text())["envs"]
+    for env, python in envs.items():
+        assert python != interpreter(env)
+        found = subprocess.run(
+            [python, "-c", "import workflow_scripts"], cwd=work, env=as_a_user(), capture_output=True, text=True
+        )
+        assert "No module named 'workflow_scripts'" in found.stderr, (env, found.stderr[-2000:])
 
 
 @pytest.mark.pipeline

@@ -148,10 +148,11 @@ def test_cache_clearing_without_root_evicts_the_dataset_and_says_so():
     assert report["after"]["unverifiable_files"] == 1
 
 
-@pytest.mark.unit
+@pytest.mark.stage
 @pytest.mark.skipif(os.geteuid() != 0, reason="dropping the node's caches needs root")
 def test_node_scope_drops_the_nodes_caches(tmp_path):
-    """training.cache_clear: node, the default and the study's clear: /proc/sys/vm/drop_caches."""
+    """training.cache_clear: node, the default and the study's clear: /proc/sys/vm/drop_caches (this
+    machine's: a stage test)."""
     f = tmp_path / "data.bin"
     f.write_bytes(os.urandom(1 << 20))
     f.read_bytes()
@@ -160,8 +161,9 @@ def test_node_scope_drops_the_nodes_caches(tmp_path):
     assert report["dataset_evicted"] and page_cache.resident_bytes(f) == 0
 
 
-@pytest.mark.unit
+@pytest.mark.stage
 def test_dataset_scope_evicts_the_dataset_and_touches_nothing_else(tmp_path):
+    """The dataset's own pages, through this machine's kernel (fadvise, mincore): a stage test."""
     f = tmp_path / "data.bin"
     f.write_bytes(os.urandom(1 << 20))
     f.read_bytes()

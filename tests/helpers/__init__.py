@@ -17,7 +17,7 @@ names most tests use are importable from here: `from helpers import REPO, run_st
 from .config import CONFIG, LONG_TEST_GPUS, REPO, validated, with_overrides
 from .data import QUIRKY, embedded_lmdb, source_catalog, tree_hashes
 from .docs import anchors, bash_blocks, layout_items, links
-from .processes import interpreter, run_script, run_stage
+from .processes import as_a_user, bare_interpreter, interpreter, run_script, run_stage
 from .trainer import TRAINERS, launched, trainer_command, trainer_flags
 from .workflow import (
     PIPELINE,
@@ -43,6 +43,8 @@ __all__ = [
     "SUITE",
     "TRAINERS",
     "anchors",
+    "as_a_user",
+    "bare_interpreter",
     "bash_blocks",
     "copy_of_run",
     "embedded_lmdb",

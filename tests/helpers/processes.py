@@ -1,8 +1,12 @@
 """Running a stage's module, or one of helpers/scripts/, with an environment's interpreter."""
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +21,44 @@ def interpreter(env):
     if not exe.exists():
         pytest.fail(f"{exe} missing: run 'bash envs/setup.sh' first (the README's test command does)")
     return str(exe)
+
+
+# bare_interpreter's environments: a few files each, made once per source environment and kept.
+BARE = Path(tempfile.gettempdir()) / f"dlscale-bare-envs-{os.getuid()}"
+BASE_AND_SITES = (
+    "import json, sys, sysconfig; "
+    "print(json.dumps([sys._base_executable, sorted({sysconfig.get_path(k) for k in ('purelib', 'platlib')})]))"
+)
+
+
+def bare_interpreter(env):
+    """`env`'s interpreter as a module's or an image's python is on a cluster: its packages
+    importable, this project not installed. A virtual environment over the same base Python whose
+    site-packages hold one path file naming `env`'s site-packages: Python adds a folder named in a
+    .pth file to sys.path without reading the .pth files in it, so the editable install's finder
+    (__editable__.dlscale-*.pth, from envs/setup.sh) never loads."""
+    source = interpreter(env)
+    out = subprocess.run([source, "-c", BASE_AND_SITES], capture_output=True, text=True, timeout=120, check=True)
+    base, sites = json.loads(out.stdout)
+    key = hashlib.sha256(out.stdout.encode()).hexdigest()[:12]
+    made = BARE / f"{Path(source).parents[1].name.lstrip('.')}-{key}"
+    if not (made / "bin" / "python").exists():
+        BARE.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(dir=BARE))
+        subprocess.run([base, "-m", "venv", "--without-pip", str(work)], capture_output=True, timeout=300, check=True)
+        (site,) = (work / "lib").glob("python*/site-packages")
+        (site / "environment.pth").write_text("".join(f"{s}\n" for s in sites))
+        try:
+            work.rename(made)
+        except OSError:  # another test process made it first
+            shutil.rmtree(work)
+    return str(made / "bin" / "python")
+
+
+def as_a_user(environ=None):
+    """`environ` (default: this process's) without PYTHONPATH: nothing of the tests' own points an
+    interpreter at this checkout."""
+    return {k: v for k, v in (os.environ if environ is None else environ).items() if k != "PYTHONPATH"}
 
 
 def run_stage(env, module, *args, check=True, timeout=600, env_vars=None):

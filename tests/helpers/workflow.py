@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from .config import CONFIG, REPO, with_overrides
-from .processes import interpreter
+from .processes import bare_interpreter, interpreter
 
 SNAKEMAKE = str(REPO / ".venv" / "bin" / "snakemake")
 
@@ -22,11 +22,11 @@ SNAKEMAKE = str(REPO / ".venv" / "bin" / "snakemake")
 SUITE = {"training__cache_clear": "dataset", "training__allow_embedded_settings": True}
 
 
-def write_config(workdir, **overrides):
+def write_config(workdir, bare=False, **overrides):
     """config.yaml with SUITE and `overrides` ({"a__b": value} sets a.b) in `workdir`, the envs made
-    absolute."""
+    absolute (bare: interpreters without this project installed, processes.bare_interpreter)."""
     cfg = with_overrides(CONFIG, **{**SUITE, **overrides})
-    cfg["envs"] = {env: interpreter(env) for env in cfg["envs"]}
+    cfg["envs"] = {env: (bare_interpreter if bare else interpreter)(env) for env in cfg["envs"]}
     (workdir / "config.yaml").write_text(yaml.safe_dump(cfg))
 
 
@@ -81,8 +81,9 @@ PIPELINE_CONFIG = with_overrides(CONFIG, **SUITE, **PIPELINE)
 
 def pipeline_config(workdir, **overrides):
     """Write pipeline_run's config (PIPELINE) with `overrides` to `workdir`: an edit of the run or of a
-    copy of it changes only what the test names."""
-    write_config(workdir, **{**PIPELINE, **overrides})
+    copy of it changes only what the test names. Its interpreters are bare ones, as a cluster's module
+    or image has them: every job finds the stage modules from the workflow's folder."""
+    write_config(workdir, bare=True, **{**PIPELINE, **overrides})
 
 
 # Written only by the data and training stages, which a copy's reruns never reach: shared with the copy.

@@ -14,6 +14,7 @@ that reaches the job as one quoted argument each; no shell reads it.
 """
 
 import importlib.util
+import os
 from pathlib import Path
 
 CONTAINER_DEFAULTS = {"runtime": "apptainer", "python": "python3", "options": ["--nv"], "bind": []}
@@ -49,6 +50,26 @@ def words(value, repo, extras=None):
         c["container"],
         c["python"],
     ]
+
+
+def search_path(repo, environ):
+    """PYTHONPATH for a job and every process it starts: the repository first, so that `python -m
+    workflow_scripts...` finds the stage modules from the workflow's own folder, whatever the
+    working directory, and ahead of any copy installed in the interpreter (an editable install of
+    another checkout, an image's older copy); then the entries `environ` already has, in their
+    order (a module's or a site's own). Empty entries are dropped: Python reads one as the current
+    directory, which would bring the working directory back."""
+    repo = str(repo)
+    current = environ.get("PYTHONPATH", "").split(os.pathsep)
+    return os.pathsep.join([repo, *(p for p in current if p and p != repo)])
+
+
+def job_words(words, repo, path_blocked):
+    """The words a rule's command starts an interpreter with. Where Snakemake takes PYTHONPATH out
+    of a job's environment (a conda job: --sdm conda, unless --conda-not-block-search-path-envvars),
+    `env` gives that process, and what it starts, the repository alone: the variable set for the
+    other jobs (search_path) never reaches it."""
+    return ["env", f"PYTHONPATH={repo}", *words] if path_blocked else list(words)
 
 
 def exec_words(value, repo, binds=()):

@@ -142,18 +142,19 @@ def first_kernel(run, framework, gpu, build, env_key, host=""):
     return time.perf_counter() - start
 
 
-def nvml_gpu(index):
+def nvml_gpu(index, env=None):
     """(name, compute capability) of the task's GPU number `index` (as CUDA numbers the visible
     ones) through NVML, for a framework that does not report them; (f'GPU {index}', None) where
-    NVML cannot say. NVML is asked by the GPU's PCI bus id or UUID (gpu_identity.identify), never by
-    `index`: under a device cgroup or with CUDA_VISIBLE_DEVICES set, NVML's GPU `index` is another."""
+    NVML cannot say. NVML is asked by the GPU's PCI bus id or UUID (gpu_identity.identify, with env's
+    CUDA_VISIBLE_DEVICES: default this process's), never by `index`: under a device cgroup or with
+    CUDA_VISIBLE_DEVICES set, NVML's GPU `index` is another."""
     from . import gpu_identity
 
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        ident = gpu_identity.identify(index) or {}
+        ident = gpu_identity.identify(index, env) or {}
         if ident.get("bus_id"):
             h = pynvml.nvmlDeviceGetHandleByPciBusId(ident["bus_id"])
         else:

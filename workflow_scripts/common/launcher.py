@@ -61,8 +61,10 @@ def rendezvous(python, hosts, per_node):
 
 def srun_command(nodes, per_node, cpus_per_task, extra="", mpi=""):
     """The srun line for one run. Snakemake's SLURM job step strips the job's SLURM_* geometry
-    from the environment, so every size is given here rather than inherited. mpi: srun's MPI
-    plugin (config systems.<name>.srun_mpi), for programs whose ranks MPI connects."""
+    from the environment, so every size is given here rather than inherited. Every task, on every
+    node, gets the environment run() prepared (PYTHONPATH with the workflow's folder, the rendezvous,
+    config nccl_env): --export=ALL whatever a site's SLURM_EXPORT_ENV says. mpi: srun's MPI plugin
+    (config systems.<name>.srun_mpi), for programs whose ranks MPI connects."""
     cmd = [
         "srun",
         f"--nodes={nodes}",
@@ -70,6 +72,7 @@ def srun_command(nodes, per_node, cpus_per_task, extra="", mpi=""):
         f"--ntasks-per-node={per_node}",
         "--kill-on-bad-exit=1",
         "--label",
+        "--export=ALL",
     ]
     if cpus_per_task:
         cmd.append(f"--cpus-per-task={cpus_per_task}")

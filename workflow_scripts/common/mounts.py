@@ -54,10 +54,10 @@ def parse_mountinfo(text):
     return mounts
 
 
-def mount_of(path, mountinfo=MOUNTINFO):
-    """The mount holding `path`: the longest mount point that is a prefix of its real path (of
-    several mounts on one point, the last one, which hides the others)."""
-    path = os.path.realpath(path)
+def mount_of(path, mountinfo=MOUNTINFO, resolve=os.path.realpath):
+    """The mount holding `path`: the longest mount point that is a prefix of its real path, as
+    `resolve` gives it (of several mounts on one point, the last one, which hides the others)."""
+    path = resolve(path)
     best = None
     for m in parse_mountinfo(Path(mountinfo).read_text()):
         mp = m.mountpoint.rstrip("/") or "/"

@@ -105,18 +105,22 @@ class StorageProbe:
     describe() says why and read_bytes() is None, so no read_MBps rows are written. No other figure
     stands in for it: summing the node's local disks, as this probe once did, drew a network file
     system's reads as local disks near 0 MB/s. The counter roots (mountinfo, /proc, /sys with its
-    debugfs, the mmpmon command, the disks' counters) are parameters so tests can point them at fakes."""
+    debugfs, the mmpmon command, the disks' counters) and the resolver of symbolic links (`path`'s,
+    the mount's device's) are parameters so tests can point them at fakes."""
 
-    def __init__(self, path, mountinfo=MOUNTINFO, proc="/proc", sys="/sys", mmpmon=MMPMON, disks=None):
+    def __init__(
+        self, path, mountinfo=MOUNTINFO, proc="/proc", sys="/sys", mmpmon=MMPMON, disks=None, resolve=os.path.realpath
+    ):
         self.proc, self.sys, self.mmpmon = Path(proc), Path(sys), mmpmon
         self._disks = disks or (lambda: psutil.disk_io_counters(perdisk=True) or {})
+        self._resolve = resolve
         self.kind, self.device, self.counter, self.why, self._read = "none", "", None, None, None
         self.mount = None
         if not path:
             self.why = "no dataset path was given"
             return
         try:
-            self.mount = mount_of(path, mountinfo)
+            self.mount = mount_of(path, mountinfo, resolve)
         except OSError as exc:
             self.why = f"{mountinfo}: {exc}"
             return
@@ -240,7 +244,7 @@ class StorageProbe:
         disks = self._disks()
         names = []
         if self.mount.source.startswith("/dev/"):
-            names.append(os.path.basename(os.path.realpath(self.mount.source)))
+            names.append(os.path.basename(self._resolve(self.mount.source)))
         # /dev/root and other aliases: the device number names the disk in /sys/dev/block.
         link = self.sys / "dev/block" / self.mount.devno
         if self.mount.devno and link.is_symlink():

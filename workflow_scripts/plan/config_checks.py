@@ -65,7 +65,14 @@ def expand_paths(config, env=None):
                     f"write the path out"
                 )
         expanded = VARIABLE.sub(lambda m: env[m.group(1).strip("{}")], value)
-        holder[keys[-1]] = os.path.expanduser(expanded) if expanded.startswith("~") else expanded
+        holder[keys[-1]] = home(expanded, env) if expanded.startswith("~") else expanded
+
+
+def home(path, env):
+    """~ and ~/x from env's HOME, as a shell reads it; ~user (or no HOME) from the password database."""
+    if (path == "~" or path.startswith("~/")) and env.get("HOME"):
+        return (env["HOME"].rstrip("/") + path[1:]) or "/"
+    return os.path.expanduser(path)
 
 
 EMBEDDED_SETTINGS = ("image_size", "warmup_steps", "steps", "batch_per_gpu")
@@ -164,9 +171,23 @@ def sbatch_words(config, system):
         raise ConfigProblem(f"config systems.{system}.sbatch_extra = {value!r}: {exc}") from None
 
 
+def located(value, repo, cwd=None):
+    """An interpreter path from config as a job runs it: a relative one from the working directory,
+    else from the repository, where envs/setup.sh makes the environments (config.yaml's own
+    `.venv/bin/python`, run with snakemake --directory on scratch). Either way a job finds it: they
+    start where snakemake runs."""
+    if not isinstance(value, str) or "/" not in value or os.path.isabs(value):
+        return value
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    if not (cwd / value).exists() and (Path(repo) / value).exists():
+        return str(Path(repo) / value)
+    return value
+
+
 def interpreter_words(key, value, repo, setup="bash envs/setup.sh"):
     """An interpreter from config as command words (a container: its runtime's exec line),
     checked now rather than mid-run."""
+    value = located(value, repo)
     for part in (
         [value] if isinstance(value, str) else [value["container"], value.get("python", ""), *value.get("bind", [])]
     ):

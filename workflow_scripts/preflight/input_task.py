@@ -27,10 +27,12 @@ from .seams import decode_threads
 WARMUP_BATCHES = 2
 
 
-def rank_share(launch, ranks, allowed=None, node_cpus=None, env=None):
+def rank_share(launch, ranks, allowed=None, node_cpus=None, env=None, root=cpus.CPU_ROOT):
     """The CPUs one of `ranks` ranks of this node gets, from this process's (common/cpus.py's rule:
-    its own set where SLURM binds each task, else the node's divided among the ranks)."""
-    return cpus.of(dataclasses.replace(launch, local_size=ranks), env=env, allowed=allowed, node_cpus=node_cpus)
+    its own set where SLURM binds each task, else the node's divided among the ranks; root: the CPUs'
+    sysfs, where their cores are read)."""
+    launch = dataclasses.replace(launch, local_size=ranks)
+    return cpus.of(launch, env=env, root=root, allowed=allowed, node_cpus=node_cpus)
 
 
 def threads_at(framework, path, settings, launch, **where):

@@ -106,14 +106,14 @@ def apply_fp32_math(args):
         os.environ["NVIDIA_TF32_OVERRIDE"] = "0"
 
 
-def math_record(args, first_kernel, half, tf32_reach):
+def math_record(args, first_kernel, half, tf32_reach, env=None):
     """What the run's precisions ran as on its device, for the summary and the tables: fp32 is TF32
     on a GPU of compute capability 8.0 or more unless strict (or NVIDIA_TF32_OVERRIDE=0 came with the
-    environment), float32 elsewhere (a CPU, a V100); half: fp16's 16-bit type (None in an fp32 run);
-    tf32_reach: which of the framework's operations TF32 covers."""
+    environment `env`, default this process's), float32 elsewhere (a CPU, a V100); half: fp16's 16-bit
+    type (None in an fp32 run); tf32_reach: which of the framework's operations TF32 covers."""
     capability = tuple(first_kernel["capability"]) if first_kernel and first_kernel.get("capability") else None
     capable = capability is not None and capability >= (8, 0)
-    overridden = os.environ.get("NVIDIA_TF32_OVERRIDE") == "0"
+    overridden = (os.environ if env is None else env).get("NVIDIA_TF32_OVERRIDE") == "0"
     tf32 = capable and args.fp32_math == "tf32" and not overridden
     if not capable:
         how = "float32: " + ("a CPU" if first_kernel is None else f"{kernel_check.sm(capability)} has no TF32")
