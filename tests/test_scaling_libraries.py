@@ -125,6 +125,16 @@ def test_a_latency_no_link_has_is_flagged_and_makes_the_model_poor(tmp_path, tim
     assert set(df.model) == {"poor"} and f"the node's link: {flagged}" in df.model_why.iloc[0]
 
 
+def test_a_window_whose_times_do_not_grow_is_widened_to_the_largest_size():
+    """A CPU's Gloo: Horovod's 1 ms cycles send messages of tens of KiB, where the times do not grow
+    with size; the line is then fitted up to the largest size timed, and the how says so."""
+    groups = {(2, 1): [(b, 2e-3 - b * 1e-10 if b < MIB else 2e-3 + b / 1e9) for b in SIZES]}
+    assert lf.fit_intra(groups, lf.fit_window(groups, [48 * 1024] * 4)).link is None
+    lk = lf.links(groups, 2, settings(), [48 * 1024] * 4, "ring")
+    assert lk.intra.link is not None and "widened to the largest size" in lk.intra.how
+    assert "do not grow with message size" in lk.intra.how
+
+
 def test_a_latency_set_replaces_the_flagged_one():
     groups = {(2, 1): [(b, two_protocols(b)) for b in SIZES]}
     lk = lf.links(groups, 2, settings(intra_latency_us=2.0), [25 * MIB], "nccl")

@@ -191,10 +191,28 @@ class Links:
         return out
 
 
+def widened(fit, window, groups):
+    """fit(window), or where the window's sizes give no line (times that do not grow with size: a
+    CPU's small messages), fit up to the largest size timed, the how saying so."""
+    got = fit(window)
+    largest = max((b for points in groups.values() for b, _ in points), default=window[1])
+    if got.link is not None or not got.how.startswith("not fitted") or largest <= window[1]:
+        return got
+    wider = fit((window[0], largest))
+    if wider.link is None:
+        return got
+    return Fitted(
+        wider.link,
+        f"{wider.how} (widened to the largest size: at {window[0]}-{window[1]} B {got.how})",
+        wider.held_out,
+        wider.flags,
+    )
+
+
 def links(groups, own_gpus_per_node, settings, messages, topology):
     window = fit_window(groups, messages)
-    intra = fit_intra(groups, window)
-    inter = fit_inter(groups, intra.link, topology, settings.algorithm, window)
+    intra = widened(lambda w: fit_intra(groups, w), window, groups)
+    inter = widened(lambda w: fit_inter(groups, intra.link, topology, settings.algorithm, w), window, groups)
     measured = cm.System(own_gpus_per_node, intra.link, inter.link, topology, settings.algorithm)
     intra_link, intra_how = chosen_link(intra, settings.intra_busbw, settings.intra_latency_us, "intra_node")
     inter_link, inter_how = chosen_link(inter, settings.inter_busbw, settings.inter_latency_us, "inter_node")
