@@ -8,6 +8,8 @@ from .collective_model import GB, Link, System
 from .published_figures import value, where
 
 BROOKHAVEN_BYTES = 2**30  # the largest size of its Fig. 2
+# one flat ring (NCCL_ALGO=Ring), NCCL's tree (NCCL_ALGO=Tree), Horovod's hierarchical all-reduce
+TOPOLOGIES_SHOWN = ("ring", "tree", "hierarchical")
 
 BROOKHAVEN_COLUMNS = [
     "system",
@@ -17,6 +19,7 @@ BROOKHAVEN_COLUMNS = [
     "measured_busbw_GBps",
     "measured_over_nominal",
     "model_busbw_ring_GBps",
+    "model_busbw_tree_GBps",
     "model_busbw_hierarchical_GBps",
     "note",
 ]
@@ -29,8 +32,11 @@ def model_busbw(system, n, nbytes=BROOKHAVEN_BYTES):
 
 def brookhaven_rows(doc):
     """The Brookhaven paper's measured bus bandwidths beside the links' stated ones and the model's
-    on those links. Across nodes the node's own links are left out (taken as infinitely fast): the
-    network is the bottleneck, and the paper gives no intra-node figure for those counts."""
+    on those links, for each way across nodes: one ring, NCCL's tree (about 2 x S through each
+    node's network), Horovod's hierarchical all-reduce (2(m-1)/m x S). Across nodes the node's own
+    links are left out (taken as infinitely fast): the network is the bottleneck, and the paper gives
+    no intra-node figure for those counts. Within a node the three are the ring, the tree's chain
+    and the ring again."""
     out = []
     for s in doc["brookhaven"]["systems"]:
         nominal = value(doc, s["nominal_GBps"])
@@ -40,14 +46,13 @@ def brookhaven_rows(doc):
         row.update(system=s["name"], gpus=n, nodes=m, nominal_GBps=nominal, measured_busbw_GBps=measured)
         notes = [f"measured: {where(s['measured_busbw_GBps'])}"]
         if nominal is not None:
-            if m == 1:
-                ring = hierarchical = model_busbw(System(n, Link(nominal)), n)
-            else:
-                fast = Link(math.inf)
-                ring = model_busbw(System(n // m, fast, Link(nominal), "ring"), n)
-                hierarchical = model_busbw(System(n // m, fast, Link(nominal), "hierarchical"), n)
+            g, intra, inter = (n, Link(nominal), None) if m == 1 else (n // m, Link(math.inf), Link(nominal))
+            if m > 1:
                 notes.append("nominal: the network; the node's links taken as infinitely fast")
-            row.update(model_busbw_ring_GBps=ring, model_busbw_hierarchical_GBps=hierarchical)
+            # within a node NCCL's tree is a chain that its own model rates below the ring: not a way NCCL
+            # picks for large messages there, so not shown
+            shown = TOPOLOGIES_SHOWN if m > 1 else ("ring", "hierarchical")
+            row.update({f"model_busbw_{t}_GBps": model_busbw(System(g, intra, inter, t), n) for t in shown})
         if nominal and measured:
             row["measured_over_nominal"] = measured / nominal
         row["note"] = "; ".join(notes)

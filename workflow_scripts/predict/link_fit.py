@@ -1,7 +1,8 @@
 """The links of the scaling prediction (scaling_prediction.py): the interconnect stage's own
-all-reduces read by system and GPU count, the node's link and the network fitted to them
-(link_least_squares.py), a value the user set in their place, each link's errors at the GPU counts
-left out of its fit, and the model's verdict on itself from its worst error."""
+all-reduces read by system and GPU count, the node's link and the network fitted to them by least
+squares over the timed sizes around a step's messages (link_least_squares.py), a latency that no
+link can have flagged, a value the user set in their place, each link's errors at the GPU counts
+left out of its fit, and the model's verdict on itself."""
 
 import csv
 from dataclasses import dataclass
@@ -10,8 +11,13 @@ from ..common.errors import StageError
 from ..interconnect import prediction as ic
 from . import collective_model as cm
 from . import link_least_squares as lls
+from . import step_model as sm
 
 SOURCE = "torch.distributed"  # the interconnect stage's own rows (nccl-tests' sit beside them)
+BOUNDS = ": read its figures as bounds, not forecasts"
+# The fewest timed sizes a link is fitted to: a line through two sizes puts all their curvature
+# into its intercept, the latency (docs/interconnect.md, "What is fitted from what").
+MIN_FIT_SIZES = 5
 
 
 def read_table(path):
@@ -33,19 +39,22 @@ def allreduces(table, system):
 
 
 def fit_window(groups, messages):
-    """(smallest, largest) size a fit uses: the timed sizes that bracket the messages a step sends,
-    the largest timed at or below the smallest message to the smallest timed at or above the
-    largest. A line through bandwidth and latency holds only locally: NCCL changes protocol and
-    channels with size, so one line over every size misses the step's own (docs/interconnect.md,
-    "Predicting past the largest machine measured"). At least two sizes, so a line has two to go through."""
+    """(smallest, largest) size a fit uses: the timed sizes that bracket the messages a step sends
+    (the largest timed at or below its smallest message to the smallest timed at or above its
+    largest), widened to MIN_FIT_SIZES sizes, downward first: the smaller sizes are the ones that
+    measure the latency. NCCL changes protocol and channels with size, so one line over every size
+    misses the step's own (docs/interconnect.md, "Predicting past the largest machine measured")."""
     sizes = sorted({b for points in groups.values() for b, _ in points})
     if len(sizes) < 2:
         return (sizes[0], sizes[0]) if sizes else (0, 0)
-    below = [b for b in sizes if b <= min(messages)]
-    above = [b for b in sizes if b >= max(messages)]
-    floor = min(below[-1] if below else sizes[0], sizes[-2])
-    ceiling = max(above[0] if above else sizes[-1], sizes[sizes.index(floor) + 1])
-    return floor, ceiling
+    below = [i for i, b in enumerate(sizes) if b <= min(messages)]
+    above = [i for i, b in enumerate(sizes) if b >= max(messages)]
+    lo = min(below[-1] if below else 0, len(sizes) - 2)
+    hi = max(above[0] if above else len(sizes) - 1, lo + 1)
+    want = min(MIN_FIT_SIZES, len(sizes))
+    lo = max(0, min(lo, hi + 1 - want))
+    hi = max(hi, lo + want - 1)
+    return sizes[lo], sizes[hi]
 
 
 def extrapolated(groups, messages):
@@ -62,12 +71,32 @@ def extrapolated(groups, messages):
 
 @dataclass(frozen=True)
 class Fitted:
-    """A link fitted to the table (None: none, and why in how), and its errors at the GPU counts
-    left out of the fit in turn (lls.PointError)."""
+    """A link fitted to the table (None: none, and why in how), its errors at the GPU counts left
+    out of the fit in turn (lls.PointError), and what is wrong with its latency (flags)."""
 
     link: cm.Link | None
     how: str
     held_out: tuple = ()
+    flags: tuple = ()
+
+
+def latency_flags(fit, groups, system_at, keys):
+    """What makes a fitted latency one not to extrapolate from: negative (taken as 0), or more than
+    a whole all-reduce takes: the model's all-reduce of 0 bytes at a layout above the smallest time
+    the stage measured there, at any size. system_at(key) gives the system of a layout (gpus, nodes)."""
+    flags = []
+    if fit.raw_latency_s < 0:
+        flags.append(f"its latency fitted negative ({fit.raw_latency_s * 1e6:.3g} us a step, taken as 0)")
+    for key in keys:
+        smallest = min(t for _, t in groups[key])
+        latency = system_at(key).allreduce_s(0, key[0])
+        if latency > smallest:
+            flags.append(
+                f"its latency ({fit.link.step_latency_s * 1e6:.3g} us a step) alone gives {latency * 1e6:.3g} us at "
+                f"{key[0]} GPUs on {key[1]} node(s), more than the stage's smallest all-reduce there "
+                f"({smallest * 1e6:.3g} us): implausible"
+            )
+    return tuple(flags)
 
 
 def fit_intra(groups, window):
@@ -82,11 +111,15 @@ def fit_intra(groups, window):
     except StageError as exc:
         return Fitted(None, f"not fitted: {exc}")
     sizes = sorted({b for _, b, _ in points})
-    how = f"fitted to {'/'.join(map(str, counts))} GPUs in one node, {len(sizes)} sizes {sizes[0]}-{sizes[-1]} B"
-    return Fitted(fit.link, how, tuple(lls.leave_one_out_links(points)))
+    how = (
+        f"fitted to {'/'.join(map(str, counts))} GPUs in one node, {len(sizes)} sizes {sizes[0]}-{sizes[-1]} B, "
+        f"{fit.residuals()}"
+    )
+    flags = latency_flags(fit, groups, lambda key: cm.System(key[0], fit.link), [(n, 1) for n in counts])
+    return Fitted(fit.link, how, tuple(lls.leave_one_out_links(points)), flags)
 
 
-def fit_inter(groups, intra, settings, window):
+def fit_inter(groups, intra, topology, algorithm, window):
     """The network's link: what the all-reduces across nodes leave once the node's link is known,
     every layout pooled; with several, each is also predicted from the others. A count that does not
     fill its nodes is spread evenly over them, as cm.System.layout does."""
@@ -99,21 +132,24 @@ def fit_inter(groups, intra, settings, window):
         return Fitted(None, "across nodes timed, but the link within a node is not known")
 
     def fit(keys):
-        return lls.fit_inter_link_pooled(
-            [(*layout[k], across[k]) for k in keys], intra, settings.topology, settings.algorithm
-        )
+        return lls.fit_inter_link_pooled([(*layout[k], across[k]) for k in keys], intra, topology, algorithm)
 
     held = []
     try:
-        link = fit(list(across)).link
+        fitted = fit(list(across))
         for key in across if len(across) > 1 else ():
             others = fit([k for k in across if k != key]).link
-            system = cm.System(layout[key][0], intra, others, settings.topology, settings.algorithm)
+            system = cm.System(layout[key][0], intra, others, topology, algorithm)
             held += [lls.PointError(key[0], b, t, system.allreduce_s(b, key[0])) for b, t in across[key]]
     except StageError as exc:
         return Fitted(None, f"not fitted: {exc}")
+    chose = f", NCCL's choice fitted as a {fitted.algorithm}" if topology == "nccl" else ""
     how = "fitted to " + ", ".join(f"{n} GPUs on {m} nodes" for n, m in across)
-    return Fitted(link, f"{how} ({settings.topology}, {settings.algorithm} across nodes)", tuple(held))
+    how += f" ({topology}{chose}), {fitted.residuals()}"
+    flags = latency_flags(
+        fitted, groups, lambda key: cm.System(layout[key][0], intra, fitted.link, topology, algorithm), list(across)
+    )
+    return Fitted(fitted.link, how, tuple(held), flags)
 
 
 def chosen_link(fitted, busbw, latency_us, key):
@@ -145,17 +181,43 @@ class Links:
     intra_how: str
     inter_how: str
 
+    def flags(self):
+        """The fitted latencies' flags that reach the prediction (a latency set replaces its own)."""
+        out = []
+        if self.intra_how == self.intra.how:
+            out += [f"the node's link: {f}" for f in self.intra.flags]
+        if self.inter_how == self.inter.how:
+            out += [f"the network: {f}" for f in self.inter.flags]
+        return out
 
-def links(groups, own_gpus_per_node, settings, messages):
+
+def widened(fit, window, groups):
+    """fit(window), or where the window's sizes give no line (times that do not grow with size: a
+    CPU's small messages), fit up to the largest size timed, the how saying so."""
+    got = fit(window)
+    largest = max((b for points in groups.values() for b, _ in points), default=window[1])
+    if got.link is not None or not got.how.startswith("not fitted") or largest <= window[1]:
+        return got
+    wider = fit((window[0], largest))
+    if wider.link is None:
+        return got
+    return Fitted(
+        wider.link,
+        f"{wider.how} (widened to the largest size: at {window[0]}-{window[1]} B {got.how})",
+        wider.held_out,
+        wider.flags,
+    )
+
+
+def links(groups, own_gpus_per_node, settings, messages, topology):
     window = fit_window(groups, messages)
-    intra = fit_intra(groups, window)
-    inter = fit_inter(groups, intra.link, settings, window)
-    measured = cm.System(own_gpus_per_node, intra.link, inter.link, settings.topology, settings.algorithm)
+    intra = widened(lambda w: fit_intra(groups, w), window, groups)
+    inter = widened(lambda w: fit_inter(groups, intra.link, topology, settings.algorithm, w), window, groups)
+    measured = cm.System(own_gpus_per_node, intra.link, inter.link, topology, settings.algorithm)
     intra_link, intra_how = chosen_link(intra, settings.intra_busbw, settings.intra_latency_us, "intra_node")
     inter_link, inter_how = chosen_link(inter, settings.inter_busbw, settings.inter_latency_us, "inter_node")
-    target = cm.System(
-        settings.gpus_per_node or own_gpus_per_node, intra_link, inter_link, settings.topology, settings.algorithm
-    )
+    g = settings.gpus_per_node or own_gpus_per_node
+    target = cm.System(g, intra_link, inter_link, topology, settings.algorithm)
     return Links(measured, target, intra, inter, intra_how, inter_how)
 
 
@@ -167,10 +229,10 @@ def link_errors(w, lk, groups):
     """(error, what) of the model's all-reduce of a step's messages against the stage's own times,
     interpolated at those sizes, at every GPU count timed: the figure each prediction rests on."""
     out = []
-    messages = cm.bucket_sizes(w.gradient_bytes, w.bucket_bytes)
     for (n, m), points in sorted(groups.items()):
+        messages = sm.messages_at(lk.measured, w.model, n) if lk.measured.reaches(n) else w.model.messages
         timed = [ic.interpolate(points, b) for b in messages]
-        model = cm.allreduce_at(lk.measured, w.model, n)
+        model = sm.allreduce_at(lk.measured, w.model, n)
         if None in timed or model is None:
             continue
         out.append((model / sum(timed) - 1, f"the all-reduce of a step's {len(messages)} message(s) at {n} GPUs"))
@@ -185,38 +247,25 @@ def held_out_link_errors(lk):
     ]
 
 
-def outside_errors(points, unstable=()):
-    """(error, what) of every measured point outside the model's interval: the nearest bound
-    against it, what no overlap fraction can reach. An unstable point (GPU count in `unstable`)
-    is said to be one."""
-    out = []
-    for p in points:
-        no, full = cm.efficiency(p["t1"], p["c"], 0.0), cm.efficiency(p["t1"], p["c"], 1.0)
-        e, which = p["efficiency"], f"{p['gpus']} GPUs" + (" (an unstable run)" if p["gpus"] in unstable else "")
-        if e < no:
-            out.append((no / e - 1, f"{which} ran at {e:.1%}, below no overlap ({no:.1%})"))
-        elif e > full:
-            out.append((full / e - 1, f"{which} ran at {e:.1%}, above full overlap ({full:.1%})"))
-    return out
-
-
-def quality(held_out, in_sample, tolerance):
-    """(label, why) of cm.judge on the held-out errors; poor wherever the model misses a point it
-    was fitted to by more than the tolerance (no prediction can do better there)."""
+def quality(held_out, in_sample, tolerance, misses=(), flags=()):
+    """(label, why): poor where a measured point lies outside the interval it was predicted with (a
+    miss, named with its size), where a fitted latency is flagged, or where the model misses a
+    measurement it was fitted to by more than the tolerance (no prediction can do better there),
+    every such reason said; else sm.judge on the held-out errors."""
+    reasons = [sm.judge([], tolerance, misses)[1].removesuffix(BOUNDS)] if misses else []
+    if flags:
+        reasons.append(f"{'; '.join(flags)}: a latency the model would multiply by the steps of a larger machine")
     worst = max(in_sample, key=lambda e: abs(e[0]), default=None)
     if worst and abs(worst[0]) > tolerance:
-        return "poor", (
-            f"{worst[1]}: the model is off by {worst[0]:+.0%} where it was fitted, above the {tolerance:.0%} "
-            f"tolerance: read its figures as bounds, not forecasts"
+        reasons.append(
+            f"{worst[1]}: the model is off by {worst[0]:+.0%} where it was fitted, above the {tolerance:.0%} tolerance"
         )
-    label, why = cm.judge([e for e, _ in held_out], tolerance)
+    if reasons:
+        return "poor", "; ".join(reasons) + BOUNDS
+    label, why = sm.judge([e for e, _ in held_out], tolerance)
     if held_out:
         worst_held = max(held_out, key=lambda e: abs(e[0]))
         why = f"{why} (worst: {worst_held[1]}, {worst_held[0]:+.1%})"
     elif worst:
         why = f"{why}; where it was fitted it is off by at most {abs(worst[0]):.1%}"
     return label, why
-
-
-# ---------------------------------------------------------------------------------------------
-# The rows

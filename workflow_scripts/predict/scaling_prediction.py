@@ -1,8 +1,9 @@
 """What the interconnect and the sweep predict for more GPUs than were run (docs/interconnect.md,
 "Predicting past the largest machine measured"): the links fitted to the interconnect stage's
-all-reduces, the overlap fitted to the sweep's runs, one row per system x framework x precision x
-GPU count, each prediction checked where the sweep measured (leave-one-out), and the model's own
-verdict on itself.
+all-reduces, each step's messages as its library sends them, the overlap fitted to the sweep's runs
+within what the backward pass can hide, one row per system x framework x precision x GPU count, each
+measured point checked against the interval it was predicted with (a miss where it lies outside)
+and by leave-one-out, and the model's own verdict on itself.
 
     python -m workflow_scripts.predict.scaling_prediction --interconnect results/interconnect.csv \\
         --points JSON --systems '{"local": 2}' --out results/scaling_prediction.csv \\
@@ -25,13 +26,13 @@ from ..common.errors import StageError, run_main
 from ..common.output import write_table
 from ..common.schema import default as config_default
 from . import collective_model as cm
+from . import step_model as sm
 from .link_fit import (
     allreduces,
     extrapolated,
     held_out_link_errors,
     link_errors,
     links,
-    outside_errors,
     quality,
     read_table,
 )
@@ -78,6 +79,7 @@ class Settings:
     topology: str
     algorithm: str
     bucket_mb: float | dict
+    backward_share: float
     tolerance: float
 
     @classmethod
@@ -92,6 +94,7 @@ class Settings:
             a.topology,
             a.algorithm,
             a.bucket_mb,
+            a.backward_share,
             a.tolerance,
         )
 
@@ -123,11 +126,12 @@ def add_arguments(ap):
     ap.add_argument(
         "--inter-node-latency-us", type=_latency, default=config_default("prediction.inter_node.latency_us")
     )
-    ap.add_argument("--topology", choices=cm.TOPOLOGIES, default=config_default("prediction.topology"))
+    ap.add_argument("--topology", choices=["auto", *cm.TOPOLOGIES], default=config_default("prediction.topology"))
     ap.add_argument("--algorithm", choices=list(cm.ALGORITHMS), default=config_default("prediction.algorithm"))
     ap.add_argument(
         "--bucket-mb", type=_bucket, default=config_default("prediction.bucket_mb"), help="MiB, or FRAMEWORK=MIB,..."
     )
+    ap.add_argument("--backward-share", type=float, default=config_default("prediction.backward_share"))
     ap.add_argument("--tolerance", type=float, default=config_default("prediction.tolerance"))
     return ap
 
@@ -198,13 +202,28 @@ RENAME = {"efficiency_fitted": "efficiency_predicted", "images_per_s_fitted": "i
 
 
 def measured_points(w, system):
-    """The multi-GPU runs as the model sees them: the all-reduce it gives their GPU count on the
-    system as timed, and their efficiency."""
+    """The multi-GPU runs as the model sees them (sm.MeasuredPoint): the all-reduce it gives their
+    GPU count on the system as timed, what of it can hide, their efficiency and messages."""
     out = []
+    model = w.model
     for n in sorted(w.images_per_s):
-        c = cm.allreduce_at(system, w.model, n) if n > 1 else None
+        c = sm.allreduce_at(system, model, n) if n > 1 else None
         if c and w.t1:
-            out.append({"gpus": n, "t1": w.t1, "c": c, "efficiency": w.efficiency(n)})
+            h = sm.hideable_at(system, model, n, c)
+            out.append(sm.MeasuredPoint(n, c, h, w.efficiency(n), sm.messages_at(system, model, n)))
+    return out
+
+
+def misses(t1, every, unstable):
+    """{GPU count: the sentence} of every measured point outside the interval its all-reduce gives
+    (whatever the overlap: the interval does not depend on the point), with its size and by how
+    much; an unstable point is said to be one."""
+    out = {}
+    for p in every:
+        no, full = sm.bounds(t1, p.allreduce_s, p.hideable_s)
+        by = sm.miss(p.efficiency, no, full)
+        if by is not None:
+            out[p.gpus] = sm.describe_miss(p, no, full, by) + (" (an unstable run)" if p.gpus in unstable else "")
     return out
 
 
@@ -237,29 +256,29 @@ def link_columns(lk):
 
 
 def model_rows(w, lk, settings, overlap):
-    """cm.predict's rows on the target system (every GPU count), with the measured figure beside
+    """sm.predict's rows on the target system (every GPU count), with the measured figure beside
     them judged against the system as timed; all-reduce only where there is no 1-GPU step."""
     measured = dict(w.images_per_s)
     if w.t1:
         rows = [
             {RENAME.get(k, k): v for k, v in r.items()}
-            for r in cm.predict(lk.target, w.model, settings.max_gpus, measured, overlap)
+            for r in sm.predict(lk.target, w.model, settings.max_gpus, measured, overlap)
         ]
-        as_timed = {r["gpus"]: r for r in cm.predict(lk.measured, w.model, settings.max_gpus, measured, overlap)}
+        as_timed = {r["gpus"]: r for r in sm.predict(lk.measured, w.model, settings.max_gpus, measured, overlap)}
         for r in rows:
             if r["measured_images_per_s"] is not None and r["gpus"] > 1:
                 for k in ("measured_within_interval", "measured_position", "note"):
                     r[k] = as_timed[r["gpus"]][k]
         return rows
     rows = []
-    for n in sorted(set(cm.powers_of_two(settings.max_gpus)) | set(measured)):
+    for n in sorted(set(sm.powers_of_two(settings.max_gpus)) | set(measured)):
         g, m = lk.target.layout(n)
         rows.append(
             {
                 "gpus": n,
                 "nodes": m,
                 "gpus_per_node": g,
-                "allreduce_s": cm.allreduce_at(lk.target, w.model, n),
+                "allreduce_s": sm.allreduce_at(lk.target, w.model, n),
                 "measured_images_per_s": measured.get(n),
                 "note": "",
             }
@@ -291,23 +310,17 @@ def workload_rows(w, lk, groups, settings):
     """Every row of one workload, and (label, why) of the model on it."""
     skip, skipped = unvouched(w)
     every = measured_points(w, lk.measured)
-    points = [p for p in every if p["gpus"] not in skip]
-    fit = cm.fit_overlap_points(w.t1, [(p["c"], p["efficiency"]) for p in points]) if w.t1 else None
-    loo = (
-        {
-            r["gpus"]: r
-            for r in cm.leave_one_out(w.t1, [cm.MeasuredPoint(p["gpus"], p["c"], p["efficiency"]) for p in points])
-        }
-        if w.t1
-        else {}
-    )
+    points = [p for p in every if p.gpus not in skip]
+    fit = sm.fit_overlap_points(w.t1, [(p.allreduce_s, p.hideable_s, p.efficiency) for p in points]) if w.t1 else None
+    loo = {r["gpus"]: r for r in sm.leave_one_out(w.t1, points)} if w.t1 else {}
     held = held_out_link_errors(lk) + [
         (r["rel_error"], f"the efficiency at {n} GPUs from the overlap fitted at the others")
         for n, r in loo.items()
         if r["rel_error"] is not None
     ]
-    label, why = quality(held, link_errors(w, lk, groups) + outside_errors(every, skip), settings.tolerance)
-    why += skipped + extrapolated(groups, cm.bucket_sizes(w.gradient_bytes, w.bucket_bytes))
+    missed = misses(w.t1, every, skip)
+    label, why = quality(held, link_errors(w, lk, groups), settings.tolerance, list(missed.values()), lk.flags())
+    why += skipped + extrapolated(groups, w.model.messages)
     if not w.t1:
         why = f"no 1-GPU run, so no efficiency to predict (training.gpus with 1); the all-reduce: {label}, {why}"
     rows = []
@@ -334,6 +347,8 @@ def workload_rows(w, lk, groups, settings):
         )
         if n in loo:
             row.update(loo_efficiency=loo[n]["predicted_efficiency"], loo_rel_error=loo[n]["rel_error"])
+        if n in missed:
+            row["note"] = f"a miss: {missed[n]}; {row['note']}"
         if row["allreduce_s"] is None and n > 1:
             row["note"] = no_prediction_note(w, lk, row["nodes"])
         if label == "poor":  # bounds, not a figure
@@ -360,7 +375,7 @@ def build(table, points, systems, settings):
     rows, sentences = [], []
     for w in workloads(records, settings):
         groups = allreduces(table, w.system)
-        lk = links(groups, systems.get(w.system, 1), settings, cm.bucket_sizes(w.gradient_bytes, w.bucket_bytes))
+        lk = links(groups, systems.get(w.system, 1), settings, w.model.messages, w.topology)
         got, (label, why) = workload_rows(w, lk, groups, settings)
         rows += got
         sentences.append(f"- **{w.name}** ({w.input} input): model {label}: {why}.")
@@ -382,18 +397,23 @@ def build(table, points, systems, settings):
 
 
 HOW = (
-    "The all-reduce model of docs/interconnect.md (workflow_scripts/predict/collective_model.py): the link within a "
-    "node and the network between nodes fitted to the interconnect stage's all-reduces (interconnect.csv, its own "
-    "rows, at the timed sizes that bracket the messages a step sends), or set under "
-    "prediction.*; each step's gradients sent in buckets (bucket_from). allreduce_s: one step's all-reduce at N GPUs. "
-    "With t1 the 1-GPU step, efficiency_no_overlap = t1 / (t1 + allreduce_s), efficiency_full_overlap = t1 / max(t1, "
-    "allreduce_s), and efficiency_predicted at the overlap fraction fitted to the sweep's runs above 1 GPU "
-    "(overlap_fraction); images/s = N x the 1-GPU images/s x efficiency. Where the sweep ran a point, its figure is "
-    "beside the prediction (measured_*), with whether it lies within the interval and loo_rel_error: the error of "
-    "the prediction made without that point (leave-one-out). model says what the model's own errors allow: within "
-    "tolerance, untested (nothing held out to test it on), or poor (off by more than prediction.tolerance where it "
-    "could be checked): then the row gives the bounds and no predicted figure. One workload per input path; a run "
-    "whose steps vary beyond 2% is shown but neither fitted nor judged on (model_why names it)."
+    "The all-reduce model of docs/interconnect.md (workflow_scripts/predict/collective_model.py, step_messages.py, "
+    "step_model.py): the link within a node and the network between nodes fitted by least squares to the "
+    "interconnect stage's all-reduces (interconnect.csv, its own rows, at five timed sizes at least around the "
+    "messages a step sends; the residuals in intra_from, inter_from), or set under prediction.*; across nodes as "
+    "the topology column says (nccl: NCCL's ring or tree, the faster). Each step's gradients go out as the library "
+    "sends them (bucket_from: DDP's buckets, Horovod's fusion cycles; bucket_bytes the largest message). "
+    "allreduce_s: one step's all-reduce at N GPUs. With t1 the 1-GPU step and h what can hide (only during the "
+    "backward pass, prediction.backward_share x t1, never the last message, nothing after one compiled graph), "
+    "efficiency_no_overlap = t1 / (t1 + allreduce_s), efficiency_full_overlap = t1 / (t1 + allreduce_s - h), and "
+    "efficiency_predicted at the share of h fitted to the sweep's runs above 1 GPU (overlap_fraction); images/s = N "
+    "x the 1-GPU images/s x efficiency. Where the sweep ran a point, its figure is beside the prediction "
+    "(measured_*), with whether it lies within the interval (outside: a miss, named in note with its size) and "
+    "loo_rel_error: the error of the prediction made without that point (leave-one-out). model says what the "
+    "model's own errors allow: within tolerance, untested (nothing held out to test it on), or poor (a miss, a "
+    "fitted latency no link can have, or off by more than prediction.tolerance where it could be checked): then "
+    "the row gives the bounds and no predicted figure. One workload per input path; a run whose steps vary beyond "
+    "2% is shown but neither fitted nor judged on (model_why names it), unless it misses."
 )
 
 

@@ -1,7 +1,8 @@
 """The sweep's runs as the scaling prediction reads them: each completed run's images/s, batch,
-gradient bytes, bucket and step variation, grouped into workloads (one system x framework x
-precision on one input path), so the model is checked against each path's own figures: the step
-without input (synthetic) is what the all-reduce model describes; a real path adds its input."""
+gradient bytes, how its library sends them (step_messages.py) and step variation, grouped into
+workloads (one system x framework x precision on one input path), so the model is checked against
+each path's own figures: the step without input (synthetic) is what the all-reduce model describes;
+a real path adds its input."""
 
 import json
 from dataclasses import dataclass, field
@@ -11,12 +12,10 @@ from ..common.errors import StageError
 from ..common.metrics import STABLE_CV
 from ..common.schema import default as config_default
 from ..interconnect import prediction as ic
-from . import collective_model as cm
+from . import step_messages as msg
+from . import step_model as sm
 
 MIB = 2**20
-# Horovod's documented default HOROVOD_FUSION_THRESHOLD, 64 MiB
-# (https://github.com/horovod/horovod/blob/master/docs/tensor-fusion.rst); the pipeline leaves it as it is.
-HOROVOD_FUSION_MIB = 64
 # Real data before synthetic, as the verdict table reads them (results/verdict_rules.py), so its
 # predicted column reads the workload its verdict does.
 INPUT_ORDER = ["dali", "gpu", "cpu", "auto", "synthetic"]
@@ -49,20 +48,53 @@ def run_record(point):
         "gradient_bytes": nbytes,
         "gradient_bytes_from": nbytes_from,
         "bucket_cap_mb": (s.get("pytorch") or {}).get("bucket_cap_mb") or (s.get("args") or {}).get("bucket_cap_mb"),
+        # what decides whether DDP's all-reduces can start during the backward pass (step_messages.py)
+        "ddp_graph": (s.get("pytorch") or {}).get("ddp_graph"),
+        "compile": (s.get("pytorch") or {}).get("compile"),
     }
 
 
-def bucket(framework, recorded_mb, settings):
-    """(bytes per message, where that comes from): prediction.bucket_mb, else the run's own."""
+def topology(setting, device):
+    """How an all-reduce of the runs crosses nodes: prediction.topology, or for auto what the
+    libraries do left to themselves. On GPUs NCCL picks ring or tree ("nccl"): PyTorch DDP calls it
+    directly, and Horovod (TensorFlow, MXNet) calls NCCL's all-reduce, its hierarchical one only
+    with HOROVOD_HIERARCHICAL_ALLREDUCE, which the pipeline does not set. On the CPU Gloo's
+    all-reduce is a ring."""
+    if setting != "auto":
+        return setting
+    return "ring" if device == "cpu" else "nccl"
+
+
+def ddp_overlaps(compile_mode, ddp_graph):
+    """Whether DDP's buckets go out during the backward pass: not where the step is compiled as one
+    graph (ddp_graph whole), whose all-reduces wait for the whole backward pass
+    (docs/decisions.md#ddp_graph). A summary that records neither is taken as DDP's own way."""
+    return not (compile_mode not in (None, "off") and ddp_graph == "whole")
+
+
+def sending(framework, record, settings, t1):
+    """(step_messages.Sending, where it comes from) of a workload: prediction.bucket_mb's fixed size,
+    else the library's own: PyTorch DDP's buckets of the run's bucket_cap_mb (which the trainer
+    always passes, so DDP's first bucket is a full one), Horovod's Tensor Fusion cycles over the
+    backward pass (backward_share x t1) for TensorFlow and MXNet."""
+    nbytes = record["gradient_bytes"]
+    overlaps = framework != "pytorch" or ddp_overlaps(record.get("compile"), record.get("ddp_graph"))
     mb = settings.bucket_for(framework)
     if mb:
-        return int(mb * MIB), f"prediction.bucket_mb: {mb:g} MiB"
+        said = f"prediction.bucket_mb: {mb:g} MiB"
+        return msg.fixed(nbytes, int(mb * MIB), overlaps, said), said
     if framework == "pytorch":
-        if recorded_mb:
-            return int(recorded_mb * MIB), f"the run's bucket_cap_mb: {recorded_mb:g} MiB"
-        default = config_default("training.pytorch.bucket_cap_mb")
-        return int(default * MIB), f"DDP's default bucket_cap_mb: {default:g} MiB (not in the run's summary)"
-    return HOROVOD_FUSION_MIB * MIB, f"Horovod's default fusion buffer: {HOROVOD_FUSION_MIB} MiB"
+        cap = record.get("bucket_cap_mb")
+        if cap:
+            said = f"the run's bucket_cap_mb: {cap:g} MiB"
+        else:
+            cap = config_default("training.pytorch.bucket_cap_mb")
+            said = f"DDP's default bucket_cap_mb: {cap:g} MiB (not in the run's summary)"
+        s = msg.ddp_buckets(nbytes, int(cap * MIB), overlaps=overlaps)
+        return s, f"{said}; {s.how}"
+    backward = settings.backward_share * t1 if t1 else None
+    s = msg.horovod_fusion(nbytes, backward, loop_runs_allreduce=record.get("device") == "cpu")
+    return s, f"Horovod's defaults (the pipeline sets neither): {s.how}"
 
 
 @dataclass
@@ -79,8 +111,8 @@ class Workload:
     batch_per_gpu: int
     gradient_bytes: int
     gradient_bytes_from: str
-    bucket_bytes: int
-    bucket_from: str
+    record: dict  # the first run's record: what its library's messages are formed from
+    settings: object
     images_per_s: dict = field(default_factory=dict)
     nodes: dict = field(default_factory=dict)
     step_cv: dict = field(default_factory=dict)  # the largest over the point's repeats
@@ -90,8 +122,26 @@ class Workload:
         return self.batch_per_gpu / self.images_per_s[1] if 1 in self.images_per_s else None
 
     @property
+    def sending(self):
+        """(step_messages.Sending, where it comes from)."""
+        return sending(self.framework, self.record, self.settings, self.t1)
+
+    @property
     def model(self):
-        return cm.Workload(self.t1, self.batch_per_gpu, self.gradient_bytes, self.bucket_bytes)
+        return sm.Workload(self.t1, self.batch_per_gpu, self.sending[0], self.settings.backward_share)
+
+    @property
+    def bucket_bytes(self):
+        """The largest message a step sends."""
+        return max(self.sending[0].messages)
+
+    @property
+    def bucket_from(self):
+        return self.sending[1]
+
+    @property
+    def topology(self):
+        return topology(self.settings.topology, self.device)
 
     @property
     def one_gpu_images_per_s(self):
@@ -121,7 +171,6 @@ def workloads(records, settings):
         groups.items(), key=lambda kv: (*kv[0][:3], rank.get(kv[0][3], len(rank)), kv[0][3])
     ):
         first = min(runs, key=lambda r: r["gpus"])
-        nbytes, nbytes_from = bucket(framework, first["bucket_cap_mb"], settings)
         w = Workload(
             system,
             framework,
@@ -131,8 +180,8 @@ def workloads(records, settings):
             first["batch_per_gpu"],
             first["gradient_bytes"],
             first["gradient_bytes_from"],
-            nbytes,
-            nbytes_from,
+            first,
+            settings,
         )
         for n in sorted({r["gpus"] for r in runs}):
             at = [r for r in runs if r["gpus"] == n]
