@@ -405,3 +405,14 @@ def test_the_brookhaven_rows_set_measured_against_stated():
     assert p3["model_busbw_ring_GBps"] == pytest.approx(1.25)
     assert p3["model_busbw_hierarchical_GBps"] == pytest.approx(1.25 * (2 * 15 / 16) / (2 * 1 / 2))
     assert rows[("AWS P3 (DGX-1V)", 4)]["model_busbw_ring_GBps"] is None
+
+
+@pytest.mark.parametrize("t1,c", [(0.2, 0.05), (0.05, 0.2), (0.1, 0.1)])
+def test_scaling_csvs_full_overlap_is_bounded_by_the_backward_pass(t1, c):
+    """Issue 52 item 12: scaling.csv's full overlap hides at most the backward pass (2/3 of t1 by
+    default), never the forward pass: t1 / max(t1, c) overstated it wherever c > 2/3 t1."""
+    no, full = bounds(t1, c)
+    assert full == pytest.approx(t1 / (t1 + c - min(2 / 3 * t1, c)), rel=1e-3)
+    assert no <= full <= 1.0
+    if c > t1:
+        assert full < t1 / max(t1, c)

@@ -3,7 +3,8 @@ the model's gradients takes at N GPUs (the stage's measurement, interpolated in 
 the sizes around it), against the 1-GPU step time t1:
 
     no overlap    efficiency = t1 / (t1 + t_allreduce)     (all-reduce after the backward pass)
-    full overlap  efficiency = t1 / max(t1, t_allreduce)   (all-reduce hidden behind it)
+    full overlap  efficiency = t1 / (t1 + t_allreduce - min(b t1, t_allreduce))
+                  (as much hidden as the backward pass, b = prediction.backward_share of t1, can)
 
 The measured efficiency (t1 / t_N with the same batch per GPU) lies between them when
 communication is what a run loses; below the no-overlap bound something else costs time too.
@@ -21,6 +22,7 @@ import math
 from pathlib import Path
 
 from ..common.errors import StageError, run_main
+from ..common.schema import default as config_default
 
 # torchvision's ResNet-50 with 1000 classes; the trainers record their model's own count (Keras'
 # and Gluon's differ slightly, the embedded default has 16 classes), this is for runs that do not.
@@ -65,9 +67,12 @@ def interpolate(points, nbytes):
     return None
 
 
-def bounds(t1, t_allreduce):
-    """(no-overlap, full-overlap) efficiency."""
-    return t1 / (t1 + t_allreduce), t1 / max(t1, t_allreduce)
+def bounds(t1, t_allreduce, backward_share=None):
+    """(no-overlap, full-overlap) efficiency. At most the backward pass, backward_share x t1
+    (config prediction.backward_share by default), can hide the all-reduce (predict/step_model.py
+    also keeps the last message out, which a single all-reduce time cannot tell)."""
+    share = config_default("prediction.backward_share") if backward_share is None else backward_share
+    return t1 / (t1 + t_allreduce), t1 / (t1 + t_allreduce - min(share * t1, t_allreduce))
 
 
 def verdict(measured, no_overlap, full_overlap):
