@@ -51,7 +51,8 @@ PREDICTION = (
     "around it; gradient_bytes from the run's summary, else ResNet-50's 25,557,032 parameters x 4 B, 2 B "
     "for MXNet fp16 and PyTorch's bf16 gradient compression); efficiency_no_overlap = t1 / (t1 + "
     "allreduce_s), the all-reduce after the backward pass; efficiency_full_overlap = t1 / (t1 + "
-    "allreduce_s - min(b x t1, allreduce_s)), as much hidden as the backward pass (b = prediction.backward_share) can; t1 = baseline_step_s (1 GPU). A run between the bounds "
+    "allreduce_s - min(b x t1, allreduce_s)), as much hidden as the backward pass (b = "
+    "prediction.backward_share) can; t1 = baseline_step_s (1 GPU). A run between the bounds "
     "loses what its communication costs; one below the no-overlap bound loses time elsewhere too."
 )
 RUN_COLUMNS = [
