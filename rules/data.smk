@@ -72,10 +72,10 @@ rule tfrecord:
         delete_old=int(CONV["delete_old"]),
     params:
         py=PY["tensorflow"],
-        encoding=encoding_args(),
+        encoding=DATA_PLAN.encoding_args(),
         out=lambda w, output: os.path.dirname(output[0]),
-        train_shards=tfrecord_shards("train"),
-        val_shards=tfrecord_shards("val"),
+        train_shards=DATA_PLAN.tfrecord_shards("train"),
+        val_shards=DATA_PLAN.tfrecord_shards("val"),
         label_offset=CONV["tfrecord"]["label_offset"],
     shell:
         "{params.py:q} -m workflow_scripts.data.tfrecord --index {input:q} --out {params.out:q} "
@@ -103,7 +103,7 @@ rule recordio:
         delete_old=int(CONV["delete_old"]),
     params:
         py=PY["mxnet"],
-        encoding=encoding_args(),
+        encoding=DATA_PLAN.encoding_args(),
         out=lambda w, output: os.path.dirname(output[0]),
     shell:
         "{params.py:q} -m workflow_scripts.data.recordio --index {input:q} --out {params.out:q} "
@@ -130,7 +130,7 @@ rule lmdb:
         delete_old=int(CONV["delete_old"]),
     params:
         py=PY["pytorch"],
-        encoding=encoding_args(),
+        encoding=DATA_PLAN.encoding_args(),
         out=lambda w, output: os.path.dirname(output[0]),
     shell:
         "{params.py:q} -m workflow_scripts.data.lmdb_caffe2 --index {input:q} --out {params.out:q} "
@@ -153,7 +153,7 @@ rule data_check:
     wildcard_constraints:
         format="tfrecord|recordio|lmdb",
     conda:
-        lambda w: "../envs/torch.yaml" if w.format == "lmdb" else "../envs/tf-mxnet.yaml"
+        lambda w: conda_env(FRAMEWORK_OF_FORMAT[w.format])
     threads: CONV["threads"]
     resources:
         **CPU_JOB_RESOURCES,
