@@ -72,10 +72,8 @@ use rule preflight_check as preflight_data_check with:
     benchmark:
         f"{LOGS}/preflight/{{system}}/{{framework}}_{{gpus}}gpu.data.bench.tsv"
     priority: 0
+    # params: the base rule's, but these (use rule ... with: replaces only the keys it names)
     params:
-        py=PY["workflow"],
-        python=POINTS.train_python,
-        launch=POINTS.launcher_args,
         args=PREFLIGHT.data_args,
         data=lambda w, input: folders_of(input.data)[0],
 
@@ -94,9 +92,6 @@ use rule preflight_check as preflight_input_check with:
         f"{LOGS}/preflight/{{system}}/{{framework}}_{{gpus}}gpu.input.bench.tsv"
     priority: 0
     params:
-        py=PY["workflow"],
-        python=POINTS.train_python,
-        launch=POINTS.launcher_args,
         args=PREFLIGHT.input_args,
         data=lambda w, input: folders_of(input.data)[0],
 
@@ -135,7 +130,6 @@ use rule preflight_table as preflight_data_table with:
     benchmark:
         f"{LOGS}/preflight/data_table.bench.tsv"
     params:
-        py=PY["workflow"],
         # the input check's rows, judged here: editing the margin re-measures nothing
         judge=PREFLIGHT.judge_args(),
 
