@@ -53,54 +53,93 @@ rule index_dataset:
         "--max-reject-fraction {params.max_rejects} --threads {threads} --cpus-per-task {resources.cpus_per_task} > {log:q} 2>&1"
 
 
-# The converters, one rule each (tfrecord, recordio, lmdb): {format: (its module in
-# workflow_scripts/data/, its own words)}. Built in a loop, so each keeps its own command's text,
-# which Snakemake compares to rerun a job whose code changed.
-CONVERTERS = {
-    "tfrecord": (
-        "tfrecord",
-        " --train-shards {params.train_shards} --val-shards {params.val_shards} --label-offset {params.label_offset}",
-    ),
-    "recordio": ("recordio", ""),
-    "lmdb": ("lmdb_caffe2", ""),
-}
-for _fmt, (_module, _own_words) in CONVERTERS.items():
+# The three converters stay three rules, each with its own command: `use rule` cannot change a
+# shell, Snakemake reruns a job whose shell text changed (a rule with a format wildcard would
+# reconvert every copy once), and a rule built in a loop evaluates its shell when the job runs,
+# with the loop's last values.
+rule tfrecord:
+    input:
+        rules.index_dataset.output,
+    output:
+        converted("tfrecord"),
+    log:
+        f"{LOGS}/data/tfrecord.log",
+    benchmark:
+        f"{LOGS}/data/tfrecord.bench.tsv"
+    conda:
+        "../envs/tf-mxnet.yaml"
+    threads: CONV["threads"]
+    resources:
+        **CPU_JOB_RESOURCES,
+        cpus_per_task=CONV["threads"],
+        # where there is no room for both, the complete earlier copy goes first (changing it reruns nothing)
+        delete_old=int(CONV["delete_old"]),
+    params:
+        py=PY["tensorflow"],
+        encoding=DATA_PLAN.encoding_args(),
+        out=lambda w, output: os.path.dirname(output[0]),
+        train_shards=DATA_PLAN.tfrecord_shards("train"),
+        val_shards=DATA_PLAN.tfrecord_shards("val"),
+        label_offset=CONV["tfrecord"]["label_offset"],
+    shell:
+        "{params.py:q} -m workflow_scripts.data.tfrecord --index {input:q} --out {params.out:q} "
+        "--delete-old={resources.delete_old} "
+        "--threads {threads} --cpus-per-task {resources.cpus_per_task} {params.encoding:q} --train-shards {params.train_shards} "
+        "--val-shards {params.val_shards} --label-offset {params.label_offset} > {log:q} 2>&1"
 
-    rule:
-        name:
-            _fmt
-        input:
-            rules.index_dataset.output,
-        output:
-            converted(_fmt),
-        log:
-            f"{LOGS}/data/{_fmt}.log",
-        benchmark:
-            f"{LOGS}/data/{_fmt}.bench.tsv"
-        conda:
-            conda_env(FRAMEWORK_OF_FORMAT[_fmt])
-        threads: CONV["threads"]
-        resources:
-            **CPU_JOB_RESOURCES,
-            cpus_per_task=CONV["threads"],
-            # where there is no room for both, the complete earlier copy goes first (changing it reruns nothing)
-            delete_old=int(CONV["delete_old"]),
-        params:
-            **DATA_PLAN.converter_params(_fmt),
-            py=PY[FRAMEWORK_OF_FORMAT[_fmt]],
-            encoding=DATA_PLAN.encoding_args(),
-            out=lambda w, output: os.path.dirname(output[0]),
-        shell:
-            "".join(
-                (
-                    "{params.py:q} -m workflow_scripts.data.",
-                    _module,
-                    " --index {input:q} --out {params.out:q} --delete-old={resources.delete_old} --threads {threads} "
-                    "--cpus-per-task {resources.cpus_per_task} {params.encoding:q}",
-                    _own_words,
-                    " > {log:q} 2>&1",
-                )
-            )
+
+rule recordio:
+    input:
+        rules.index_dataset.output,
+    output:
+        converted("recordio"),
+    log:
+        f"{LOGS}/data/recordio.log",
+    benchmark:
+        f"{LOGS}/data/recordio.bench.tsv"
+    conda:
+        "../envs/tf-mxnet.yaml"
+    threads: CONV["threads"]
+    resources:
+        **CPU_JOB_RESOURCES,
+        cpus_per_task=CONV["threads"],
+        # where there is no room for both, the complete earlier copy goes first (changing it reruns nothing)
+        delete_old=int(CONV["delete_old"]),
+    params:
+        py=PY["mxnet"],
+        encoding=DATA_PLAN.encoding_args(),
+        out=lambda w, output: os.path.dirname(output[0]),
+    shell:
+        "{params.py:q} -m workflow_scripts.data.recordio --index {input:q} --out {params.out:q} "
+        "--delete-old={resources.delete_old} "
+        "--threads {threads} --cpus-per-task {resources.cpus_per_task} {params.encoding:q} > {log:q} 2>&1"
+
+
+rule lmdb:
+    input:
+        rules.index_dataset.output,
+    output:
+        converted("lmdb"),
+    log:
+        f"{LOGS}/data/lmdb.log",
+    benchmark:
+        f"{LOGS}/data/lmdb.bench.tsv"
+    conda:
+        "../envs/torch.yaml"
+    threads: CONV["threads"]
+    resources:
+        **CPU_JOB_RESOURCES,
+        cpus_per_task=CONV["threads"],
+        # where there is no room for both, the complete earlier copy goes first (changing it reruns nothing)
+        delete_old=int(CONV["delete_old"]),
+    params:
+        py=PY["pytorch"],
+        encoding=DATA_PLAN.encoding_args(),
+        out=lambda w, output: os.path.dirname(output[0]),
+    shell:
+        "{params.py:q} -m workflow_scripts.data.lmdb_caffe2 --index {input:q} --out {params.out:q} "
+        "--delete-old={resources.delete_old} "
+        "--threads {threads} --cpus-per-task {resources.cpus_per_task} {params.encoding:q} > {log:q} 2>&1"
 
 
 # The whole-file check (docs/data.md#the-whole-file-check): every converted file against its

@@ -64,8 +64,6 @@ def test_the_embedded_dataset_is_written_under_data_dir_and_converted_in_a_handf
     assert p.data.embedded and p.data.root == "/d/embedded/ILSVRC2012" and p.data.contents() == ""
     assert p.data.converted("lmdb") == "/d/lmdb/done.json" and p.data.check_record("lmdb") == "/d/checked/lmdb.json"
     assert (p.data.tfrecord_shards("train"), p.data.tfrecord_shards("val")) == (4, 2)
-    assert p.data.converter_params("tfrecord") == {"train_shards": 4, "val_shards": 2, "label_offset": 1}
-    assert p.data.converter_params("lmdb") == {}
     assert folders_of("/d/lmdb/done.json") == ["/d/lmdb"] and folders_of(["/d/a/x", "/d/b/y"]) == ["/d/a", "/d/b"]
     assert conda_env("pytorch") == "../envs/torch.yaml" and conda_env("mxnet") == "../envs/tf-mxnet.yaml"
 

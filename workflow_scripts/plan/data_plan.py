@@ -58,16 +58,6 @@ class DataPlan:
             return value
         return {"train": 4, "val": 2}[split] if self.embedded else {"train": 1024, "val": 128}[split]
 
-    def converter_params(self, fmt):
-        """A converter's own settings, beside those all three take: TFRecord's shards and labels."""
-        if fmt != "tfrecord":
-            return {}
-        return {
-            "train_shards": self.tfrecord_shards("train"),
-            "val_shards": self.tfrecord_shards("val"),
-            "label_offset": self.conversion["tfrecord"]["label_offset"],
-        }
-
     def encoding_args(self):
         return convert.encoding_argv(self.conversion)
 
