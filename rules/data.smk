@@ -53,6 +53,10 @@ rule index_dataset:
         "--max-reject-fraction {params.max_rejects} --threads {threads} --cpus-per-task {resources.cpus_per_task} > {log:q} 2>&1"
 
 
+# The three converters stay three rules, each with its own command: `use rule` cannot change a
+# shell, Snakemake reruns a job whose shell text changed (a rule with a format wildcard would
+# reconvert every copy once), and a rule built in a loop evaluates its shell when the job runs,
+# with the loop's last values.
 rule tfrecord:
     input:
         rules.index_dataset.output,
@@ -72,10 +76,10 @@ rule tfrecord:
         delete_old=int(CONV["delete_old"]),
     params:
         py=PY["tensorflow"],
-        encoding=encoding_args(),
+        encoding=DATA_PLAN.encoding_args(),
         out=lambda w, output: os.path.dirname(output[0]),
-        train_shards=tfrecord_shards("train"),
-        val_shards=tfrecord_shards("val"),
+        train_shards=DATA_PLAN.tfrecord_shards("train"),
+        val_shards=DATA_PLAN.tfrecord_shards("val"),
         label_offset=CONV["tfrecord"]["label_offset"],
     shell:
         "{params.py:q} -m workflow_scripts.data.tfrecord --index {input:q} --out {params.out:q} "
@@ -103,7 +107,7 @@ rule recordio:
         delete_old=int(CONV["delete_old"]),
     params:
         py=PY["mxnet"],
-        encoding=encoding_args(),
+        encoding=DATA_PLAN.encoding_args(),
         out=lambda w, output: os.path.dirname(output[0]),
     shell:
         "{params.py:q} -m workflow_scripts.data.recordio --index {input:q} --out {params.out:q} "
@@ -130,7 +134,7 @@ rule lmdb:
         delete_old=int(CONV["delete_old"]),
     params:
         py=PY["pytorch"],
-        encoding=encoding_args(),
+        encoding=DATA_PLAN.encoding_args(),
         out=lambda w, output: os.path.dirname(output[0]),
     shell:
         "{params.py:q} -m workflow_scripts.data.lmdb_caffe2 --index {input:q} --out {params.out:q} "
@@ -153,7 +157,7 @@ rule data_check:
     wildcard_constraints:
         format="tfrecord|recordio|lmdb",
     conda:
-        lambda w: "../envs/torch.yaml" if w.format == "lmdb" else "../envs/tf-mxnet.yaml"
+        lambda w: conda_env(FRAMEWORK_OF_FORMAT[w.format])
     threads: CONV["threads"]
     resources:
         **CPU_JOB_RESOURCES,

@@ -4,7 +4,30 @@
 #   split -> export -> calibrate -> quantize -> engine -> evaluate | throughput -> the two tables
 # Each step is its own rule, so an edit reruns only what it affects: the batch sizes only the
 # throughput jobs, the calibration settings calibration onward.
-include: "int8_common.smk"
+from workflow_scripts.infer.networks import NETWORKS  # noqa: E402
+from workflow_scripts.plan.int8_plan import Int8Plan  # noqa: E402
+
+# What config.yaml's inference section means, checked now (plan/int8_plan.py).
+INT8_PLAN = Int8Plan(config, PLAN, SHAPE, CPU_JOB_RESOURCES, LONG_TEST_GPUS)
+INFER = config["inference"]
+INT8 = f"{RESULTS}/int8"
+ENGINE = INT8_PLAN.engine
+CALIB = INFER["calibration"]
+THROUGHPUT = INFER["throughput"]
+BATCH_SIZES = INT8_PLAN.batch_sizes()
+for line in parse_time(INT8_PLAN.check):
+    print(line, file=sys.stderr)
+INFER_SYSTEM = parse_time(INT8_PLAN.system)
+ACTIVATIONS = parse_time(INT8_PLAN.activations)
+INT8_MODELS = list(INFER["models"])
+TORCH_HOME = INT8_PLAN.torch_home
+
+
+wildcard_constraints:
+    model="|".join(NETWORKS),
+    precision="fp32|int8",
+    engine="onnxruntime|tensorrt",
+    bs=r"\d+",
 
 
 rule int8_split:
@@ -22,7 +45,7 @@ rule int8_split:
         "../envs/workflow.yaml"
     params:
         py=PY["workflow"],
-        batches=calibration_batches(),
+        batches=INT8_PLAN.calibration_batches(),
         batch_size=CALIB["batch_size"],
         out_dir=lambda w, output: os.path.dirname(output.summary),
     shell:
@@ -51,7 +74,7 @@ rule int8_weights:
 
 rule int8_export:
     input:
-        weights=export_weights,
+        weights=INT8_PLAN.export_weights,
     output:
         onnx=f"{INT8}/{{model}}/fp32.onnx",
         info=f"{INT8}/{{model}}/model.json",
@@ -67,7 +90,7 @@ rule int8_export:
         cpus_per_task=INFER["threads"],
     params:
         py=PY["pytorch"],
-        args=export_args,
+        args=INT8_PLAN.export_args,
         image_size=INFER["image_size"],
     shell:
         "{params.py:q} -m workflow_scripts.infer.export --network {wildcards.model} {params.args:q} "
@@ -95,7 +118,7 @@ rule int8_calibrate:
     params:
         lmdb=lambda w, input: folders_of(input.lmdb)[0],
         py=PY["pytorch"],
-        args=calibration_args(),
+        args=INT8_PLAN.calibration_args(),
         image_size=INFER["image_size"],
         batch_size=CALIB["batch_size"],
     shell:
@@ -120,10 +143,10 @@ rule int8_quantize:
     params:
         py=PY["pytorch"],
         activations=ACTIVATIONS,
-        bias=BIAS,
+        bias=INT8_PLAN.bias(),
         engine=ENGINE,
         per_channel=int(INFER["quantization"]["per_channel"]),
-        calibration_images=calibration_batches() * CALIB["batch_size"],
+        calibration_images=INT8_PLAN.calibration_batches() * CALIB["batch_size"],
     shell:
         "{params.py:q} -m workflow_scripts.infer.quantize --onnx {input.onnx:q} --ranges {input.ranges:q} "
         "--activations {params.activations:q} --bias {params.bias:q} --engine {params.engine:q} "
@@ -145,10 +168,10 @@ rule int8_engine:
         "../envs/torch.yaml"
     threads: INFER["threads"]
     resources:
-        **inference_resources(),
+        **INT8_PLAN.resources(),
     params:
         py=PY["pytorch"],
-        args=engine_args(),
+        args=INT8_PLAN.engine_args(),
     shell:
         "{params.py:q} -m workflow_scripts.infer.build_engine --engine {wildcards.engine} --onnx {input:q} "
         "--precision {wildcards.precision} --threads {threads} {params.args:q} --out {output.engine:q} "
@@ -171,7 +194,7 @@ rule int8_evaluate:
         "../envs/torch.yaml"
     threads: INFER["threads"]
     resources:
-        **inference_resources(),
+        **INT8_PLAN.resources(),
     params:
         lmdb=lambda w, input: folders_of(input.lmdb)[0],
         py=PY["pytorch"],
@@ -213,7 +236,7 @@ rule int8_accuracy:
 # Timed runs: one job per network, engine and batch size times the FP32 and the INT8 engine
 # alternately in one process, so that their ratio never spans two devices or nodes. It is a
 # measuring job: run locally it takes every core snakemake has, so nothing of the workflow runs
-# beside it; through SLURM it takes its node alone (inference_resources). ONNX Runtime's threads
+# beside it; through SLURM it takes its node alone (plan/int8_plan.py, resources). ONNX Runtime's threads
 # stay inference.threads, capped at those cores: a param, so the timings rerun when the thread
 # count changes, and only then.
 rule int8_throughput_run:
@@ -228,19 +251,19 @@ rule int8_throughput_run:
         f"{LOGS}/int8/{{model}}/{{engine}}/throughput_bs{{bs}}.bench.tsv"
     conda:
         "../envs/torch.yaml"
-    threads: alone_threads(INFER["threads"])
+    threads: POINTS.alone_threads(INFER["threads"])
     resources:
-        **inference_resources(measuring=True),
+        **INT8_PLAN.resources(measuring=True),
     params:
         py=PY["pytorch"],
         image_size=INFER["image_size"],
         warmup=THROUGHPUT["warmup"],
         repeats=THROUGHPUT["repeats"],
-        engine_threads=engine_threads,
+        engine_threads=lambda w, threads: INT8_PLAN.engine_threads(threads, workflow.local_exec),
         # as configured too: engine_threads is capped at a local run's cores, and an edit of the key
         # must rerun the timings wherever they ran
         threads_asked=INFER["threads"],
-        durations=throughput_durations,
+        durations=INT8_PLAN.durations,
     shell:
         "{params.py:q} -m workflow_scripts.infer.throughput --engine {wildcards.engine} --network {wildcards.model} "
         "--fp32 {input.fp32:q} --int8 {input.int8:q} --image-size {params.image_size:q} "

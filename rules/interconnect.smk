@@ -4,12 +4,20 @@
 # resources); its all-reduce of the gradients' size then explains the runs' scaling (scaling.csv).
 
 
-include: "interconnect_common.smk"
+from workflow_scripts.plan.interconnect_plan import InterconnectPlan  # noqa: E402
+
+# What config.yaml's interconnect section means for each sweep point (plan/interconnect_plan.py).
+IC = InterconnectPlan(config, PLAN, REPO)
+parse_time(IC.check)
+NCCL_TESTS = IC.nccl_tests
+IC_POINTS = IC.points()
+# The measurements scaling.csv's predictions read: the all-reduces at each system and GPU count > 1.
+IC_ALLREDUCE = IC.allreduce()
 
 
 rule interconnect_collectives:
     input:
-        preflight=preflight_passed_system,
+        preflight=lambda w: ancient(PREFLIGHT.passed_system(w)),
     output:
         f"{RESULTS}/interconnect/{{system}}/{{gpus}}gpu/torch.json",
     log:
@@ -21,18 +29,18 @@ rule interconnect_collectives:
         gpus=r"\d+",
     conda:
         "../envs/torch.yaml"
-    threads: point_threads
+    threads: POINTS.point_threads
     resources:
         **POINT_RESOURCES,
     params:
         cuda_cache=TRAIN["cuda_cache_dir"],
         # The launcher runs on the host (it calls srun); the ranks in the system's PyTorch environment.
         launcher=PY["workflow"],
-        py=ic_python,
-        launch=geometry_args,
-        args=ic_args,
-        device=ic_device,
-        nccl_logs=lambda w: f"{ic_dir(w.system, w.gpus)}/nccl_logs/torch",
+        py=lambda w: parse_time(IC.python, w),
+        launch=POINTS.geometry_args,
+        args=IC.args,
+        device=IC.device,
+        nccl_logs=lambda w: IC.nccl_logs(w, "torch"),
     # NCCL's debug files are read once the launcher has returned, not by rank 0 after its last
     # barrier: a file another node writes is sure to be whole on the shared file system only once
     # its process has closed it (NFS' close-to-open consistency), and NCCL closes it at exit.
@@ -46,7 +54,7 @@ rule interconnect_collectives:
 
 rule interconnect_nccl_tests:
     input:
-        preflight=preflight_passed_system,
+        preflight=lambda w: ancient(PREFLIGHT.passed_system(w)),
     output:
         f"{RESULTS}/interconnect/{{system}}/{{gpus}}gpu/nccl_tests.json",
     log:
@@ -58,19 +66,19 @@ rule interconnect_nccl_tests:
         gpus=r"\d+",
     conda:
         "../envs/torch.yaml"
-    threads: point_threads
+    threads: POINTS.point_threads
     resources:
         **POINT_RESOURCES,
     params:
         cuda_cache=TRAIN["cuda_cache_dir"],
-        # A driver on the host; the binaries run in the system's PyTorch environment (ic_exec).
+        # A driver on the host; the binaries run in the system's PyTorch environment (IC.nccl_exec).
         py=PY["workflow"],
         build=NCCL_TESTS,
-        launch=geometry_args,
-        args=ic_args,
-        exec=ic_exec,
-        srun_mpi=ic_srun_mpi,
-        nccl_logs=lambda w: f"{ic_dir(w.system, w.gpus)}/nccl_logs/nccl_tests",
+        launch=POINTS.geometry_args,
+        args=IC.args,
+        exec=IC.nccl_exec,
+        srun_mpi=IC.srun_mpi,
+        nccl_logs=lambda w: IC.nccl_logs(w, "nccl_tests"),
     shell:
         "{params.py:q} -m workflow_scripts.interconnect.nccl_tests --build={params.build:q} {params.args:q} "
         "{params.launch:q} --exec={params.exec:q} --srun-mpi={params.srun_mpi:q} "

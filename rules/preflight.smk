@@ -5,7 +5,22 @@
 # passed, so a broken pair stops the workflow once, with its cause, before any run queues.
 
 
-include: "preflight_common.smk"
+from workflow_scripts.plan.input_plan import InputPlan  # noqa: E402
+from workflow_scripts.plan.preflight_plan import PreflightPlan  # noqa: E402
+
+# Which checks the sweep needs and what a training job waits for (plan/preflight_plan.py); the data
+# check's input check measures what plan/input_plan.py says.
+PREFLIGHT = PreflightPlan(config, PLAN, SWEEP, LONG_TEST_GPUS, COMMANDS.env_keys, InputPlan(config, PLAN, COMMANDS))
+PREFLIGHT_RESULTS = PREFLIGHT.results_all()
+PREFLIGHT_OKS = PREFLIGHT.oks()
+# The dataset is checked by a job of its own, so that the environment checks need no conversion
+# (hours on ILSVRC2012): `snakemake preflight` checks the data of the formats already converted.
+PAIRS_READING = PREFLIGHT.pairs_reading()
+CONVERTED_NOW = PREFLIGHT.converted_now(os.path.exists)
+PREFLIGHT_DATA_RESULTS = [PREFLIGHT.data_result(s, f) for s, f in PAIRS_READING]
+PREFLIGHT_INPUT_RESULTS = [PREFLIGHT.data_result(s, f, "input") for s, f in PAIRS_READING]
+ALL_CONVERTED_NOW = len(CONVERTED_NOW) == len(PAIRS_READING)
+PREFLIGHT_DATA_OKS_NOW = [PREFLIGHT.ok(s, f, "data") for s, f in CONVERTED_NOW]
 
 
 rule preflight_check:
@@ -24,15 +39,15 @@ rule preflight_check:
     # A failed check is the answer, not a fluke: the job writes it and never runs again by itself.
     retries: 0
     conda:
-        lambda w: "../envs/torch.yaml" if w.framework == "pytorch" else "../envs/tf-mxnet.yaml"
-    threads: point_threads
+        lambda w: conda_env(w.framework)
+    threads: POINTS.point_threads
     resources:
         **POINT_RESOURCES,
     params:
         py=PY["workflow"],
-        python=train_python,
-        launch=launcher_args,
-        args=preflight_args,
+        python=POINTS.train_python,
+        launch=POINTS.launcher_args,
+        args=PREFLIGHT.args,
         data="",
         cache_clear_command=TRAIN["cache_clear_command"],
         cache_clear=TRAIN["cache_clear"],
@@ -49,7 +64,7 @@ rule preflight_check:
 # the pair's first node as its runs see them.
 use rule preflight_check as preflight_data_check with:
     input:
-        data=preflight_data,
+        data=POINTS.dataset_of,
     output:
         f"{RESULTS}/preflight/{{system}}/{{framework}}/{{gpus}}gpu.data.json",
     log:
@@ -57,11 +72,9 @@ use rule preflight_check as preflight_data_check with:
     benchmark:
         f"{LOGS}/preflight/{{system}}/{{framework}}_{{gpus}}gpu.data.bench.tsv"
     priority: 0
+    # params: the base rule's, but these (use rule ... with: replaces only the keys it names)
     params:
-        py=PY["workflow"],
-        python=train_python,
-        launch=launcher_args,
-        args=preflight_data_args,
+        args=PREFLIGHT.data_args,
         data=lambda w, input: folders_of(input.data)[0],
 
 
@@ -69,8 +82,8 @@ use rule preflight_check as preflight_data_check with:
 # the step rate, once the pair's data check passed. Only the tables read it: no gate waits for it.
 use rule preflight_check as preflight_input_check with:
     input:
-        data=preflight_data,
-        passed=lambda w: ancient(preflight_data_ok(w.system, w.framework)),
+        data=POINTS.dataset_of,
+        passed=lambda w: ancient(PREFLIGHT.ok(w.system, w.framework, "data")),
     output:
         f"{RESULTS}/preflight/{{system}}/{{framework}}/{{gpus}}gpu.input.json",
     log:
@@ -79,10 +92,7 @@ use rule preflight_check as preflight_input_check with:
         f"{LOGS}/preflight/{{system}}/{{framework}}_{{gpus}}gpu.input.bench.tsv"
     priority: 0
     params:
-        py=PY["workflow"],
-        python=train_python,
-        launch=launcher_args,
-        args=preflight_input_args,
+        args=PREFLIGHT.input_args,
         data=lambda w, input: folders_of(input.data)[0],
 
 
@@ -120,16 +130,15 @@ use rule preflight_table as preflight_data_table with:
     benchmark:
         f"{LOGS}/preflight/data_table.bench.tsv"
     params:
-        py=PY["workflow"],
         # the input check's rows, judged here: editing the margin re-measures nothing
-        judge=input_judge_args(),
+        judge=PREFLIGHT.judge_args(),
 
 
 # Each system's own table: its gates wait for it, so a check that never returned (its job lost
 # with its node) holds back its own system's gates and no other's.
 use rule preflight_table as preflight_system_table with:
     input:
-        lambda w: [r for r in PREFLIGHT_RESULTS if r.startswith(f"{RESULTS}/preflight/{w.system}/")],
+        PREFLIGHT.system_results,
     output:
         csv=f"{RESULTS}/preflight/{{system}}.csv",
         markdown=f"{RESULTS}/preflight/{{system}}.md",
@@ -144,7 +153,7 @@ rule preflight_gate:
         # after its system's table, so that it lists every pair even when this one stops the
         # workflow (a table rewritten for another pair does not rerun this gate)
         table=ancient(f"{RESULTS}/preflight/{{system}}.csv"),
-        results=lambda w: [preflight_result(w.system, w.framework, g) for g in preflight_gpus(w.system)],
+        results=PREFLIGHT.gate_results,
     output:
         f"{RESULTS}/preflight/{{system}}/{{framework}}.ok",
     log:
@@ -166,7 +175,7 @@ rule preflight_gate:
 
 use rule preflight_gate as preflight_data_gate with:
     input:
-        results=lambda w: preflight_data_result(w.system, w.framework),
+        results=lambda w: PREFLIGHT.data_result(w.system, w.framework),
     output:
         f"{RESULTS}/preflight/{{system}}/{{framework}}.data.ok",
     log:

@@ -3,7 +3,7 @@
 
 from workflow_scripts.plan import price as plan_price  # noqa: E402
 
-PRICE_JOBS = plan_price.plan_jobs(config, SWEEP, LONG_TEST, placement, preflight_gpus, PLAN.point_group)
+PRICE_JOBS = plan_price.plan_jobs(config, SWEEP, LONG_TEST, placement, PREFLIGHT.gpus, PLAN.point_group)
 if not IN_SLURM_JOB and not plan_price.targets_only_price(sys.argv, [*(r.name for r in workflow.rules), "price"]):
     parse_time(plan_price.check_budget, PRICE_JOBS, config["budget_gpu_hours"])
 

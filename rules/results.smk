@@ -43,7 +43,7 @@ rule training_tables:
         py=PY["workflow"],
         points=json.dumps(SWEEP),
         interconnect=json.dumps(IC_ALLREDUCE),
-        judge=input_judge_args(),
+        judge=PREFLIGHT.judge_args(),
         out_dir=lambda w, output: os.path.dirname(output.training_throughput),
     shell:
         "{params.py:q} -m workflow_scripts.results.training_tables --points {params.points:q} "

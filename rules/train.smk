@@ -1,18 +1,18 @@
 # The training stage: ResNet-50 data-parallel training per framework from its own format,
 # one job per sweep run (system x framework x precision x GPU count x repeat). Paper section IV.
 # On a cluster a run takes `nodes` x `gpus_per_node` tasks (srun inside its job), and a point's
-# repeats share one SLURM job, in turn (rules/common.smk, job_group); locally the same launcher
+# repeats share one SLURM job, in turn (workflow_scripts/plan/point_jobs.py, job_group); locally the same launcher
 # starts child processes.
 
 
 rule train:
     input:
-        data=training_data,
+        data=POINTS.training_data,
         # every converted file matched its manifest's sha256 (rules/data.smk, data_check)
-        checked=data_checked,
+        checked=POINTS.data_checked,
         # the pair's preflight passed (rules/preflight.smk)
-        preflight=preflight_passed,
-        previous=previous_run,
+        preflight=lambda w: ancient(PREFLIGHT.passed(w)),
+        previous=lambda w: ancient(POINTS.previous_log(w)),
     output:
         f"{RESULTS}/runs/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}{{rep}}/summary.json",
     log:
@@ -30,10 +30,10 @@ rule train:
         rep=r"(_rep\d+)?",
     retries: TRAIN["retries"]
     group:
-        job_group
+        POINTS.job_group
     conda:
-        lambda w: "../envs/torch.yaml" if w.framework == "pytorch" else "../envs/tf-mxnet.yaml"
-    threads: point_threads
+        lambda w: conda_env(w.framework)
+    threads: POINTS.point_threads
     resources:
         **POINT_RESOURCES,
         attempt=lambda w, attempt: attempt,
@@ -44,15 +44,15 @@ rule train:
         # train/training_job.py runs in the workflow's environment; the framework's interpreter (or
         # container) starts the rendezvous and the ranks.
         py=PY["workflow"],
-        python=train_python,
+        python=POINTS.train_python,
         run_dir=lambda w, output: os.path.dirname(output[0]),
         # the copy's folder: its files' page cache is cleared (workflow_scripts/common/page_cache.py)
         data=lambda w, input: folders_of(input.data),
         # results_dir (output = <results_dir>/runs/<system>/<run>/summary.json)
         results_dir=lambda w, output: Path(output[0]).parents[3],
-        trainer=lambda w: f"workflow_scripts.train.{TRAINER_OF[w.framework]}",
-        args=trainer_args,
-        launch=launcher_args,
+        trainer=POINTS.trainer_module,
+        args=POINTS.trainer_args,
+        launch=POINTS.launcher_args,
         cache_clear_command=TRAIN["cache_clear_command"],
         cache_clear=TRAIN["cache_clear"],
         cuda_cache=TRAIN["cuda_cache_dir"],
@@ -83,10 +83,10 @@ rule training:
 # never the sweep's mode or steps, so each test's edits rerun only its own runs.
 use rule train as train_accuracy with:
     input:
-        data=dataset_of,
-        checked=lambda w: check_record(FORMAT_OF[w.framework]),
-        preflight=preflight_passed,
-        fits=long_test_fits,
+        data=POINTS.dataset_of,
+        checked=POINTS.checked_of,
+        preflight=lambda w: ancient(PREFLIGHT.passed(w)),
+        fits=lambda w: parse_time(cluster_checks.long_test_inputs, config, LONG_TEST, workflow.local_exec),
     output:
         f"{RESULTS}/runs/{{system}}/accuracy/{{framework}}_{{precision}}_{{gpus}}gpu/summary.json",
     log:
@@ -104,4 +104,4 @@ use rule train as train_accuracy with:
     params:
         # results_dir (output = <results_dir>/runs/<system>/accuracy/<run>/summary.json)
         results_dir=lambda w, output: Path(output[0]).parents[4],
-        args=accuracy_args,
+        args=POINTS.accuracy_args,

@@ -18,7 +18,7 @@ LAYERS = {
     "train": {"common", "data"},
     "infer": {"common", "data"},
     "interconnect": {"common"},
-    "plan": {"common", "train"},
+    "plan": {"common", "data", "train", "infer", "interconnect"},
     "preflight": {"common", "train"},
     "results": {"common", "interconnect"},
     "predict": {"common", "interconnect"},

@@ -26,7 +26,7 @@ def _plan(max_minutes=None, **overrides):
     sweep = Sweep(config, embedded=False)
     sweep.max_minutes = max_minutes or {}
 
-    def preflight_gpus(system):  # rules/preflight_common.smk's: one node's tasks, and two nodes'
+    def preflight_gpus(system):  # plan/preflight_plan.py's gpus: one node's tasks, and two nodes'
         return [8, 16]
 
     return config, price.plan_jobs(

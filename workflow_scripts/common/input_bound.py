@@ -147,5 +147,5 @@ def add_judge_arguments(ap):
 
 
 def judge_argv(preflight):
-    """Their words (rules/preflight_common.smk's input_judge_args); no paths listed, no word."""
+    """Their words (plan/preflight_plan.py's judge_args); no paths listed, no word."""
     return schema.argv(preflight, "preflight", JUDGE, quiet=("input_bound_expected",))

@@ -278,7 +278,7 @@ ENCODING = ("resize_shorter", "jpeg_quality", "shorter_cap")
 
 
 def encoding_argv(conversion):
-    """The converters' words of config conversion (rules/common.smk); shorter_cap none at its
+    """The converters' words of config conversion (plan/data_plan.py); shorter_cap none at its
     default, so copies made before the key are not converted again."""
     return schema.argv(conversion, "conversion", ENCODING, quiet=("shorter_cap",))
 

@@ -2,7 +2,7 @@
 names in each folder that holds images (train/, train/<wnid>/, val/ and its synset folders) and
 the size and mtime of the val label files in use (docs/data.md#files-added-later).
 
-fingerprint() digests them; rules/common.smk passes it to the index as a param, so adding,
+fingerprint() digests them; plan/data_plan.py passes it to the index as a param, so adding,
 removing or renaming an image, or editing a label file, reruns the index. A folder's names are
 read again only where its ctime or mtime changed since the last parse (a cache in data_dir): a
 parse costs one stat a folder, and a folder touched with the same names changes nothing. The

@@ -9,7 +9,7 @@ from ..common.atomic import atomic_file, write_json
 from ..common.errors import run_main
 from . import engines
 
-# config inference.tensorrt.*: what a TensorRT build is given (rules/int8_common.smk, engine_args)
+# config inference.tensorrt.*: what a TensorRT build is given (plan/int8_plan.py, engine_args)
 BUILD = ("max_batch", "workspace_mb")
 
 

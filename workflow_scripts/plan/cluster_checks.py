@@ -122,3 +122,13 @@ def check_long_test_fits(config, long_test):
         )
         if said:
             raise ConfigProblem(said)
+
+
+def long_test_inputs(config, long_test, local):
+    """Through SLURM (`local` false), a long test that cannot fit its jobs at the best measured rate
+    stops the workflow before any of its jobs is submitted (check_long_test_fits). An input function
+    of its runs (no file, []): asked when the jobs are planned, since the executor is not known yet
+    while the Snakefile is read."""
+    if not local:
+        check_long_test_fits(config, long_test)
+    return []

@@ -217,3 +217,16 @@ def framework_env(config, system, framework, repo):
     key, value = framework_config(config, system, framework)
     gpu = config["systems"][system]["gpu_request"] != "none"
     return key, interpreter_words(key, value, repo, "bash envs/setup.sh --gpu" if gpu else "bash envs/setup.sh")
+
+
+def raising(error):
+    """parse_time(fn, *args): fn's value, a ConfigProblem raised as `error` (the rules pass
+    Snakemake's WorkflowError, which stops the workflow naming the key, without a traceback)."""
+
+    def parse_time(fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ConfigProblem as problem:
+            raise error(str(problem)) from None
+
+    return parse_time

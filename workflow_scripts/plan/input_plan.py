@@ -2,7 +2,7 @@
 (docs/preflight.md#the-input-check), from the config: the sweep's real-data input paths of the
 framework on the system, the batch and image size they read at, the ranks a node at each GPU count
 of the sweep, the sweep's synthetic runs of the pair (read where they exist when the check runs)
-and the trainer's command lines of preflight's own timing of the step rate. rules/preflight_common.smk
+and the trainer's command lines of preflight's own timing of the step rate. plan/preflight_plan.py
 passes it to the data check as one JSON word; only the keys a framework's runs use are in its
 settings, so editing another framework's option reruns no check of this one."""
 

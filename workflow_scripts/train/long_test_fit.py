@@ -1,4 +1,4 @@
-"""Whether a long test's epochs can fit its jobs (rules/common.smk asks at parse time, through SLURM).
+"""Whether a long test's epochs can fit its jobs (plan/cluster_checks.py asks, through SLURM).
 
 A run saves a checkpoint after every epoch, so it needs one epoch (and its evaluation) to finish
 inside one job, before the job stops its ranks (job_stop.margin_s), and all its epochs inside
