@@ -182,7 +182,7 @@ def part_loaders(a, work):
     """The input pipeline alone, no training: how fast each stage can feed a GPU."""
     import torch
 
-    from workflow_scripts.common.rank_env import detect
+    from workflow_scripts.cluster.rank_env import detect
     from workflow_scripts.data.lmdb_dataset import LMDBImageNet
     from workflow_scripts.train import gpu_input, harness, pytorch_input, pytorch_options
 

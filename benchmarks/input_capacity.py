@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a file, not with -m from the repository
     sys.path.insert(0, str(REPO))
 
-from workflow_scripts.common.provenance import cpu_model  # noqa: E402
+from workflow_scripts.cluster.provenance import cpu_model  # noqa: E402
 from workflow_scripts.train import input_capacity  # noqa: E402
 
 CLI = "workflow_scripts.train.input_capacity"

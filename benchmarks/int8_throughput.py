@@ -4,7 +4,7 @@ engine build, timed runs).
 
 The weights are seeded random and the calibration batches seeded noise: speed does not depend
 on what the weights or pixels are (accuracy does; that is the pipeline's Table III). Per batch
-size, as the pipeline's timed job does (workflow_scripts/infer/throughput.py): each precision's
+size, as the pipeline's timed job does (workflow_scripts/int8/throughput.py): each precision's
 `--repeats` timed runs in two blocks, FP32, INT8, INT8, FP32, each block after `--warmup` discarded
 runs; images/s = batch / median.
 Run with the torch environment:
@@ -24,7 +24,7 @@ from onnxruntime.quantization.calibrate import save_tensors_data
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from workflow_scripts.infer import calibrate, engines, export, models, quantize, throughput  # noqa: E402
+from workflow_scripts.int8 import calibrate, engines, export, models, quantize, throughput  # noqa: E402
 
 
 def noise_batches(n, batch, size):

@@ -74,7 +74,7 @@ def interconnect_command(work):
     return out, [
         sys.executable,
         "-m",
-        "workflow_scripts.common.launcher",
+        "workflow_scripts.cluster.launcher",
         "--nproc-per-node=2",
         f"--nccl-log-dir={out / 'nccl_logs'}",
         "--",
@@ -154,7 +154,7 @@ def main(argv=None):
     if time.time() - start < a.budget_s:
         subprocess.run(ic, cwd=REPO, check=False)
         subprocess.run(
-            [sys.executable, "-m", "workflow_scripts.common.nccl_log", str(ic_out / "nccl_logs")]
+            [sys.executable, "-m", "workflow_scripts.cluster.nccl_log", str(ic_out / "nccl_logs")]
             + ["--into", str(ic_out / "torch.json")],
             cwd=REPO,
             check=False,
@@ -163,7 +163,7 @@ def main(argv=None):
             raw = json.loads((ic_out / "torch.json").read_text())
             shutil.copyfile(ic_out / "torch.json", out / "interconnect_2gpu.json")
             big = max((r for r in raw["results"] if r["collective"] == "all_reduce"), key=lambda r: r["bytes"])
-            from workflow_scripts.common import nccl_log
+            from workflow_scripts.cluster import nccl_log
 
             rows.append(
                 {

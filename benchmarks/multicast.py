@@ -1,6 +1,6 @@
 """NVLink multicast (NVLS) off, for the benchmarks/ scripts: the shared GPU hosts this project
 measures on are lent on that condition, so those scripts set it themselves. The pipeline sets no
-such default: its runs and its interconnect stage take config nccl_env (common/comm_env.py), NCCL's
+such default: its runs and its interconnect stage take config nccl_env (cluster/comm_env.py), NCCL's
 own behaviour when empty. NCCL, PyTorch's symmetric memory and NVSHMEM each read one of these
 variables when they start, so a process sets them before it initialises any of them."""
 

@@ -1,7 +1,7 @@
 """A node's input capacity with no training: one input_capacity process per GPU, all at once, each
 on its own GPU with the decode threads a rank of the same launch would get, on all of the node's
 CPUs as the local launcher leaves them by default (a setting named *_bound gives each the cores
-that config training.bind_cpus auto would: common/cpu_bind.py), so the GPUs' ranks share the
+that config training.bind_cpus auto would: cluster/cpu_bind.py), so the GPUs' ranks share the
 node's CPUs (and copy engines) as in a run. Their images/s add up to what the node's input can
 hand its GPUs at most; against the step's rate at that count it says whether a run is input-bound
 before any run is made (benchmarks/pytorch_gpu.py --part capacity).
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from workflow_scripts.common import cpu_bind, gpu_identity
+from workflow_scripts.cluster import cpu_bind, gpu_identity
 from workflow_scripts.train import pytorch_options
 
 REPO = Path(__file__).resolve().parent.parent

@@ -49,7 +49,7 @@ def overlay(inputs, batch, steps, warmup):
             "batch_per_gpu": {"pytorch": batch},
             "warmup_steps": warmup,
             "steps": steps,
-            "accuracy": {"gpus": []},
+            "long_test": {"gpus": []},
         },
     }
 

@@ -6,7 +6,7 @@ An item is a part ("part": ceilings, loaders or check; gpu_parts.py) or a run of
   data      synthetic (random tensors, no input) or real (the benchmark's LMDB)
   words     the trainer's own flags beyond the common ones (pytorch_gpu.trainer_command): none
             means the trainer's defaults
-  gpus      1 or "n" (--gpus, one process per GPU through workflow_scripts.common.launcher)
+  gpus      1 or "n" (--gpus, one process per GPU through workflow_scripts.cluster.launcher)
   side_by_side  "n": the one-GPU run on each of --gpus GPUs at once, no DDP (what the GPUs do
             beside each other on the host, exchanging nothing)
   steps     timed steps, if not --steps; epochs: a long test (--mode accuracy) of that many epochs

@@ -1,5 +1,5 @@
 """PyTorch ResNet-50 training throughput on GPUs: the plans of benchmarks/plans.py, each run the
-project's trainer itself (pytorch_ddp, through workflow_scripts.common.launcher on several GPUs).
+project's trainer itself (pytorch_ddp, through workflow_scripts.cluster.launcher on several GPUs).
 
     python3 -m benchmarks.pytorch_gpu --list                             # the plans, what each measures
     python3 -m benchmarks.pytorch_gpu --plan inputs --dry-run            # its commands, flags checked, no GPU

@@ -54,7 +54,7 @@ def trainer_command(v, work, a):
     cmd = [PY, "-m", TRAINER, *args, "--out", str(run_dir)]
     if v["gpus"] > 1:
         launch = ["--nproc-per-node", str(v["gpus"]), *v.get("launch", ())]
-        cmd = [PY, "-m", "workflow_scripts.common.launcher", *launch, "--", *cmd]
+        cmd = [PY, "-m", "workflow_scripts.cluster.launcher", *launch, "--", *cmd]
     return cmd, run_dir
 
 

@@ -91,7 +91,7 @@ def overlay(name, n_gpus, gpu_type, cpus, real, steps, slurm=True, nodes=1, coun
             "warmup_steps": 10,
             "steps": steps,
             "repeats": 1,
-            "accuracy": {"gpus": []},
+            "long_test": {"gpus": []},
             **training,
         },
         "inference": {"system": name if slurm else ""},
@@ -114,7 +114,7 @@ def plan(n_gpus, gpu_type, cpus, real, steps, counts=None):
         raise ValueError(f"--gpus {','.join(map(str, counts))}: this machine has {n_gpus} GPU(s)")
     one = overlay("slurm1", n_gpus, gpu_type, cpus, real, steps, counts=counts)
     long = overlay("slurm1", n_gpus, gpu_type, cpus, real, steps, inputs=["synthetic"], gpus=[n_gpus])
-    long["training"]["accuracy"] = {"gpus": [n_gpus], "epochs": 2, "milestones": [1], "target_top1": None}
+    long["training"]["long_test"] = {"gpus": [n_gpus], "epochs": 2, "milestones": [1], "target_top1": None}
     faults = overlay("slurm1", n_gpus, gpu_type, cpus, real, FAULT_STEPS, inputs=["synthetic"])
     faults["systems"]["limit1"] = dict(faults["systems"]["slurm1"], time_min=1)
     faults["training"]["systems"] = ["limit1", "slurm1"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from workflow_scripts.common import page_cache  # noqa: E402
+from workflow_scripts.cluster import page_cache  # noqa: E402
 from workflow_scripts.data import verify  # noqa: E402
 
 

@@ -12,7 +12,7 @@ from snakemake.utils import validate
 
 # The stage modules, importable even from a snakemake installed outside envs/setup.sh's .venv.
 sys.path.insert(0, workflow.basedir)
-from workflow_scripts.common import interpreter  # noqa: E402
+from workflow_scripts.cluster import interpreter  # noqa: E402
 from workflow_scripts.data import convert  # noqa: E402
 from workflow_scripts.plan import cluster_checks, config_checks  # noqa: E402
 from workflow_scripts.plan.commands import TrainerCommands  # noqa: E402
@@ -45,8 +45,8 @@ REPO = Path(workflow.basedir)
 # scratch; a SLURM job starts where snakemake ran), and in an interpreter that does not have them
 # installed (a module's, a container's): every job's command and what it starts get the folder first
 # on PYTHONPATH. A job inherits this process's environment, sbatch passes it on (--export=ALL) and
-# the job parses this file again; srun passes it to the ranks on every node (common/launcher.py);
-# a container gets the folder bound and on its own PYTHONPATH (common/interpreter.py).
+# the job parses this file again; srun passes it to the ranks on every node (cluster/launcher.py);
+# a container gets the folder bound and on its own PYTHONPATH (cluster/interpreter.py).
 os.environ.update(PYTHONPATH=interpreter.search_path(REPO, os.environ))
 # A conda job's environment has no PYTHONPATH (Snakemake removes it): its command sets it.
 PATH_BLOCKED = (
@@ -86,7 +86,7 @@ if not IN_SLURM_JOB:
     convert.mark_earlier_copies(DATA, FORMAT_OF.values())
 
 
-ACCURACY = TRAIN["accuracy"]
+ACCURACY = TRAIN["long_test"]
 LONG_TEST_GPUS = PLAN.accuracy_gpus()
 parse_time(PLAN.check_long_test)
 if not IN_SLURM_JOB:

@@ -4,7 +4,7 @@
 #   split -> export -> calibrate -> quantize -> engine -> evaluate | throughput -> the two tables
 # Each step is its own rule, so an edit reruns only what it affects: the batch sizes only the
 # throughput jobs, the calibration settings calibration onward.
-from workflow_scripts.infer.networks import NETWORKS  # noqa: E402
+from workflow_scripts.int8.networks import NETWORKS  # noqa: E402
 from workflow_scripts.plan.int8_plan import Int8Plan  # noqa: E402
 
 # What config.yaml's inference section means, checked now (plan/int8_plan.py).
@@ -49,7 +49,7 @@ rule int8_split:
         batch_size=CALIB["batch_size"],
         out_dir=lambda w, output: os.path.dirname(output.summary),
     shell:
-        "{params.py:q} -m workflow_scripts.infer.split --index {input:q} --batches {params.batches:q} "
+        "{params.py:q} -m workflow_scripts.int8.split --index {input:q} --batches {params.batches:q} "
         "--batch-size {params.batch_size:q} --out {params.out_dir:q} > {log:q} 2>&1"
 
 
@@ -68,7 +68,7 @@ rule int8_weights:
         py=PY["pytorch"],
         torch_home=TORCH_HOME,
     shell:
-        "{params.py:q} -m workflow_scripts.infer.fetch_weights --network {wildcards.model} "
+        "{params.py:q} -m workflow_scripts.int8.fetch_weights --network {wildcards.model} "
         "--torch-home {params.torch_home:q} --key inference.models.{wildcards.model} --out {output:q} > {log:q} 2>&1"
 
 
@@ -93,7 +93,7 @@ rule int8_export:
         args=INT8_PLAN.export_args,
         image_size=INFER["image_size"],
     shell:
-        "{params.py:q} -m workflow_scripts.infer.export --network {wildcards.model} {params.args:q} "
+        "{params.py:q} -m workflow_scripts.int8.export --network {wildcards.model} {params.args:q} "
         "--key inference.models.{wildcards.model} --image-size {params.image_size:q} --threads {threads} "
         "--out {output.onnx:q} --info {output.info:q} > {log:q} 2>&1"
 
@@ -122,7 +122,7 @@ rule int8_calibrate:
         image_size=INFER["image_size"],
         batch_size=CALIB["batch_size"],
     shell:
-        "{params.py:q} -m workflow_scripts.infer.calibrate --onnx {input.onnx:q} --images {input.images:q} "
+        "{params.py:q} -m workflow_scripts.int8.calibrate --onnx {input.onnx:q} --images {input.images:q} "
         "--lmdb {params.lmdb:q} --image-size {params.image_size:q} --batch-size {params.batch_size:q} {params.args:q} "
         "--threads {threads} --out {output:q} > {log:q} 2>&1"
 
@@ -148,7 +148,7 @@ rule int8_quantize:
         per_channel=int(INFER["quantization"]["per_channel"]),
         calibration_images=INT8_PLAN.calibration_batches() * CALIB["batch_size"],
     shell:
-        "{params.py:q} -m workflow_scripts.infer.quantize --onnx {input.onnx:q} --ranges {input.ranges:q} "
+        "{params.py:q} -m workflow_scripts.int8.quantize --onnx {input.onnx:q} --ranges {input.ranges:q} "
         "--activations {params.activations:q} --bias {params.bias:q} --engine {params.engine:q} "
         "--per-channel {params.per_channel:q} "
         "--calibration-images {params.calibration_images:q} --out {output.onnx:q} --cache {output.cache:q} > {log:q} 2>&1"
@@ -173,7 +173,7 @@ rule int8_engine:
         py=PY["pytorch"],
         args=INT8_PLAN.engine_args(),
     shell:
-        "{params.py:q} -m workflow_scripts.infer.build_engine --engine {wildcards.engine} --onnx {input:q} "
+        "{params.py:q} -m workflow_scripts.int8.build_engine --engine {wildcards.engine} --onnx {input:q} "
         "--precision {wildcards.precision} --threads {threads} {params.args:q} --out {output.engine:q} "
         "--info {output.info:q} > {log:q} 2>&1"
 
@@ -201,7 +201,7 @@ rule int8_evaluate:
         image_size=INFER["image_size"],
         batch_size=INFER["batch_size"],
     shell:
-        "{params.py:q} -m workflow_scripts.infer.evaluate --engine {wildcards.engine} --engine-file {input.engine:q} "
+        "{params.py:q} -m workflow_scripts.int8.evaluate --engine {wildcards.engine} --engine-file {input.engine:q} "
         "--precision {wildcards.precision} --network {wildcards.model} --images {input.images:q} --lmdb {params.lmdb:q} "
         "--image-size {params.image_size:q} --batch-size {params.batch_size:q} --threads {threads} "
         "--out {output.counts:q} --predictions {output.predictions:q} > {log:q} 2>&1"
@@ -229,7 +229,7 @@ rule int8_accuracy:
         engine=ENGINE,
         models=INT8_MODELS,
     shell:
-        "{params.py:q} -m workflow_scripts.infer.int8_tables accuracy --root {params.root:q} --engine {params.engine:q} "
+        "{params.py:q} -m workflow_scripts.int8.int8_tables accuracy --root {params.root:q} --engine {params.engine:q} "
         "--models {params.models:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"
 
 
@@ -265,7 +265,7 @@ rule int8_throughput_run:
         threads_asked=INFER["threads"],
         durations=INT8_PLAN.durations,
     shell:
-        "{params.py:q} -m workflow_scripts.infer.throughput --engine {wildcards.engine} --network {wildcards.model} "
+        "{params.py:q} -m workflow_scripts.int8.throughput --engine {wildcards.engine} --network {wildcards.model} "
         "--fp32 {input.fp32:q} --int8 {input.int8:q} --image-size {params.image_size:q} "
         "--batch-size {wildcards.bs} --warmup {params.warmup:q} --repeats {params.repeats:q} "
         "--threads {params.engine_threads:q} {params.durations:q} --out {output:q} > {log:q} 2>&1"
@@ -294,7 +294,7 @@ rule int8_throughput:
         models=THROUGHPUT["models"],
         batch_sizes=BATCH_SIZES,
     shell:
-        "{params.py:q} -m workflow_scripts.infer.int8_tables throughput --root {params.root:q} --engine {params.engine:q} "
+        "{params.py:q} -m workflow_scripts.int8.int8_tables throughput --root {params.root:q} --engine {params.engine:q} "
         "--models {params.models:q} --batch-sizes {params.batch_sizes:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"
 
 

@@ -45,10 +45,10 @@ rule interconnect_collectives:
     # barrier: a file another node writes is sure to be whole on the shared file system only once
     # its process has closed it (NFS' close-to-open consistency), and NCCL closes it at exit.
     shell:
-        "{params.launcher:q} -m workflow_scripts.common.launcher {params.launch:q} "
+        "{params.launcher:q} -m workflow_scripts.cluster.launcher {params.launch:q} "
         "--cuda-cache-dir={params.cuda_cache:q} --nccl-log-dir={params.nccl_logs:q} -- {params.py:q} "
         "-m workflow_scripts.interconnect.collectives {params.args:q} --device {params.device:q} "
-        "--out {output:q} > {log:q} 2>&1 && {params.launcher:q} -m workflow_scripts.common.nccl_log "
+        "--out {output:q} > {log:q} 2>&1 && {params.launcher:q} -m workflow_scripts.cluster.nccl_log "
         "{params.nccl_logs:q} --into {output:q} >> {log:q} 2>&1"
 
 

@@ -46,7 +46,7 @@ rule train:
         py=PY["workflow"],
         python=POINTS.train_python,
         run_dir=lambda w, output: os.path.dirname(output[0]),
-        # the copy's folder: its files' page cache is cleared (workflow_scripts/common/page_cache.py)
+        # the copy's folder: its files' page cache is cleared (workflow_scripts/cluster/page_cache.py)
         data=lambda w, input: folders_of(input.data),
         # results_dir (output = <results_dir>/runs/<system>/<run>/summary.json)
         results_dir=lambda w, output: Path(output[0]).parents[3],
@@ -77,11 +77,11 @@ rule training:
         TRAINING_RUNS,
 
 
-# The scale-out whitepaper's long test (training.accuracy): the same job as the sweep's, in a run
+# The scale-out whitepaper's long test (training.long_test): the same job as the sweep's, in a run
 # directory of its own, the trainer in mode accuracy (epochs with the step schedule, top-1/top-5 per
-# epoch, time to the target). Its arguments are training.accuracy's and the shared training keys,
+# epoch, time to the target). Its arguments are training.long_test's and the shared training keys,
 # never the sweep's mode or steps, so each test's edits rerun only its own runs.
-use rule train as train_accuracy with:
+use rule train as long_test_run with:
     input:
         data=POINTS.dataset_of,
         checked=POINTS.checked_of,

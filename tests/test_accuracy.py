@@ -1,4 +1,4 @@
-"""The scale-out whitepaper's long test on the embedded default (training.accuracy), checked from
+"""The scale-out whitepaper's long test on the embedded default (training.long_test), checked from
 the runs' own outputs: top-1/top-5 recounted from each rank's saved predictions, every val image
 scored exactly once, per-epoch times that add up to the summary's, the run stopping at its target,
 the table and figure, and reruns after an edit."""
@@ -25,10 +25,10 @@ from helpers import (
     write_config,
 )
 
-from workflow_scripts.train import accuracy_mode
+from workflow_scripts.train import long_test
 
 FRAMEWORKS = CONFIG["training"]["frameworks"]
-ACCURACY = CONFIG["training"]["accuracy"]
+ACCURACY = CONFIG["training"]["long_test"]
 
 
 def run_of(work, framework, gpus=LONG_TEST_GPUS[0]):
@@ -50,7 +50,7 @@ def val_labels(work):
 
 
 def predictions(run, epoch, ranks):
-    return {r: accuracy_mode.read_predictions(accuracy_mode.predictions_path(run, epoch, r)) for r in range(ranks)}
+    return {r: long_test.read_predictions(long_test.predictions_path(run, epoch, r)) for r in range(ranks)}
 
 
 @pytest.mark.pipeline
@@ -180,19 +180,19 @@ def test_a_low_target_stops_the_run_at_the_first_evaluation_that_reaches_it(tmp_
 @pytest.mark.unit
 def test_schedule_is_the_whitepapers_step_schedule():
     steps_per_epoch = 1281167 // 1024  # ILSVRC2012 at 8 x 128 images
-    lr = accuracy_mode.Schedule(0.4, steps_per_epoch, 0, [10, 60], 0.1)
+    lr = long_test.Schedule(0.4, steps_per_epoch, 0, [10, 60], 0.1)
     assert [lr(e * steps_per_epoch) for e in (0, 9, 10, 59, 60, 89)] == pytest.approx(
         [0.4, 0.4, 0.04, 0.04, 0.004, 0.004]
     )
     assert lr(10 * steps_per_epoch - 1) == 0.4
-    warm = accuracy_mode.Schedule(0.4, 10, 2, [10], 0.1)  # linear warm-up over 2 epochs = 20 steps
+    warm = long_test.Schedule(0.4, 10, 2, [10], 0.1)  # linear warm-up over 2 epochs = 20 steps
     assert [warm(s) for s in (0, 9, 19, 20, 99, 100)] == pytest.approx([0.02, 0.2, 0.4, 0.4, 0.4, 0.04])
 
 
 @pytest.mark.unit
 def test_val_shares_cover_every_record_once():
     for total, world in ((320, 2), (50000, 8), (7, 3), (2, 4)):
-        shares = [accuracy_mode.val_share(total, r, world) for r in range(world)]
+        shares = [long_test.val_share(total, r, world) for r in range(world)]
         assert sorted(i for s in shares for i in s) == list(range(total))
 
 
@@ -235,15 +235,15 @@ def test_figure_and_html_report(pipeline_run):
 def test_editing_a_long_test_key_reruns_only_the_long_test(pipeline_run):
     # The verdict table reads time_to_accuracy.csv (its long-test row): it follows the long test.
     long_test_jobs = {
-        "train_accuracy": len(FRAMEWORKS),
+        "long_test_run": len(FRAMEWORKS),
         "time_to_accuracy": 1,
         "time_to_accuracy_figure": 1,
         "conclusions": 1,
     }
     try:
-        pipeline_config(pipeline_run, training__accuracy__target_top1=ACCURACY["target_top1"] + 1)
+        pipeline_config(pipeline_run, training__long_test__target_top1=ACCURACY["target_top1"] + 1)
         assert planned_jobs(pipeline_run) == long_test_jobs
-        pipeline_config(pipeline_run, training__accuracy__milestones=[1] if ACCURACY["milestones"] != [1] else [2])
+        pipeline_config(pipeline_run, training__long_test__milestones=[1] if ACCURACY["milestones"] != [1] else [2])
         assert planned_jobs(pipeline_run) == long_test_jobs
         # and the sweep's own keys rerun only the sweep
         pipeline_config(pipeline_run, training__steps=PIPELINE_CONFIG["training"]["steps"] + 1)
@@ -257,10 +257,10 @@ def test_editing_a_long_test_key_reruns_only_the_long_test(pipeline_run):
 @pytest.mark.parametrize(
     "key, value, why",
     [
-        ("training__accuracy__milestones", [3, 2], "config training.accuracy.milestones = [3, 2]"),
-        ("training__accuracy__milestones", [ACCURACY["epochs"]], "before the last epoch"),
-        ("training__accuracy__gpus", [3], "config training.accuracy.gpus = 3 cannot be placed on system 'local'"),
-        ("training__accuracy__target_top1", 120, "target_top1"),
+        ("training__long_test__milestones", [3, 2], "config training.long_test.milestones = [3, 2]"),
+        ("training__long_test__milestones", [ACCURACY["epochs"]], "before the last epoch"),
+        ("training__long_test__gpus", [3], "config training.long_test.gpus = 3 cannot be placed on system 'local'"),
+        ("training__long_test__target_top1", 120, "target_top1"),
     ],
 )
 def test_a_long_test_that_cannot_run_stops_at_parse_time_naming_the_key(tmp_path, key, value, why):
@@ -271,15 +271,15 @@ def test_a_long_test_that_cannot_run_stops_at_parse_time_naming_the_key(tmp_path
 
 @pytest.mark.stage
 def test_a_real_dataset_plans_no_long_test_unless_asked(tmp_path):
-    """training.accuracy.gpus auto: the embedded default's 3-epoch long test, but on a real dataset
+    """training.long_test.gpus auto: the embedded default's 3-epoch long test, but on a real dataset
     (dataset.root) none, since there it is hours of a cluster; asked for, it is planned."""
     from workflow_scripts.data import embedded
 
     root = tmp_path / "imagenet"
     embedded.make(root, classes=2, train_per_class=1, val_per_class=1, quirks=False)
     write_config(tmp_path, dataset__root=str(root))
-    assert "train_accuracy" not in planned_jobs(tmp_path)
-    write_config(tmp_path, dataset__root=str(root), training__accuracy__gpus=[2])
-    assert planned_jobs(tmp_path)["train_accuracy"] == len(CONFIG["training"]["frameworks"])
+    assert "long_test_run" not in planned_jobs(tmp_path)
+    write_config(tmp_path, dataset__root=str(root), training__long_test__gpus=[2])
+    assert planned_jobs(tmp_path)["long_test_run"] == len(CONFIG["training"]["frameworks"])
     write_config(tmp_path)  # the embedded default keeps its own
-    assert planned_jobs(tmp_path)["train_accuracy"] == len(CONFIG["training"]["frameworks"]) * len(LONG_TEST_GPUS)
+    assert planned_jobs(tmp_path)["long_test_run"] == len(CONFIG["training"]["frameworks"]) * len(LONG_TEST_GPUS)

@@ -1,4 +1,4 @@
-"""A shared cluster's limits read when the workflow is parsed (workflow_scripts/common/slurm.py,
+"""A shared cluster's limits read when the workflow is parsed (workflow_scripts/cluster/slurm.py,
 plan/cluster_checks.py), against a fake `sinfo` that answers as a partition of two 4-GPU nodes
 with a 12-hour MaxTime would: a time limit over MaxTime refused naming the key, and a drained
 node that leaves the 2-node point waiting (or skipped) while preflight and the 1-node points plan."""
@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from helpers import REPO, SNAKEMAKE, interpreter, write_config
 
-from workflow_scripts.common import slurm
+from workflow_scripts.cluster import slurm
 
 pytestmark = pytest.mark.stage
 

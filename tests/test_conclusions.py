@@ -336,14 +336,14 @@ def test_long_test_counts_only_on_ilsvrc2012(tables, hours, verdict):
 
 @pytest.mark.unit
 def test_a_long_test_without_a_target_is_not_measured_and_says_so(tables):
-    """No training.accuracy.target_top1: the cells are empty (NaN), never a time of "nan h"."""
+    """No training.long_test.target_top1: the cells are empty (NaN), never a time of "nan h"."""
     doctor(
         tables,
         "time_to_accuracy",
         lambda df: df.assign(val_images=50000, target_top1=float("nan"), reached=float("nan"), device=GPU_DEVICE),
     )
     v = verdicts(tables).loc["long_test_time"]
-    assert v.verdict == mod.UNMEASURED and "no target set" in v.why and "training.accuracy.target_top1" in v.why
+    assert v.verdict == mod.UNMEASURED and "no target set" in v.why and "training.long_test.target_top1" in v.why
     assert "nan" not in v.why
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from helpers import CONFIG, REPO, validated, with_overrides
 
-from workflow_scripts.common import interpreter
+from workflow_scripts.cluster import interpreter
 from workflow_scripts.plan import cluster_checks, config_checks
 from workflow_scripts.plan.sweep import ConfigProblem, Sweep
 
@@ -135,9 +135,9 @@ def test_a_long_test_that_cannot_fit_its_jobs_is_named(tmp_path):
         systems={"g": dict(GPU, time_min=10)},
         training__systems=["g"],
         training__frameworks=["pytorch"],
-        training__accuracy__gpus=[4],
-        training__accuracy__epochs=90,
-        training__accuracy__max_jobs=2,
+        training__long_test__gpus=[4],
+        training__long_test__epochs=90,
+        training__long_test__max_jobs=2,
     )
     long_test = Sweep(c, False).long_test()
     cluster_checks.check_long_test_fits(c, long_test)  # no manifest yet: nothing to judge by

@@ -8,7 +8,8 @@ import argparse
 import pytest
 from helpers import CONFIG, validated, with_overrides
 
-from workflow_scripts.common import input_bound, launcher, page_cache, schema
+from workflow_scripts.cluster import launcher, page_cache
+from workflow_scripts.common import input_bound, schema
 from workflow_scripts.data import convert
 from workflow_scripts.plan.commands import TrainerCommands
 from workflow_scripts.plan.sweep import Sweep
@@ -16,7 +17,7 @@ from workflow_scripts.train import harness, trainer_flags
 
 pytestmark = pytest.mark.unit
 
-# the keys the trainer takes from config training and training.accuracy, as trainer_flags names them
+# the keys the trainer takes from config training and training.long_test, as trainer_flags names them
 TRAINING = ("image_size", *trainer_flags.SCHEDULE, *trainer_flags.SHARED, *trainer_flags.QUIET)
 ACCURACY = (*trainer_flags.LONG_TEST[1:], *trainer_flags.LONG_TEST_JOBS)
 
@@ -34,7 +35,7 @@ def parsed_default(spec, action):
     return values if isinstance(spec["default"], list) else values[0]
 
 
-@pytest.mark.parametrize(("section", "keys"), [("training", TRAINING), ("training.accuracy", ACCURACY)])
+@pytest.mark.parametrize(("section", "keys"), [("training", TRAINING), ("training.long_test", ACCURACY)])
 def test_every_shared_training_key_reaches_the_trainers_parser(section, keys):
     """Each key is a trainer flag with the config's default, the schema's choices and description."""
     flags = actions(harness.arg_parser("x"))
@@ -57,7 +58,7 @@ def commands(**overrides):
     [
         {},
         {"training__lr": 0.4, "training__mode": "epochs", "training__epochs": 2.5, "training__fp32_math": "strict"},
-        {"training__accuracy__milestones": [], "training__accuracy__target_top1": 75.5},
+        {"training__long_test__milestones": [], "training__long_test__target_top1": 75.5},
     ],
 )
 def test_the_rules_words_parse_back_to_the_config(overrides):
@@ -69,9 +70,9 @@ def test_the_rules_words_parse_back_to_the_config(overrides):
     for key in TRAINING:
         assert sweep[key] == train[key], key
     long = vars(harness.arg_parser("x").parse_args(c.long_test_run("local", "mxnet", "fp32", 2) + ["--out", "o"]))
-    assert long["mode"] == "accuracy" and long["epochs"] == train["accuracy"]["epochs"]
+    assert long["mode"] == "accuracy" and long["epochs"] == train["long_test"]["epochs"]
     for key in ACCURACY:
-        assert long[key] == train["accuracy"][key], key
+        assert long[key] == train["long_test"][key], key
 
 
 def test_a_key_at_its_quiet_default_adds_no_word():
@@ -86,8 +87,8 @@ def test_argv_words():
     values = {"milestones": [10, 60.5], "target_top1": None, "decay": 0.1, "epochs": 3}
     keys = ("epochs", "milestones", "target_top1", "decay")
     words = ["--epochs", "3", "--milestones", "10", "60.5", "--decay", "0.1"]  # None: no word
-    assert schema.argv(values, "training.accuracy", keys) == words
-    assert schema.argv({**values, "milestones": []}, "training.accuracy", ("milestones",)) == ["--milestones"]
+    assert schema.argv(values, "training.long_test", keys) == words
+    assert schema.argv({**values, "milestones": []}, "training.long_test", ("milestones",)) == ["--milestones"]
     train = {"cache_clear_command": "-x 'y'", "cache_clear": "node", "bind_cpus": "none"}
     assert schema.argv(train, "training", ("cache_clear_command",), joined=True) == ["--cache-clear-command=-x 'y'"]
     assert schema.argv(train, "training", ("bind_cpus",), quiet=("bind_cpus",)) == []

@@ -1,4 +1,4 @@
-"""The local launcher's CPU binding (common/cpu_bind.py, config training.bind_cpus): each rank whole
+"""The local launcher's CPU binding (cluster/cpu_bind.py, config training.bind_cpus): each rank whole
 cores of its own, near its GPU where known, and the rank's thread counts taken from its own slice."""
 
 import json
@@ -9,7 +9,7 @@ import sys
 import pytest
 from helpers import REPO
 
-from workflow_scripts.common import cpu_bind, cpus
+from workflow_scripts.cluster import cpu_bind, cpus
 
 
 def _topology(root, cores):
@@ -60,7 +60,7 @@ def test_the_local_launcher_binds_each_rank_or_leaves_them_all_cpus(tmp_path, bi
         "import json, os, sys; open(os.path.join(sys.argv[1], 'rank' + os.environ['RANK'] + '.json'), 'w')"
         ".write(json.dumps([sorted(os.sched_getaffinity(0)), os.environ.get('DLSCALE_CPUS_BOUND')]))"
     )
-    cmd = [sys.executable, "-m", "workflow_scripts.common.launcher", "--nproc-per-node", "2"]
+    cmd = [sys.executable, "-m", "workflow_scripts.cluster.launcher", "--nproc-per-node", "2"]
     cmd += [f"--bind-cpus={bind}", "--", sys.executable, "-c", worker, str(tmp_path)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -7,7 +7,7 @@ import errno
 
 import pytest
 
-from workflow_scripts.common import cpus
+from workflow_scripts.cluster import cpus
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.data import convert, embedded, index
 

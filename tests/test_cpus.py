@@ -1,4 +1,4 @@
-"""Thread counts from the CPUs a rank may run on (common/cpus.py), not from the node: the rule that
+"""Thread counts from the CPUs a rank may run on (cluster/cpus.py), not from the node: the rule that
 tells a bound rank (its own --cpus-per-task CPUs) from ranks that share the node, and the study's
 per-rank counts on each. The same rules on the local SLURM cluster with task binding:
 tests/test_slurm_threads.py."""
@@ -10,8 +10,8 @@ import sys
 import pytest
 from helpers import REPO, snakemake, write_config
 
-from workflow_scripts.common import cpus
-from workflow_scripts.common.rank_env import Launch
+from workflow_scripts.cluster import cpus
+from workflow_scripts.cluster.rank_env import Launch
 
 
 @pytest.mark.unit
@@ -75,7 +75,7 @@ def test_read_from_the_affinity_set_and_the_cores_in_it(tmp_path):
         d.mkdir(parents=True)
         (d / "thread_siblings_list").write_text("0-1\n")
     code = (
-        "import os, pathlib, sys; from workflow_scripts.common import cpus; from workflow_scripts.common.rank_env import Launch;"  # noqa: E501
+        "import os, pathlib, sys; from workflow_scripts.common import cpus; from workflow_scripts.cluster.rank_env import Launch;"  # noqa: E501
         "os.sched_setaffinity(0, {0});"
         "one = cpus.of(Launch(source='single'), env={}, root=pathlib.Path(sys.argv[1]));"
         "os.sched_setaffinity(0, {0, 1});"
@@ -94,7 +94,7 @@ def test_read_from_the_affinity_set_and_the_cores_in_it(tmp_path):
 
 @pytest.mark.unit
 def test_no_trainer_counts_threads_from_the_node():
-    """Every thread count of the trainers and the interconnect stage comes from common.cpus."""
+    """Every thread count of the trainers and the interconnect stage comes from cluster.cpus."""
     files = sorted((REPO / "workflow_scripts" / "train").glob("*.py")) + [
         REPO / "workflow_scripts" / "interconnect" / "collectives.py"
     ]

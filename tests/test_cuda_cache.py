@@ -22,7 +22,7 @@ WRITE_ENV = (
 def run_launcher(tmp_path, flags, program, env=None):
     """The real launcher with `flags`, two local ranks of `program` (argv), in tmp_path."""
     proc = subprocess.run(
-        [sys.executable, "-m", "workflow_scripts.common.launcher", "--nproc-per-node=2", "--launcher=local", *flags]
+        [sys.executable, "-m", "workflow_scripts.cluster.launcher", "--nproc-per-node=2", "--launcher=local", *flags]
         + ["--", *program],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
@@ -58,7 +58,7 @@ def test_every_rank_gets_a_cache_per_architecture_and_build_under_the_configured
     assert len(paths) == 1, paths
     path = paths.pop()
     parts = os.path.relpath(path, tmp_path / "jit cache").split(os.sep)
-    from workflow_scripts.common.cuda_cache import build_key
+    from workflow_scripts.cluster.cuda_cache import build_key
 
     assert parts == [arch_dir(), build_key([sys.executable])], path
     assert os.path.isdir(path)
@@ -84,7 +84,7 @@ def test_a_users_own_cache_settings_win(tmp_path):
 
 @pytest.mark.unit
 def test_builds_get_their_own_directories():
-    from workflow_scripts.common.cuda_cache import build_key
+    from workflow_scripts.cluster.cuda_cache import build_key
 
     tf = build_key(["/c/.envs/tensorflow-gpu/bin/python", "-m", "workflow_scripts.train.tensorflow_horovod"])
     mx = build_key(["/c/.envs/mxnet-gpu/bin/python", "-m", "workflow_scripts.train.mxnet_horovod"])

@@ -184,7 +184,7 @@ def test_dali_threads_leave_cores_to_the_training_thread():
     code = """
 import json, os, sys
 from types import SimpleNamespace as NS
-from workflow_scripts.common import cpus
+from workflow_scripts.cluster import cpus
 from workflow_scripts.train import pytorch_options
 args = NS(loader_workers=0, decode_threads=0)
 out = {}

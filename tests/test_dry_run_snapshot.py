@@ -45,7 +45,7 @@ SLURM = {
         "gpus": [1, 2, 4, 8],
         "inputs": ["auto", "synthetic", "gpu"],
         "repeats": "auto",
-        "accuracy": {"gpus": [2, 8], "time_min": 120},
+        "long_test": {"gpus": [2, 8], "time_min": 120},
     },
 }
 NOISE = re.compile(r"^\s*\[\w{3} \w{3} .*\d{4}\]$")

@@ -1,4 +1,4 @@
-"""Each rank takes the GPU next to its CPUs, each on its own (common/gpu_choice.py). No GPU here:
+"""Each rank takes the GPU next to its CPUs, each on its own (cluster/gpu_choice.py). No GPU here:
 made-up layouts (a DGX whose GPUs 0-3 hang off the second socket) and a missing CUDA driver and
 NVML."""
 
@@ -11,7 +11,7 @@ import threading
 import pytest
 from helpers.gpu_layout import BUS, NEAR, SOCKET0, SOCKET1, block, cyclic, launch, no_driver, report, socket_of, visible
 
-from workflow_scripts.common import gpu_choice, gpu_identity
+from workflow_scripts.cluster import gpu_choice, gpu_identity
 
 pytestmark = pytest.mark.unit
 

@@ -61,7 +61,7 @@ def test_gpu_capable_environment_has_nvml_bindings_for_telemetry(fw):
     GPU, NVML itself is what is missing, not its Python bindings."""
     python = interpreter("pytorch") if fw == "pytorch" else _built(fw)
     proc = subprocess.run(
-        [python, "-c", "from workflow_scripts.common.telemetry import Gpus; print(Gpus().unavailable)"],
+        [python, "-c", "from workflow_scripts.cluster.telemetry import Gpus; print(Gpus().unavailable)"],
         cwd=REPO,
         capture_output=True,
         text=True,

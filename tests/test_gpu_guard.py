@@ -13,7 +13,7 @@ import sys
 import pytest
 from helpers import REPO, TRAINERS, interpreter, snakemake, write_config
 
-from workflow_scripts.common import interpreter as interpreter_words
+from workflow_scripts.cluster import interpreter as interpreter_words
 from workflow_scripts.results import runs
 
 GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "cpus_per_task": 1}}
@@ -147,7 +147,7 @@ OTHER_FAILURES = [
 @pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(ARCH_FAILURES))
 def test_framework_messages_of_a_gpu_without_code_are_named_and_permanent(name):
-    from workflow_scripts.common import kernel_check
+    from workflow_scripts.cluster import kernel_check
     from workflow_scripts.train import failure
 
     cause = kernel_check.classify(ARCH_FAILURES[name])
@@ -160,7 +160,7 @@ def test_framework_messages_of_a_gpu_without_code_are_named_and_permanent(name):
 @pytest.mark.unit
 @pytest.mark.parametrize("text", OTHER_FAILURES)
 def test_other_failures_stay_retryable(text):
-    from workflow_scripts.common import kernel_check
+    from workflow_scripts.cluster import kernel_check
     from workflow_scripts.train import failure
 
     assert kernel_check.classify(text) is None and failure.permanent(text) is None
@@ -168,7 +168,7 @@ def test_other_failures_stay_retryable(text):
 
 @pytest.mark.unit
 def test_first_kernel_failure_names_the_gpu_the_build_and_the_container():
-    from workflow_scripts.common import kernel_check
+    from workflow_scripts.cluster import kernel_check
     from workflow_scripts.common.errors import PERMANENT_TAG, PermanentError
 
     def kernel():

@@ -1,5 +1,5 @@
 """NVML is asked about the GPU CUDA numbers i by its identity, not by i, and a GPU's near CPUs are
-read from NVML, else sysfs (common/gpu_identity.py). No GPU here: the made-up DGX of
+read from NVML, else sysfs (cluster/gpu_identity.py). No GPU here: the made-up DGX of
 helpers/gpu_layout.py, a fake pynvml and a fake CUDA driver."""
 
 import sys
@@ -8,7 +8,7 @@ import types
 import pytest
 from helpers.gpu_layout import BUS, NEAR, SOCKET0, SOCKET1, UUID, block, launch, no_driver
 
-from workflow_scripts.common import gpu_choice, gpu_identity, kernel_check
+from workflow_scripts.cluster import gpu_choice, gpu_identity, kernel_check
 
 pytestmark = pytest.mark.unit
 

@@ -215,7 +215,7 @@ CU126 = ".envs/torch-cu126/bin/python (torch-cu126: 2.7.1+cu126, CUDA 12.6, code
 @pytest.mark.unit
 @pytest.mark.parametrize("gpu", [("Tesla V100-SXM2-16GB", (7, 0)), ("Tesla P100-PCIE-16GB", (6, 0))])
 def test_the_first_kernel_check_names_the_route_with_code_for_the_gpu(gpu):
-    from workflow_scripts.common import kernel_check
+    from workflow_scripts.cluster import kernel_check
     from workflow_scripts.common.errors import PermanentError
 
     def kernel():

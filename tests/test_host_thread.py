@@ -1,4 +1,4 @@
-"""The training thread on the host: the physical cores of its CPUs (common.affinity), and its CPU
+"""The training thread on the host: the physical cores of its CPUs (cluster.affinity), and its CPU
 time and run-queue wait in each step (common.metrics.StepLog)."""
 
 import json
@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from workflow_scripts.common import affinity, metrics
+from workflow_scripts.cluster import affinity
+from workflow_scripts.common import metrics
 
 
 def _sysfs(root, siblings):

@@ -10,18 +10,20 @@ from helpers import REPO
 pytestmark = pytest.mark.unit
 
 ROOT = REPO / "workflow_scripts"
-# Each package may import only those below it: common is the shared layer; a stage imports common,
-# the data it reads, and the stages whose work it plans or checks.
+# Each package may import only those below it: common holds the small shared helpers, cluster (just
+# above it) what touches the machine and the scheduler; a stage imports both, the data it reads, and
+# the stages whose work it plans or checks.
 LAYERS = {
     "common": set(),
-    "data": {"common"},
-    "train": {"common", "data"},
-    "infer": {"common", "data"},
-    "interconnect": {"common"},
-    "plan": {"common", "data", "train", "infer", "interconnect"},
-    "preflight": {"common", "train"},
-    "results": {"common", "interconnect"},
-    "predict": {"common", "interconnect"},
+    "cluster": {"common"},
+    "data": {"common", "cluster"},
+    "train": {"common", "cluster", "data"},
+    "int8": {"common", "cluster", "data"},
+    "interconnect": {"common", "cluster"},
+    "plan": {"common", "cluster", "data", "train", "infer", "interconnect"},
+    "preflight": {"common", "cluster", "train"},
+    "results": {"common", "cluster", "interconnect"},
+    "predict": {"common", "cluster", "interconnect"},
 }
 
 

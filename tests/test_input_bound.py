@@ -341,7 +341,7 @@ def test_the_uncached_case_decides_caffe2s_stability_on_input_bound_runs(tmp_pat
 def test_a_ranks_decode_threads_follow_its_share_of_the_node(tmp_path):
     """Where the ranks share the node's CPUs (the local launcher) a rank's share shrinks as the
     ranks grow; where SLURM binds each task to its cpus_per_task, it is those CPUs at any count."""
-    from workflow_scripts.common.rank_env import Launch
+    from workflow_scripts.cluster.rank_env import Launch
     from workflow_scripts.preflight import input_task
 
     settings = {"device": "gpu", "decode_threads": 0, "loader_workers": 0, "ranks_per_node": [1, 2, 8]}

@@ -12,7 +12,7 @@ import pytest
 from helpers import REPO
 
 from benchmarks import input_capacity as bench
-from workflow_scripts.common.affinity import parse_cpu_list
+from workflow_scripts.cluster.affinity import parse_cpu_list
 from workflow_scripts.common.schema import default as config_default
 from workflow_scripts.train import harness, input_capacity
 

@@ -23,7 +23,7 @@ from helpers import (
     write_config,
 )
 
-from workflow_scripts.infer import tensorrt_engine
+from workflow_scripts.int8 import tensorrt_engine
 
 TARGET = "int8"
 CHANCE = 1 / CONFIG["dataset"]["embedded"]["classes"]
@@ -99,7 +99,7 @@ def test_calibration_and_scored_images_are_disjoint_and_cover_val_in_order(int8_
 def test_int8_model_holds_qdq_nodes_with_8_bit_types_and_runs_integer_kernels(int8_run):
     d = stage(int8_run) / "resnet50"
     models = run_script(
-        "pytorch", "infer_inspect.py", d / "fp32.onnx", d / "int8.onnx", d / "onnxruntime" / "int8.engine"
+        "pytorch", "int8_inspect.py", d / "fp32.onnx", d / "int8.onnx", d / "onnxruntime" / "int8.engine"
     )
     fp32, int8, engine = (models[str(d / f)] for f in ("fp32.onnx", "int8.onnx", "onnxruntime/int8.engine"))
     assert "QuantizeLinear" not in fp32["ops"] and "DequantizeLinear" not in fp32["ops"]
@@ -220,7 +220,7 @@ def test_a_cpu_hog_beside_the_int8_timing_is_named_in_its_record(int8_run, tmp_p
     args += ["--warmup", "1", "--threads", "1", "--out", str(out)]
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        run_stage("torch", "workflow_scripts.infer.throughput", *args)
+        run_stage("torch", "workflow_scripts.int8.throughput", *args)
     finally:
         hog.kill()
         hog.wait()
@@ -279,7 +279,7 @@ def test_tensorrt_without_tensorrt_fails_clearly(int8_run, tmp_path):
     d = stage(int8_run) / "resnet50"
     proc = run_stage(
         "pytorch",
-        "workflow_scripts.infer.build_engine",
+        "workflow_scripts.int8.build_engine",
         "--engine",
         "tensorrt",
         "--onnx",
@@ -327,7 +327,7 @@ def test_weights_that_are_not_there_stop_the_run(int8_run, tmp_path):
     # naming the key and the cache, never random weights.
     proc = run_stage(
         "pytorch",
-        "workflow_scripts.infer.export",
+        "workflow_scripts.int8.export",
         "--network",
         "resnet101",
         "--source",
@@ -358,7 +358,7 @@ def test_the_seven_networks_load_and_each_family_exports_calibrates_and_quantize
     val = tsv(small_lmdb.parent / "index" / "val.tsv")[:4]
     few = tmp_path / "few.tsv"
     few.write_text("position\tlabel\n" + "".join(f"{i}\t{r['label']}\n" for i, r in enumerate(val)))
-    out = run_script("pytorch", "infer_networks.py", tmp_path, small_lmdb, few, 64)
+    out = run_script("pytorch", "int8_networks.py", tmp_path, small_lmdb, few, 64)
     assert set(out) == {
         "resnet50",
         "resnet101",
@@ -387,7 +387,7 @@ def test_the_seven_networks_load_and_each_family_exports_calibrates_and_quantize
 
 @pytest.mark.unit
 def test_the_accuracy_table_says_when_fp32_only_guesses():
-    from workflow_scripts.infer import int8_tables
+    from workflow_scripts.int8 import int8_tables
 
     row = {
         "network": "ResNet-50",
@@ -412,7 +412,7 @@ def test_the_accuracy_table_says_when_fp32_only_guesses():
 @pytest.mark.parametrize("long_test, weights", [("auto", "runs/local/accuracy/pytorch_fp32_2gpu"), ([], None)])
 def test_a_synthetic_sweep_quantizes_the_long_tests_weights(tmp_path, long_test, weights):
     """Weights trained on random tensors guess; the long test's trained on the images scored."""
-    write_config(tmp_path, training__inputs=["synthetic"], training__accuracy__gpus=long_test)
+    write_config(tmp_path, training__inputs=["synthetic"], training__long_test__gpus=long_test)
     proc = snakemake(tmp_path, "results/int8_accuracy.csv", "-n", "-p", check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]

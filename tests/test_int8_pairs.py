@@ -14,7 +14,7 @@ import pytest
 from helpers import REPO, interpreter, run_script, run_stage, snakemake, without_slurm, write_config
 
 from workflow_scripts.common.errors import StageError
-from workflow_scripts.infer import int8_tables, tensorrt_engine
+from workflow_scripts.int8 import int8_tables, tensorrt_engine
 
 SIZE, BATCH, WARMUP, REPEATS = 32, 2, 1, 3
 A100, H100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
@@ -23,14 +23,14 @@ A100, H100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
     """A tiny network's FP32 and INT8 engines, made by the stage's own export, calibration,
-    quantization and engine build (tests/helpers/scripts/infer_tiny_pair.py, then engine.py as int8_engine
+    quantization and engine build (tests/helpers/scripts/int8_tiny_pair.py, then engine.py as int8_engine
     runs it)."""
     work = tmp_path_factory.mktemp("tiny-pair")
-    run_script("pytorch", "infer_tiny_pair.py", work, SIZE)
+    run_script("pytorch", "int8_tiny_pair.py", work, SIZE)
     for p in ("fp32", "int8"):
         run_stage(
             "pytorch",
-            "workflow_scripts.infer.build_engine",
+            "workflow_scripts.int8.build_engine",
             "--engine",
             "onnxruntime",
             "--onnx",
@@ -50,7 +50,7 @@ def timed_job(engines, root, node):
     out = root / "resnet50" / "onnxruntime" / "throughput" / f"bs{BATCH}.json"
     argv = [
         "-m",
-        "workflow_scripts.infer.throughput",
+        "workflow_scripts.int8.throughput",
         "--engine",
         "onnxruntime",
         "--network",
@@ -160,7 +160,7 @@ def test_table_refuses_a_pair_from_two_gpu_models(tmp_path, old):
     csv, md = tmp_path / "t.csv", tmp_path / "t.md"
     proc = run_stage(
         "workflow",
-        "workflow_scripts.infer.int8_tables",
+        "workflow_scripts.int8.int8_tables",
         "throughput",
         "--root",
         tmp_path,

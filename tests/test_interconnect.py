@@ -199,7 +199,7 @@ def test_three_ranks_use_the_all_reduce_bus_factor_of_three(tmp_path):
         [
             py,
             "-m",
-            "workflow_scripts.common.launcher",
+            "workflow_scripts.cluster.launcher",
             "--nproc-per-node",
             "3",
             "--",

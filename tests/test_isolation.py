@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from helpers import REPO, TRAINERS, interpreter, snakemake, trainer_flags, write_config
 
-from workflow_scripts.common import neighbours, page_cache
+from workflow_scripts.cluster import neighbours, page_cache
 from workflow_scripts.train import harness
 
 
@@ -179,16 +179,16 @@ def test_measuring_jobs_take_whole_nodes_unless_the_system_forbids_it(tmp_path):
         training__systems=["gpu", "shared", "local"],
         training__frameworks=["pytorch"],
         training__gpus=[1, 4],
-        training__accuracy__gpus=[2],
+        training__long_test__gpus=[2],
         envs_gpu=envs,
     )
     jobs = dry_jobs(tmp_path, "training", "interconnect", "preflight", "long_test")
     measuring = [
-        j for j in jobs if re.search(r"rule (train|train_accuracy|interconnect_collectives|preflight_check):", j)
+        j for j in jobs if re.search(r"rule (train|long_test_run|interconnect_collectives|preflight_check):", j)
     ]
     assert {re.search(r"rule (\w+):", j).group(1) for j in measuring} == {
         "train",
-        "train_accuracy",
+        "long_test_run",
         "interconnect_collectives",
         "preflight_check",
     }
@@ -208,7 +208,7 @@ def test_a_gpu_system_runs_every_point_three_times_a_cpu_system_once(tmp_path):
         training__systems=["gpu", "local"],
         training__frameworks=["pytorch"],
         training__gpus=[1, 2],
-        training__accuracy__gpus=[],
+        training__long_test__gpus=[],
         envs_gpu=envs,
     )
     outputs = re.findall(
@@ -247,7 +247,7 @@ def test_what_fp32_ran_as(capability, mode, overridden, fp32):
 def test_strict_fp32_reaches_every_trainer_and_is_recorded(tmp_path):
     """training.fp32_math strict: every framework's run gets --fp32-math strict (the default adds no
     word: runs made before the key are not rerun) and sets NVIDIA_TF32_OVERRIDE=0 for its libraries."""
-    write_config(tmp_path, training__fp32_math="strict", training__accuracy__gpus=[2])
+    write_config(tmp_path, training__fp32_math="strict", training__long_test__gpus=[2])
     out = snakemake(tmp_path, "-n", "-p", "training", "long_test").stdout
     lines = [ln for ln in out.splitlines() if "workflow_scripts.train.training_job" in ln]
     assert lines and all("--fp32-math strict" in ln for ln in lines), lines

@@ -14,9 +14,9 @@ import subprocess
 import pytest
 from helpers import REPO, SNAKEMAKE, interpreter, snakemake, trainer_command, write_config
 
-from workflow_scripts.common import interpreter as interpreter_words
-from workflow_scripts.common import launcher, netif
-from workflow_scripts.common.rank_env import Launch, setup_horovod
+from workflow_scripts.cluster import interpreter as interpreter_words
+from workflow_scripts.cluster import launcher, netif
+from workflow_scripts.cluster.rank_env import Launch, setup_horovod
 
 # A node of a cluster: Ethernet, InfiniBand (IPoIB), a docker bridge without an address.
 ADDRS = {"lo": "127.0.0.1", "eth0": "10.1.0.5", "ib0": "10.2.0.5", "docker0": None}
@@ -82,7 +82,7 @@ def _launch_dump(tmp_path, *options):
     """A local 2-rank Horovod launch of a tiny command that records each worker's environment
     after setup_horovod, as the trainers call it."""
     worker = (
-        "import json, os, sys; from workflow_scripts.common.rank_env import detect, setup_horovod; "
+        "import json, os, sys; from workflow_scripts.cluster.rank_env import detect, setup_horovod; "
         "setup_horovod(detect()); open(os.path.join(sys.argv[1], 'rank' + os.environ['RANK'] + '.json'), 'w')"
         ".write(json.dumps(dict(os.environ)))"
     )
@@ -90,7 +90,7 @@ def _launch_dump(tmp_path, *options):
         [
             interpreter("workflow"),
             "-m",
-            "workflow_scripts.common.launcher",
+            "workflow_scripts.cluster.launcher",
             "--nproc-per-node",
             "2",
             "--horovod",
@@ -133,7 +133,7 @@ def test_horovod_runs_over_the_chosen_interface(tmp_path):
     reached at the chosen interface's address and Gloo binds to that interface."""
     iface, ip = _ipv4_interface()
     worker = (
-        "import os; from workflow_scripts.common.rank_env import detect, setup_horovod; setup_horovod(detect()); "
+        "import os; from workflow_scripts.cluster.rank_env import detect, setup_horovod; setup_horovod(detect()); "
         "import horovod.tensorflow as hvd, tensorflow as tf; hvd.init(); "
         "s = hvd.allreduce(tf.constant([float(hvd.rank() + 1)]), op=hvd.Sum); "
         "iface, addr = os.environ['HOROVOD_GLOO_IFACE'], os.environ['HOROVOD_GLOO_RENDEZVOUS_ADDR']; "
@@ -146,7 +146,7 @@ def test_horovod_runs_over_the_chosen_interface(tmp_path):
         [
             interpreter("workflow"),
             "-m",
-            "workflow_scripts.common.launcher",
+            "workflow_scripts.cluster.launcher",
             "--nproc-per-node",
             "2",
             "--horovod",
@@ -174,7 +174,7 @@ def test_mpi_controller_refuses_a_local_launch_naming_the_key(tmp_path):
         [
             interpreter("workflow"),
             "-m",
-            "workflow_scripts.common.launcher",
+            "workflow_scripts.cluster.launcher",
             "--nproc-per-node",
             "2",
             "--horovod",
@@ -244,7 +244,7 @@ def test_interconnect_of_a_gpu_system_runs_in_its_training_environment_with_the_
         training__systems=["gpu"],
         training__frameworks=["pytorch", "mxnet"],
         training__gpus=[2],
-        training__accuracy__gpus=[],
+        training__long_test__gpus=[],
         inference__models={"resnet50": "torchvision"},
         envs_gpu={"pytorch": {"container": str(image)}, "mxnet": interpreter("mxnet")},
         interconnect__nccl_tests=str(build),
@@ -261,7 +261,7 @@ def test_interconnect_of_a_gpu_system_runs_in_its_training_environment_with_the_
     path = f"{REPO}:{interpreter_words.SITE}" if nvml else str(REPO)
     container = ["apptainer", "exec", "--nv", f"--bind={REPO}", *nvml, f"--env=PYTHONPATH={path}", str(image)]
     collectives = command("workflow_scripts.interconnect.collectives")
-    assert collectives[:3] == [interpreter("workflow"), "-m", "workflow_scripts.common.launcher"], collectives
+    assert collectives[:3] == [interpreter("workflow"), "-m", "workflow_scripts.cluster.launcher"], collectives
     ranks = collectives[collectives.index("--") + 1 :]
     assert ranks[: len(container) + 3] == [*container, "python3", "-m", "workflow_scripts.interconnect.collectives"]
     assert all(w in collectives[: collectives.index("--")] for w in env_words)
@@ -278,7 +278,7 @@ def test_nccl_env_reaches_and_is_recorded_by_the_interconnect_and_training(tmp_p
     """Real 2-rank runs (Gloo on the CPU): the interconnect JSON and a training summary record
     the config's variables; without them NCCL keeps its own defaults (nothing set)."""
     py = interpreter("pytorch")
-    base = [interpreter("workflow"), "-m", "workflow_scripts.common.launcher", "--nproc-per-node", "2"]
+    base = [interpreter("workflow"), "-m", "workflow_scripts.cluster.launcher", "--nproc-per-node", "2"]
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_"))}
     env = dict(clean, PYTHONPATH=str(REPO))
     ic = [
@@ -346,7 +346,7 @@ def test_one_rank_runs_horovod_on_gloo_without_a_rendezvous(tmp_path):
     assert mine["HOROVOD_CONTROLLER"] == "mpi"
     # The real Horovod of the TensorFlow environment, one process, nothing else set: it runs on Gloo.
     code = (
-        "import os; from workflow_scripts.common.rank_env import detect, setup_horovod; setup_horovod(detect()); "
+        "import os; from workflow_scripts.cluster.rank_env import detect, setup_horovod; setup_horovod(detect()); "
         "import horovod.tensorflow as hvd; hvd.init(); "
         "print(hvd.size(), hvd.gloo_enabled(), os.environ['HOROVOD_CONTROLLER'])"
     )

@@ -145,7 +145,7 @@ def test_a_time_limit_after_a_saved_epoch_is_resumed_and_one_without_is_permanen
     cause, last, line = progress_after(tmp_path, 1, 0, 2, 143, "time limit")
     assert cause is None and not last and "next job resumes" in line
     cause, last, _ = progress_after(tmp_path, 2, 2, 2, 143, "time limit")
-    assert "no epoch of the long test finished" in cause and "training.accuracy.time_min" in cause
+    assert "no epoch of the long test finished" in cause and "training.long_test.time_min" in cause
 
 
 @pytest.mark.unit
@@ -156,7 +156,7 @@ def test_the_jobs_run_out_at_max_jobs_and_idle_failures_at_retries(tmp_path):
         cause, last, _ = progress_after(tmp_path, attempt, before, after, 143, "time limit")
         assert cause is None and not last, attempt
     cause, last, _ = progress_after(tmp_path, 4, 3, 4, 143, "time limit")
-    assert last and "training.accuracy.max_jobs" in cause and "saved epoch 4" in cause
+    assert last and "training.long_test.max_jobs" in cause and "saved epoch 4" in cause
     # a crash that saves nothing, twice (retries 1): the second is the last
     assert progress_after(tmp_path / "b", 1, 0, 0, 1, None)[1] is False
     assert progress_after(tmp_path / "b", 2, 0, 0, 1, None)[1] is True
@@ -171,10 +171,10 @@ def test_a_long_test_that_cannot_fit_its_jobs_is_named_at_parse_time():
     epoch takes at least 26.7 min, so a 20-minute job saves none, and 90 epochs do not fit 12 jobs
     of 120 minutes (4 epochs each); they fit 30."""
     images = 1281167
-    said = long_test_fit.problem(POINT, 90, images, 100.0, 20, 12, "training.accuracy.time_min")
-    assert said.startswith("config training.accuracy.time_min = 20") and "cannot save a single epoch" in said
+    said = long_test_fit.problem(POINT, 90, images, 100.0, 20, 12, "training.long_test.time_min")
+    assert said.startswith("config training.long_test.time_min = 20") and "cannot save a single epoch" in said
     said = long_test_fit.problem(POINT, 90, images, 100.0, 120, 12, "systems.v100.time_min")
-    assert said.startswith("config training.accuracy.max_jobs = 12") and "at most 4 epoch(s)" in said
+    assert said.startswith("config training.long_test.max_jobs = 12") and "at most 4 epoch(s)" in said
     assert long_test_fit.problem(POINT, 90, images, 100.0, 120, 30, "systems.v100.time_min") is None
     assert long_test_fit.problem(POINT, 90, images, None, 20, 12, "systems.v100.time_min") is None  # nothing measured
 

@@ -1,6 +1,6 @@
 """Which transport NCCL used (issue 39, part 3): NCCL falls back to TCP sockets between nodes when it
 cannot load libibverbs and says so only at INFO level. The launcher has every rank write NCCL's
-initialisation lines to a folder, common/nccl_log.py reads them back, preflight fails on sockets
+initialisation lines to a folder, cluster/nccl_log.py reads them back, preflight fails on sockets
 between nodes that have InfiniBand, the interconnect stage records what NCCL used, and a prediction
 says when its all-reduce was measured with another collective library than the run used.
 
@@ -16,7 +16,7 @@ import subprocess
 import pytest
 from helpers import REPO, interpreter, snakemake, write_config
 
-from workflow_scripts.common import nccl_log, provenance
+from workflow_scripts.cluster import nccl_log, provenance
 from workflow_scripts.interconnect import bandwidth_rows as ic_rows
 from workflow_scripts.interconnect.prediction import library_note
 from workflow_scripts.preflight import gate, node, preflight_job
@@ -304,7 +304,7 @@ def run_launcher(tmp_path, *options, env=None):
         [
             py,
             "-m",
-            "workflow_scripts.common.launcher",
+            "workflow_scripts.cluster.launcher",
             "--nproc-per-node",
             "2",
             *options,
@@ -366,7 +366,7 @@ def test_the_interconnect_records_nccls_transport_beside_its_version(tmp_path):
         training__systems=["gpu"],
         training__frameworks=["pytorch"],
         training__gpus=[2],
-        training__accuracy__gpus=[],
+        training__long_test__gpus=[],
         envs_gpu={"pytorch": interpreter("pytorch")},
     )
     out = snakemake(tmp_path, "-n", "-p", "interconnect").stdout
@@ -377,7 +377,7 @@ def test_the_interconnect_records_nccls_transport_beside_its_version(tmp_path):
     merge = shlex.split(line.split(" && ")[1].split(" >> ")[0])
     assert merge[1:] == [
         "-m",
-        "workflow_scripts.common.nccl_log",
+        "workflow_scripts.cluster.nccl_log",
         logs,
         "--into",
         "results/interconnect/gpu/2gpu/torch.json",
@@ -413,7 +413,7 @@ def test_the_interconnect_records_nccls_transport_beside_its_version(tmp_path):
         )
     )
     proc = subprocess.run(
-        [interpreter("workflow"), "-m", "workflow_scripts.common.nccl_log", str(folder), "--into", str(raw)],
+        [interpreter("workflow"), "-m", "workflow_scripts.cluster.nccl_log", str(folder), "--into", str(raw)],
         cwd=REPO,
         capture_output=True,
         text=True,

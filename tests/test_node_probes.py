@@ -1,5 +1,5 @@
-"""What a run records about its node: whether the dataset really left the caches (common.page_cache,
-common.mounts) and the GPU telemetry when some of a node's GPUs or readings fail (common.telemetry)."""
+"""What a run records about its node: whether the dataset really left the caches (cluster.page_cache,
+cluster.mounts) and the GPU telemetry when some of a node's GPUs or readings fail (cluster.telemetry)."""
 
 import os
 import subprocess
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import run_script
 
-from workflow_scripts.common import mounts, page_cache
+from workflow_scripts.cluster import mounts, page_cache
 
 # Lines in /proc/self/mountinfo's format (proc(5)), as a Storage Scale client, a FUSE mount, an
 # NFS mount with FS-Cache and ordinary local mounts write them.

@@ -33,7 +33,7 @@ def test_the_quick_start_plans_the_jobs_pipeline_run_ran(tmp_path):
     pipeline_config(suite)
     planned = planned_jobs(default)
     assert planned == planned_jobs(suite)
-    stages = {"tfrecord", "recordio", "lmdb", "preflight_check", "train", "train_accuracy", "interconnect_collectives"}
+    stages = {"tfrecord", "recordio", "lmdb", "preflight_check", "train", "long_test_run", "interconnect_collectives"}
     # The quick start clears each node's caches as the study did (the suite: its dataset only, SUITE).
     shell = snakemake(default, "all", "-n", "-p").stdout
     assert "--cache-clear=node" in shell and "--cache-clear=dataset" not in shell
@@ -115,7 +115,7 @@ def test_config_edit_reruns_only_what_it_affects(pipeline_run):
             "train": len(CONFIG["training"]["gpus"]),
             "training_tables": 1,
             "training_figures": 1,
-            "train_accuracy": len(LONG_TEST_GPUS),
+            "long_test_run": len(LONG_TEST_GPUS),
             "time_to_accuracy": 1,
             "time_to_accuracy_figure": 1,
         }

@@ -23,7 +23,7 @@ OVERRIDES = {
     "training__systems": list(SYSTEMS),
     "training__gpus": [1, 2, 4],
     "training__inputs": ["auto", "synthetic"],
-    "training__accuracy__gpus": [2],
+    "training__long_test__gpus": [2],
     "envs_gpu": {
         fw: str(REPO / ".envs" / ("torch" if fw == "pytorch" else "tf-mxnet") / "bin" / "python")
         for fw in ("tensorflow", "mxnet", "pytorch")

@@ -17,7 +17,7 @@ from helpers import CONFIG, REPO, SNAKEMAKE, copy_of_run, interpreter, planned_j
 
 GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "cpus_per_task": 1}}
 # Checks that need no dataset and no data stage: the sweep on synthetic input, no long test.
-NO_DATA = dict(training__inputs=["synthetic"], training__accuracy__gpus=[])
+NO_DATA = dict(training__inputs=["synthetic"], training__long_test__gpus=[])
 
 
 def rows(work):
@@ -86,7 +86,7 @@ def test_a_first_preflight_on_a_real_dataset_converts_nothing(tmp_path):
 
     root = tmp_path / "ILSVRC2012"
     embedded.make(root, classes=2, train_per_class=2, val_per_class=2, seed=1)
-    write_config(tmp_path, dataset__root=str(root), training__accuracy__gpus=[2])
+    write_config(tmp_path, dataset__root=str(root), training__long_test__gpus=[2])
     jobs = planned_jobs(tmp_path, "preflight")
     assert set(jobs) == {
         "preflight_check",

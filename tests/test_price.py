@@ -20,7 +20,7 @@ def _plan(max_minutes=None, **overrides):
         "training__precisions": ["fp32", "fp16"],
         "training__gpus": [1, 2, 4, 8, 16, 32, 64],
         "training__repeats": 3,
-        "training__accuracy__gpus": [],
+        "training__long_test__gpus": [],
     }
     config = validated(with_overrides(CONFIG, **{**settings, **overrides}))
     sweep = Sweep(config, embedded=False)

@@ -138,7 +138,7 @@ def test_editing_one_frameworks_batch_reruns_its_runs_and_the_aggregation(pipeli
             "train": len(CONFIG["training"]["gpus"]),
             "training_tables": 1,
             "training_figures": 1,
-            "train_accuracy": len(LONG_TEST_GPUS),
+            "long_test_run": len(LONG_TEST_GPUS),
             "time_to_accuracy": 1,
             "time_to_accuracy_figure": 1,
         }
@@ -169,7 +169,7 @@ def sweep(tmp_path_factory):
         # trains (BatchNorm needs two values a channel), not doubled for FP16
         training__batch_per_gpu={"tensorflow": 2, "mxnet": 2, "pytorch": 2},
         training__fp16_batch_factor=1,
-        training__accuracy__gpus=[],
+        training__long_test__gpus=[],
         preflight__gate=False,  # the tables are what is tested here, not preflight (test_preflight.py)
     )
     snakemake(

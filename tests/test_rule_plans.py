@@ -28,7 +28,7 @@ THREE = {
     "systems": SYSTEMS,
     "training__systems": list(SYSTEMS),
     "training__gpus": [1, 2, 4],
-    "training__accuracy__gpus": [2],
+    "training__long_test__gpus": [2],
 }
 
 
@@ -183,7 +183,7 @@ def test_preflight_checks_one_node_and_two_where_a_run_crosses_nodes():
 
 
 def test_a_pair_waits_for_its_data_gate_only_where_it_reads_data():
-    plan = preflight(training__inputs=["synthetic"], training__accuracy__gpus=[])
+    plan = preflight(training__inputs=["synthetic"], training__long_test__gpus=[])
     w = Wildcards(system="local", framework="pytorch")
     assert plan.pairs_reading() == [] and plan.passed(w) == ["results/preflight/local/pytorch.ok"]
     assert "--data-later" not in plan.args(w)

@@ -50,7 +50,7 @@ def test_hostile_paths_and_system_strings_work_and_touch_nothing_else(tmp_path):
         training__gpus=[1],
         training__warmup_steps=1,
         training__steps=3,
-        training__accuracy__gpus=[],
+        training__long_test__gpus=[],
         training__image_size=32,
         training__batch_per_gpu={"tensorflow": 4, "mxnet": 4, "pytorch": 4},
     )

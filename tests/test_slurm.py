@@ -116,7 +116,7 @@ def cluster_config(work, **overrides):
             "systems": {"cluster": dict(SYSTEM, sbatch_extra=SBATCH_EXTRA)},
             "training__systems": ["cluster"],
             "training__gpus": [2],
-            "training__accuracy__gpus": [],
+            "training__long_test__gpus": [],
             "training__cache_clear": "node",  # as on a cluster; the two nodes share this machine's kernel
             "conversion__threads": 2,
             "inference__threads": 2,
@@ -416,7 +416,7 @@ def test_waiting_job_is_reported_with_slurms_reason(cluster):
     ).stdout.strip()
     try:
         proc = subprocess.run(
-            [interpreter("workflow"), "-m", "workflow_scripts.common.slurm", "pending"],
+            [interpreter("workflow"), "-m", "workflow_scripts.cluster.slurm", "pending"],
             cwd=REPO,
             capture_output=True,
             text=True,

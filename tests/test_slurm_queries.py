@@ -1,4 +1,4 @@
-"""What the pipeline asks SLURM's commands (workflow_scripts/common/slurm.py), against fake `sinfo`
+"""What the pipeline asks SLURM's commands (workflow_scripts/cluster/slurm.py), against fake `sinfo`
 and `squeue` on PATH that answer as a cluster would, or fail as they do when the controller cannot
 be reached: the GRES types of a partition checked against systems.<name>.gpu_type when the workflow
 is parsed, and `pending`'s answer without a controller. The real commands on a real cluster:
@@ -11,7 +11,7 @@ import sys
 import pytest
 from helpers import REPO, SNAKEMAKE, interpreter, write_config
 
-from workflow_scripts.common import slurm
+from workflow_scripts.cluster import slurm
 
 pytestmark = pytest.mark.stage
 
@@ -105,7 +105,7 @@ def test_a_wrong_gpu_type_stops_the_workflow_at_parse_time(tmp_path):
 def test_pending_without_a_controller_prints_squeues_own_words(tmp_path):
     bin_dir = fake_command(tmp_path / "bin", "squeue", stderr=UNREACHABLE + "\n", rc=1)
     proc = subprocess.run(
-        [sys.executable, "-m", "workflow_scripts.common.slurm", "pending"],
+        [sys.executable, "-m", "workflow_scripts.cluster.slurm", "pending"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,6 +1,6 @@
 """Thread counts under SLURM task binding: on the local cluster (benchmarks/slurm_cluster.py) with
 TaskPlugin=task/affinity, a 2-task PyTorch run (synthetic data, a few steps) started as the
-pipeline starts it (workflow_scripts.common.launcher -> srun --cpus-per-task=1) gets one CPU per
+pipeline starts it (workflow_scripts.cluster.launcher -> srun --cpus-per-task=1) gets one CPU per
 task, and each rank records that CPU and counts its threads on it, not on the node's 2."""
 
 import json
@@ -43,7 +43,7 @@ def test_two_bound_tasks_of_one_cpu_count_their_threads_on_it(bound_cluster, tmp
         "--quiet",
         python,
         "-m",
-        "workflow_scripts.common.launcher",
+        "workflow_scripts.cluster.launcher",
         f"--nproc-per-node={per_node}",
         f"--nodes={nodes}",
         "--cpus-per-task=1",

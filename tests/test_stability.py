@@ -109,10 +109,10 @@ def test_ranks_on_two_gpu_models_are_refused_before_the_first_step_naming_the_no
 
 
 def test_int8_timings_are_judged_by_the_same_windows():
-    """Issue 52 item 10: the INT8 stage's timed runs (infer/throughput.py) over windows of 10 runs,
+    """Issue 52 item 10: the INT8 stage's timed runs (int8/throughput.py) over windows of 10 runs,
     as training's steps: jitter alone is stable, a stretch of slow runs is not; fewer than two
     windows is judged per run."""
-    from workflow_scripts.infer.throughput import summarize
+    from workflow_scripts.int8.throughput import summarize
 
     rng = random.Random(1)
     jitter = [0.01 * (1 + rng.uniform(-0.04, 0.04)) for _ in range(100)]

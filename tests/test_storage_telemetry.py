@@ -1,5 +1,5 @@
 """Fig. 7's storage reads come from the counters of the file system the dataset was read from
-(common.storage_probe.StorageProbe, common.mounts), and Fig. 7/8 say where a node has none or where its
+(cluster.storage_probe.StorageProbe, cluster.mounts), and Fig. 7/8 say where a node has none or where its
 InfiniBand bytes include the dataset's reads (results.telemetry_tables, results.training_figures).
 
 The probe's counter roots (mountinfo, /proc, /sys with its debugfs, mmpmon) point at trees written
@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from workflow_scripts.common.storage_probe import StorageProbe
+from workflow_scripts.cluster.storage_probe import StorageProbe
 from workflow_scripts.results import training_figures
 from workflow_scripts.results.telemetry_tables import network_notes, storage_notes, telemetry
 
@@ -363,7 +363,7 @@ def test_telemetry_writes_no_read_rows_where_the_storage_probe_is_unsupported(tm
     machine's CPU and network, sampled: a stage test)."""
     import time
 
-    from workflow_scripts.common.telemetry import Telemetry
+    from workflow_scripts.cluster.telemetry import Telemetry
 
     tel = Telemetry(tmp_path / "telemetry.n1.csv", None, interval=0.01)
     assert not tel.storage.supported and tel.storage.describe()["why"]
@@ -398,7 +398,7 @@ def test_a_runs_rates_are_over_its_timed_steps_not_its_start_up(tmp_path):
 def test_sends_are_counted_once_per_physical_port(tmp_path):
     """A bond over two ports, a VLAN on it, IPoIB on an HCA and loopback: only the ports are
     counted (the bond's and the VLAN's bytes are theirs; IPoIB's, the HCA port counters')."""
-    from workflow_scripts.common import telemetry as tel
+    from workflow_scripts.cluster import telemetry as tel
 
     net = tmp_path / "net"
     for nic, kind, physical in [

@@ -50,14 +50,14 @@ def test_a_gpu_system_repeats_each_point_and_names_the_other_input_paths():
 
 def test_a_real_dataset_gets_no_long_test_unless_asked():
     assert sweep(embedded=False).long_test() == []
-    assert {p["gpus"] for p in sweep(embedded=False, training__accuracy__gpus=[2]).long_test()} == {2}
+    assert {p["gpus"] for p in sweep(embedded=False, training__long_test__gpus=[2]).long_test()} == {2}
 
 
 @pytest.mark.parametrize(
     "overrides, key",
     [
         ({"training__gpus": [4]}, "config training.gpus = 4 cannot be placed on system 'local'"),
-        ({"training__accuracy__gpus": [3]}, "config training.accuracy.gpus = 3 cannot be placed"),
+        ({"training__long_test__gpus": [3]}, "config training.long_test.gpus = 3 cannot be placed"),
         ({"training__frameworks": ["mxnet"], "training__inputs": ["gpu"]}, "config training.inputs = ['gpu']"),
     ],
 )
@@ -69,7 +69,7 @@ def test_a_sweep_that_cannot_run_names_its_key(overrides, key):
 
 
 def test_a_long_test_schedule_that_cannot_run_names_its_key():
-    with pytest.raises(ConfigProblem, match=r"training.accuracy.milestones = \[2\]"):
-        sweep(training__accuracy__epochs=2).check_long_test()
-    with pytest.raises(ConfigProblem, match="training.accuracy.warmup_epochs = 3"):
-        sweep(training__accuracy__warmup_epochs=3).check_long_test()
+    with pytest.raises(ConfigProblem, match=r"training.long_test.milestones = \[2\]"):
+        sweep(training__long_test__epochs=2).check_long_test()
+    with pytest.raises(ConfigProblem, match="training.long_test.warmup_epochs = 3"):
+        sweep(training__long_test__warmup_epochs=3).check_long_test()

@@ -10,15 +10,15 @@ import shlex
 import pytest
 from helpers import run_script, run_stage, snakemake, write_config
 
-from workflow_scripts.infer import int8_tables, tensorrt_engine
+from workflow_scripts.int8 import int8_tables, tensorrt_engine
 
 # The study's network with its classifier bias.
 NETWORK, SIZE = "resnet50", 32
 
 
 def helper(*args):
-    """infer_qdq_tensorrt.py's `args` in the torch environment: what it printed."""
-    return run_script("pytorch", "infer_qdq_tensorrt.py", *args, timeout=900)
+    """int8_qdq_tensorrt.py's `args` in the torch environment: what it printed."""
+    return run_script("pytorch", "int8_qdq_tensorrt.py", *args, timeout=900)
 
 
 def quantize(work, name, *words, check=True):
@@ -26,7 +26,7 @@ def quantize(work, name, *words, check=True):
     out, cache = work / f"{name}.onnx", work / f"{name}.cache.json"
     proc = run_stage(
         "pytorch",
-        "workflow_scripts.infer.quantize",
+        "workflow_scripts.int8.quantize",
         "--onnx",
         work / "fp32.onnx",
         "--ranges",
@@ -55,8 +55,8 @@ def rule_words(tmp_path_factory):
         d = tmp_path_factory.mktemp(f"rule-{engine}")
         write_config(d, inference__engine=engine)
         out = snakemake(d, "results/int8/resnet50/int8.onnx", "-n", "-p").stdout
-        (cmd,) = [ln for ln in out.splitlines() if "workflow_scripts.infer.quantize" in ln]
-        argv = shlex.split(cmd.split("workflow_scripts.infer.quantize", 1)[1].split(">", 1)[0])
+        (cmd,) = [ln for ln in out.splitlines() if "workflow_scripts.int8.quantize" in ln]
+        argv = shlex.split(cmd.split("workflow_scripts.int8.quantize", 1)[1].split(">", 1)[0])
         pairs = list(zip(argv[::2], argv[1::2]))
         words[engine] = [w for flag, value in pairs if flag not in PATHS for w in (flag, value)]
     return words
@@ -154,10 +154,10 @@ def test_checker_names_the_doctored_nodes(work, models):
     assert all("not 0" in v for v in made["zero_point"]["violations"])
     assert "output-channel axis 0" in made["conv_axis"]["violations"][0]
     # The checker's command line: exit 2 naming the file and nodes, 0 on the clean model.
-    proc = run_stage("pytorch", "workflow_scripts.infer.qdq_rules", made["zero_point"]["file"], check=False)
+    proc = run_stage("pytorch", "workflow_scripts.int8.qdq_rules", made["zero_point"]["file"], check=False)
     assert proc.returncode == 2 and made["zero_point"]["file"] in proc.stderr
     assert all(n in proc.stderr for n in made["zero_point"]["doctored"])
-    assert run_stage("pytorch", "workflow_scripts.infer.qdq_rules", models["tensorrt"]["path"]).returncode == 0
+    assert run_stage("pytorch", "workflow_scripts.int8.qdq_rules", models["tensorrt"]["path"]).returncode == 0
 
 
 @pytest.mark.unit
@@ -175,7 +175,7 @@ def test_throughput_record_and_table_say_how_runs_were_timed(work, tmp_path):
     engine = tmp_path / "fp32.engine"
     run_stage(
         "pytorch",
-        "workflow_scripts.infer.build_engine",
+        "workflow_scripts.int8.build_engine",
         "--engine",
         "onnxruntime",
         "--onnx",
@@ -191,7 +191,7 @@ def test_throughput_record_and_table_say_how_runs_were_timed(work, tmp_path):
     out.parent.mkdir(parents=True)
     run_stage(
         "pytorch",
-        "workflow_scripts.infer.throughput",
+        "workflow_scripts.int8.throughput",
         "--engine",
         "onnxruntime",
         "--fp32",
@@ -261,7 +261,7 @@ def test_the_timed_job_passes_tensorrts_durations_and_only_its(tmp_path):
         tmp_path, inference__engine="tensorrt", inference__tensorrt__warmup_ms=250, inference__tensorrt__duration_s=4
     )
     out = snakemake(tmp_path, "-n", "-p", "int8").stdout
-    lines = [ln for ln in out.splitlines() if "workflow_scripts.infer.throughput" in ln]
+    lines = [ln for ln in out.splitlines() if "workflow_scripts.int8.throughput" in ln]
     assert lines and all("--warmup-s=0.25 --duration-s=4" in ln for ln in lines), lines
     write_config(tmp_path)
     out = snakemake(tmp_path, "-n", "-p", "int8").stdout

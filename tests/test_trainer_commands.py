@@ -46,7 +46,7 @@ def test_a_gpu_systems_runs_must_find_a_gpu_and_name_their_interpreter_key():
 
 
 def test_the_long_test_is_told_its_schedule_and_checkpoints_never_the_sweeps_steps():
-    c = commands(training__accuracy__target_top1=None, training__accuracy__milestones=[1, 2])
+    c = commands(training__long_test__target_top1=None, training__long_test__milestones=[1, 2])
     args = c.long_test_run("g", "pytorch", "fp16", 4)
     assert value(args, "--mode") == "accuracy" and "--steps" not in args and "--target-top1" not in args
     assert args[args.index("--milestones") + 1 : args.index("--milestones") + 3] == ["1", "2"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import CONFIG, PIPELINE_CONFIG, REPO, TRAINERS, interpreter, snakemake, trainer_command, write_config
 
-from workflow_scripts.common import page_cache, rank_env
+from workflow_scripts.cluster import page_cache, rank_env
 
 FRAMEWORKS = ("tensorflow", "mxnet", "pytorch")
 
@@ -113,7 +113,7 @@ def _nobody(cmd):
 def _clear_as_nobody(f, out):
     proc = subprocess.run(
         _nobody(
-            [interpreter("workflow"), "-m", "workflow_scripts.common.page_cache", "--paths", str(f), "--out", str(out)]
+            [interpreter("workflow"), "-m", "workflow_scripts.cluster.page_cache", "--paths", str(f), "--out", str(out)]
         ),
         cwd=REPO,
         capture_output=True,
@@ -266,7 +266,7 @@ def test_the_three_trainers_time_and_log_their_steps_alike(synthetic_runs):
 @pytest.mark.stage
 def test_a_synthetic_run_records_no_input_path(synthetic_runs):
     """Synthetic data is decoded by no one: no decode threads, loader workers or input pipeline
-    settings in the summary (common.cpus' rule would have given some)."""
+    settings in the summary (cluster.cpus' rule would have given some)."""
     for framework in ("tensorflow", "mxnet"):
         summary = synthetic_runs[framework][1]
         assert summary["decode_threads"] is None and "decode" not in summary["cpus"]["threads"], framework

@@ -4,7 +4,7 @@ cluster: tests/test_slurm.py."""
 
 import pytest
 
-from workflow_scripts.common import rank_env
+from workflow_scripts.cluster import rank_env
 from workflow_scripts.train import watchdog
 
 pytestmark = pytest.mark.unit

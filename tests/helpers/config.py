@@ -6,8 +6,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
-# The embedded default's long test: training.accuracy.gpus auto is [2] there (none on a real dataset).
-LONG_TEST_GPUS = [2] if CONFIG["training"]["accuracy"]["gpus"] == "auto" else CONFIG["training"]["accuracy"]["gpus"]
+# The embedded default's long test: training.long_test.gpus auto is [2] there (none on a real dataset).
+LONG_TEST_GPUS = [2] if CONFIG["training"]["long_test"]["gpus"] == "auto" else CONFIG["training"]["long_test"]["gpus"]
 
 
 def with_overrides(config, **overrides):

@@ -1,7 +1,7 @@
 """A made-up GPU node for the tests of GPU choice and identity (no GPU here): a DGX-like layout, the
 CPU sets SLURM's distributions give its tasks, what a rank reports, and a missing CUDA driver."""
 
-from workflow_scripts.common.rank_env import Launch
+from workflow_scripts.cluster.rank_env import Launch
 
 # A DGX-like node: 2 sockets x 56 cores, 2 hardware threads each (CPU c and c + 112 are one core);
 # GPUs 0-3 on socket 1's NUMA node, GPUs 4-7 on socket 0's.

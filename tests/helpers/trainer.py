@@ -38,12 +38,12 @@ def trainer_command(framework="pytorch", python=None, **flags):
 
 
 def launched(command, ranks, *launch_flags, python=None):
-    """`command` (an interpreter's argv) run by the launcher on `ranks` local processes (common/launcher.py
+    """`command` (an interpreter's argv) run by the launcher on `ranks` local processes (cluster/launcher.py
     with `launch_flags`), the launcher run by `python` (by default the workflow's interpreter)."""
     return [
         python or interpreter("workflow"),
         "-m",
-        "workflow_scripts.common.launcher",
+        "workflow_scripts.cluster.launcher",
         "--nproc-per-node",
         str(ranks),
         *launch_flags,

@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..common import cpus, schema
+from ..cluster import cpus
+from ..common import schema
 from ..common.atomic import atomic_dir, write_json
 from ..common.errors import StageError
 from ..common.parallel import ordered_map

@@ -15,7 +15,7 @@ import os
 import random
 from pathlib import Path
 
-from ..common import cpus
+from ..cluster import cpus
 from ..common.atomic import atomic_dir, write_json
 from ..common.errors import StageError, run_main
 from ..common.parallel import ordered_map

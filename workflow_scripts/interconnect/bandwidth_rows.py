@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..common import nccl_log
+from ..cluster import nccl_log
 from ..common.errors import StageError, run_main
 
 COLUMNS = [

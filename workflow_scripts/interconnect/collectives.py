@@ -2,7 +2,7 @@
 torch.distributed (NCCL on GPUs, Gloo on the CPU): per size the time of every timed call on every
 rank, and the algorithm and bus bandwidth nccl-tests would print (interconnect/bandwidth.py).
 
-    python -m workflow_scripts.common.launcher --nproc-per-node 2 [--nodes N ...] -- \\
+    python -m workflow_scripts.cluster.launcher --nproc-per-node 2 [--nodes N ...] -- \\
         python -m workflow_scripts.interconnect.collectives --max-bytes 1073741824 --out OUT/x.json
 
 Method. Sizes from --min-bytes to --max-bytes in x2 steps, float32 elements, in place (as DDP and
@@ -14,7 +14,7 @@ median/min/max are over the timed calls; the bandwidths use the median. Rank 0 w
 every rank's own times are in it. Needs only torch (no pandas): it runs on bare GPU hosts too.
 NCCL runs with the environment the launcher gives every rank, as the training runs do (config
 nccl_env; NCCL's own defaults otherwise), recorded in the JSON (nccl_env). Each rank takes its GPU
-as the training runs do (common/gpu_choice.py: the one next to its CPUs, agreed per node through
+as the training runs do (cluster/gpu_choice.py: the one next to its CPUs, agreed per node through
 files beside --out, else its local rank's), so the all-reduce measured is between the GPUs the
 runs pair with their ranks; recorded in the JSON (gpu_binding).
 """
@@ -30,11 +30,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..common import comm_env, cpus, gpu_choice
+from ..cluster import comm_env, cpus, gpu_choice
+from ..cluster.provenance import cpu_model
+from ..cluster.rank_env import detect
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
-from ..common.provenance import cpu_model
-from ..common.rank_env import detect
 from ..common.schema import default as config_default
 from ..common.timing import cuda_times, wall_times
 from .bandwidth import COLLECTIVES, ELEMENT_BYTES, algbw_GBps, busbw_GBps, message_sizes

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..common import launcher, nccl_log
+from ..cluster import launcher, nccl_log
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
 from ..common.schema import default as config_default

@@ -7,7 +7,7 @@ SLURM (a laptop): the callers pass in_job and the rules decide."""
 import json
 from pathlib import Path
 
-from workflow_scripts.common import slurm
+from workflow_scripts.cluster import slurm
 from workflow_scripts.plan.sweep import FORMAT_OF, ConfigProblem
 from workflow_scripts.train import long_test_fit
 
@@ -35,9 +35,9 @@ def check_time_limits(config, long_test_gpus):
         if not sysc["partition"]:
             continue
         problem = slurm.time_problem(sysc["partition"], sysc["time_min"], f"systems.{system}.time_min")
-        own = config["training"]["accuracy"]["time_min"]
+        own = config["training"]["long_test"]["time_min"]
         if not problem and own and long_test_gpus:
-            problem = slurm.time_problem(sysc["partition"], own, "training.accuracy.time_min")
+            problem = slurm.time_problem(sysc["partition"], own, "training.long_test.time_min")
         if problem:
             raise ConfigProblem(problem)
 
@@ -76,7 +76,7 @@ def check_cluster(config, placement, long_test_gpus):
     check_time_limits(config, long_test_gpus)
     short = {}
     for system in training["systems"]:
-        for key, counts in (("training.gpus", training["gpus"]), ("training.accuracy.gpus", long_test_gpus)):
+        for key, counts in (("training.gpus", training["gpus"]), ("training.long_test.gpus", long_test_gpus)):
             for gpus in counts:
                 why = check_partition(config, placement, system, gpus, key)
                 if why:
@@ -102,7 +102,7 @@ def check_horovod_controller(config, long_test_gpus, have_srun):
 def check_long_test_fits(config, long_test):
     """A long test whose epochs cannot fit its jobs, even at the sweep's best measured rate scaled
     perfectly (train/long_test_fit.py). Asked only once the data's manifest exists."""
-    accuracy = config["training"]["accuracy"]
+    accuracy = config["training"]["long_test"]
     for point in long_test:
         s, f = point["system"], point["framework"]
         manifest = Path(config["data_dir"], FORMAT_OF[f], "manifest.json")
@@ -118,7 +118,7 @@ def check_long_test_fits(config, long_test):
             long_test_fit.best_rate_per_gpu(f"{config['results_dir']}/runs", s, f, point["precision"]),
             own or config["systems"][s]["time_min"],
             accuracy["max_jobs"],
-            "training.accuracy.time_min" if own else f"systems.{s}.time_min",
+            "training.long_test.time_min" if own else f"systems.{s}.time_min",
         )
         if said:
             raise ConfigProblem(said)

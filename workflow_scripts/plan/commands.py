@@ -58,10 +58,10 @@ class TrainerCommands:
         return f"{self.config['results_dir']}/checkpoints/{system}/accuracy/{framework}_{precision}_{gpus}gpu"
 
     def long_test_run(self, system, framework, precision, gpus):
-        """The trainer's command line of a long-test run: training.accuracy, and never the sweep's
+        """The trainer's command line of a long-test run: training.long_test, and never the sweep's
         mode, steps or inputs (the long test reads the dataset through the framework's default
         input path), so editing either test's keys reruns only that test's runs."""
-        mode = trainer_flags.long_test(self.train["accuracy"], self.checkpoint_dir(system, framework, precision, gpus))
+        mode = trainer_flags.long_test(self.train["long_test"], self.checkpoint_dir(system, framework, precision, gpus))
         path = self.sweep.effective_input(system, framework, "auto")
         return self._args(system, framework, precision, path, mode)
 

@@ -9,7 +9,7 @@ import re
 import shlex
 from pathlib import Path
 
-from workflow_scripts.common import interpreter
+from workflow_scripts.cluster import interpreter
 from workflow_scripts.plan.sweep import ConfigProblem
 
 
@@ -151,7 +151,7 @@ def check_config(config):
             )
     for system, sysc in config["systems"].items():
         # Without --cpus-per-task SLURM gives each task one CPU, and its bound ranks' decoding and
-        # framework threads (common/cpus.py) all run on it: a GPU run then measures its input, not the GPU.
+        # framework threads (cluster/cpus.py) all run on it: a GPU run then measures its input, not the GPU.
         if sysc["gpu_request"] != "none" and sysc["cpus_per_task"] == 0:
             raise ConfigProblem(
                 f"config systems.{system}.cpus_per_task = 0 with gpu_request {sysc['gpu_request']}: "

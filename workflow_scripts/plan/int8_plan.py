@@ -7,7 +7,7 @@ import os
 import shlex
 
 from workflow_scripts.common import schema as config_schema
-from workflow_scripts.infer import build_engine
+from workflow_scripts.int8 import build_engine
 from workflow_scripts.plan import config_checks
 from workflow_scripts.plan.sweep import ConfigProblem
 
@@ -66,7 +66,7 @@ class Int8Plan:
             return "config training.frameworks has no pytorch, whose run trains them"
         if not self.embedded and not self.long_test_gpus:
             return (
-                "on a real dataset they come from the long test, trained to accuracy, and training.accuracy.gpus "
+                "on a real dataset they come from the long test, trained to accuracy, and training.long_test.gpus "
                 "plans none (set it, e.g. [8], or give resnet50 'torchvision' or a weights file)"
             )
         return None

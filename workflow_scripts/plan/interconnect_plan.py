@@ -4,7 +4,7 @@ by Snakemake with a job's wildcards."""
 
 import shlex
 
-from workflow_scripts.common import interpreter
+from workflow_scripts.cluster import interpreter
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.interconnect import nccl_tests
 from workflow_scripts.plan import config_checks

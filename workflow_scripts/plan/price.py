@@ -106,9 +106,9 @@ def _shared(jobs, groups):
 
 
 def long_test_jobs(config, points):
-    """The long test: a run of up to training.accuracy.max_jobs jobs, each at its time limit, so it
+    """The long test: a run of up to training.long_test.max_jobs jobs, each at its time limit, so it
     reserves max_jobs x the limit at most (its estimate: the same, until it has run)."""
-    acc = config["training"]["accuracy"]
+    acc = config["training"]["long_test"]
     out = []
     for p in points:
         sysc = config["systems"][p["system"]]

@@ -104,6 +104,6 @@ class JobShape:
         }
 
     def accuracy_resources(self, system, gpus):
-        """The long test's jobs: its own time limit (training.accuracy.time_min), else the system's."""
-        own = self.config["training"]["accuracy"]["time_min"]
+        """The long test's jobs: its own time limit (training.long_test.time_min), else the system's."""
+        own = self.config["training"]["long_test"]["time_min"]
         return {**self.point_resources(system, gpus), "runtime": own or self.resource(system, "time_min", None)}

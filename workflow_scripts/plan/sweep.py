@@ -39,7 +39,7 @@ class Sweep:
         """config: the validated config; embedded: whether the dataset is the embedded default."""
         self.config, self.train, self.embedded = config, config["training"], embedded
         self.results = config["results_dir"]
-        self.accuracy = self.train["accuracy"]
+        self.accuracy = self.train["long_test"]
         # {(system, GPUs): why}: points too few of whose partition's nodes are up now (set from
         # cluster_checks.check_cluster where sinfo answers); systems.<name>.nodes_down decides
         self.short_now = {}
@@ -137,7 +137,7 @@ class Sweep:
         return f"{self.results}/runs/{system}/accuracy/{framework}_{precision}_{gpus}gpu"
 
     def accuracy_gpus(self):
-        """training.accuracy.gpus: auto is the embedded default's long test (2 processes, its 3 short
+        """training.long_test.gpus: auto is the embedded default's long test (2 processes, its 3 short
         epochs) and none on a real dataset, where a long test is hours of a cluster: one runs there
         only where the config asks for it (docs/long-test.md)."""
         value = self.accuracy["gpus"]
@@ -150,13 +150,13 @@ class Sweep:
         epochs, milestones = self.accuracy["epochs"], self.accuracy["milestones"]
         if any(b <= a for a, b in zip(milestones, milestones[1:])) or any(m >= epochs for m in milestones):
             raise ConfigProblem(
-                f"config training.accuracy.milestones = {milestones}: epochs at which the learning rate "
-                f"decays, rising, each before the last epoch (training.accuracy.epochs = {epochs})"
+                f"config training.long_test.milestones = {milestones}: epochs at which the learning rate "
+                f"decays, rising, each before the last epoch (training.long_test.epochs = {epochs})"
             )
         if self.accuracy["warmup_epochs"] >= epochs:
             raise ConfigProblem(
-                f"config training.accuracy.warmup_epochs = {self.accuracy['warmup_epochs']}: the warm-up "
-                f"must end before the last epoch (training.accuracy.epochs = {epochs})"
+                f"config training.long_test.warmup_epochs = {self.accuracy['warmup_epochs']}: the warm-up "
+                f"must end before the last epoch (training.long_test.epochs = {epochs})"
             )
 
     def _points(self, gpu_counts, key, where, inputs, runs=lambda s: 1):
@@ -198,7 +198,7 @@ class Sweep:
         precisions at its GPU counts, on real data through each framework's default input path."""
         return self._points(
             self.accuracy_gpus(),
-            "training.accuracy.gpus",
+            "training.long_test.gpus",
             lambda s, f, p, g, i, r: self.accuracy_run_dir(s, f, p, g),
             lambda s, f: [self.effective_input(s, f, "auto")],
         )

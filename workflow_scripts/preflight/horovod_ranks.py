@@ -3,7 +3,7 @@ with the launcher's settings, as their trainers start it."""
 
 import importlib
 
-from ..common.rank_env import setup_horovod
+from ..cluster.rank_env import setup_horovod
 
 
 class HorovodRanks:

@@ -6,7 +6,7 @@ interpreter (started by preflight_job through the launcher, one task a node, as 
 Each real-data input path of the sweep for this framework (settings["inputs"]) is timed alone for
 settings["seconds"] by train/input_capacity.py (the trainer's own input, no model), with the decode
 threads one rank gets when the node runs the sweep's largest number of ranks a node (the trainers'
-thread rules on a rank's share of this node's CPUs, common/cpus.py), and the threads a rank gets at
+thread rules on a rank's share of this node's CPUs, cluster/cpus.py), and the threads a rank gets at
 each other number of ranks a node of the sweep are recorded beside it (common/input_bound.py scales
 the capacity by them). A path whose measurement fails is recorded with its error: the check then
 says so, and the sweep runs as it would have.
@@ -17,10 +17,10 @@ import dataclasses
 import json
 import os
 
-from ..common import cpus
+from ..cluster import cpus
+from ..cluster.rank_env import detect
 from ..common.atomic import write_json
 from ..common.input_bound import cpu_decoding
-from ..common.rank_env import detect
 from .seams import decode_threads
 
 # Batches taken before the timing; input_capacity raises it to what the path prepares ahead.
@@ -28,7 +28,7 @@ WARMUP_BATCHES = 2
 
 
 def rank_share(launch, ranks, allowed=None, node_cpus=None, env=None, root=cpus.CPU_ROOT):
-    """The CPUs one of `ranks` ranks of this node gets, from this process's (common/cpus.py's rule:
+    """The CPUs one of `ranks` ranks of this node gets, from this process's (cluster/cpus.py's rule:
     its own set where SLURM binds each task, else the node's divided among the ranks; root: the CPUs'
     sysfs, where their cores are read)."""
     launch = dataclasses.replace(launch, local_size=ranks)

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..common import page_cache, provenance
+from ..cluster import page_cache, provenance
 from ..common.atomic import write_json
 from .check_rows import FAILED, NA, OK, row
 from .seams import dataset_check

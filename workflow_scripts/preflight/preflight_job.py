@@ -31,7 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..common import input_bound, launcher, nccl_log, page_cache, schema
+from ..cluster import launcher, nccl_log, page_cache
+from ..common import input_bound, schema
 from ..common.atomic import write_json
 from ..common.errors import run_main
 from ..train.measuring_job import MeasuringJob, host
@@ -304,7 +305,7 @@ class PreflightJob(MeasuringJob):
         self.expected = self.g.nodes * self.g.nproc_per_node
         self.out = Path(a.out)
         self.work = self.out.with_suffix(".d")
-        self.base = [sys.executable, "-m", "workflow_scripts.common.launcher", *self.words]
+        self.base = [sys.executable, "-m", "workflow_scripts.cluster.launcher", *self.words]
         self.rows, self.timings, self.checked = [], {}, None
 
     def prepare(self):

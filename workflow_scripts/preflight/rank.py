@@ -20,9 +20,9 @@ import os
 import sys
 from pathlib import Path
 
-from ..common import cpus, gpu_choice, netif
+from ..cluster import cpus, gpu_choice, netif
+from ..cluster.rank_env import detect
 from ..common.atomic import write_json
-from ..common.rank_env import detect
 from ..train.harness import gpu_problem
 from .check_rows import FAILED, NA, OK, WARN, row
 from .markers import Markers
@@ -55,7 +55,7 @@ def gpu_row(info, a, launch, where, index=None):
 
 
 def binding_row(binding):
-    """Which GPU the task took, by CPU affinity or by local rank, and why (common/gpu_choice.py): a
+    """Which GPU the task took, by CPU affinity or by local rank, and why (cluster/gpu_choice.py): a
     warning where it may sit on another NUMA node than the task's CPUs."""
     figure = gpu_choice.describe(binding, why=False)
     if binding["status"] == "ok":

@@ -7,13 +7,13 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from ..common import cpus, kernel_check
+from ..cluster import cpus, kernel_check
 from .check_rows import FAILED, NA, OK
 
 
 def classify(exc, framework="", env_key=""):
     """(cause, fix) of an exception raised while running the tiny net on a device: the causes the
-    trainers' first-kernel check names (common/kernel_check.py), else the exception itself."""
+    trainers' first-kernel check names (cluster/kernel_check.py), else the exception itself."""
     text = f"{type(exc).__name__}: {exc}".strip()
     cause = kernel_check.classify(text)
     if cause:
@@ -28,7 +28,7 @@ def classify(exc, framework="", env_key=""):
 
 def thread_counts(framework, launch, gpu=False, mine=None):
     """{name: count} of the threads a trainer of `framework` starts per task, by the trainers' own
-    rules on this task's CPUs (common/cpus.py; `mine`: already read)."""
+    rules on this task's CPUs (cluster/cpus.py; `mine`: already read)."""
     mine = mine or cpus.of(launch)
     if framework == "tensorflow":
         return {"intra_op": mine.per_rank, "decode": mine.tf_decode_threads(gpu)}
@@ -48,7 +48,7 @@ def thread_counts(framework, launch, gpu=False, mine=None):
 
 def decode_threads(framework, path, mine, gpu, decode=0, workers=0):
     """The decode threads (PyTorch: DataLoader workers or DALI's threads) a trainer of `framework`
-    starts on a rank whose share of the node's CPUs is `mine` (common/cpus.py), by its own rule;
+    starts on a rank whose share of the node's CPUs is `mine` (cluster/cpus.py), by its own rule;
     decode: config training.decode_threads, workers: training.pytorch.loader_workers (0: the rule)."""
     if framework == "tensorflow":
         return decode or mine.tf_decode_threads(gpu)

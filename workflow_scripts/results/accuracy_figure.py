@@ -29,7 +29,9 @@ def figure(table, path):
         return empty_figure(
             path,
             TITLE,
-            "no long test in this config:\nset training.accuracy.gpus" if table.empty else "no long-test run completed",
+            "no long test in this config:\nset training.long_test.gpus"
+            if table.empty
+            else "no long-test run completed",
         )
     curves = {}
     for r in ok.itertuples():

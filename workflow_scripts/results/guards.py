@@ -4,7 +4,7 @@ table gives no "holds" or "does not hold" on it, but "not decided" and why, nami
 
   unstable      a run's images/s varies by more than the study's 2% (metrics.STABLE_CV) over windows
                 of metrics.STABILITY_WINDOW steps, as the study's frameworks reported it
-  not isolated  something else used a run's nodes in its timed window (common/neighbours.py), or
+  not isolated  something else used a run's nodes in its timed window (cluster/neighbours.py), or
                 whether it did is unknown
   impossible    a scaling efficiency above 100% by more than that same 2%: the baseline ran slow
   execution mode changed  a point whose step ran another way than its baseline's (PyTorch's

@@ -260,7 +260,7 @@ def time_to_accuracy(t, f, tol):
     rows = t["time_to_accuracy"]
     rows = rows[rows.status == "ok"]
     if rows.empty:
-        raise Unmeasured("no long-test run in time_to_accuracy.csv; set training.accuracy.gpus")
+        raise Unmeasured("no long-test run in time_to_accuracy.csv; set training.long_test.gpus")
     g = nearest(sorted(set(rows.gpus)), f["gpus"])
     r = rows[rows.gpus == g].sort_values("time_to_target_s").iloc[0]
     target = col(r, "target_top1")
@@ -276,10 +276,10 @@ def time_to_accuracy(t, f, tol):
     if r.val_images != 50000:
         raise Unmeasured(
             f"{text} at {point}, but on {r.val_images} val images, not ILSVRC2012's 50,000; set "
-            f"dataset.root (ILSVRC2012) and training.accuracy (target_top1, epochs)"
+            f"dataset.root (ILSVRC2012) and training.long_test (target_top1, epochs)"
         )
     if target is None:
-        raise Unmeasured(f"{text} at {point}; set training.accuracy.target_top1")
+        raise Unmeasured(f"{text} at {point}; set training.long_test.target_top1")
     holds = hours is not None and hours <= f["hours"] * (1 + tol["relative"])
     caveats = [c for c in guards.split(col(r, "caveats", "")) if not c.startswith("unstable")]
     return result(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..common import netif
+from ..cluster import netif
 from ..common.input_bound import wait_share
 from ..interconnect.prediction import gradient_bytes
 from . import guards
@@ -109,7 +109,7 @@ def socket_text(link):
 
 def cache_not_emptied(s):
     """Why the dataset's file system kept a cache of its own that clearing did not reach (GPFS's
-    pagepool, a FUSE daemon's, FS-Cache: common/mounts.py), from the run's page-cache reports; ""
+    pagepool, a FUSE daemon's, FS-Cache: cluster/mounts.py), from the run's page-cache reports; ""
     where the kernel's page cache is the only one."""
     reports = (s.get("page_cache") or {}).values()
     return next(

@@ -39,7 +39,7 @@ def in_window(t, csv, window):
 
 
 def not_counted(csv):
-    """The node's interfaces another series counts already (common/telemetry.py uncounted_nics)."""
+    """The node's interfaces another series counts already (cluster/telemetry.py uncounted_nics)."""
     try:
         return list(json.loads(csv.with_suffix(".json").read_text()).get("network_not_counted") or {})
     except (OSError, ValueError):
@@ -91,7 +91,7 @@ def _node_of(path):
 
 def run_storage(run_dir):
     """{node: what its storage rows measure} for one run: the "storage" object of
-    telemetry.<node>.json (common.telemetry.StorageProbe.describe()), or None for a node whose
+    telemetry.<node>.json (cluster.telemetry.StorageProbe.describe()), or None for a node whose
     telemetry.<node>.csv has no JSON beside it (runs from before it was written)."""
     out = {}
     for csv in sorted(Path(run_dir).glob("telemetry.*.csv")):

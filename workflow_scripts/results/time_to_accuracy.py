@@ -3,7 +3,7 @@ long-test run.
 
     python -m workflow_scripts.results.time_to_accuracy --points JSON --out results/time_to_accuracy.csv
 
-writes time_to_accuracy.csv and .md from the runs' summaries (mode accuracy, train/accuracy_mode.py's
+writes time_to_accuracy.csv and .md from the runs' summaries (mode accuracy, train/long_test.py's
 LongTest). A run that failed, or has no output, is listed with why.
 """
 
@@ -74,7 +74,7 @@ SHOWN = [
 ]  # the markdown copy's; the CSV has COLUMNS
 
 HOW = (
-    "One row per long-test run (training.accuracy). top-1 / top-5 in percent over the whole val split, each image "
+    "One row per long-test run (training.long_test). top-1 / top-5 in percent over the whole val split, each image "
     "scored exactly once (each rank its share, the counts summed), after every eval_every epochs and the last. "
     "time_to_target_s = wall time from the first training step to the end of the first evaluation with top-1 >= "
     "target_top1: training and evaluation, nothing excluded (no warm-up steps are left out, unlike the throughput "
@@ -135,7 +135,7 @@ def main():
     points = json.loads(a.points)
     rows = table(points)
     notes = (
-        run_records.mixed_settings(rows) if len(rows) else ["no long test in this config: set training.accuracy.gpus"]
+        run_records.mixed_settings(rows) if len(rows) else ["no long test in this config: set training.long_test.gpus"]
     )
     notes += [
         f"{r.system}/accuracy/{r.framework}_{r.precision}_{r.gpus}gpu {r.status}: {r.why}"

@@ -161,12 +161,12 @@ class JobProgress:
             else:
                 cause = (
                     "time limit: no epoch of the long test finished within the job's time limit, so nothing "
-                    "was saved to resume from: raise training.accuracy.time_min"
+                    "was saved to resume from: raise training.long_test.time_min"
                 )
         last = attempt > retries + self.max_jobs - 1 or idle > retries
         if rc != 0 and last and progressed and not cause:
             cause = (
-                f"the long test used its {self.max_jobs} jobs (training.accuracy.max_jobs) and saved epoch {after}: "
-                "raise training.accuracy.max_jobs or time_min; a rerun resumes from that epoch"
+                f"the long test used its {self.max_jobs} jobs (training.long_test.max_jobs) and saved epoch {after}: "
+                "raise training.long_test.max_jobs or time_min; a rerun resumes from that epoch"
             )
         return cause, last, line

@@ -13,9 +13,9 @@ import argparse
 import re
 from pathlib import Path
 
+from ..cluster.kernel_check import classify
 from ..common.atomic import write_json
 from ..common.errors import PERMANENT_TAG
-from ..common.kernel_check import classify
 
 WORKER = re.compile(r"Caught \w+ in DataLoader worker process \d+")
 CAUSE = re.compile(r"error|exception|traceback|fail|killed|cancel|oom|denied|not found|needs", re.I)

@@ -1,14 +1,14 @@
 """What the three trainers share: their command line, the run directory, the step log and summary,
 telemetry, the per-rank weight digests and the run's provenance. The scale-out whitepaper's long
-test (mode accuracy) is accuracy_mode.py.
+test (mode accuracy) is long_test.py.
 
 A run directory holds:
   steps.jsonl              rank 0's per-iteration log (global images per step)
   epochs.jsonl             mode accuracy: rank 0's per-epoch records (LongTest)
   predictions/             mode accuracy: epoch<E>.rank<r>.tsv.gz, each rank's top-5 of every val
                            image it scored at epoch E (record, label, top5)
-  rank<r>.json             per rank: host, launch, its CPUs and thread counts (common.cpus), its GPU
-                           and how it was chosen (common.gpu_choice), weight digest after the first
+  rank<r>.json             per rank: host, launch, its CPUs and thread counts (cluster.cpus), its GPU
+                           and how it was chosen (cluster.gpu_choice), weight digest after the first
                            step and at the end
   .gpu_choice/             the ranks' CPU sets, exchanged per node to pair each with its nearest GPU
   telemetry.<node>.csv     one time series per node (written by local rank 0)
@@ -32,11 +32,12 @@ import sys
 import time
 from pathlib import Path
 
-from ..common import comm_env, cpus, gpu_choice, kernel_check, metrics, netif, provenance
+from ..cluster import comm_env, cpus, gpu_choice, kernel_check, netif, provenance
+from ..cluster.rank_env import detect
+from ..cluster.telemetry import Telemetry
+from ..common import metrics
 from ..common.atomic import write_json
 from ..common.errors import PermanentError, StageError
-from ..common.rank_env import detect
-from ..common.telemetry import Telemetry
 from ..data import verify
 from . import trainer_flags, watchdog
 
@@ -181,7 +182,7 @@ class Run:
             raise StageError("mode accuracy needs the dataset's val split: --data-source real")
         if args.mode == "accuracy" and (args.epochs != int(args.epochs) or args.epochs < 1):
             raise StageError(
-                f"mode accuracy runs whole epochs: --epochs {args.epochs} (config training.accuracy.epochs)"
+                f"mode accuracy runs whole epochs: --epochs {args.epochs} (config training.long_test.epochs)"
             )
         self.global_batch = args.batch_per_gpu * self.launch.world_size
         # The long test excludes nothing from its time, as time-to-train does: no warm-up steps.
@@ -211,7 +212,7 @@ class Run:
 
     def choose_gpu(self, seen):
         """This rank's GPU among the `seen` ones the framework numbers 0, 1, ...: the one next to its
-        CPUs, agreed with the node's other ranks, else its local rank's (common/gpu_choice.py, which
+        CPUs, agreed with the node's other ranks, else its local rank's (cluster/gpu_choice.py, which
         says why). Said in the log, recorded in rank<r>.json and the summary (gpu_binding);
         -> its CUDA index."""
         self.gpu_binding = gpu_choice.choose(self.launch, self.dir, seen=seen)
@@ -366,7 +367,7 @@ class Run:
             # rank 0's first op on its GPU (None without one): a JIT compile of the build's PTX shows here
             "first_kernel": self.first_kernel,
             # each rank's GPU (CUDA index, PCI bus id, NUMA node, its CPUs and the GPU's) and whether
-            # CPU affinity or the local rank chose it, and why (common/gpu_choice.py); None without GPUs
+            # CPU affinity or the local rank chose it, and why (cluster/gpu_choice.py); None without GPUs
             "gpu_binding": self.gpu_bindings(),
             "provenance": {
                 "nodes": {

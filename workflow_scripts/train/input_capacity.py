@@ -20,7 +20,7 @@ device: where the trainer's rank would run, cpu or gpu (its first visible GPU); 
 thread rule and, for MXNet and PyTorch, where the batches land. threads: the decode threads
 (TensorFlow's map calls, MXNet's preprocess threads, PyTorch's DataLoader workers or DALI
 threads); None or 0: the trainer's own rule on this process's CPUs, as a rank alone on them
-(common.cpus; the flag takes config training.decode_threads, whose 0 means the same).
+(cluster.cpus; the flag takes config training.decode_threads, whose 0 means the same).
 
 The input is the trainer's own: its adapter's build_input (and next_batch) with the trainer's
 argument parser's defaults, for a single process (world size 1, rank 0) that reads the whole
@@ -43,7 +43,7 @@ batch_time_mean_s, batch_time_cv (population standard deviation / mean of the ti
 times), batches_timed, images_timed, seconds_timed, seconds, warmup_batches (excluded),
 warmup_asked, ahead, batch, image_size, data, host, versions, path_stats (PyTorch's path's own
 figures: DALI's settings, the gpu path's stage times), and what other processes used of the
-node's CPUs over the timed window (common.neighbours, as a training run's isolation): others_cpu_s,
+node's CPUs over the timed window (cluster.neighbours, as a training run's isolation): others_cpu_s,
 others_cpu_share, isolated (that share within the runs' rule, docs/training.md#isolation),
 busiest_others.
 """
@@ -62,12 +62,13 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ..common import cpus as cpu_rules
-from ..common import neighbours, schema
-from ..common.affinity import core_groups
+from ..cluster import cpus as cpu_rules
+from ..cluster import neighbours
+from ..cluster.affinity import core_groups
+from ..cluster.rank_env import Launch
+from ..common import schema
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
-from ..common.rank_env import Launch
 from ..common.schema import default as config_default
 from ..data import verify
 from . import harness
@@ -163,7 +164,7 @@ def rates(times, batch, cpus):
 
 def others(sample, mine, seconds, node_cpus):
     """What processes other than this one and its children (`mine`: DataLoader workers) used of
-    the node's CPUs over the timed window, from common.neighbours' sample at its end."""
+    the node's CPUs over the timed window, from cluster.neighbours' sample at its end."""
     theirs = [o for o in sample.get("others", []) if o[0] not in mine]
     used = max(0.0, sample["others_s"] - sum(o[3] for o in sample.get("others", []) if o[0] in mine))
     share = used / (seconds * node_cpus)

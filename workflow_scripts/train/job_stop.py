@@ -198,7 +198,7 @@ def watch(job, say, share_s=0, started=None):
     why = (
         f"stopped by the pipeline {end_s - stop_at:.0f} s before {whose} "
         f"({'at' if shared else 'EndTime'} {datetime.fromtimestamp(end_s):%Y-%m-%dT%H:%M:%S}): "
-        "raise the system's time_min (the long test: training.accuracy.time_min) or run fewer steps"
+        "raise the system's time_min (the long test: training.long_test.time_min) or run fewer steps"
     )
     timer = threading.Timer(max(0.0, stop_at - time.time()), stop_from_thread, ("time limit", why))
     timer.daemon = True

@@ -48,14 +48,14 @@ def problem(point, epochs, train_images, rate_per_gpu, time_min, max_jobs, time_
         return (
             f"config {time_key} = {time_min}: the long test of {where} cannot save a single epoch within one job: "
             f"an epoch takes at least {epoch_s / 60:.0f} min ({bound}), and a job stops its ranks "
-            f"{margin_s(time_min * 60) / 60:.1f} min before its limit. Raise training.accuracy.time_min"
+            f"{margin_s(time_min * 60) / 60:.1f} min before its limit. Raise training.long_test.time_min"
         )
     per_job = math.floor(usable_s / epoch_s)
     if per_job * max_jobs < epochs:
         return (
-            f"config training.accuracy.max_jobs = {max_jobs}: the long test of {where} cannot run its "
+            f"config training.long_test.max_jobs = {max_jobs}: the long test of {where} cannot run its "
             f"{epochs} epochs: at most {per_job} epoch(s) fit in a job of {time_min} min ({time_key}; an epoch "
             f"takes at least {epoch_s / 60:.1f} min: {bound}), {per_job * max_jobs} in {max_jobs} jobs. Raise "
-            f"training.accuracy.max_jobs or time_min, or lower training.accuracy.epochs"
+            f"training.long_test.max_jobs or time_min, or lower training.long_test.epochs"
         )
     return None

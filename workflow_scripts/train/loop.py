@@ -37,7 +37,7 @@ Where the frameworks differ, as capabilities of their adapters:
                outside their profilers.
 Without a GPU PyTorch's capabilities are off by default, so all three time the same interval.
 
-The long test (mode accuracy, accuracy_mode.LongTest) counts everything, warm-up included: it takes
+The long test (mode accuracy, long_test.LongTest) counts everything, warm-up included: it takes
 the steps from here (launched and read at once) and times epochs itself.
 """
 
@@ -46,9 +46,9 @@ import importlib
 import sys
 import time
 
+from ..cluster.rank_env import setup_horovod
 from ..common.errors import StageError
-from ..common.rank_env import setup_horovod
-from . import accuracy_mode, checkpoint, harness
+from . import checkpoint, harness, long_test
 
 
 class Adapter:
@@ -223,7 +223,7 @@ class Loop:
 
     def long_test(self, classes):
         parts = self.adapter.long_test_parts(self.run, classes)
-        return accuracy_mode.LongTest(self.run).run_epochs(
+        return long_test.LongTest(self.run).run_epochs(
             self.train_step, *parts, self.adapter.digest, self.adapter.save_state, self.adapter.load_state
         )
 

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..common import page_cache, slurm
+from ..cluster import page_cache, slurm
 from . import failure, job_stop
 
 STOPPED_RC = 143  # a stopped job's exit status, as a TERM's would be

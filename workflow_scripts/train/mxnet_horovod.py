@@ -1,6 +1,6 @@
 """ResNet-50 v1 (Gluon model zoo) with Horovod, reading the data stage's RecordIO through
 mx.io.ImageRecordIter (16 decode threads per GPU, as the study, or fewer where the rank has fewer
-CPUs: common.cpus; on a CPU host its share of the CPUs).
+CPUs: cluster.cpus; on a CPU host its share of the CPUs).
 
 FP16 casts the network to float16 with multi-precision SGD on a GPU. MXNet 1.9 has no CPU
 mixed precision that works with Horovod here (its bfloat16 AMP needs oneDNN, which has to be off
@@ -34,9 +34,9 @@ except OSError as exc:  # an mxnet-cu* build loads the NVIDIA driver's libcuda.s
 import numpy as np  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
 
-from ..common import kernel_check  # noqa: E402
+from ..cluster import kernel_check  # noqa: E402
 from ..common.errors import StageError, run_main  # noqa: E402
-from . import accuracy_mode, harness, loop  # noqa: E402
+from . import harness, long_test, loop  # noqa: E402
 from .input_capacity import Feed  # noqa: E402
 from .mxnet_loss_scale import step_pieces  # noqa: E402
 
@@ -97,7 +97,7 @@ def val_records(run, threads, numbered_list):
         label_width=2,
         data_shape=(3, a.image_size, a.image_size),
         batch_size=a.batch_per_gpu,
-        resize=accuracy_mode.resize_shorter(a.image_size),
+        resize=long_test.resize_shorter(a.image_size),
         rand_crop=False,
         rand_mirror=False,
         shuffle=False,
@@ -150,7 +150,7 @@ class MXNet(loop.HorovodAdapter):
                 "(set training.precisions to [fp32] for mxnet on a CPU)"
             )
         super().start(run)
-        # the GPU next to the rank's CPUs (common/gpu_choice.py), else its local rank's
+        # the GPU next to the rank's CPUs (cluster/gpu_choice.py), else its local rank's
         index = run.choose_gpu(mx.context.num_gpus()) if self.gpu else None
         if self.gpu:
             run.check_kernel(
@@ -311,7 +311,7 @@ class MXNet(loop.HorovodAdapter):
 
 
 def long_test_parts(run, net, trainer, params, ctx, dtype, hvd, threads, classes, numbered):
-    """--mode accuracy: accuracy_mode.LongTest's learning rate, evaluation and count all-reduce in MXNet."""
+    """--mode accuracy: long_test.LongTest's learning rate, evaluation and count all-reduce in MXNet."""
     k = min(5, classes)
     moving = [p for p in params.values() if p.grad_req == "null"]  # BatchNorm's running means and variances
 

@@ -124,7 +124,7 @@ class PyTorch(loop.Adapter):
 
     def start(self, run):
         args, launch, cuda = run.args, run.launch, self.cuda
-        # the GPU next to the rank's CPUs (common/gpu_choice.py), else its local rank's
+        # the GPU next to the rank's CPUs (cluster/gpu_choice.py), else its local rank's
         gpu = run.choose_gpu(torch.cuda.device_count()) if cuda else None
         self.device = device = torch.device("cuda", gpu) if cuda else torch.device("cpu")
         if cuda:
@@ -285,7 +285,7 @@ class PyTorch(loop.Adapter):
 
 
 def long_test_parts(args, run, trainer, s, workers, classes):
-    """--mode accuracy: accuracy_mode.LongTest's learning rate, evaluation and count all-reduce in PyTorch."""
+    """--mode accuracy: long_test.LongTest's learning rate, evaluation and count all-reduce in PyTorch."""
     launch, model, k = run.launch, trainer.model, min(5, classes)
     layout = torch.channels_last if s.channels_last else torch.contiguous_format
     loader = pytorch_input.val_loader(args, launch, workers)

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import torch
 from torchvision.transforms import v2 as T
 
-from ..common import cpus
+from ..cluster import cpus
 from ..common.errors import PermanentError, StageError, global_batch_problem
 from ..data.lmdb_dataset import LMDBImageNet
-from . import accuracy_mode, gpu_input
+from . import gpu_input, long_test
 from .augment import MEAN, RATIO, SCALE, STD
 from .pytorch_options import loader_workers
 
@@ -89,7 +89,7 @@ class Input:
 
 def build_input(args, s, launch, classes, per_rank=None):
     """The rank's train input as --input and the device ask (s: pytorch_options.Settings);
-    per_rank: CPUs of the rank's share (common.cpus; None: read here)."""
+    per_rank: CPUs of the rank's share (cluster.cpus; None: read here)."""
     device = s.device
     layout = torch.channels_last if s.channels_last else torch.contiguous_format
     if args.data_source == "synthetic":
@@ -179,7 +179,7 @@ def val_loader(args, launch, workers):
     size = args.image_size
     transform = T.Compose(
         [
-            T.Resize(accuracy_mode.resize_shorter(size), antialias=True),
+            T.Resize(long_test.resize_shorter(size), antialias=True),
             T.CenterCrop(size),
             T.PILToTensor(),
             T.ToDtype(torch.float32, scale=True),
@@ -187,7 +187,7 @@ def val_loader(args, launch, workers):
         ]
     )
     ds = LMDBImageNet(os.path.join(args.data, "val"), transform=transform)
-    share = _Numbered(ds, accuracy_mode.val_share(len(ds), launch.rank, launch.world_size))
+    share = _Numbered(ds, long_test.val_share(len(ds), launch.rank, launch.world_size))
     return torch.utils.data.DataLoader(
         share, batch_size=args.batch_per_gpu, num_workers=workers, persistent_workers=workers > 0
     )

@@ -179,7 +179,7 @@ def configure_backends(s):
 
 
 def loader_workers(args, s, per_rank):
-    """per_rank: CPUs of the rank's share (common.cpus)."""
+    """per_rank: CPUs of the rank's share (cluster.cpus)."""
     if args.loader_workers or args.decode_threads:
         return args.loader_workers or args.decode_threads
     if s.input == "dali":

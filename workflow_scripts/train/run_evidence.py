@@ -1,5 +1,5 @@
 """What the training job adds to a finished run's summary once every rank has exited (train/training_job.py):
-whether anything else used its nodes in its timed window (common/neighbours.py), the GPUs' own
+whether anything else used its nodes in its timed window (cluster/neighbours.py), the GPUs' own
 state in that window (clock limiters, Xid errors), SLURM's word on whether the job held its nodes
 alone, the page-cache clearing it chose and why, and when the job ran. Reads only the run
 directory's files, so it also serves a run directory copied elsewhere."""
@@ -8,7 +8,7 @@ import csv
 import json
 from pathlib import Path
 
-from ..common import nccl_log, neighbours
+from ..cluster import nccl_log, neighbours
 from ..common.atomic import write_json
 
 # NVML's clocks event reasons (nvmlClocksEventReason*, formerly ClocksThrottleReason*), by bit.

@@ -1,6 +1,6 @@
 """ResNet-50 (tf.keras.applications) with Horovod, reading the data stage's TFRecords with
 tf.data; decode threads = physical cores - 4 per GPU, as the study, counted per rank on the CPUs
-it may run on (common.cpus; on a CPU host: all of its share's cores).
+it may run on (cluster.cpus; on a CPU host: all of its share's cores).
 
 FP16 is Keras mixed precision: mixed_float16 with loss scaling on a GPU, mixed_bfloat16 on a CPU.
 Keras 2 or 3, whichever tf.keras is (keras_compat: Keras 2 from tf_keras where it is installed).
@@ -17,7 +17,7 @@ import os
 import sys
 
 from ..common.errors import PermanentError, StageError, run_main
-from . import accuracy_mode, harness, keras_compat, loop
+from . import harness, keras_compat, long_test, loop
 from .input_capacity import Feed
 from .keras_compat import tf  # TensorFlow, imported once TF_USE_LEGACY_KERAS is settled (keras_compat)
 
@@ -117,7 +117,7 @@ def val_dataset(run, label_offset, threads):
     if not files:
         raise StageError(f"{a.data} holds no validation-*-of-* TFRecord shards")
     counts = [_records_in(f) for f in files]
-    share = accuracy_mode.val_share(sum(counts), launch.rank, launch.world_size)
+    share = long_test.val_share(sum(counts), launch.rank, launch.world_size)
     pieces, first = [], 0
     for f, n in zip(files, counts):
         lo, hi = max(share.start, first), min(share.stop, first + n)
@@ -127,7 +127,7 @@ def val_dataset(run, label_offset, threads):
         first += n
     if not pieces:
         return None
-    size, shorter = a.image_size, accuracy_mode.resize_shorter(a.image_size)
+    size, shorter = a.image_size, long_test.resize_shorter(a.image_size)
 
     def parse(number, record):
         ex = tf.io.parse_single_example(record, FEATURES)
@@ -236,7 +236,7 @@ class TensorFlow(loop.HorovodAdapter):
     def start(self, run):
         super().start(run)
         gpus = self.gpu_list
-        # the GPU next to the rank's CPUs (common/gpu_choice.py), else its local rank's
+        # the GPU next to the rank's CPUs (cluster/gpu_choice.py), else its local rank's
         self.gpu = gpus[run.choose_gpu(len(gpus))] if gpus else None
         if self.gpu:
             tf.config.set_visible_devices(self.gpu, "GPU")
@@ -337,7 +337,7 @@ class TensorFlow(loop.HorovodAdapter):
 
 
 def long_test_parts(run, model, opt, hvd, label_offset, threads, classes):
-    """--mode accuracy: accuracy_mode.LongTest's learning rate, evaluation and count all-reduce in TensorFlow."""
+    """--mode accuracy: long_test.LongTest's learning rate, evaluation and count all-reduce in TensorFlow."""
     size, k = run.args.image_size, min(5, classes)
     val = val_dataset(run, label_offset, threads)
     moving = keras_compat.tf_variables(model.non_trainable_variables)  # BatchNorm's moving means and variances

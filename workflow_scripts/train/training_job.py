@@ -30,7 +30,8 @@ import time
 import uuid
 from pathlib import Path
 
-from ..common import launcher, neighbours, page_cache, schema
+from ..cluster import launcher, neighbours, page_cache
+from ..common import schema
 from ..common.errors import StageError, run_main
 from . import checkpoint, failure, job_stop, run_evidence, watchdog
 from .measuring_job import MeasuringJob, host
@@ -112,7 +113,7 @@ class TrainingJob(MeasuringJob):
         # Page caches are the host's: cleared from this (the workflow's) interpreter, never from
         # inside a container; the ranks run in the framework's interpreter.
         words = [*self.a.data, *page_cache.argv(self.a.cache_clear_command, self.scope)]
-        cmd = [sys.executable, "-m", "workflow_scripts.common.page_cache", "--paths", *words]
+        cmd = [sys.executable, "-m", "workflow_scripts.cluster.page_cache", "--paths", *words]
         return launcher.run([*cmd, "--out", str(self.run_dir / "cache.{node}.json")], self.a, per_node_once=True)
 
     def measure(self):

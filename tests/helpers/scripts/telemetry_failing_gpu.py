@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pynvml
 
-from workflow_scripts.common.telemetry import Telemetry
+from workflow_scripts.cluster.telemetry import Telemetry
 
 
 class PartlyDeniedNvml:

@@ -114,7 +114,7 @@ def train(case):
 
 def preflight():
     t = time.perf_counter()
-    from workflow_scripts.common.rank_env import Launch
+    from workflow_scripts.cluster.rank_env import Launch
     from workflow_scripts.preflight.fw_tensorflow import Framework
 
     tf.keras.mixed_precision.set_global_policy("float32")

@@ -1,4 +1,4 @@
-"""The CPUs of a set grouped by physical core, from the kernel's topology (common.cpus counts
+"""The CPUs of a set grouped by physical core, from the kernel's topology (cluster.cpus counts
 a rank's cores with it)."""
 
 from pathlib import Path

@@ -2,14 +2,14 @@
 
 NCCL falls back to TCP sockets between nodes when it cannot load libibverbs, and says so only at
 INFO level; a multi-node run then measures Ethernet and nothing else shows it. The launcher
-(common/launcher.py --nccl-log-dir DIR) has every rank write its lines to DIR/nccl.<host>.<pid>.log;
+(cluster/launcher.py --nccl-log-dir DIR) has every rank write its lines to DIR/nccl.<host>.<pid>.log;
 this module reads them back:
 
     read_logs(DIR)                  -> what NCCL chose (dict), None where nothing was recorded
     describe(parsed)                -> one table cell, e.g. "NCCL 2.21.5: P2P/CUMEM/read (NVL) within a node"
     transport_problem(parsed, ...)  -> why the transport between nodes is wrong, or None
 
-    python -m workflow_scripts.common.nccl_log DIR [--into RESULT.json [--key nccl]]
+    python -m workflow_scripts.cluster.nccl_log DIR [--into RESULT.json [--key nccl]]
 
 prints (or merges into a JSON file) what the logs say. Plain Python: it runs in every framework's
 interpreter and on bare GPU hosts. The line formats are NCCL's (src/transport/{p2p,shm,net}.cc,
@@ -343,7 +343,7 @@ def main(argv=None):
         json.dump({"nccl": parsed, "describe": describe(parsed)}, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return
-    from .atomic import write_json
+    from ..common.atomic import write_json
 
     try:
         record = json.loads(Path(a.into).read_text())

@@ -6,7 +6,7 @@ the other ranks' and the other socket's included. With `auto`, each local rank g
 slice of whole physical cores of the launcher's own CPU set, taken from the CPUs near its GPU
 where the GPUs' NUMA nodes are known (ranks whose GPUs share a node split that node's cores),
 else in order of CPU number. The rank learns it is bound through BOUND_ENV, so its thread counts
-(common/cpus.py) come from its slice, not from a share of the whole set.
+(cluster/cpus.py) come from its slice, not from a share of the whole set.
 
 Why `none` is the default: docs/decisions.md#bind_cpus.
 """

@@ -1,7 +1,7 @@
 """What the pipeline asks SLURM itself: the nodes of a job, what a partition can hold and which GPU
 types it has (checked when the workflow is parsed), and why submitted jobs are still waiting.
 
-    python -m workflow_scripts.common.slurm pending     # this user's waiting jobs, with SLURM's reason,
+    python -m workflow_scripts.cluster.slurm pending     # this user's waiting jobs, with SLURM's reason,
                                                         # and the sweep's failed runs with their causes
 """
 
@@ -14,7 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from . import failed_runs
+from ..common import failed_runs
 from .rank_env import expand_nodelist
 
 

@@ -4,7 +4,7 @@ A build without machine code for the GPU (TensorFlow 2.15.1's wheel on an A100/H
 compute_80 PTX) has every kernel compiled by the driver at its first use, and the driver keeps
 the result in CUDA_CACHE_PATH (default ~/.nv/ComputeCache, on a cluster's shared home) up to
 CUDA_CACHE_MAXSIZE (default 256 MiB in current drivers, less than one such build's kernels, so
-they are compiled again on every run). The launcher gives every rank (common/launcher.py, which also
+they are compiled again on every run). The launcher gives every rank (cluster/launcher.py, which also
 starts the interconnect stage's ranks):
 
     CUDA_CACHE_PATH     <training.cuda_cache_dir>/<architecture>/<build>

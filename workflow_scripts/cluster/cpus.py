@@ -10,7 +10,7 @@ of threads on each rank's few CPUs. So every count starts from the process's aff
   shared:  the set divided by the node's ranks (local_size), as they all run on it.
 
 A rank the local launcher bound to whole cores of its own (config training.bind_cpus auto,
-common/cpu_bind.py) is bound. Otherwise the set is shared when it holds all of the node's CPUs (the
+cluster/cpu_bind.py) is bound. Otherwise the set is shared when it holds all of the node's CPUs (the
 local launcher unbound, or SLURM with task/none: nothing is bound), when the local launcher started
 the rank unbound (a set smaller than the node is then a container's or a job's, common to its
 ranks), or when, under SLURM, it holds every local task's --cpus-per-task CPUs (a step-wide cpuset

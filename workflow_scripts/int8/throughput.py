@@ -13,7 +13,7 @@ The record names, for each precision, the device (GPU model, or CPU model and th
 node it ran on, and the job's wall-clock start and end: the table refuses a pair from two devices
 or nodes, and the start and end show whether another measuring job ran beside this one.
 
-The job's node is sampled meanwhile (common/neighbours.py Watch): the record's `isolation` says,
+The job's node is sampled meanwhile (cluster/neighbours.py Watch): the record's `isolation` says,
 by the training runs' rule, whether anything else used it while the blocks ran; and each
 precision's `stable` whether its images/s held within the study's 2% over windows of
 metrics.STABILITY_WINDOW runs (results/guards.py int8_caveats reads both).
@@ -29,11 +29,12 @@ import time
 
 import numpy as np
 
-from ..common import neighbours, schema, slurm
+from ..cluster import neighbours, slurm
+from ..cluster.telemetry import Gpus
+from ..common import schema
 from ..common.atomic import write_json
 from ..common.errors import run_main
 from ..common.metrics import STABILITY_WINDOW, STABLE_CV
-from ..common.telemetry import Gpus
 from . import engines
 
 PRECISIONS = ("fp32", "int8")

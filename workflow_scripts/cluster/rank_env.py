@@ -12,7 +12,7 @@ import socket
 import subprocess
 from dataclasses import asdict, dataclass
 
-from .errors import StageError
+from ..common.errors import StageError
 
 DEFAULT_PORT = 29500
 
@@ -37,7 +37,7 @@ class Launch:
     def horovod_env(self, rendezvous_addr, rendezvous_port, iface):
         """The variables horovodrun's Gloo mode gives each worker, for workers started by srun
         or by the local launcher instead (the launcher runs the rendezvous server and chose the
-        interface, common/netif.py)."""
+        interface, cluster/netif.py)."""
         return {
             "HOROVOD_GLOO_IFACE": iface,
             "HOROVOD_RANK": str(self.rank),

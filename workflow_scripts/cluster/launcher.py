@@ -1,16 +1,16 @@
 """Start a data-parallel run: K processes on this host, or N nodes x K tasks through srun.
 
-    python -m workflow_scripts.common.launcher --nproc-per-node 2 [--nodes 2] [--horovod] \
+    python -m workflow_scripts.cluster.launcher --nproc-per-node 2 [--nodes 2] [--horovod] \
         -- python -m workflow_scripts.train.pytorch_ddp ...
-    python -m workflow_scripts.common.launcher --per-node --nodes 2 -- python -m ...page_cache ...
+    python -m workflow_scripts.cluster.launcher --per-node --nodes 2 -- python -m ...page_cache ...
 
 Inside a SLURM allocation (SLURM_JOB_ID set) the tasks are started with srun, each reading
-SLURM's variables (common/rank_env.py); elsewhere, or for a single process, as child processes
+SLURM's variables (cluster/rank_env.py); elsewhere, or for a single process, as child processes
 with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...). --per-node runs the
 command once on every node of the run (page-cache clearing). With --horovod it also runs the
 Gloo rendezvous server that horovodrun would run, here, and tells every worker where it is (or,
 with --horovod-controller mpi, leaves the ranks to srun's MPI plugin). The network interface the
-ranks talk over is chosen once, here (common/netif.py), and given to every rank.
+ranks talk over is chosen once, here (cluster/netif.py), and given to every rank.
 """
 
 import argparse
@@ -23,7 +23,8 @@ import subprocess
 import sys
 import time
 
-from . import comm_env, cpu_bind, cuda_cache, gpu_identity, nccl_log, netif, schema, slurm
+from ..common import schema
+from . import comm_env, cpu_bind, cuda_cache, gpu_identity, nccl_log, netif, slurm
 from .comm_env import SETTABLE
 
 
@@ -168,7 +169,7 @@ def add_arguments(ap):
         default="",
         metavar="DIR",
         help="every rank writes NCCL's initialisation lines (NCCL_DEBUG=INFO) to DIR/nccl.<host>.<pid>.log, "
-        "for common/nccl_log.py to say which transport NCCL used; NCCL variables already set win, and DIR's "
+        "for cluster/nccl_log.py to say which transport NCCL used; NCCL variables already set win, and DIR's "
         "earlier nccl.*.log files are removed",
     )
     ap.add_argument(
@@ -194,7 +195,7 @@ def run(cmd, a, per_node_once=False, stdout=None, env_record=None):
     """Start `cmd` as the ranks of one run (or, with per_node_once, once on every node of it);
     returns the first failing exit status, else 0. stdout: where the ranks' output goes (a file
     object; default: ours). env_record: a dict that receives the communication settings the
-    ranks were given (common/comm_env.py)."""
+    ranks were given (cluster/comm_env.py)."""
     per_node = 1 if per_node_once else a.nproc_per_node
     use_srun = uses_srun(a, per_node)
     if a.nodes > 1 and not use_srun:
@@ -242,7 +243,7 @@ def main():
 
 
 def _bound_sets(env, n, bind):
-    """Each local rank's CPUs (common/cpu_bind.py), or None: not asked, or not possible."""
+    """Each local rank's CPUs (cluster/cpu_bind.py), or None: not asked, or not possible."""
     if not bind or n < 2:
         return None
     sets = cpu_bind.slices(os.sched_getaffinity(0), n, cpu_bind.near_gpus(n, env))

@@ -1,6 +1,6 @@
 """Describe ONNX models for tests/test_int8.py (runs in the torch environment). Prints JSON.
 
-    infer_inspect.py MODEL.onnx [MODEL.onnx ...]
+    int8_inspect.py MODEL.onnx [MODEL.onnx ...]
 
 Per model: op counts; the element type of every QuantizeLinear/DequantizeLinear zero point and of
 every stored tensor a DequantizeLinear reads; and, per Conv/Gemm, whether its data input and its

@@ -1,16 +1,16 @@
 """Q/DQ models for tests/test_tensorrt_qdq.py (runs in the torch environment; prints one JSON line).
 
-infer_qdq_tensorrt.py prepare WORKDIR NETWORK IMAGE_SIZE
+int8_qdq_tensorrt.py prepare WORKDIR NETWORK IMAGE_SIZE
     seeded random weights for NETWORK (16 classes, batch-norm statistics set off identity),
     exported to WORKDIR/fp32.onnx and calibrated (minmax) on seeded noise into
     WORKDIR/ranges.json, and quantized as the
     TensorRT-bound model was before biases had a setting (INT8 activations, INT32 biases)
     into WORKDIR/int32_biases.onnx
-infer_qdq_tensorrt.py inspect FP32.onnx MODEL.onnx [MODEL.onnx ...]
+int8_qdq_tensorrt.py inspect FP32.onnx MODEL.onnx [MODEL.onnx ...]
     per model: the element type of what each DequantizeLinear reads (read off the graph
     here, not by the checker), the checker's violations, and top-1 on ONNX Runtime's CPU
     engine over a seeded noise batch beside the FP32 model's
-infer_qdq_tensorrt.py doctor MODEL.onnx WORKDIR
+int8_qdq_tensorrt.py doctor MODEL.onnx WORKDIR
     copies of MODEL with one defect each (an INT32 weight behind a DequantizeLinear, a
     non-zero zero point, a Conv weight scaled along the wrong axis, a QuantizeLinear read by
     a non-DequantizeLinear op), and per copy the nodes doctored and the checker's violations
@@ -25,14 +25,14 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from workflow_scripts.infer import qdq_rules
+from workflow_scripts.int8 import qdq_rules
 
 
 def prepare(work, network, size):
     import torch
     from onnxruntime.quantization.calibrate import save_tensors_data
 
-    from workflow_scripts.infer import calibrate, export, models, quantize
+    from workflow_scripts.int8 import calibrate, export, models, quantize
 
     torch.set_num_threads(2)
     torch.manual_seed(0)

@@ -11,7 +11,7 @@ reaches a GPU: what TensorRT's ONNX parser (onnx-tensorrt) refuses or cannot pla
     ConvTranspose axis 1, Gemm axis 0 with transB else 1, a 2-D MatMul weight axis 1 (the axes
     ONNX Runtime's quantizer writes); activations take one scale
 
-    python -m workflow_scripts.infer.qdq_rules MODEL.onnx   # lists violations, exit 2 if any
+    python -m workflow_scripts.int8.qdq_rules MODEL.onnx   # lists violations, exit 2 if any
 """
 
 import argparse

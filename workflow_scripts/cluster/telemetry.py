@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from .atomic import write_json
+from ..common.atomic import write_json
 from .neighbours import NodeSampler
 from .storage_probe import StorageProbe
 
@@ -166,7 +166,7 @@ class Telemetry(threading.Thread):
         self.storage = StorageProbe(dataset_path)
         self.gpus = Gpus(nvml)
         self.node = socket.gethostname()
-        # What else used the node meanwhile (common/neighbours.py), one JSON line per sample beside the CSV.
+        # What else used the node meanwhile (cluster/neighbours.py), one JSON line per sample beside the CSV.
         self.neighbours = NodeSampler(gpus=self.gpus)
         node_part = self.csv_path.stem.removeprefix("telemetry.")
         self.neighbours_path = self.csv_path.with_name(f"neighbours.{node_part}.jsonl")

@@ -1,7 +1,7 @@
 """A tiny network's FP32 and INT8 ONNX models for tests/test_int8_pairs.py (runs in the torch
 environment; prints one JSON line).
 
-infer_tiny_pair.py WORKDIR IMAGE_SIZE
+int8_tiny_pair.py WORKDIR IMAGE_SIZE
     a two-convolution network with seeded weights, exported by the stage's own exporter to
     WORKDIR/fp32.onnx, calibrated (minmax) on seeded noise and quantized as int8_quantize does for
     ONNX Runtime (uint8 activations, per-channel int8 weights) into WORKDIR/int8.onnx: the
@@ -19,7 +19,7 @@ def main():
     import torch
     from onnxruntime.quantization.calibrate import save_tensors_data
 
-    from workflow_scripts.infer import calibrate, export, quantize
+    from workflow_scripts.int8 import calibrate, export, quantize
 
     work, size = Path(sys.argv[1]), int(sys.argv[2])
     torch.manual_seed(0)

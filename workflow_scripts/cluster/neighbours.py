@@ -405,7 +405,7 @@ class Watch:
 
     def evidence(self, start, end, slurm=None):
         """{isolated, why, ...} over [start, end] (wall-clock seconds); slurm: the job's
-        sharing record (common/slurm.py job_sharing), None outside SLURM."""
+        sharing record (cluster/slurm.py job_sharing), None outside SLURM."""
         lines = {self.sampler.node: self.lines}
         ev = evidence(lines, start, end, {self.sampler.node: psutil.cpu_count()}, self.interval)
         return slurm_half(ev, slurm, lines)

@@ -1,7 +1,7 @@
 """Run the inference stage's code path on each of the study's seven networks, for
 tests/test_int8.py (runs in the torch environment; prints one JSON line).
 
-    infer_networks.py WORKDIR LMDB CALIBRATION_TSV IMAGE_SIZE
+    int8_networks.py WORKDIR LMDB CALIBRATION_TSV IMAGE_SIZE
 
 Per network: seeded random weights saved as a state_dict file (as a user's local weights file) and
 loaded back through models.load (source "file"). One network of each kind of layers (CHAIN) is then exported
@@ -24,7 +24,7 @@ import onnxruntime as ort
 import torch
 import torchvision
 
-from workflow_scripts.infer import calibrate, export, models, quantize, val_images
+from workflow_scripts.int8 import calibrate, export, models, quantize, val_images
 
 work, lmdb, calib_tsv, size = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 torch.set_num_threads(2)

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import PermanentError
+from ..common.errors import PermanentError
 
 # (cause, what it means, what fixes it), matched against the framework's message. The strings are
 # the CUDA runtime's and driver's own (cudaErrorNoKernelImageForDevice, CUDA_ERROR_NO_BINARY_FOR_GPU,

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import mounts, schema
-from .atomic import write_json
+from ..common import schema
+from ..common.atomic import write_json
+from . import mounts
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p

@@ -2,7 +2,7 @@
 have no internet. A local rule (rules/int8.smk, int8_weights) runs it; the export job then reads
 the same cache (--torch-home) and downloads nothing.
 
-    python -m workflow_scripts.infer.fetch_weights --network resnet50 --torch-home data/weights/torch --out X.json
+    python -m workflow_scripts.int8.fetch_weights --network resnet50 --torch-home data/weights/torch --out X.json
 """
 
 import argparse
