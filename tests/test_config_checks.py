@@ -195,3 +195,15 @@ def test_a_misspelt_key_is_named_in_a_few_lines_with_the_nearest_valid_one():
     with pytest.raises(ConfigProblem, match=r"config training\.gpuz: no such key; did you mean training\.gpus\?"):
         config_checks.unknown_keys(with_overrides(CONFIG, training__gpuz=[1]), schema)
     config_checks.unknown_keys(CONFIG, schema)  # the shipped config: nothing unknown
+
+
+@pytest.mark.unit
+def test_a_renamed_key_is_refused_naming_its_new_name():
+    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
+    old = {**CONFIG, "training": {**CONFIG["training"], "accuracy": {"gpus": [8]}}}
+    del old["training"]["long_test"]
+    with pytest.raises(ConfigProblem) as e:
+        config_checks.unknown_keys(old, schema)
+    assert str(e.value) == (
+        "config training.accuracy: renamed training.long_test (issue 53); rename the key, its values stay"
+    )

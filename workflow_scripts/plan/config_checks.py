@@ -12,6 +12,9 @@ from pathlib import Path
 from workflow_scripts.cluster import interpreter
 from workflow_scripts.plan.sweep import ConfigProblem
 
+# Keys that were renamed: a config that still has one is told the new name, not offered a near one.
+RENAMED = {"training.accuracy": "training.long_test"}
+
 
 def unknown_keys(config, schema, where=""):
     """A key the schema does not define, in a section that allows no others, as a ConfigProblem of
@@ -22,6 +25,10 @@ def unknown_keys(config, schema, where=""):
         return
     if schema.get("additionalProperties") is False:
         for key in config:
+            if f"{where}{key}" in RENAMED and key not in props:
+                raise ConfigProblem(
+                    f"config {where}{key}: renamed {RENAMED[where + key]} (issue 53); rename the key, its values stay"
+                )
             if key not in props:
                 near = difflib.get_close_matches(str(key), list(props), n=1, cutoff=0.6)
                 hint = f"; did you mean {where}{near[0]}?" if near else ""
