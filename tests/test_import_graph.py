@@ -20,7 +20,7 @@ LAYERS = {
     "train": {"common", "cluster", "data"},
     "int8": {"common", "cluster", "data"},
     "interconnect": {"common", "cluster"},
-    "plan": {"common", "cluster", "data", "train", "infer", "interconnect"},
+    "plan": {"common", "cluster", "data", "train", "int8", "interconnect"},
     "preflight": {"common", "cluster", "train"},
     "results": {"common", "cluster", "interconnect"},
     "predict": {"common", "cluster", "interconnect"},
