@@ -4,6 +4,7 @@ is never loaded on another GPU model than the one that built it, and every infer
 inference.system's SLURM resources (the timed job its node alone). No TensorRT or GPU here: the
 timed job runs on the CPU with ONNX Runtime, and the TensorRT jobs are read off the dry run."""
 
+import csv
 import json
 import os
 import re
@@ -305,3 +306,32 @@ def test_inference_system_not_under_systems_stops_the_workflow_naming_the_key(tm
     proc = snakemake(tmp_path, "int8", "-n", check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "config inference.system = 'v100'" in out and "systems" in out, out[-2000:]
+
+
+@pytest.mark.unit
+def test_every_column_a_throughput_row_has_is_written(tmp_path):
+    """The table's columns are the rows' keys: a key the writer does not know stops the stage (the
+    verdict guards' columns were once left out of them, issue 52 item 10)."""
+    runs = {
+        p: {
+            "device": "cpu",
+            "host": "h",
+            "timing": "host perf_counter",
+            "runs": 20,
+            "images_per_s": v,
+            "images_per_s_best": v * 1.1,
+            "images_per_s_worst": v * 0.9,
+            "cv": 0.01,
+            "window_cv": 0.005,
+        }
+        for p, v in (("fp32", 100.0), ("int8", 200.0))
+    }
+    rec = {"image_size": 64, "warmup": 1, "threads": 1, "blocks": [["fp32", 10], ["int8", 10]], "precisions": runs}
+    rec["isolation"] = {"isolated": True, "why": "nothing else used the node"}
+    folder = tmp_path / "resnet50" / "onnxruntime" / "throughput"
+    folder.mkdir(parents=True)
+    (folder / "bs8.json").write_text(json.dumps(rec))
+    rows = int8_tables.throughput_rows(tmp_path, "onnxruntime", ["resnet50"], [8])
+    int8_tables._write(tmp_path / "t.csv", tmp_path / "t.md", int8_tables.THROUGHPUT, rows, "")
+    [row] = list(csv.DictReader(open(tmp_path / "t.csv")))
+    assert row["isolated"] == "true" and row["int8_cv"] == "0.005" and row["fp32_cv_over"] == "windows", row

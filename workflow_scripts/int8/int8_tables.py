@@ -66,6 +66,13 @@ THROUGHPUT = (
     "threads",
     "timing",
     "order",
+    # what the verdict guards read (results/guards.py int8_caveats)
+    "fp32_cv",
+    "fp32_cv_over",
+    "int8_cv",
+    "int8_cv_over",
+    "isolated",
+    "isolation_why",
 )
 
 
