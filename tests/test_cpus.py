@@ -75,7 +75,7 @@ def test_read_from_the_affinity_set_and_the_cores_in_it(tmp_path):
         d.mkdir(parents=True)
         (d / "thread_siblings_list").write_text("0-1\n")
     code = (
-        "import os, pathlib, sys; from workflow_scripts.common import cpus; from workflow_scripts.cluster.rank_env import Launch;"  # noqa: E501
+        "import os, pathlib, sys; from workflow_scripts.cluster import cpus; from workflow_scripts.cluster.rank_env import Launch;"  # noqa: E501
         "os.sched_setaffinity(0, {0});"
         "one = cpus.of(Launch(source='single'), env={}, root=pathlib.Path(sys.argv[1]));"
         "os.sched_setaffinity(0, {0, 1});"

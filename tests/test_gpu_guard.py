@@ -203,7 +203,7 @@ def test_first_kernel_failure_names_the_gpu_the_build_and_the_container():
 # A stand-in trainer for job.py's retry decision: the real first_kernel and run_main of the
 # trainers, given the kernel failure MXNet 1.9.1 meets on an H100.
 STAND_IN = (
-    "import sys; from workflow_scripts.common import errors, kernel_check\n"
+    "import sys; from workflow_scripts.common import errors; from workflow_scripts.cluster import kernel_check\n"
     "def kernel(): raise RuntimeError(sys.argv[1])\n"
     "errors.run_main(lambda: kernel_check.first_kernel(kernel, 'MXNet', ('NVIDIA H100 80GB HBM3', (9, 0)), "
     "'MXNet 1.9.1 (mxnet-cu117, CUDA 11.7)', 'envs_gpu.mxnet'))"

@@ -292,7 +292,7 @@ def run_launcher(tmp_path, *options, env=None):
     """The real launcher, 2 local ranks of a tiny command that writes its environment and what
     comm_env records of it."""
     dump = (
-        "import json, os, sys; from workflow_scripts.common import comm_env; "
+        "import json, os, sys; from workflow_scripts.cluster import comm_env; "
         "open(os.path.join(sys.argv[1], 'rank' + os.environ['RANK'] + '.json'), 'w')"
         ".write(json.dumps({'env': dict(os.environ), 'recorded': comm_env.recorded()}))"
     )
