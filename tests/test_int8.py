@@ -220,7 +220,7 @@ def test_a_cpu_hog_beside_the_int8_timing_is_named_in_its_record(int8_run, tmp_p
     args += ["--warmup", "1", "--threads", "1", "--out", str(out)]
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        run_stage("torch", "workflow_scripts.int8.throughput", *args)
+        run_stage("pytorch", "workflow_scripts.int8.throughput", *args)
     finally:
         hog.kill()
         hog.wait()

@@ -109,7 +109,9 @@ def test_config_edit_reruns_only_what_it_affects(pipeline_run):
         # and the TensorFlow runs on it (the sweep's and the long test's), and the tables and figures
         # built from the runs
         assert {
-            k: v for k, v in planned_jobs(work, "all").items() if k.startswith(("tfrecord", "train", "time_to"))
+            k: v
+            for k, v in planned_jobs(work, "all").items()
+            if k.startswith(("tfrecord", "train", "long_test", "time_to"))
         } == {
             "tfrecord": 1,
             "train": len(CONFIG["training"]["gpus"]),

@@ -21,11 +21,16 @@ NO_DATA = dict(training__inputs=["synthetic"], training__long_test__gpus=[])
 
 
 def rows(work):
-    """The rows of preflight's tables: the environment checks' and, once checked, the data's."""
+    """The rows of preflight's tables: the environment checks' and, once checked, the data's. Where a
+    gate stopped the workflow before every system's checks were in, the whole table is not written
+    yet, and each system's own table (which its gates wait for) holds its rows."""
+    results = work / "results"
+    tables = [results / "preflight.csv"] if (results / "preflight.csv").exists() else []
+    tables = tables or sorted((results / "preflight").glob("*.csv"))
     out = []
-    for table in ("preflight.csv", "preflight_data.csv"):
-        if (work / "results" / table).exists():
-            with open(work / "results" / table) as f:
+    for table in [*tables, results / "preflight_data.csv"]:
+        if table.exists():
+            with open(table) as f:
                 out += list(csv.DictReader(f))
     return out
 

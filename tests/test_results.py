@@ -134,7 +134,7 @@ def test_editing_one_frameworks_batch_reruns_its_runs_and_the_aggregation(pipeli
         pipeline_config(pipeline_run, training__batch_per_gpu__mxnet=8)
         jobs = planned_jobs(pipeline_run)
         # and its long-test run (same batch per GPU) and the table and figure built from it
-        assert {k: v for k, v in jobs.items() if k.startswith(("train", "training", "time_to"))} == {
+        assert {k: v for k, v in jobs.items() if k.startswith(("train", "training", "long_test", "time_to"))} == {
             "train": len(CONFIG["training"]["gpus"]),
             "training_tables": 1,
             "training_figures": 1,
