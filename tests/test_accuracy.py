@@ -198,7 +198,7 @@ def test_val_shares_cover_every_record_once():
 
 @pytest.mark.pipeline
 def test_table_has_one_row_per_long_test_run_with_the_runs_numbers(pipeline_run):
-    table = pd.read_csv(pipeline_run / "results" / "time_to_accuracy.csv")
+    table = pd.read_csv(pipeline_run / "results" / "time_to_accuracy.csv", dtype={"git_commit": str})
     t = CONFIG["training"]
     assert len(table) == len(t["systems"]) * len(t["frameworks"]) * len(t["precisions"]) * len(LONG_TEST_GPUS)
     for row in table.itertuples():

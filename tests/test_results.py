@@ -52,7 +52,8 @@ def steps_rate(run_dir):
 
 
 def table(work, name):
-    return pd.read_csv(work / "results" / f"{name}.csv")
+    # a commit prefix of digits only would read as a number
+    return pd.read_csv(work / "results" / f"{name}.csv", dtype={"git_commit": str})
 
 
 def test_every_table_and_figure_of_the_default(pipeline_run):
