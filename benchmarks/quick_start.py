@@ -62,8 +62,12 @@ def phases(run_dir):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", default=".", help="the directory `snakemake all` ran in")
+    ap.add_argument("--dry-run", action="store_true", help="say what would be read, and stop")
     a = ap.parse_args(argv)
     run = Path(a.run)
+    if a.dry_run:
+        print(f"would read {run / '.snakemake' / 'log'}, {run / 'logs'} and {run / 'results' / 'runs'}")
+        return
     total = wall_s(run)
     print(f"snakemake all: {total:.0f} s wall" if total else "snakemake all: no log with time stamps")
     print("\nby stage (logs/<stage>): jobs, seconds of their own wall time")
