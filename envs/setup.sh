@@ -52,7 +52,7 @@ if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
 fi
 
 make_env() {  # make_env DIR REQUIREMENTS
-  local dir=$1 req=$2 stamp
+  local dir=$1 req=$2 stamp start=$SECONDS
   stamp="$(sha256sum "$req" | cut -c1-16) $("$PYTHON" -V 2>&1)"
   if [ -x "$dir/bin/python" ] && [ "$(cat "$dir/.dlscale-stamp" 2>/dev/null)" = "$stamp" ]; then
     return
@@ -63,12 +63,14 @@ make_env() {  # make_env DIR REQUIREMENTS
   "$dir/bin/python" -m pip install -q -r "$req"
   "$dir/bin/python" -m pip install -q --no-deps -e .
   echo "$stamp" > "$dir/.dlscale-stamp"
+  echo "setup: $dir built in $((SECONDS - start)) s" >&2
 }
 
 # Horovod 0.28.1 (its last release) builds unchanged, with Gloo, against the pinned TensorFlow
-# 2.15 + MXNet 1.9 (~7 min on 2 cores). The wheel is kept in a cache keyed by the environment's
-# requirements, so a rebuilt environment or a fresh clone on the same machine reuses it; pip's
-# own cache is bypassed because it once served a wheel built against another TensorFlow.
+# 2.15 + MXNet 1.9 (a few minutes on 2 cores; without debug information: envs/horovod-flags.cmake).
+# The wheel is kept in a cache keyed by the environment's requirements and those build flags, so a
+# rebuilt environment or a fresh clone on the same machine reuses it; pip's own cache is bypassed
+# because it once served a wheel built against another TensorFlow.
 # Where mpicc is on PATH, Horovod is built with MPI too (config training.horovod_controller: mpi,
 # srun's MPI plugin); else without, as before. The wheel caches differ (-mpi), so a Gloo-only wheel
 # is never installed where an MPI build is wanted; an installed build without MPI is replaced.
@@ -79,19 +81,22 @@ else
 fi
 
 install_horovod() {  # install_horovod ENV_DIR REQUIREMENTS
-  local dir=$1 req=$2 cache wheel
+  local dir=$1 req=$2 cache wheel start
   "$dir/bin/python" -c "import horovod.tensorflow as h, horovod.mxnet, sys; sys.exit($HOROVOD_NEED_MPI and not h.mpi_built())" \
     2>/dev/null && return
-  cache=${XDG_CACHE_HOME:-$HOME/.cache}/dlscale/horovod$HOROVOD_CACHE_TAG-$(sha256sum "$req" | cut -c1-16)
+  cache=${XDG_CACHE_HOME:-$HOME/.cache}/dlscale/horovod$HOROVOD_CACHE_TAG-$(cat "$req" envs/horovod-flags.cmake | sha256sum | cut -c1-16)
   wheel=$(ls "$cache"/horovod-0.28.1-*.whl 2>/dev/null | head -1 || true)
   if [ -z "$wheel" ]; then
     need_build_tools
-    echo "setup: building horovod 0.28.1 for $dir (several minutes; ${HOROVOD_MPI[*]})" >&2
+    echo "setup: building horovod 0.28.1 for $dir (a few minutes; ${HOROVOD_MPI[*]})" >&2
+    start=$SECONDS
     mkdir -p "$cache"
     env "${HOROVOD_MPI[@]}" HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_PYTORCH=1 \
       HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=GLOO MAKEFLAGS=-j"$(nproc)" \
+      CMAKE_TOOLCHAIN_FILE="$PWD/envs/horovod-flags.cmake" \
       "$dir/bin/python" -m pip wheel -q --no-deps --no-build-isolation --no-cache-dir -w "$cache" horovod==0.28.1
     wheel=$(ls "$cache"/horovod-0.28.1-*.whl | head -1)
+    echo "setup: horovod built in $((SECONDS - start)) s" >&2
   fi
   "$dir/bin/python" -m pip install -q --no-deps --force-reinstall "$wheel"
   "$dir/bin/python" -c 'import horovod.tensorflow, horovod.mxnet'
@@ -112,11 +117,33 @@ need_build_tools() {
   fi
 }
 
+# A job in the background; finish_background waits for all of them and fails if any did. The three
+# CPU environments do not depend on each other, so the two that need no build install while Horovod
+# compiles (docs/benchmarks.md#the-quick-start-on-the-cpu: what that saves). They run at a lower
+# CPU priority: the build, not they, is what the set-up waits for.
+BACKGROUND=()
+in_background() {  # in_background FUNCTION ARGS...
+  { renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true; "$@"; } &
+  BACKGROUND+=("$!:$*")
+}
+finish_background() {
+  local job failed=0
+  for job in "${BACKGROUND[@]}"; do
+    wait "${job%%:*}" || { echo "setup: '${job#*:}' failed (its output is above)" >&2; failed=1; }
+  done
+  BACKGROUND=()
+  [ "$failed" = 0 ] || exit 1
+}
+# Where the foreground fails first, the script still waits for the background jobs: none is left
+# running after it, and each environment they build is complete (a later run reuses it).
+trap 'rc=$?; for job in "${BACKGROUND[@]}"; do wait "${job%%:*}" 2>/dev/null || true; done; exit $rc' EXIT
+
 if [ "$GPU" != only ]; then
-make_env .venv envs/workflow.txt
+in_background make_env .venv envs/workflow.txt
+in_background make_env .envs/torch envs/torch.txt
 make_env .envs/tf-mxnet envs/tf-mxnet.txt
 install_horovod .envs/tf-mxnet envs/tf-mxnet.txt
-make_env .envs/torch envs/torch.txt
+finish_background
 fi
 
 # PyTorch's CUDA 12 route (docs/slurm.md, "Which route for which GPU"): torch.txt's CUDA 13 build

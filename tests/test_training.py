@@ -201,6 +201,22 @@ def test_mxnet_fp16_on_a_cpu_fails_clearly(tmp_path):
     assert proc.returncode == 2 and "mxnet fp16 needs a GPU" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.pipeline
+def test_mxnets_runs_ran_through_onednn_as_its_wheel_is_built(pipeline_run):
+    """MXNet's CPU operators through oneDNN, its wheel's default (docs/decisions.md#mxnet_onednn),
+    two processes and Horovod's all-reduce included."""
+    assert json.loads((run_of(pipeline_run, "mxnet") / "summary.json").read_text())["onednn"] is True
+
+
+@pytest.mark.stage
+def test_mxnet_onednn_turned_off_in_the_environment_is_recorded(tmp_path):
+    cmd = trainer_command("mxnet", data_source="synthetic", classes=4, batch_per_gpu=2, out=tmp_path)
+    env = dict(os.environ, MXNET_MKLDNN_ENABLED="0")
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "summary.json").read_text())["onednn"] is False
+
+
 @pytest.mark.stage
 def test_unplaceable_point_is_a_parse_time_error(tmp_path):
     write_config(tmp_path, training__gpus=[3])

@@ -4,8 +4,6 @@ on the CPU), as mxnet_horovod uses them."""
 import os
 import time
 
-# as the trainer: oneDNN tensors break Horovod's CPU allreduce in MXNet 1.9
-os.environ.setdefault("MXNET_MKLDNN_ENABLED", "0")
 os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
 
 import mxnet as mx  # noqa: E402
@@ -41,7 +39,7 @@ class Framework(HorovodRanks):
     def kernel(self, precision):
         if precision == "fp16" and not self.gpu:
             raise StageError(
-                "MXNet 1.9 has no CPU mixed precision usable with Horovod; the trainer refuses fp16 "
+                "the trainer does not wire MXNet 1.9's CPU mixed precision (bfloat16 AMP) and refuses fp16 "
                 "on a CPU (set training.precisions to [fp32] for mxnet on a CPU)"
             )
         start = time.perf_counter()

@@ -2,9 +2,11 @@
 mx.io.ImageRecordIter (16 decode threads per GPU, as the study, or fewer where the rank has fewer
 CPUs: cluster.cpus; on a CPU host its share of the CPUs).
 
-FP16 casts the network to float16 with multi-precision SGD on a GPU. MXNet 1.9 has no CPU
-mixed precision that works with Horovod here (its bfloat16 AMP needs oneDNN, which has to be off
-for Horovod on the CPU), so fp16 on a CPU fails with a message instead of silently running fp32.
+FP16 casts the network to float16 with multi-precision SGD on a GPU. MXNet 1.9's only CPU mixed
+precision is its bfloat16 AMP, which this trainer does not wire, so fp16 on a CPU fails with a
+message instead of silently running fp32. On a CPU the operators run through oneDNN, as the wheel
+is built (MXNET_MKLDNN_ENABLED=0 in the environment turns it off; the summary's `onednn` says which
+ran: docs/decisions.md#mxnet_onednn).
 
 The long test (--mode accuracy) scores val.rec with ImageRecordIter: no random crop or mirror (the
 shorter side resized to image_size x 256/224, then the centre crop), each rank its part of the
@@ -20,8 +22,6 @@ import shutil
 import sys
 import tempfile
 
-# oneDNN tensors break Horovod's CPU allreduce in MXNet 1.9 ('Check failed: !IsMKLDNNData()').
-os.environ.setdefault("MXNET_MKLDNN_ENABLED", "0")
 os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
 
 try:
@@ -44,6 +44,11 @@ PREFETCH_BUFFER = 4  # train batches ImageRecordIter decodes ahead
 MEAN, STD = (123.68, 116.28, 103.53), (58.395, 57.12, 57.375)
 # ImageRecordIter's per-channel normalisation words, the same for train and val.
 NORMALIZE = {f"{k}_{c}": v[i] for k, v in (("mean", MEAN), ("std", STD)) for i, c in enumerate("rgb")}
+
+
+def onednn():
+    """Whether MXNet's CPU operators ran through oneDNN: built in, and not turned off."""
+    return mx.runtime.Features().is_enabled("MKLDNN") and os.environ.get("MXNET_MKLDNN_ENABLED", "1") != "0"
 
 
 def dmlc_path(folder):
@@ -146,7 +151,7 @@ class MXNet(loop.HorovodAdapter):
     def start(self, run):
         if run.args.precision == "fp16" and not self.gpu:
             raise StageError(
-                "mxnet fp16 needs a GPU: MXNet 1.9 has no CPU mixed precision usable with Horovod "
+                "mxnet fp16 needs a GPU: the trainer does not wire MXNet 1.9's CPU mixed precision (bfloat16 AMP) "
                 "(set training.precisions to [fp32] for mxnet on a CPU)"
             )
         super().start(run)
@@ -301,6 +306,7 @@ class MXNet(loop.HorovodAdapter):
                 sum(int(np.prod(p.shape)) for p in self.trainable), wire.itemsize, wire.name
             ),
             "dtype": self.dtype,
+            "onednn": onednn(),
             "loss_scale": self.loss_scaler.settings() if self.loss_scaler else None,
         }
 
