@@ -13,7 +13,8 @@
 # .envs/torch-cu126 alone (PyTorch-only sweeps on P100/V100: no Horovod builds).
 # Each gets this repository installed editable, so `python -m workflow_scripts...` works from
 # anywhere. An environment is rebuilt only when its requirements file changed (a stamp records
-# the file's hash); pip's wheel cache is reused across rebuilds.
+# the file's hash). The packages are installed by uv (envs/uv.txt, in .envs/uv), which reuses its
+# cache across rebuilds.
 set -euo pipefail
 export TF_CPP_MIN_LOG_LEVEL=2  # quiet the import checks below
 cd "$(dirname "$0")/.."
@@ -51,6 +52,39 @@ if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
   fi
 fi
 
+# The environments' packages are installed by uv, which does pip's work here in a fraction of its
+# time (docs/benchmarks.md#the-quick-start-on-the-cpu); each environment is still a venv with pip
+# (Horovod is built and installed with it). uv reads no pip configuration, so what pip is
+# configured with on this machine (`pip config list`: a site's index, mirrors, links, constraints)
+# is handed to it, and it takes the best version over all of them, as pip does.
+UV=.envs/uv/bin/uv
+make_uv() {
+  local stamp
+  stamp="$(sha256sum envs/uv.txt | cut -c1-16) $("$PYTHON" -V 2>&1)"
+  if ! { [ -x "$UV" ] && [ "$(cat .envs/uv/.dlscale-stamp 2>/dev/null)" = "$stamp" ]; }; then
+    rm -rf .envs/uv
+    "$PYTHON" -m venv .envs/uv
+    .envs/uv/bin/python -m pip install -q -r envs/uv.txt
+    echo "$stamp" > .envs/uv/.dlscale-stamp
+  fi
+  local line key value index="" env_index="" words
+  UV_WORDS=(--compile-bytecode --index-strategy unsafe-best-match)
+  while IFS= read -r line; do
+    key=${line%%=*} value=${line#*=}
+    value=${value#\'} value=${value%\'}
+    read -ra words <<< "$value"
+    case ${key##*.} in
+      index-url) if [[ $key == :env:* ]]; then env_index=$value; else index=$value; fi ;;
+      extra-index-url) for w in "${words[@]}"; do UV_WORDS+=(--extra-index-url "$w"); done ;;
+      find-links) for w in "${words[@]}"; do UV_WORDS+=(--find-links "$w"); done ;;
+      constraint) for w in "${words[@]}"; do UV_WORDS+=(--constraint "$w"); done ;;
+      trusted-host) for w in "${words[@]}"; do UV_WORDS+=(--allow-insecure-host "$w"); done ;;
+    esac
+  done < <(.envs/uv/bin/python -m pip config list 2>/dev/null)
+  index=${env_index:-$index}
+  if [ -n "$index" ]; then UV_WORDS+=(--index-url "$index"); fi
+}
+
 make_env() {  # make_env DIR REQUIREMENTS
   local dir=$1 req=$2 stamp start=$SECONDS
   stamp="$(sha256sum "$req" | cut -c1-16) $("$PYTHON" -V 2>&1)"
@@ -60,7 +94,7 @@ make_env() {  # make_env DIR REQUIREMENTS
   echo "setup: building $dir from $req" >&2
   rm -rf "$dir"
   "$PYTHON" -m venv "$dir"
-  "$dir/bin/python" -m pip install -q -r "$req"
+  "$UV" pip install -q --python "$dir/bin/python" "${UV_WORDS[@]}" -r "$req"
   "$dir/bin/python" -m pip install -q --no-deps -e .
   echo "$stamp" > "$dir/.dlscale-stamp"
   echo "setup: $dir built in $((SECONDS - start)) s" >&2
@@ -138,6 +172,7 @@ finish_background() {
 # running after it, and each environment they build is complete (a later run reuses it).
 trap 'rc=$?; for job in "${BACKGROUND[@]}"; do wait "${job%%:*}" 2>/dev/null || true; done; exit $rc' EXIT
 
+make_uv
 if [ "$GPU" != only ]; then
 in_background make_env .venv envs/workflow.txt
 in_background make_env .envs/torch envs/torch.txt
