@@ -95,7 +95,7 @@ make_env() {  # make_env DIR REQUIREMENTS
   rm -rf "$dir"
   "$PYTHON" -m venv "$dir"
   "$UV" pip install -q --python "$dir/bin/python" "${UV_WORDS[@]}" -r "$req"
-  "$dir/bin/python" -m pip install -q --no-deps -e .
+  "$UV" pip install -q --python "$dir/bin/python" "${UV_WORDS[@]}" --no-deps -e .
   echo "$stamp" > "$dir/.dlscale-stamp"
   echo "setup: $dir built in $((SECONDS - start)) s" >&2
 }

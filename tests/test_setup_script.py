@@ -26,9 +26,10 @@ ENV_PY = """#!/usr/bin/env bash
 [ "$*" = "-m pip config list" ] && [ -n "${PIP_CONFIG:-}" ] && cat "$PIP_CONFIG"
 exit 0
 """
-# `uv pip install --python ENV/bin/python ... -r REQ` marks its start, fails where FAIL names the
+# `uv pip install --python ENV/bin/python ... -r REQ` records its words, marks its start, fails where FAIL names the
 # environment, and for the foreground's (tf-mxnet) waits for both background installs to have started.
 UV = """#!/usr/bin/env bash
+[[ " $* " == *" -r "* ]] || exit 0  # the project itself, editable
 args=("$@")
 while [ $# -gt 0 ] && [ "$1" != --python ]; do shift; done
 env=$(basename "$(dirname "$(dirname "$2")")")

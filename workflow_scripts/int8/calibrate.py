@@ -35,7 +35,6 @@ from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 from ..common import schema
 from ..common.atomic import atomic_file
 from ..common.errors import StageError, run_main
-from . import val_images
 
 METHODS = {
     "entropy": CalibrationMethod.Entropy,
@@ -108,6 +107,9 @@ def main():
             f"config inference.calibration.histogram_bins = {a.histogram_bins}: entropy calibration needs at "
             f"least {QUANTIZED_BINS} bins"
         )
+    # here, not at the top: val_images brings torch, which quantize.py (it imports METHODS) has no use for
+    from . import val_images
+
     items = val_images.read_list(a.images)
     if not items:
         raise StageError(f"{a.images} lists no image")
