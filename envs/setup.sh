@@ -58,16 +58,24 @@ fi
 # configured with on this machine (`pip config list`: a site's index, mirrors, links, constraints)
 # is handed to it, and it takes the best version over all of them, as pip does.
 UV=.envs/uv/bin/uv
-make_uv() {
-  local stamp
-  stamp="$(sha256sum envs/uv.txt | cut -c1-16) $("$PYTHON" -V 2>&1)"
-  if ! { [ -x "$UV" ] && [ "$(cat .envs/uv/.dlscale-stamp 2>/dev/null)" = "$stamp" ]; }; then
-    rm -rf .envs/uv
-    "$PYTHON" -m venv .envs/uv
-    .envs/uv/bin/python -m pip install -q -r envs/uv.txt
-    echo "$stamp" > .envs/uv/.dlscale-stamp
-  fi
-  local line key value index="" env_index="" words
+
+stamp_of() {  # stamp_of REQUIREMENTS: what an environment built from it records
+  echo "$(sha256sum "$1" | cut -c1-16) $("$PYTHON" -V 2>&1)"
+}
+is_current() {  # is_current DIR REQUIREMENTS: built, and from these requirements
+  [ -x "$1/bin/python" ] && [ "$(cat "$1/.dlscale-stamp" 2>/dev/null)" = "$(stamp_of "$2")" ]
+}
+
+make_uv() {  # uv itself, installed with pip
+  is_current .envs/uv envs/uv.txt && return
+  rm -rf .envs/uv
+  "$PYTHON" -m venv .envs/uv
+  .envs/uv/bin/python -m pip install -q -r envs/uv.txt
+  stamp_of envs/uv.txt > .envs/uv/.dlscale-stamp
+}
+
+uv_words() {  # UV_WORDS: what pip is configured with (`pip config list`), as uv's flags
+  local line key value index="" env_index="" words w
   UV_WORDS=(--compile-bytecode --index-strategy unsafe-best-match)
   while IFS= read -r line; do
     key=${line%%=*} value=${line#*=}
@@ -81,22 +89,19 @@ make_uv() {
       trusted-host) for w in "${words[@]}"; do UV_WORDS+=(--allow-insecure-host "$w"); done ;;
     esac
   done < <(.envs/uv/bin/python -m pip config list 2>/dev/null)
-  index=${env_index:-$index}
+  index=${env_index:-$index}  # the environment's over the files', as pip reads them
   if [ -n "$index" ]; then UV_WORDS+=(--index-url "$index"); fi
 }
 
 make_env() {  # make_env DIR REQUIREMENTS
-  local dir=$1 req=$2 stamp start=$SECONDS
-  stamp="$(sha256sum "$req" | cut -c1-16) $("$PYTHON" -V 2>&1)"
-  if [ -x "$dir/bin/python" ] && [ "$(cat "$dir/.dlscale-stamp" 2>/dev/null)" = "$stamp" ]; then
-    return
-  fi
+  local dir=$1 req=$2 start=$SECONDS
+  is_current "$dir" "$req" && return
   echo "setup: building $dir from $req" >&2
   rm -rf "$dir"
   "$PYTHON" -m venv "$dir"
   "$UV" pip install -q --python "$dir/bin/python" "${UV_WORDS[@]}" -r "$req"
   "$UV" pip install -q --python "$dir/bin/python" "${UV_WORDS[@]}" --no-deps -e .
-  echo "$stamp" > "$dir/.dlscale-stamp"
+  stamp_of "$req" > "$dir/.dlscale-stamp"
   echo "setup: $dir built in $((SECONDS - start)) s" >&2
 }
 
@@ -173,6 +178,7 @@ finish_background() {
 trap 'rc=$?; for job in "${BACKGROUND[@]}"; do wait "${job%%:*}" 2>/dev/null || true; done; exit $rc' EXIT
 
 make_uv
+uv_words
 if [ "$GPU" != only ]; then
 in_background make_env .venv envs/workflow.txt
 in_background make_env .envs/torch envs/torch.txt
