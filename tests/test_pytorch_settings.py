@@ -27,6 +27,12 @@ CASES = [
     ("gpu_dali", "cuda", 1, REAL),
     ("gpu_dali_two_nodes", "cuda", 2, REAL),
     ("gpu_synthetic", "cuda", 1, ["--data-source", "synthetic", "--batch-per-gpu", "256", "--image-size", "224"]),
+    (
+        "gpu_synthetic_dali",
+        "cuda",
+        1,
+        ["--data-source", "synthetic", "--input", "dali", "--batch-per-gpu", "256", "--image-size", "224"],
+    ),
     ("cpu_synthetic", "cpu", 1, ["--data-source", "synthetic", "--batch-per-gpu", "256", "--image-size", "224"]),
     ("gpu_gpu_input", "cuda", 1, REAL + ["--input", "gpu"]),
     ("gpu_cpu_input", "cuda", 1, REAL + ["--input", "cpu"]),
@@ -78,3 +84,11 @@ def test_a_synthetic_run_records_no_input_path(resolved):
     for name in ("gpu_synthetic", "cpu_synthetic"):
         synthetic = resolved[name]
         assert (synthetic["input"], synthetic["prefetch"], synthetic["dali_pools_mb"]) == ("synthetic", 0, [0, 0]), name
+
+
+def test_a_synthetic_run_reads_its_loss_one_step_behind_whatever_the_input_says(resolved):
+    """loss_lag auto: on a GPU each loss is read after the next step is queued; a synthetic run
+    takes no input path, so an input path's own rule (pytorch_options.LOSS_AT_STEP_END) never
+    reaches it, --input auto or not (docs/decisions.md#loss_lag). On a CPU, read at once."""
+    assert resolved["gpu_synthetic"]["loss_lag"] == resolved["gpu_synthetic_dali"]["loss_lag"] == 1
+    assert resolved["cpu_synthetic"]["loss_lag"] == resolved["cpu"]["loss_lag"] == 0

@@ -19,19 +19,21 @@ restarts after each of these with no step queued, so the first timed step starts
 device, as the first warm-up step did.
 
 Where the frameworks differ, as capabilities of their adapters:
-  fetch_ahead  the next batch is taken while the device still runs this step, so the device
-               does not idle while the host waits for the input; its wait is still counted, in
-               the step in which it happened. PyTorch on CUDA (--fetch-ahead). TensorFlow's and
+  fetch_ahead  the next batch is taken while the device still runs this step (after the lagged
+               loss read, so one step is queued meanwhile), so the device does not idle while the
+               host waits for the input; its wait is still counted, in the step in which it
+               happened. PyTorch on CUDA (--fetch-ahead). TensorFlow's and
                MXNet's input pipelines already hand over batches prepared in their own threads
                (tf.data prefetch, ImageRecordIter's prefetch buffer), and their steps are calls
                whose return the loop cannot separate from the device work they queue.
   loss_lag     1: a step's loss is read after the next step is queued, so the device has work
                while the host reads, logs and launches. Each logged step still spans one loss
                read to the next, and the steps after which the clock restarts (and the last) are
-               read at once (nothing queued past them). PyTorch on CUDA unless the input is DALI,
-               whose decoding then waited for the step in every other step
-               (docs/history/pytorch-gpu-input-paths.md).
-               Not TensorFlow or MXNet: their GPU builds here were not measured with it.
+               read at once (nothing queued past them). PyTorch on CUDA, except on the inputs
+               that pytorch_options.LOSS_AT_STEP_END names (docs/decisions.md#loss_lag).
+               Not TensorFlow or MXNet: they read each step's loss before the next, as their own
+               benchmarks' loops do (tf_cnn_benchmarks' session run fetches the loss every step,
+               MXNet's Module.fit reads a metric every batch: docs/decisions.md#loss_lag).
   device_s     the step's time on the device, from an event before its first kernel to one
                after its loss copy: PyTorch on CUDA only; the other two have no such event
                outside their profilers.
@@ -178,16 +180,21 @@ class Loop:
         return batch
 
     def launch(self, step):
-        """Queues one step; -> (its read(); its batch, kept alive until the step is read)."""
+        """Queues one step on the batch taken ahead, or on one taken now; -> (its read(); its batch,
+        kept alive until the step is read)."""
         batch = self.ahead.pop() if self.ahead else self.fetch()
-        read = self.adapter.launch(batch, step)
+        return self.adapter.launch(batch, step), batch
+
+    def take_ahead(self):
+        """With fetch_ahead, the next step's batch, taken while the device runs the step just
+        queued. It is taken after the lagged loss read, so that one step is queued while the input
+        works whatever the lag: two queued made DALI's batches wait behind both
+        (docs/decisions.md#loss_lag)."""
         if self.ahead is not None:
             self.ahead.append(self.fetch())
-        return read, batch
 
     def end(self, queued):
-        """Reads a queued step's loss and logs it with the input waits since the last logged step
-        (with loss_lag 1 they include the batch of the step queued after it)."""
+        """Reads a queued step's loss and logs it with the input waits since the last logged step."""
         loss, device_s = queued[0]()
         wait, self.counted = sum(self.waits[self.counted :]), len(self.waits)
         self.run.log.end(loss, input_wait_s=wait, device_s=device_s)
@@ -202,6 +209,8 @@ class Loop:
             queued = self.launch(step)
             if behind is not None:
                 self.end(behind)
+            if step < steps - 1:
+                self.take_ahead()
             behind = queued
             if self.adapter.loss_lag and step not in (0, warmup - 1, steps - 1):
                 continue
@@ -231,7 +240,9 @@ class Loop:
         return {
             "fetch_ahead": self.ahead is not None,
             "loss_lag": self.adapter.loss_lag,
-            "input_wait_s_timed": sum(self.waits[self.run.log.warmup_steps :]),
+            # the waits logged with the timed steps, each inside its step's wall time: at most the
+            # time timed
+            "input_wait_s_timed": sum(s.get("input_wait_s", 0.0) for s in self.run.log.steps if s["phase"] == "timed"),
         }
 
 

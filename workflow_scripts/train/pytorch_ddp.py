@@ -12,8 +12,9 @@ did): channels_last, torch.compile of the model (CUDA graphs where pytorch_optio
 says), a fused SGD, cuDNN autotuning; with several GPUs, DDP's gradients as views of its buckets,
 no BatchNorm buffer broadcast, and within one node one compiled graph with the all-reduce after
 the backward pass. The adapter's capabilities in the timed loop (loop): on CUDA the next batch is
-taken while the GPU runs the step (--fetch-ahead) and, except with DALI, each loss is read one
-step behind (--loss-lag), and each step's device time is taken from CUDA events. What each
+taken while the GPU runs the step (--fetch-ahead), each loss is read one step behind except on
+the inputs pytorch_options names (--loss-lag), and each step's device time is taken from CUDA
+events. What each
 default gained is in docs/decisions.md and docs/history/pytorch-gpu-input-paths.md.
 """
 
@@ -48,8 +49,14 @@ def add_experiment_args(ap):
         choices=("auto", "0", "1"),
         default="auto",
         help="read each step's loss after the next step is queued (1) or before (0): with 1 the GPU "
-        "does not idle while the CPU reads the loss and launches the next step; auto: 1 with CUDA "
-        "unless the input is dali (docs/history/pytorch-gpu-input-paths.md)",
+        "does not idle while the CPU reads the loss and launches the next step; auto: "
+        "pytorch_options' rule (docs/decisions.md#loss_lag)",
+    )
+    g.add_argument(
+        "--ddp-one-rank",
+        action="store_true",
+        help="one process: still wrap the model in DistributedDataParallel over a process group of one "
+        "(NCCL on a GPU), so that DDP's hooks and graph cuts run where only one GPU is at hand",
     )
     return ap
 
@@ -136,7 +143,8 @@ class PyTorch(loop.Adapter):
             torch.cuda.set_device(device)
         else:  # the rank's share of its CPUs
             torch.set_num_threads(run.cpus.per_rank)
-        if launch.world_size > 1:
+        self.ddp = launch.world_size > 1 or args.ddp_one_rank
+        if self.ddp:
             dist.init_process_group(
                 "nccl" if cuda else "gloo",
                 rank=launch.rank,
@@ -160,9 +168,7 @@ class PyTorch(loop.Adapter):
 
     def build_model(self, run, classes):
         model = torchvision.models.resnet50(num_classes=classes, zero_init_residual=True)
-        self.trainer = Trainer(
-            model, self.s, run.lr, run.args.momentum, run.args.weight_decay, distributed=run.launch.world_size > 1
-        )
+        self.trainer = Trainer(model, self.s, run.lr, run.args.momentum, run.args.weight_decay, distributed=self.ddp)
         self.model, self.world_size = self.trainer.model, run.launch.world_size
         self.model.train()
 
@@ -279,7 +285,7 @@ class PyTorch(loop.Adapter):
         return self.s.describe()["amp_dtype"], "matrix products and convolutions"
 
     def finish(self, run):
-        if run.launch.world_size > 1:
+        if self.ddp:
             dist.barrier()
             dist.destroy_process_group()
 

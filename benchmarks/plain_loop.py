@@ -1,0 +1,123 @@
+"""A plain ResNet-50 training loop on one GPU, the reference the pipeline's trainer is held to
+(benchmarks/trainer_vs_plain.py): torchvision's model, channels-last, a fused SGD, torch.compile of
+the model in the given mode, autocast in the given 16-bit type (float16 with a GradScaler), random
+data on the device. None of the pipeline's code runs here.
+
+    python3 -m benchmarks.plain_loop --batch 128 --precision fp16 --amp-dtype float16 \\
+        --fp32-math strict --compile reduce-overhead --out OUT.json [--read-loss every|never]
+
+Timing: a CUDA event before every step and one after the last; a step's time is from its event to
+the next one, so the steps' times add up to the GPU's time over them, idle gaps included (the host
+falling behind shows there). --warmup steps first, untimed (compilation and cuDNN's tuning among
+them). images/s = the timed images / the timed steps' summed time; also the mean and coefficient of
+variation of the per-step images/s and of images/s over windows of --window steps (the pipeline's
+"stable" judges the windows). --read-loss every: each step's loss is read on the host before the
+next step is launched (what a loop that logs every loss pays); never: only after the last step.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torchvision
+
+
+def windows(times, batch, size):
+    """images/s of each whole window of `size` steps."""
+    return [batch * size / sum(times[i : i + size]) for i in range(0, len(times) - size + 1, size)]
+
+
+def mark(cuda):
+    """A CUDA event recorded now on the stream (a host clock without CUDA)."""
+    if not cuda:
+        return time.perf_counter()
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+def cv(values):
+    return statistics.pstdev(values) / statistics.fmean(values) if len(values) > 1 else 0.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--precision", choices=("fp32", "fp16"), required=True)
+    ap.add_argument("--amp-dtype", choices=("bfloat16", "float16"), default="bfloat16")
+    ap.add_argument("--fp32-math", choices=("tf32", "strict"), default="tf32")
+    ap.add_argument("--compile", choices=("off", "default", "reduce-overhead"), default="reduce-overhead")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--window", type=int, default=10)
+    ap.add_argument("--read-loss", choices=("never", "every"), default="never")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    started = time.perf_counter()
+    cuda = torch.cuda.is_available()  # without one (trying the script), host clocks and no compile
+    dev = torch.device("cuda" if cuda else "cpu")
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = a.fp32_math == "tf32"
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50().to(dev, memory_format=torch.channels_last)
+    net = model if a.compile == "off" or not cuda else torch.compile(model, mode=a.compile, dynamic=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4, fused=cuda)
+    amp = getattr(torch, a.amp_dtype) if a.precision == "fp16" else None
+    scaler = torch.amp.GradScaler(dev.type, enabled=amp == torch.float16)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    x = torch.randn(a.batch, 3, a.image_size, a.image_size, device=dev).contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (a.batch,), device=dev)
+
+    def step():
+        if a.compile == "reduce-overhead" and cuda:
+            torch.compiler.cudagraph_mark_step_begin()
+        with torch.autocast(dev.type, dtype=amp or torch.float32, enabled=amp is not None):
+            loss = loss_fn(net(x), y)
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss.detach()
+
+    for _ in range(a.warmup):
+        step().item()
+    warm_s = time.perf_counter() - started
+    marks, losses = [], []
+    for _ in range(a.steps):
+        marks.append(mark(cuda))
+        loss = step()
+        if a.read_loss == "every":
+            losses.append(loss.item())
+    marks.append(mark(cuda))
+    if cuda:
+        torch.cuda.synchronize()
+        times = [marks[i].elapsed_time(marks[i + 1]) / 1e3 for i in range(a.steps)]
+    else:
+        times = [marks[i + 1] - marks[i] for i in range(a.steps)]
+    rates = [a.batch / t for t in times]
+    wins = windows(times, a.batch, a.window)
+    result = {
+        "reference": "plain_loop",
+        "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
+        "torch": torch.__version__,
+        **{k: getattr(a, k) for k in ("batch", "image_size", "precision", "fp32_math", "compile", "read_loss")},
+        "amp_dtype": a.amp_dtype if amp is not None else "float32",
+        "warmup_steps": a.warmup,
+        "timed_steps": a.steps,
+        "warmup_s": warm_s,
+        "images_per_s": a.batch * a.steps / sum(times),
+        "median_step_ms": statistics.median(times) * 1e3,
+        "step_images_per_s_cv": cv(rates),
+        "window_images_per_s_cv": cv(wins),
+        "last_loss": losses[-1] if losses else loss.item(),
+    }
+    with open(a.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
