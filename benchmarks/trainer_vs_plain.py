@@ -134,7 +134,9 @@ def trainer_words(point, data_source):
     """The sweep rule's trainer words for the point's run on synthetic data or on its input path."""
     config = config_of(point)
     commands = TrainerCommands(config, Sweep(config, True), {(SYSTEM, FRAMEWORK): "envs.pytorch"})
-    return commands.sweep_run(SYSTEM, FRAMEWORK, POINTS[point][2], "synthetic" if data_source == "synthetic" else "auto")
+    return commands.sweep_run(
+        SYSTEM, FRAMEWORK, POINTS[point][2], "synthetic" if data_source == "synthetic" else "auto"
+    )
 
 
 def parse_item(name):
@@ -334,9 +336,7 @@ def table(results):
         wcv = "; ".join(f"{r['window_cv']:.1%}" if r.get("window_cv") is not None else "-" for r in ok)
         if ok and "window_images_per_s_cv" in ok[0]:
             wcv = "; ".join(f"{r['window_images_per_s_cv']:.1%}" for r in ok)
-        scv = "; ".join(
-            f"{r.get('step_cv', r.get('step_images_per_s_cv', 0)):.1%}" for r in ok if "verdict" not in r
-        )
+        scv = "; ".join(f"{r.get('step_cv', r.get('step_images_per_s_cv', 0)):.1%}" for r in ok if "verdict" not in r)
         other = "; ".join(other_text(r) for r in rs)
         rows.append(f"| {name} | {len(ok)}/{len(rs)} | {fig} | {wcv} | {scv} | {other} |")
     ratios = []
@@ -413,7 +413,9 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     start, results = time.perf_counter(), []
     meta = {"argv": sys.argv[1:] if argv is None else argv, "date": time.strftime("%Y-%m-%d %H:%M %Z")}
-    meta["gpu"] = tool_output("nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,power.limit", "--format=csv,noheader")
+    meta["gpu"] = tool_output(
+        "nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,power.limit", "--format=csv,noheader"
+    )
     meta["cpus"] = os.cpu_count()
     meta["lscpu"] = tool_output("lscpu")
     if a.photos:
@@ -428,7 +430,8 @@ def main(argv=None):
             continue
         rec = run_item(item, work, out, a.data, timeout=max(60, left + 30))
         results.append(rec)
-        print(f"{item['name']} #{item['repeat']}: {rec['status']} {rec.get('images_per_s', 0):,.0f} ({rec['wall_s']:.0f} s)")
+        rate = rec.get("images_per_s") or 0
+        print(f"{item['name']} #{item['repeat']}: {rec['status']} {rate:,.0f} ({rec['wall_s']:.0f} s)", flush=True)
         (out / "results.json").write_text(json.dumps({**meta, "results": results}, indent=1))
     md = table(results)
     (out / "results.md").write_text(f"{meta}\n\n{md}\n")

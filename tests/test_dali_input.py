@@ -210,8 +210,8 @@ print(json.dumps(out))
         "16/8 reduce-overhead": 1,
         "2/1 reduce-overhead": 1,
     }
-    for launched in ("default", ""):
-        assert [dali[f"{c} {launched}"] for c in ("16/1", "14/1", "12/1", "6/1", "32/2", "16/8", "2/1")] == [
+    for eager in ("default", ""):
+        assert [dali[f"{c} {eager}"] for c in ("16/1", "14/1", "12/1", "6/1", "32/2", "16/8", "2/1")] == [
             12,
             10,
             8,
@@ -219,7 +219,7 @@ print(json.dumps(out))
             12,
             1,
             1,
-        ], launched
+        ], eager
     for key, counts in got.items():
         cores, ranks = map(int, key.split()[0].split("/"))
         share = max(1, cores // ranks)
