@@ -17,7 +17,7 @@ from workflow_scripts.train import harness, pytorch_ddp as p
 out = {}
 for name, device, nodes, argv in json.loads(sys.argv[1]):
     args = p.add_experiment_args(p.add_args(harness.arg_parser("x"))).parse_args(argv + ["--out", "unused"])
-    out[name] = p.resolve(args, torch.device(device), nodes=nodes).describe()
+    out[name] = p.resolve(args, torch.device(device), nodes=nodes, distributed=not name.endswith("_alone")).describe()
 print(json.dumps(out))
 """
 
@@ -34,6 +34,8 @@ CASES = [
         ["--data-source", "synthetic", "--input", "dali", "--batch-per-gpu", "256", "--image-size", "224"],
     ),
     ("cpu_synthetic", "cpu", 1, ["--data-source", "synthetic", "--batch-per-gpu", "256", "--image-size", "224"]),
+    ("gpu_dali_split", "cuda", 1, REAL + ["--ddp-graph", "split"]),
+    ("gpu_dali_split_alone", "cuda", 1, REAL + ["--ddp-graph", "split"]),
     ("gpu_gpu_input", "cuda", 1, REAL + ["--input", "gpu"]),
     ("gpu_cpu_input", "cuda", 1, REAL + ["--input", "cpu"]),
     ("gpu_dali_small", "cuda", 1, ["--data", "LMDB", "--batch-per-gpu", "64", "--image-size", "112"]),
@@ -63,6 +65,15 @@ def test_cuda_graphs_where_they_kept_the_step_steady(resolved):
     assert resolved["gpu_dali_two_nodes"]["compile"] == "default"
     assert resolved["gpu_dali_two_nodes"]["ddp_graph"] == "split"
     assert resolved["gpu_dali_asked"]["compile"] == "default"
+
+
+def test_a_ddp_graph_split_keeps_the_graphs_of_a_run_without_ddp(resolved):
+    """ddp_graph split cuts DDP's graph at its buckets, which leaves compile auto nothing to graph
+    whole: but a run of one process has no DDP, so its step is still one graph (the study's preset
+    at 1 GPU ran launched kernel by kernel before: docs/decisions.md#compile)."""
+    assert resolved["gpu_dali_split"]["compile"] == "default"
+    assert resolved["gpu_dali_split_alone"]["compile"] == "reduce-overhead"
+    assert resolved["gpu_dali_split_alone"]["ddp_graph"] == "split"
 
 
 def test_dali_queue_and_pools(resolved):

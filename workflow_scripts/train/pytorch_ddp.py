@@ -151,7 +151,7 @@ class PyTorch(loop.Adapter):
                 world_size=launch.world_size,
                 init_method=f"tcp://{launch.master_addr}:{launch.master_port}",
             )
-        self.s = resolve(args, device, nodes=launch.num_nodes)
+        self.s = resolve(args, device, nodes=launch.num_nodes, distributed=self.ddp)
         self.fetch_ahead = args.fetch_ahead == "on" or (args.fetch_ahead == "auto" and cuda)
         self.loss_lag = self.s.loss_lag
         configure_backends(self.s)
@@ -186,7 +186,7 @@ class PyTorch(loop.Adapter):
             torch.cuda.set_device(self.device)
         else:  # as start() does
             torch.set_num_threads(run.cpus.per_rank)
-        self.s = s = resolve(run.args, self.device)
+        self.s = s = resolve(run.args, self.device, distributed=False)
         configure_backends(s)
         torch.manual_seed(run.args.seed)
         self.build_input(run, harness.classes_of(run.args.data), None)

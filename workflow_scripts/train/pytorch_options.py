@@ -92,7 +92,9 @@ class Settings:
         }
 
 
-def resolve(args, device, nodes=1):
+def resolve(args, device, nodes=1, distributed=True):
+    """distributed: the model is wrapped in DDP (several ranks, or --ddp-one-rank); without DDP there
+    is no DDP graph for ddp_graph to split."""
     cuda = device.type == "cuda"
 
     def on(value):
@@ -127,7 +129,7 @@ def resolve(args, device, nodes=1):
             args.compile,
             cuda,
             "synthetic" if synthetic else source,
-            graph,
+            graph if distributed else "whole",
             # (settings are also resolved for a GPU on a machine without one: the tests, a dry look)
             torch.cuda.get_device_capability(device) if cuda and torch.cuda.is_available() else None,
         ),
@@ -161,9 +163,10 @@ def compile_mode(choice, cuda, source, graph, capability=None):
     (capability below TRITON_MIN_CAPABILITY: P100); on a GPU CUDA graphs
     (reduce-overhead), which launch each compiled graph at once where mode default launches the step
     kernel by kernel from Python and the GPU idles whenever that thread falls behind, for synthetic
-    data and input dali within one node; mode default for the gpu path (its decoding waited behind
-    the graphs), the cpu path (bound by its input) and across nodes (DDP's graph split at its
-    buckets). The measurements: docs/decisions.md#compile."""
+    data and input dali where the step is one graph (one process, or DDP's graph whole: within one
+    node under ddp_graph auto); mode default for the gpu path (its decoding waited behind the
+    graphs), the cpu path (bound by its input) and where DDP's graph is split at its buckets
+    (across nodes under auto). The measurements: docs/decisions.md#compile."""
     if choice == "off" or (choice == "auto" and (not cuda or (capability and capability < TRITON_MIN_CAPABILITY))):
         return ""
     if choice != "auto":
