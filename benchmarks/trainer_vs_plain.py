@@ -52,6 +52,10 @@ SYSTEM, FRAMEWORK = "local", "pytorch"
 # config.yaml is the CPU laptop's default; on a GPU the trainer's own size: 224 px, 128 a GPU
 # (fp16's factor 2: 256), the scale-out whitepaper's 10 + 100 steps.
 DEFAULTS = {"training": {"image_size": 224, "batch_per_gpu": {"pytorch": 128}, "warmup_steps": 10, "steps": 100}}
+# Every point on a system of one GPU that asks SLURM for it, as a cluster's runs are (their words
+# then say --require-gpu, and input auto is dali), one run at a time.
+ONE_GPU = {"systems": {SYSTEM: {"gpus_per_node": 1, "max_nodes": 1, "gpu_request": "gpus-per-node"}}}
+ONE_GPU["training"] = {"gpus": [1]}
 POINTS = {
     "preset-fp32": (("config.yaml", "presets/study.yaml"), {}, "fp32"),
     "preset-fp16": (("config.yaml", "presets/study.yaml"), {}, "fp16"),
@@ -124,6 +128,7 @@ def config_of(point):
     for f in files:
         merge(config, yaml.safe_load((REPO / f).read_text()))
     merge(config, overlay)
+    merge(config, ONE_GPU)
     for word in OVERRIDES:
         override(config, word)
     schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
@@ -133,10 +138,10 @@ def config_of(point):
 def trainer_words(point, data_source):
     """The sweep rule's trainer words for the point's run on synthetic data or on its input path."""
     config = config_of(point)
-    commands = TrainerCommands(config, Sweep(config, True), {(SYSTEM, FRAMEWORK): "envs.pytorch"})
-    return commands.sweep_run(
-        SYSTEM, FRAMEWORK, POINTS[point][2], "synthetic" if data_source == "synthetic" else "auto"
-    )
+    sweep = Sweep(config, True)
+    commands = TrainerCommands(config, sweep, {(SYSTEM, FRAMEWORK): "envs.pytorch"})
+    path = "synthetic" if data_source == "synthetic" else sweep.effective_input(SYSTEM, FRAMEWORK, "auto")
+    return commands.sweep_run(SYSTEM, FRAMEWORK, POINTS[point][2], path)
 
 
 def parse_item(name):

@@ -1,0 +1,59 @@
+"""Preflight's input check of a config, run outside Snakemake for benchmarks/trainer_vs_plain.py:
+the check job's own command (preflight/preflight_job.py --only-input) with the settings its rule
+passes (plan/input_plan.py), and its verdict as preflight's data table words it
+(preflight/input_rows.py)."""
+
+import json
+from pathlib import Path
+
+from workflow_scripts.plan.commands import TrainerCommands
+from workflow_scripts.plan.input_plan import InputPlan
+from workflow_scripts.plan.sweep import Sweep
+
+
+def command(config, system, framework, data, out, python):
+    """The check job's words for `config` (schema defaults filled in) reading the converted copy at
+    `data` (its folder is the config's data_dir), writing `out`/result.json."""
+    config = {**config, "data_dir": str(Path(data).parent)}
+    sweep = Sweep(config, True)
+    commands = TrainerCommands(config, sweep, {(system, framework): f"envs.{framework}"})
+    settings = InputPlan(config, sweep, commands).settings(system, framework, sweep.sweep())
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return [
+        python,
+        "-m",
+        "workflow_scripts.preflight.preflight_job",
+        "--out",
+        str(out / "result.json"),
+        "--system",
+        system,
+        "--framework",
+        framework,
+        f"--python={python}",
+        f"--data={data}",
+        "--log",
+        str(out / "check.log"),
+        "--only-input",
+        f"--input-check={json.dumps(settings)}",
+        "--precisions",
+        *config["training"]["precisions"],
+        "--",
+        "--nproc-per-node",
+        "1",
+    ]
+
+
+def verdict(out, tolerance=None):
+    """The check's row(s) as preflight's data table has them, and its figures."""
+    from workflow_scripts.common.schema import default
+    from workflow_scripts.preflight import input_rows
+
+    res = json.loads((Path(out) / "result.json").read_text())
+    tolerance = default("preflight.input_tolerance") if tolerance is None else tolerance
+    rows = input_rows.rows(res, tolerance)
+    return {
+        "verdict": " | ".join(f"{r['status']}: {r['figure']} {r.get('cause', '')}".strip() for r in rows),
+        "rows": rows,
+        "record": res.get("input_capacity"),
+    }
