@@ -78,8 +78,9 @@ use rule preflight_check as preflight_data_check with:
         data=lambda w, input: folders_of(input.data)[0],
 
 
-# The input check (docs/preflight.md#the-input-check): each real-data input path's capacity against
-# the step rate, once the pair's data check passed. Only the tables read it: no gate waits for it.
+# The input check (docs/preflight.md#the-input-check): the trainer on real data through each input
+# path beside its run on synthetic data, once the pair's data check passed. Only the tables read it:
+# no gate waits for it.
 use rule preflight_check as preflight_input_check with:
     input:
         data=POINTS.dataset_of,
@@ -130,7 +131,7 @@ use rule preflight_table as preflight_data_table with:
     benchmark:
         f"{LOGS}/preflight/data_table.bench.tsv"
     params:
-        # the input check's rows, judged here: editing the margin re-measures nothing
+        # the input check's rows, judged here: editing the tolerance re-measures nothing
         judge=PREFLIGHT.judge_args(),
 
 

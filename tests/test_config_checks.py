@@ -207,3 +207,20 @@ def test_a_renamed_key_is_refused_naming_its_new_name():
     assert str(e.value) == (
         "config training.accuracy: renamed training.long_test (issue 53); rename the key, its values stay"
     )
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "key, says",
+    [
+        ("demand_steps", "renamed preflight.input_steps"),
+        ("input_seconds", "removed: the input check now runs the trainer on real data beside its synthetic run"),
+        ("input_margin", "replaced by preflight.input_tolerance"),
+    ],
+)
+def test_the_input_checks_old_keys_are_refused_naming_what_replaced_them(key, says):
+    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
+    old = {**CONFIG, "preflight": {**CONFIG["preflight"], key: 5}}
+    with pytest.raises(ConfigProblem) as e:
+        config_checks.unknown_keys(old, schema)
+    assert str(e.value).startswith(f"config preflight.{key}: {says}"), e.value

@@ -120,7 +120,7 @@ def test_the_input_judges_flags():
     ap = input_bound.add_judge_arguments(argparse.ArgumentParser())
     preflight = validated(with_overrides(CONFIG, preflight__input_bound_expected=["cpu"]))["preflight"]
     a = ap.parse_args(input_bound.judge_argv(preflight))
-    assert (a.input_margin, a.input_bound_expected) == (preflight["input_margin"], ["cpu"])
+    assert (a.input_tolerance, a.input_bound_expected) == (preflight["input_tolerance"], ["cpu"])
     assert ap.parse_args([]).input_bound_expected == []
     with pytest.raises(SystemExit):
         ap.parse_args(["--input-bound-expected", "synthetic"])

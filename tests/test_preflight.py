@@ -52,7 +52,12 @@ def test_preflight_passes_on_the_embedded_default(passed):
     table = rows(passed)
     pairs = {(r["system"], r["framework"]) for r in table}
     assert pairs == {("local", f) for f in CONFIG["training"]["frameworks"]}
+    # The input rows compare two measured rates (on the CPU stand-in the input decodes on the cores the
+    # step computes on): a warning there is an answer, which no test predicts; never a failure.
+    inputs = [r for r in table if r["check"] == "input_capacity"]
+    table = [r for r in table if r["check"] != "input_capacity"]
     assert {r["status"] for r in table} <= {"ok", "not applicable"}, [r for r in table if r["status"] == "failed"]
+    assert inputs and {r["status"] for r in inputs} <= {"ok", "warning"}, inputs
     for fw in CONFIG["training"]["frameworks"]:
         mine = {r["check"]: r for r in table if r["framework"] == fw}
         assert {
@@ -121,9 +126,57 @@ def test_preflight_checks_the_data_once_converted(passed, tmp_path):
     snakemake(work, "preflight", "--forcerun", "preflight_data_check")
     data = [r for r in rows(work) if r["check"] == "dataset"]
     assert {r["framework"] for r in data if r["status"] == "ok"} == set(CONFIG["training"]["frameworks"]), data
-    # the input check, a job of its own after each pair's data check, has its rows in the same table
+    # the input check, a job of its own after each pair's data check, has its rows in the same table:
+    # each framework's trainer on synthetic and on real data, beside each other on the node
     inputs = [r for r in rows(work) if r["check"] == "input_capacity"]
     assert {r["framework"] for r in inputs} == set(CONFIG["training"]["frameworks"]), inputs
+    assert all(" images/s a node on real data against " in r["figure"] for r in inputs), inputs
+    for fw in CONFIG["training"]["frameworks"]:
+        result = json.loads((work / "results" / "preflight" / "local" / fw / "2gpu.input.json").read_text())
+        [(precision, runs)] = result["input_check"]["runs"].items()
+        assert precision == "fp32" and runs["synthetic"]["steps"] == CONFIG["preflight"]["input_steps"], runs
+        real = runs["real"]["cpu"]
+        assert real["error"] == "" and (real["gpus"], real["ranks_per_node"]) == (2, 2), real
+        assert set(real["threads_at"]) == {"1", "2"} and real["input_wait_share"] is not None, real
+
+
+@pytest.mark.stage
+def test_the_input_check_runs_outside_snakemake_as_a_benchmark_calls_it(small_lmdb, tmp_path):
+    """docs/preflight.md#the-input-check, outside Snakemake: the settings from a config with the
+    schema's defaults, the check job by hand on one CPU rank of a small LMDB, its result judged by
+    input_rows. One warm-up and one timed step each: what it records, not how fast."""
+    from helpers import run_stage, validated, with_overrides
+
+    from workflow_scripts.plan.commands import TrainerCommands
+    from workflow_scripts.plan.input_plan import InputPlan
+    from workflow_scripts.plan.sweep import Sweep
+    from workflow_scripts.preflight import input_rows
+
+    small = {"image_size": 32, "warmup_steps": 1, "telemetry_interval": 0, "gpus": [1], "frameworks": ["pytorch"]}
+    config = validated(
+        with_overrides(
+            CONFIG,
+            data_dir=str(small_lmdb.parent),
+            training__batch_per_gpu__pytorch=4,
+            preflight__input_steps=1,
+            **{f"training__{k}": v for k, v in small.items()},
+        )
+    )
+    sweep = Sweep(config, embedded=True)
+    settings = InputPlan(config, sweep, TrainerCommands(config, sweep, {})).settings("local", "pytorch", sweep.sweep())
+    out, log = tmp_path / "check.json", tmp_path / "check.log"
+    words = ["--out", out, "--system", "local", "--framework", "pytorch", "--python", interpreter("pytorch")]
+    words += ["--log", log, "--only-input", "--input-check", json.dumps(settings), "--", "--nproc-per-node", "1"]
+    run_stage("workflow", "workflow_scripts.preflight.preflight_job", *words)
+    result = json.loads(out.read_text())
+    runs = result["input_check"]["runs"]["fp32"]
+    assert runs["synthetic"]["error"] == "" and runs["synthetic"]["steps"] == 1, log.read_text()[-3000:]
+    real = runs["real"]["cpu"]
+    assert real["error"] == "" and (real["gpus"], real["nodes"], real["steps"]) == (1, 1, 1), log.read_text()[-3000:]
+    assert real["device"] == "cpu" and real["threads_at"].keys() == {"1"} and real["input_wait_share"] is not None
+    [row] = input_rows.rows(result, config["preflight"]["input_tolerance"])
+    assert row["check"] == "input_capacity" and row["status"] in ("ok", "warning"), row
+    assert row["figure"].startswith("cpu fp32: ") and " on synthetic at 1 GPU(s) a node, " in row["figure"], row
 
 
 @pytest.mark.pipeline

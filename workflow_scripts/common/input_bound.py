@@ -1,19 +1,16 @@
-"""Whether a sweep point's input can feed its GPUs: preflight's input capacity against the step rate
-the point asks for (docs/preflight.md#the-input-check). Preflight's data table judges every point of
-its pair with it before the sweep, the training tables every run after it, so both say the same.
+"""Whether a sweep point's input can feed its GPUs: its images/s on real data against its images/s
+on synthetic data, the same step without its input (docs/preflight.md#the-input-check). Preflight's
+data table judges every point of its pair with it before the sweep, the training tables every run
+after it, so both say it in the same words.
 
-The capacity comes from preflight's data check (preflight/input_task.py): one rank's input path
-alone, on the decode threads one rank gets when its node runs the sweep's largest GPU count; a
-node's capacity is that rank's times the ranks on the node. At another number of ranks a node the
-rank's threads differ (where the ranks share the node's CPUs): its capacity is then estimated in
-proportion to its decode threads, for the paths that decode on the CPU (the hardware JPEG engine
-and nvJPEG take no more with more threads). The ranks of a node decoding together may do less than
-one alone times their number (memory bandwidth, storage): the check errs towards fitting.
-
-The demand is the synthetic step rate (random tensors on the device: the step without its input),
-per GPU: a synthetic run of the sweep at the point's GPU count, else at its nearest count, else
-preflight's own timing of synthetic steps; with none, nothing is judged. A point is input-bound
-where its node's capacity is below its node's demand times (1 + preflight.input_margin).
+Before the sweep the figures are the input check's (preflight/preflight_job.py): the trainer on
+real data through the path, beside the same trainer on synthetic data, back to back on one node at
+the data check's ranks a node. At another number of ranks a node of the sweep the real-data rate a
+rank is estimated from that run's in proportion to the decode threads a rank gets there (where the
+ranks share the node's CPUs), for the paths that decode on the CPU (the hardware JPEG engine and
+nvJPEG take no more with more threads); the synthetic rate a GPU is the check's, or, after the
+sweep, its synthetic run at the nearest count. A point is input-bound where its real-data rate is
+below its synthetic rate times (1 - preflight.input_tolerance).
 """
 
 import math
@@ -22,8 +19,12 @@ from . import schema
 
 INPUT_BOUND = "input-bound"
 EXPECTED_KEY = "preflight.input_bound_expected"
+TOLERANCE_KEY = "preflight.input_tolerance"
 # A run's input_bound column: judged and fits, input-bound, input-bound as the config asked for
 FITS, BOUND, ASKED = "no", "yes", "asked for"
+# A run's input_judged_by column: its own images/s against the sweep's synthetic runs of its point,
+# or preflight's figures at its ranks a node
+MEASURED, PREDICTED = "measured", "predicted"
 
 
 def cpu_decoding(framework, path, decoder, device):
@@ -34,20 +35,23 @@ def cpu_decoding(framework, path, decoder, device):
 
 
 def capacity_per_rank(entry, ranks):
-    """Images/s one of `ranks` ranks of a node can take from its input: the measurement (entry: one
-    input's record of the data check), scaled by its decode threads at that many ranks where the
-    path decodes on the CPU. (images/s, estimated: whether it was scaled)."""
-    measured = entry["images_per_s"]
-    threads = (entry.get("threads_at") or {}).get(str(ranks))
-    if not entry.get("cpu_decoding", True) or not threads or threads == entry["threads"] or not entry["threads"]:
-        return measured, False
-    return measured * threads / entry["threads"], True
+    """Images/s one of `ranks` ranks of a node takes from its input: the check's real-data run's
+    (entry: its record, preflight_job.real_figures with input_task's threads_at), as it ran at its
+    own ranks a node, else scaled by the decode threads a rank gets at `ranks` where the path
+    decodes on the CPU. (images/s, estimated: whether `ranks` is not the run's)."""
+    rate = entry["images_per_s"] / entry["gpus"]
+    if ranks == entry["ranks_per_node"]:
+        return rate, False
+    threads, there = entry.get("threads"), (entry.get("threads_at") or {}).get(str(ranks))
+    if entry.get("cpu_decoding", True) and threads and there:
+        rate *= there / threads
+    return rate, True
 
 
 def per_gpu_demand(synthetic, timed, gpus):
     """(images/s per GPU, from what) of the step rate at `gpus`: synthetic = [{gpus, images_per_s,
-    run}] of the sweep's synthetic runs (one per GPU count), timed = preflight's timing ({gpus,
-    images_per_s, steps}) or None. (None, why) where neither gives one."""
+    run}] of the sweep's synthetic runs (one per GPU count), timed = the input check's synthetic run
+    ({gpus, images_per_s, steps}) or None. (None, why) where neither gives one."""
     done = [s for s in synthetic if s.get("images_per_s")]
     if done:
         best = min(done, key=lambda s: (abs(math.log(s["gpus"] / gpus)), s["gpus"]))
@@ -55,9 +59,9 @@ def per_gpu_demand(synthetic, timed, gpus):
         return best["images_per_s"] / best["gpus"], f"the synthetic run {best['run']}{where}"
     if timed and timed.get("images_per_s"):
         return timed["images_per_s"] / timed["gpus"], (
-            f"preflight's {timed['steps']} synthetic steps at {timed['gpus']} GPU(s) on one node"
+            f"the check's {timed['steps']} synthetic steps at {timed['gpus']} GPU(s) on one node"
         )
-    return None, "no synthetic step rate: no synthetic run of this precision and no preflight timing"
+    return None, "no synthetic step rate: no synthetic run of this precision and none by the input check"
 
 
 def by_count(runs):
@@ -76,34 +80,46 @@ def by_count(runs):
     ]
 
 
-def judge(capacity_rank, demand_gpu, ranks, margin):
-    """A node of `ranks` ranks: its capacity and demand (images/s), whether it is input-bound, and
-    the shortfall (1 - capacity / demand; <= 0 where the capacity covers the demand)."""
+def judge(capacity_rank, demand_gpu, ranks, tolerance):
+    """A node of `ranks` ranks: its real-data and synthetic images/s (capacity, demand), their ratio,
+    whether it is input-bound (the ratio below 1 - tolerance) and the shortfall (1 - ratio)."""
     capacity, demand = capacity_rank * ranks, demand_gpu * ranks
+    ratio = capacity / demand
     return {
         "capacity": capacity,
         "demand": demand,
-        "bound": capacity < demand * (1 + margin),
-        "shortfall": 1 - capacity / demand,
+        "ratio": ratio,
+        "bound": ratio < 1 - tolerance,
+        "shortfall": 1 - ratio,
     }
 
 
-def sentence(j, ranks, margin, estimated=False):
-    """'N images/s a node of M needed at G GPU(s) a node: short by X%' (or within the margin)."""
-    est = " (estimated from the check's ranks by their decode threads)" if estimated else ""
-    head = f"{j['capacity']:,.0f} images/s a node{est} of {j['demand']:,.0f} needed at {ranks} GPU(s) a node"
-    if j["shortfall"] > 0:
-        return f"{head}: short by {j['shortfall']:.0%}"
-    spare = -j["shortfall"]
+def share(fraction):
+    """A share as the rows print it: 97.1%."""
+    return f"{fraction:.1%}"
+
+
+def verdict(j, tolerance):
+    """'keeps up', 'keeps up (within preflight.input_tolerance 3%)' or 'input-bound, short by X%'."""
     if j["bound"]:
-        return f"{head}: {spare:.0%} to spare, less than preflight.input_margin ({margin:.0%})"
-    if spare >= 1:
-        return f"{head}: {j['capacity'] / j['demand']:.1f}x what it needs"
-    return f"{head}: {spare:.0%} to spare"
+        return f"{INPUT_BOUND}, short by {share(j['shortfall'])}"
+    if j["ratio"] < 1:
+        return f"keeps up (within {TOLERANCE_KEY} {tolerance * 100:g}%)"
+    return "keeps up"
+
+
+def sentence(j, ranks, tolerance, estimated=False):
+    """'N images/s a node on real data against M on synthetic at G GPU(s) a node, X% of synthetic:
+    keeps up' (or input-bound, short by Y%)."""
+    est = " (estimated from the check's real-data run by the decode threads a rank gets)" if estimated else ""
+    return (
+        f"{j['capacity']:,.0f} images/s a node on real data{est} against {j['demand']:,.0f} on synthetic at "
+        f"{ranks} GPU(s) a node, {share(j['ratio'])} of synthetic: {verdict(j, tolerance)}"
+    )
 
 
 def fix_keys(system, framework, path):
-    """The config keys that change a point's input capacity."""
+    """The config keys that change how fast a point's input feeds its GPUs."""
     cpus = f"systems.{system}.cpus_per_task (the CPUs a rank decodes on)"
     smaller = "conversion.shorter_cap (the largest photos shrunk at conversion)"
     if framework != "pytorch":
@@ -137,7 +153,7 @@ def wait_share(summary):
 
 
 # config preflight.*: how every table that judges the input check judges it
-JUDGE = ("input_margin", "input_bound_expected")
+JUDGE = ("input_tolerance", "input_bound_expected")
 
 
 def add_judge_arguments(ap):

@@ -48,9 +48,16 @@ class TrainerCommands:
     def preflight_synthetic_run(self, system, framework, precision, steps):
         """The trainer's command line of preflight's timing of the step rate (its input
         check): the sweep's run of this precision on synthetic data, `steps` timed steps after the
-        sweep's warm-up (config preflight.demand_steps)."""
+        sweep's warm-up (config preflight.input_steps)."""
         mode = trainer_flags.schedule(self.train, mode="steps", steps=steps)
         return self._args(system, framework, precision, "synthetic", mode)
+
+    def preflight_real_run(self, system, framework, precision, path, steps):
+        """The input check's run beside that one: the sweep's run of this precision on real data
+        through input `path`, in mode steps whatever the sweep's mode, `steps` timed steps after the
+        sweep's warm-up."""
+        mode = trainer_flags.schedule(self.train, mode="steps", steps=steps)
+        return self._args(system, framework, precision, path, mode)
 
     def checkpoint_dir(self, system, framework, precision, gpus):
         """The long test's checkpoints (train/checkpoint.py): beside the runs, never inside the run

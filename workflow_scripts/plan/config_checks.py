@@ -12,8 +12,23 @@ from pathlib import Path
 from workflow_scripts.cluster import interpreter
 from workflow_scripts.plan.sweep import ConfigProblem
 
-# Keys that were renamed: a config that still has one is told the new name, not offered a near one.
-RENAMED = {"training.accuracy": "training.long_test"}
+# Keys that were renamed or removed: a config that still has one is told what replaced it, not
+# offered a near one.
+RETIRED = {
+    "training.accuracy": "renamed training.long_test (issue 53); rename the key, its values stay",
+    "preflight.demand_steps": (
+        "renamed preflight.input_steps, now the timed steps of each of the input check's runs, on synthetic and "
+        "on real data; rename the key"
+    ),
+    "preflight.input_seconds": (
+        "removed: the input check now runs the trainer on real data beside its synthetic run for "
+        "preflight.input_steps steps; remove the key"
+    ),
+    "preflight.input_margin": (
+        "replaced by preflight.input_tolerance: a point is input-bound where its images/s on real data are below "
+        "those on synthetic data times 1 - it (docs/decisions.md#input_tolerance); remove the key"
+    ),
+}
 
 
 def unknown_keys(config, schema, where=""):
@@ -25,10 +40,8 @@ def unknown_keys(config, schema, where=""):
         return
     if schema.get("additionalProperties") is False:
         for key in config:
-            if f"{where}{key}" in RENAMED and key not in props:
-                raise ConfigProblem(
-                    f"config {where}{key}: renamed {RENAMED[where + key]} (issue 53); rename the key, its values stay"
-                )
+            if f"{where}{key}" in RETIRED and key not in props:
+                raise ConfigProblem(f"config {where}{key}: {RETIRED[where + key]}")
             if key not in props:
                 near = difflib.get_close_matches(str(key), list(props), n=1, cutoff=0.6)
                 hint = f"; did you mean {where}{near[0]}?" if near else ""

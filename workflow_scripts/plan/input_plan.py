@@ -1,10 +1,15 @@
-"""What the input check of a pair's preflight data check measures, and against what
-(docs/preflight.md#the-input-check), from the config: the sweep's real-data input paths of the
-framework on the system, the batch and image size they read at, the ranks a node at each GPU count
-of the sweep, the sweep's synthetic runs of the pair (read where they exist when the check runs)
-and the trainer's command lines of preflight's own timing of the step rate. plan/preflight_plan.py
-passes it to the data check as one JSON word; only the keys a framework's runs use are in its
-settings, so editing another framework's option reruns no check of this one."""
+"""What the input check of a pair runs (docs/preflight.md#the-input-check), from the config: the
+sweep's real-data input paths of the framework on the system, per precision the trainer's command
+lines of its run on synthetic data and of its run on real data through each path, the ranks a node
+of the sweep's real-data runs (which the check's verdict is estimated at) and what the decode
+threads a rank gets there depend on. plan/preflight_plan.py passes it to the check as one JSON word;
+only the keys a framework's runs use are in its settings, so editing another framework's option
+reruns no check of this one.
+
+Outside Snakemake (a benchmark), on a config with the schema's defaults filled in:
+
+    settings = InputPlan(config, sweep, commands).settings(system, framework, sweep.sweep())
+"""
 
 from .sweep import TRAINER_OF
 
@@ -15,9 +20,27 @@ class InputPlan:
         self.config, self.sweep, self.commands = config, sweep, commands
         self.train, self.preflight = config["training"], config["preflight"]
 
-    def batch(self, framework, precision):
-        factor = self.train["fp16_batch_factor"] if precision == "fp16" else 1
-        return self.train["batch_per_gpu"][framework] * factor
+    @staticmethod
+    def counts(system, framework, points):
+        """[{gpus, nodes, ranks_per_node}] of the pair's real-data runs in `points`."""
+        found = {
+            (p["gpus"], p["nodes"])
+            for p in points
+            if p["system"] == system and p["framework"] == framework and p["input"] != "synthetic"
+        }
+        return [{"gpus": g, "nodes": n, "ranks_per_node": g // n} for g, n in sorted(found)]
+
+    def runs(self, system, framework, inputs):
+        """{precision: {synthetic: words, real: {path: words}}}: the check's trainer command lines, back
+        to back on one node; none with preflight.input_steps 0."""
+        steps, c = self.preflight["input_steps"], self.commands
+        return {
+            p: {
+                "synthetic": c.preflight_synthetic_run(system, framework, p, steps),
+                "real": {i: c.preflight_real_run(system, framework, p, i, steps) for i in inputs},
+            }
+            for p in (self.train["precisions"] if steps else [])
+        }
 
     def settings(self, system, framework, points):
         """The check's settings for (system, framework), or None where the sweep reads no dataset for
@@ -26,37 +49,19 @@ class InputPlan:
         inputs = [i for i in self.sweep.run_inputs(system, framework) if i != "synthetic"]
         if not inputs:
             return None
-        counts = []
-        for g in sorted(t["gpus"]):
-            nodes, per_node = self.sweep.placement(system, g)
-            counts.append({"gpus": g, "nodes": nodes, "ranks_per_node": per_node})
-        steps = self.preflight["demand_steps"]
+        counts = self.counts(system, framework, points)
         pytorch = framework == "pytorch"
         return {
             "inputs": inputs,
             "precisions": t["precisions"],
             "decoder": t["pytorch"]["dali_decoder"] if pytorch else "cpu",
-            # the largest batch a rank reads at (fp16's where the sweep has it): images/s of an input
-            # path hardly depend on it
-            "batch": max(self.batch(framework, p) for p in t["precisions"]),
-            "image_size": t["image_size"],
-            "seconds": self.preflight["input_seconds"],
             "device": "cpu" if self.config["systems"][system]["gpu_request"] == "none" else "gpu",
             "decode_threads": t["decode_threads"],
             "loader_workers": t["pytorch"]["loader_workers"] if pytorch else 0,
             "ranks_per_node": sorted({c["ranks_per_node"] for c in counts}),
             "counts": counts,
-            "synthetic_runs": [
-                {k: p[k] for k in ("precision", "gpus", "nodes", "repeat", "run_dir")}
-                for p in points
-                if p["system"] == system and p["framework"] == framework and p["input"] == "synthetic"
-            ],
-            # the trainer (workflow_scripts.train.<it>) and, per precision, its command line; none with
-            # preflight.demand_steps 0
+            # the trainer (workflow_scripts.train.<it>) and its runs
             "trainer": TRAINER_OF[framework],
-            "timing": {
-                p: self.commands.preflight_synthetic_run(system, framework, p, steps)
-                for p in (t["precisions"] if steps else [])
-            },
-            "demand_steps": steps,
+            "runs": self.runs(system, framework, inputs),
+            "input_steps": self.preflight["input_steps"],
         }

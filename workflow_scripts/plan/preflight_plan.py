@@ -117,6 +117,6 @@ class PreflightPlan:
         return args + ([f"--input-check={json.dumps(settings)}"] if settings else [])
 
     def judge_args(self):
-        """How the tables judge the input check (preflight_data_table, training_tables): its margin
+        """How the tables judge the input check (preflight_data_table, training_tables): its tolerance
         and the input paths meant to be measured input-bound."""
         return input_bound.judge_argv(self.preflight)

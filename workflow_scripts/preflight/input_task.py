@@ -1,15 +1,13 @@
-"""The input capacity of a preflight data check: once on the pair's first node, in the framework's
+"""The decode threads of the input check: once on the pair's first node, in the framework's
 interpreter (started by preflight_job through the launcher, one task a node, as the node checks):
 
-    python -m workflow_scripts.preflight.input_task --framework pytorch --data DIR --settings JSON --out FILE
+    python -m workflow_scripts.preflight.input_task --framework pytorch --settings JSON --out FILE
 
-Each real-data input path of the sweep for this framework (settings["inputs"]) is timed alone for
-settings["seconds"] by train/input_capacity.py (the trainer's own input, no model), with the decode
-threads one rank gets when the node runs the sweep's largest number of ranks a node (the trainers'
-thread rules on a rank's share of this node's CPUs, cluster/cpus.py), and the threads a rank gets at
-each other number of ranks a node of the sweep are recorded beside it (common/input_bound.py scales
-the capacity by them). A path whose measurement fails is recorded with its error: the check then
-says so, and the sweep runs as it would have.
+For each real-data input path of the sweep for this framework (settings["inputs"]) it records the
+decode threads a rank gets at each number of ranks a node of settings["ranks_per_node"] (the
+trainers' thread rules on a rank's share of this node's CPUs, cluster/cpus.py), and whether the path
+decodes on the CPU: common/input_bound.py estimates from them the check's real-data rate at the
+sweep's other numbers of ranks a node.
 """
 
 import argparse
@@ -23,9 +21,6 @@ from ..common.atomic import write_json
 from ..common.input_bound import cpu_decoding
 from .seams import decode_threads
 
-# Batches taken before the timing; input_capacity raises it to what the path prepares ahead.
-WARMUP_BATCHES = 2
-
 
 def rank_share(launch, ranks, allowed=None, node_cpus=None, env=None, root=cpus.CPU_ROOT):
     """The CPUs one of `ranks` ranks of this node gets, from this process's (cluster/cpus.py's rule:
@@ -36,7 +31,7 @@ def rank_share(launch, ranks, allowed=None, node_cpus=None, env=None, root=cpus.
 
 
 def threads_at(framework, path, settings, launch, **where):
-    """{ranks a node: the decode threads a rank gets} for each number of ranks a node of the sweep."""
+    """{ranks a node: the decode threads a rank gets} for each number of ranks a node of settings."""
     gpu = settings["device"] == "gpu"
     return {
         str(r): decode_threads(
@@ -51,62 +46,24 @@ def threads_at(framework, path, settings, launch, **where):
     }
 
 
-def measure_path(framework, data, path, settings, launch):
-    """One input path's record: the measurement at the largest number of ranks a node, or its error."""
-    most = max(settings["ranks_per_node"])
-    at = threads_at(framework, path, settings, launch)
-    entry = {
-        "ranks_per_node": most,
-        "threads_at": at,
-        "decoder_asked": settings["decoder"] if path == "dali" else "",
+def path_threads(framework, path, settings, launch):
+    """One input path's record: its threads at each number of ranks a node, and whether more of them
+    decode more."""
+    return {
+        "threads_at": threads_at(framework, path, settings, launch),
         "cpu_decoding": cpu_decoding(framework, path, settings["decoder"], settings["device"]),
     }
-    try:
-        from ..train.input_capacity import measure  # the framework's environment: this task's own
-
-        result = measure(
-            framework,
-            data,
-            input=path,
-            decoder=settings["decoder"],
-            batch=settings["batch"],
-            image_size=settings["image_size"],
-            threads=at[str(most)],
-            seconds=settings["seconds"],
-            warmup_batches=WARMUP_BATCHES,
-            device=settings["device"],
-        )
-    except Exception as exc:  # a path that cannot start (no DALI, no GPU decoder) is the check's answer
-        return {**entry, "images_per_s": None, "threads": at[str(most)], "error": f"{type(exc).__name__}: {exc}"}
-    keep = (
-        "images_per_s",
-        "images_per_s_per_core",
-        "threads",
-        "cpus",
-        "physical_cores",
-        "batch_time_cv",
-        "batches_timed",
-        "seconds_timed",
-        "batch",
-        "image_size",
-        "device",
-        "decoder",
-        "input",
-        "host",
-    )
-    return {**entry, **{k: result.get(k) for k in keep}, "error": ""}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--framework", required=True, choices=("tensorflow", "mxnet", "pytorch"))
-    ap.add_argument("--data", required=True, help="the format's converted copy the runs read")
-    ap.add_argument("--settings", required=True, help="JSON: the sweep's input settings (plan/input_plan.py)")
+    ap.add_argument("--settings", required=True, help="JSON: the input check's settings (plan/input_plan.py)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     settings = json.loads(a.settings)
     launch = detect()
-    inputs = {p: measure_path(a.framework, a.data, p, settings, launch) for p in settings["inputs"]}
+    inputs = {p: path_threads(a.framework, p, settings, launch) for p in settings["inputs"]}
     write_json(a.out, {"node": launch.hostname or os.uname().nodename, "inputs": inputs})
 
 

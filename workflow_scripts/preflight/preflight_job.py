@@ -15,9 +15,13 @@ markers. The result (status and rows) is always written; the gate (gate.py) turn
 the stopped workflow. A stop from outside is a failed row of it, and recorded beside the log; the
 job then exits 143 (no result for Snakemake: the next run checks again), except at the time limit,
 which another check would meet again.
-The input check (--only-input --input-check), a job of its own after the data check, measures each
-real-data input path's capacity and the synthetic step rate it must keep up with (input_check below;
-docs/preflight.md#the-input-check): a record the tables judge, never a failure.
+The input check (--only-input --input-check), a job of its own after the data check, runs the
+framework's trainer on synthetic data and beside it on real data through each input path of the
+sweep (input_check below; docs/preflight.md#the-input-check): a record the tables judge, never a
+failure. Outside Snakemake (a benchmark), with plan/input_plan.py's settings:
+
+    python -m workflow_scripts.preflight.preflight_job --out R.json --system S --framework pytorch \
+        --python PY --log L --only-input --input-check 'JSON' [--precisions fp16] -- --nproc-per-node 1
 """
 
 import argparse
@@ -130,104 +134,110 @@ def nccl_transport_row(work, nodes, tasks, gpu, env):
     return row("nccl_transport", OK, nccl_log.describe(parsed, env), node=where)
 
 
-def synthetic_done(settings, system):
-    """{precision: [{gpus, images_per_s, run}]}: the sweep's synthetic runs of the pair that have
-    completed by now (their summary.json says ok), one per GPU count (common/input_bound.by_count)."""
-    found = {}
-    for p in settings["synthetic_runs"]:
-        path = Path(p["run_dir"]) / "summary.json"
-        try:
-            s = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if s.get("status") == "ok" and s.get("images_per_s"):
-            run = f"{system}/{Path(p['run_dir']).name}"
-            found.setdefault(p["precision"], []).append(
-                {"gpus": p["gpus"], "images_per_s": s["images_per_s"], "run": run}
-            )
-    return {p: input_bound.by_count(runs) for p, runs in found.items()}
-
-
 def _steps_written(run):
-    """When the timing's trainer last logged a step or a rank's record (its progress)."""
+    """When a check run's trainer last logged a step or a rank's record (its progress)."""
     times = [f.stat().st_mtime for f in (run / "steps.jsonl", *run.glob("rank*.json")) if f.exists()]
     return max(times) if times else None
 
 
-def input_check(a, settings, base, work, log, timings):
-    """The input check (docs/preflight.md#the-input-check): each real-data input path's
-    capacity (input_task.py, once on the node, in the framework's interpreter) and, for each
-    precision with no completed synthetic run of the sweep, the step rate of preflight.demand_steps
-    synthetic steps of the framework's trainer at this check's geometry. Returns the record the
-    tables judge (preflight/table.py, results/training_tables.py)."""
-    out = work / "input_capacity.json"
-    cmd = [
-        *base,
-        "--per-node",
-        "--",
-        *shlex.split(a.python),
-        "-m",
-        "workflow_scripts.preflight.input_task",
-        "--framework",
-        a.framework,
-        "--data",
-        a.data,
-        "--settings",
-        json.dumps(settings),
-        "--out",
-        str(out),
-    ]
+def decode_threads_of(summary):
+    """The decode threads rank 0 of a real-data run started (its summary's cpus record: TensorFlow's
+    and MXNet's decode, PyTorch's DALI threads or DataLoader workers), or None."""
+    threads = (summary.get("cpus") or {}).get("threads") or {}
+    return next((threads[k] for k in ("decode", "dali", "loader_workers") if threads.get(k)), None)
+
+
+def figures(summary):
+    """What the tables read of one of the check's runs (its summary.json)."""
+    return {
+        "images_per_s": summary["images_per_s"],
+        "gpus": summary["world_size"],
+        "nodes": summary["num_nodes"],
+        "ranks_per_node": summary["world_size"] // summary["num_nodes"],
+        "steps": summary["timed_steps"],
+        "device": summary.get("device", ""),
+        "execution_mode": summary.get("execution_mode", ""),
+        "error": "",
+    }
+
+
+def real_figures(summary):
+    """figures, and what a real-data run adds: the share of its timed steps it waited for its input
+    (shown, not judged: a batch fetched while the step runs stalls it only by what is left), and the
+    decode threads the estimate at other numbers of ranks a node scales from."""
+    return {
+        **figures(summary),
+        "input_wait_share": input_bound.wait_share(summary),
+        "threads": decode_threads_of(summary),
+    }
+
+
+def input_threads(a, settings, base, log, out, timings):
+    """{path: {threads_at, cpu_decoding}} from input_task.py, once on the node in the framework's
+    interpreter; {} where it left no record (the verdict is then not estimated by threads)."""
+    keep = ("inputs", "decoder", "device", "decode_threads", "loader_workers", "ranks_per_node")
+    cmd = [*base, "--per-node", "--", *shlex.split(a.python), "-m", "workflow_scripts.preflight.input_task"]
+    cmd += ["--framework", a.framework, "--settings", json.dumps({k: settings[k] for k in keep}), "--out", str(out)]
     print("preflight:", shlex.join(cmd), file=log, flush=True)
-    rc, timings["input capacity"] = supervise(cmd, log, a.timeout_s)
-    if out.exists():
-        inputs = json.loads(out.read_text())["inputs"]
-    else:
-        why = f"stopped: no result in {a.timeout_s:g} s (preflight.timeout_s)" if rc is None else f"exited {rc}"
-        error = f"the input capacity task {why}, see {a.log}"
-        inputs = {p: {"images_per_s": None, "error": error} for p in settings["inputs"]}
-    done = synthetic_done(settings, a.system)
-    demand = {}
-    trainer = f"workflow_scripts.train.{settings['trainer']}"
-    for precision, args in settings["timing"].items():
-        demand[precision] = {"synthetic": done.get(precision, []), "timed": None, "error": ""}
-        if done.get(precision):
-            continue  # the sweep's own synthetic runs: no need to time it
-        run = work / f"synthetic_{precision}"
+    _, timings["decode threads"] = supervise(cmd, log, a.timeout_s)
+    return json.loads(out.read_text())["inputs"] if out.exists() else {}
+
+
+class CheckRuns:
+    """The check's runs of the trainer, one after another on this job's node, each supervised as
+    the task checks are: stopped after preflight.timeout_s without a step logged."""
+
+    def __init__(self, a, settings, base, work, log, timings):
+        self.a, self.base, self.work, self.log, self.timings = a, base, work, log, timings
+        self.trainer = f"workflow_scripts.train.{settings['trainer']}"
+
+    def run(self, name, words):
+        """(its summary, "") or (None, the error that left no summary of a completed run)."""
+        a, run = self.a, self.work / name
         shutil.rmtree(run, ignore_errors=True)
         run.mkdir(parents=True)
-        cmd = [*base, f"--python={a.python}", "--", *shlex.split(a.python), "-m", trainer, *args, "--out", str(run)]
-        print("preflight:", shlex.join(cmd), file=log, flush=True)
-        rc, timings[f"synthetic {precision}"] = supervise(
-            cmd, log, a.timeout_s, progress=lambda run=run: _steps_written(run)
-        )
-        try:
-            s = json.loads((run / "summary.json").read_text())
-            demand[precision]["timed"] = {
-                "gpus": s["world_size"],
-                "nodes": s["num_nodes"],
-                "images_per_s": s["images_per_s"],
-                "steps": s["timed_steps"],
-                "device": s.get("device", ""),
-            }
-        except (OSError, ValueError, KeyError):
-            why = f"made no progress for {a.timeout_s:g} s (preflight.timeout_s)" if rc is None else f"exited {rc}"
-            demand[precision]["error"] = f"the synthetic timing {why}, see {a.log}"
+        cmd = [*self.base, f"--python={a.python}", "--", *shlex.split(a.python), "-m", self.trainer, *words]
+        cmd += ["--out", str(run)]
+        print("preflight:", shlex.join(cmd), file=self.log, flush=True)
+        rc, self.timings[name] = supervise(cmd, self.log, a.timeout_s, progress=lambda: _steps_written(run))
         for weights in run.glob("weights.*"):  # a random model's: the summary and step log are kept
             weights.unlink()
-    for precision, runs in done.items():
-        demand.setdefault(precision, {"synthetic": runs, "timed": None, "error": ""})
-    keep = (
-        "inputs",
-        "precisions",
-        "counts",
-        "ranks_per_node",
-        "batch",
-        "image_size",
-        "seconds",
-        "device",
-        "demand_steps",
-    )
-    return {"settings": {k: settings[k] for k in keep}, "inputs": inputs, "demand": demand}
+        try:
+            summary = json.loads((run / "summary.json").read_text())
+        except (OSError, ValueError):
+            summary = {}
+        if summary.get("status") == "ok" and summary.get("images_per_s"):
+            return summary, ""
+        why = f"made no progress for {a.timeout_s:g} s (preflight.timeout_s)" if rc is None else f"exited {rc}"
+        return None, f"the run {name} {why}, see {a.log}"
+
+    def precision(self, precision, words, threads):
+        """One precision's record: its synthetic run, then its real-data run through each path."""
+        summary, error = self.run(f"synthetic_{precision}", words["synthetic"])
+        out = {"synthetic": figures(summary) if summary else {"images_per_s": None, "error": error}, "real": {}}
+        for path, args in words["real"].items():
+            summary, error = self.run(f"{path}_{precision}", args)
+            found = real_figures(summary) if summary else {"images_per_s": None, "error": error}
+            out["real"][path] = {**threads.get(path, {}), **found}
+        return out
+
+
+def input_check(a, settings, base, work, log, timings):
+    """The input check (docs/preflight.md#the-input-check): per precision of the sweep (those of
+    --precisions, where given), the framework's trainer on synthetic data and, beside it, on real
+    data through each input path of the sweep, for preflight.input_steps timed steps each at this
+    check's geometry; and the decode threads a rank gets at the sweep's other numbers of ranks a node
+    (input_task.py). Returns the record the tables judge (preflight/input_rows.py,
+    results/input_marks.py)."""
+    threads = input_threads(a, settings, base, log, work / "input_threads.json", timings)
+    runs = CheckRuns(a, settings, base, work, log, timings)
+    record = {
+        p: runs.precision(p, words, threads)
+        for p, words in settings["runs"].items()
+        if not a.precisions or p in a.precisions
+    }
+    keep = ("inputs", "precisions", "counts", "ranks_per_node", "device", "decoder", "input_steps")
+    return {"settings": {k: settings[k] for k in keep}, "node": host(), "runs": record}
 
 
 def rank_args(a):
@@ -273,7 +283,13 @@ def arg_parser():
     )
     ap.add_argument("--log", required=True)
     r = ap.add_argument_group("rank.py's options, passed on")
-    r.add_argument("--precisions", nargs="+", default=["fp32"])
+    r.add_argument(
+        "--precisions",
+        nargs="*",
+        default=[],
+        help="the task checks' (fp32 always) and, with --only-input, which of the settings' precisions the input "
+        "check runs (none given: all of them)",
+    )
     r.add_argument("--require-gpu", action="store_true")
     r.add_argument("--gpu-type", default="")
     r.add_argument("--env-key", default="envs")
@@ -347,7 +363,7 @@ class PreflightJob(MeasuringJob):
         a = self.a
         if a.only_input:
             settings = json.loads(a.input_check) if a.input_check else None
-            if settings and a.data:
+            if settings:
                 self.checked = input_check(a, settings, self.base, self.work, sys.stdout, self.timings)
             return 0
         if a.only_data:
@@ -383,8 +399,8 @@ class PreflightJob(MeasuringJob):
                 "rows": rows,
                 "log": a.log,
                 "cache_scope": self.cache_record(),
-                # the input check (--only-input): each input path's capacity and the step rate (None: not made)
-                "input_capacity": self.checked,
+                # the input check (--only-input): its runs on synthetic and on real data (None: not made)
+                "input_check": self.checked,
                 # wall-clock start and end of this measuring job: no other ran beside it (docs/training.md#isolation)
                 "started_at": self.started,
                 "ended_at": time.time(),

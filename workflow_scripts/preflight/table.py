@@ -22,8 +22,9 @@ HOW = (
     "size, CPUs and threads, telemetry sources, the transport NCCL's own log says it used; per node: page-cache "
     "clearing, the dataset against its manifest, its files readable (by a check job of its own once the dataset "
     "is converted: until then those rows say so), and whether each real-data input path keeps up with the "
-    "GPUs at every GPU count of the sweep (input_capacity: one rank's input alone against the synthetic step "
-    "rate, docs/preflight.md#the-input-check). Where several ranks measured a figure, its range over them."
+    "GPUs at every GPU count of the sweep (input_capacity: the trainer on real data against the same trainer on "
+    "synthetic data, back to back on the pair's first node; at other ranks a node estimated by the decode threads "
+    "a rank gets, docs/preflight.md#the-input-check). Where several ranks measured a figure, its range over them."
 )
 
 
@@ -36,7 +37,7 @@ def main():
     records = []
     for path in a.results:
         res = json.loads(Path(path).read_text())
-        for r in res["rows"] + input_rows.rows(res, a.input_margin, a.input_bound_expected):
+        for r in res["rows"] + input_rows.rows(res, a.input_tolerance, a.input_bound_expected):
             records.append({**{k: res[k] for k in ("system", "framework", "nodes", "tasks")}, **r})
     df = pd.DataFrame(records, columns=COLUMNS)
     failed = int((df["status"] == "failed").sum())
@@ -51,8 +52,9 @@ def main():
     bound = df[(df["check"] == input_rows.CHECK) & df["cause"].astype(str).str.startswith("input-bound")]
     if len(bound):
         notes.append(
-            f"{len(bound)} input path(s) and precision(s) cannot feed the GPUs at some GPU counts (input_capacity): "
-            "those runs still start, and their figures carry the caveat input-bound (the rows say where)."
+            f"{len(bound)} input path(s) and precision(s) did not keep up with the GPUs at some GPU counts "
+            "(input_capacity): those runs still start, each is judged again against the sweep's synthetic runs of its "
+            "point, and those that fall short carry the caveat input-bound (the rows say where)."
         )
     write_table(df, a.out, "Preflight", HOW, notes)
 

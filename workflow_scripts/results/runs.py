@@ -195,9 +195,10 @@ EVIDENCE = [
     "cache_not_emptied",
     "started_at",
     "ended_at",
-    # preflight's input check, run by run (results/input_marks.py; empty where it judged none)
+    # the input check, run by run (results/input_marks.py; empty where it judged none)
     "input_wait_share",
     "input_bound",
+    "input_judged_by",
     "input_capacity",
     "input_demand",
     "input_check",

@@ -285,7 +285,8 @@ def arg_parser():
         "--preflight",
         nargs="*",
         default=[],
-        help="the preflight input checks' results (<N>gpu.input.json): they mark the input-bound runs",
+        help="the preflight input checks' results (<N>gpu.input.json): their prediction marks the input-bound runs "
+        "whose point has no completed synthetic run",
     )
     input_bound.add_judge_arguments(ap)
     ap.add_argument("--out-dir", required=True)
@@ -293,9 +294,9 @@ def arg_parser():
 
 
 def marked_runs(a):
-    """The sweep's runs, those preflight's input check found input-bound marked."""
+    """The sweep's runs, the input-bound ones marked (results/input_marks.py)."""
     runs = run_records.load(json.loads(a.points))
-    return input_marks.mark(runs, input_marks.load(a.preflight), a.input_margin, a.input_bound_expected)
+    return input_marks.mark(runs, input_marks.load(a.preflight), a.input_tolerance, a.input_bound_expected)
 
 
 def run_notes(runs):
@@ -313,9 +314,11 @@ def write_throughput(runs, out, notes):
         out / "training_throughput.csv",
         "Training throughput, one row per run",
         TIMING + " isolated: whether anything else used the run's nodes in its timed window (docs/training.md"
-        "#isolation). input_bound: whether preflight's input check found the run's input too slow for its GPUs "
-        "(input_capacity and input_demand, images/s a node; input_wait_share: the share of its timed steps it "
-        "waited for its input). Failed or missing runs are listed with why.",
+        "#isolation). input_bound: whether the run's input fell short of its GPUs (input_capacity: its images/s a "
+        "node on real data, input_demand: on synthetic data), judged by its own images/s against the sweep's "
+        "synthetic runs of its point where it has them, else as preflight's input check predicted "
+        "(input_judged_by: measured or predicted); input_wait_share: the share of its timed steps it waited for its "
+        "input, shown, not judged. Failed or missing runs are listed with why.",
         notes + input_marks.note(runs),
         columns=THROUGHPUT_SHOWN,
         after=unvouched(labelled(table[table.status == "ok"], guards.run_name), "runs"),
