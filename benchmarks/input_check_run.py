@@ -13,7 +13,8 @@ from workflow_scripts.plan.sweep import Sweep
 
 def command(config, system, framework, data, out, python):
     """The check job's words for `config` (schema defaults filled in) reading the converted copy at
-    `data` (its folder is the config's data_dir), writing `out`/result.json."""
+    `data` (its trainers read the config's data_dir/<format>: data's folder), writing
+    `out`/result.json."""
     config = {**config, "data_dir": str(Path(data).parent)}
     sweep = Sweep(config, True)
     commands = TrainerCommands(config, sweep, {(system, framework): f"envs.{framework}"})
@@ -31,7 +32,6 @@ def command(config, system, framework, data, out, python):
         "--framework",
         framework,
         f"--python={python}",
-        f"--data={data}",
         "--log",
         str(out / "check.log"),
         "--only-input",
@@ -52,8 +52,16 @@ def verdict(out, tolerance=None):
     res = json.loads((Path(out) / "result.json").read_text())
     tolerance = default("preflight.input_tolerance") if tolerance is None else tolerance
     rows = input_rows.rows(res, tolerance)
+    rec = res.get("input_check") or {}
+    ratios = {
+        f"{path} {precision}": real["images_per_s"] / runs["synthetic"]["images_per_s"]
+        for precision, runs in (rec.get("runs") or {}).items()
+        for path, real in runs.get("real", {}).items()
+        if real.get("images_per_s") and (runs.get("synthetic") or {}).get("images_per_s")
+    }
     return {
+        "ratios": ratios,
         "verdict": " | ".join(f"{r['status']}: {r['figure']} {r.get('cause', '')}".strip() for r in rows),
         "rows": rows,
-        "record": res.get("input_capacity"),
+        "record": res.get("input_check"),
     }

@@ -72,7 +72,7 @@ class Settings:
 
     def execution_mode(self):
         """How the step runs, for a table to tell when it changed between GPU counts."""
-        graphs = " with CUDA graphs" if self.compile == "reduce-overhead" else ""
+        graphs = " with CUDA graphs" if self.compile == "reduce-overhead" and self.device.type == "cuda" else ""
         return f"torch.compile {self.compile or 'off'}{graphs}, DDP graph {self.ddp_graph}"
 
     def describe(self):
