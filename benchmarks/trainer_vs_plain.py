@@ -260,7 +260,7 @@ def run_summary(run_dir):
 
 def run_item(item, work, out, data, timeout):
     name = item["name"]
-    path = work / "runs" / f"{name}_{item['repeat']}".replace("@", "at").replace("+", "_")
+    path = work / "runs" / f"{item['index']:02d}_{name}_{item['repeat']}".replace("@", "at").replace("+", "_")
     if item["kind"] == "plain":
         path.parent.mkdir(parents=True, exist_ok=True)
         cmd = plain_command(item, path.with_suffix(".json"))
@@ -404,6 +404,8 @@ def main(argv=None):
         print("points:", ", ".join(POINTS), "\nvariants:", ", ".join(VARIANTS))
         return
     items = schedule(a.items.split(","), a.repeats) + schedule(list(filter(None, a.then.split(","))), 1)
+    for index, item in enumerate(items):
+        item["index"] = index
     work, out = Path(a.work), Path(a.out)
     if a.dry_run:
         for item in items:
