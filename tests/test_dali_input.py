@@ -176,13 +176,11 @@ def test_gpu_pipeline_decodes_where_asked_and_augments_on_the_gpu():
     assert [name for name, _ in got["cpu"]] == [name for name, _ in got["mixed"]]
 
 
-def test_dali_threads_leave_the_trainer_the_cores_its_step_needs():
-    """With no --loader-workers, DALI's threads take a rank's share of the CPUs less what the
-    trainer needs beside them (docs/decisions.md#loader_workers): one CPU where the step runs as
-    CUDA graphs (the training thread launches a few graphs a step), four where it is launched
-    kernel by kernel (torch.compile mode default, eager); at least 1. The DataLoader paths keep
-    theirs (share - 1; at most 4 for input gpu). Asked of the trainer's own rule for shares of 16,
-    14, 12 and 6 CPUs a GPU and machines of 32 CPUs for 2 ranks and 16 for 8 (CI has 2)."""
+def test_dali_threads_leave_cores_to_the_training_thread():
+    """With no --loader-workers, DALI gets a rank's share of the cores less 4 (at least 1): its CPU
+    decoding beside the training thread measured best so on an H100
+    (docs/decisions.md#loader_workers); the DataLoader paths keep theirs (share - 1; at most 4 for
+    input gpu). Asked of the trainer's own rule for machines of 16 and 32 cores (CI has 2)."""
     code = """
 import json, os, sys
 from types import SimpleNamespace as NS
@@ -190,40 +188,21 @@ from workflow_scripts.cluster import cpus
 from workflow_scripts.train import pytorch_options
 args = NS(loader_workers=0, decode_threads=0)
 out = {}
-for cores, ranks in ((16, 1), (14, 1), (12, 1), (6, 1), (32, 2), (16, 8), (2, 1)):
+for cores, ranks in ((16, 1), (32, 2), (16, 8), (2, 1)):
     share = cpus.CPUs(allowed=cores, cores=cores, bound=False, local_size=ranks).per_rank
-    for mode in ("reduce-overhead", "default", ""):
-        out[f"{cores}/{ranks} {mode}"] = {i: pytorch_options.loader_workers(args, NS(input=i, compile=mode), share)
-                                          for i in ("dali", "cpu", "gpu")}
+    out[f"{cores}/{ranks}"] = {i: pytorch_options.loader_workers(args, NS(input=i), share)
+                               for i in ("dali", "cpu", "gpu")}
 print(json.dumps(out))
 """
     proc = subprocess.run([interpreter("pytorch"), "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    dali = {k: v["dali"] for k, v in got.items()}
-    assert {k: v for k, v in dali.items() if k.endswith("reduce-overhead")} == {
-        "16/1 reduce-overhead": 15,
-        "14/1 reduce-overhead": 13,
-        "12/1 reduce-overhead": 11,
-        "6/1 reduce-overhead": 5,
-        "32/2 reduce-overhead": 15,
-        "16/8 reduce-overhead": 1,
-        "2/1 reduce-overhead": 1,
+    assert got == {
+        "16/1": {"dali": 12, "cpu": 15, "gpu": 4},
+        "32/2": {"dali": 12, "cpu": 15, "gpu": 4},
+        "16/8": {"dali": 1, "cpu": 1, "gpu": 1},
+        "2/1": {"dali": 1, "cpu": 1, "gpu": 1},
     }
-    for eager in ("default", ""):
-        assert [dali[f"{c} {eager}"] for c in ("16/1", "14/1", "12/1", "6/1", "32/2", "16/8", "2/1")] == [
-            12,
-            10,
-            8,
-            2,
-            12,
-            1,
-            1,
-        ], eager
-    for key, counts in got.items():
-        cores, ranks = map(int, key.split()[0].split("/"))
-        share = max(1, cores // ranks)
-        assert (counts["cpu"], counts["gpu"]) == (max(1, share - 1), min(max(1, share - 1), 4)), key
 
 
 @pytest.mark.parametrize("source", ["dali", "cpu"])

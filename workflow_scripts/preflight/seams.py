@@ -62,17 +62,16 @@ def decode_threads(framework, path, mine, gpu, decode=0, workers=0):
 
 def spare_cores(framework, gpu):
     """Cores of a GPU rank that its trainer's thread rule keeps from decoding (TensorFlow's 4 per
-    GPU, DALI's beside CUDA graphs, none for MXNet's 16 per GPU); None on a CPU, where the rules
-    decode on all."""
+    GPU, DALI's 4, none for MXNet's 16 per GPU); None on a CPU, where the rules decode on all."""
     if not gpu:
         return None
     if framework == "tensorflow":
         return cpus.SPARE_PER_GPU
     if framework == "mxnet":
         return 0
-    from ..train.pytorch_options import dali_spare  # the torch environment: this task's own
+    from ..train.pytorch_options import DALI_SPARE_CORES  # the torch environment: this task's own
 
-    return dali_spare(SimpleNamespace(input="dali"))  # preflight's PyTorch path on a GPU is DALI (thread_counts)
+    return DALI_SPARE_CORES  # preflight's PyTorch path on a GPU is DALI (thread_counts)
 
 
 def dataset_check(data_dir, level, python=(sys.executable,)):

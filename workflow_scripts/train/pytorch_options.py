@@ -12,14 +12,10 @@ INPUTS = ("auto", "cpu", "gpu", "dali")
 # The defaults behind the 'auto' and 0 rules of training.pytorch (schemas/config.schema.yaml
 # states them; why these: docs/decisions.md).
 GPU_DECODE_WORKERS = 4  # input gpu's workers only read bytes (docs/decisions.md#loader_workers)
-# Of a rank's CPUs, those DALI's threads leave to the trainer (docs/decisions.md#loader_workers): with
-# CUDA graphs the training thread launches a few graphs a step and needs one; launching the step
-# kernel by kernel it needs its core free of DALI's threads, and CUDA's and NCCL's threads theirs.
-DALI_SPARE_GRAPHED = 1
-DALI_SPARE_CORES = 4
+DALI_SPARE_CORES = 4  # of a rank's cores, left to the training thread and CUDA's (docs/decisions.md#loader_workers)
 # Input paths whose loss is read at the end of its own step under loss_lag auto; every other path,
-# and synthetic data, reads it one step behind (docs/decisions.md#loss_lag).
-LOSS_AT_STEP_END = ()
+# and synthetic data (no input path), reads it one step behind (docs/decisions.md#loss_lag).
+LOSS_AT_STEP_END = ("dali",)
 DALI_PREFETCH, GPU_PREFETCH = 4, 2  # batches queued ahead of the step (docs/decisions.md#prefetch)
 # DALI's pinned and device pools allocated before training, MiB at POOL_REFERENCE = batch 256 at
 # 224 px, scaled with batch x pixels (docs/decisions.md#dali_pools).
@@ -191,18 +187,11 @@ def configure_backends(s):
     torch.backends.cudnn.allow_tf32 = s.tf32
 
 
-def dali_spare(s):
-    """The CPUs of a rank that DALI's threads leave to the trainer (s: Settings, or an object with
-    its input and compile; a missing compile is read as CUDA graphs, the GPU default's mode for
-    dali within a node)."""
-    return DALI_SPARE_GRAPHED if getattr(s, "compile", "reduce-overhead") == "reduce-overhead" else DALI_SPARE_CORES
-
-
 def loader_workers(args, s, per_rank):
     """per_rank: CPUs of the rank's share (cluster.cpus)."""
     if args.loader_workers or args.decode_threads:
         return args.loader_workers or args.decode_threads
     if s.input == "dali":
-        return max(1, per_rank - dali_spare(s))
+        return max(1, per_rank - DALI_SPARE_CORES)
     rule = max(1, per_rank - 1)
     return min(rule, GPU_DECODE_WORKERS) if s.input == "gpu" else rule
