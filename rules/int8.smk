@@ -21,6 +21,11 @@ INFER_SYSTEM = parse_time(INT8_PLAN.system)
 ACTIVATIONS = parse_time(INT8_PLAN.activations)
 INT8_MODELS = list(INFER["models"])
 TORCH_HOME = INT8_PLAN.torch_home
+# What the stage's jobs ask SLURM for (plan/int8_plan.py), named once: the rules and the price
+# (rules/price.smk) read the same.
+INT8_CPU_RESOURCES = {**CPU_JOB_RESOURCES, "cpus_per_task": INFER["threads"]}
+INT8_RESOURCES = INT8_PLAN.resources()
+INT8_TIMED_RESOURCES = INT8_PLAN.resources(measuring=True)
 
 
 wildcard_constraints:
@@ -86,8 +91,7 @@ rule int8_export:
         "../envs/torch.yaml"
     threads: INFER["threads"]
     resources:
-        **CPU_JOB_RESOURCES,
-        cpus_per_task=INFER["threads"],
+        **INT8_CPU_RESOURCES,
     params:
         py=PY["pytorch"],
         args=INT8_PLAN.export_args,
@@ -113,8 +117,7 @@ rule int8_calibrate:
         "../envs/torch.yaml"
     threads: INFER["threads"]
     resources:
-        **CPU_JOB_RESOURCES,
-        cpus_per_task=INFER["threads"],
+        **INT8_CPU_RESOURCES,
     params:
         lmdb=lambda w, input: folders_of(input.lmdb)[0],
         py=PY["pytorch"],
@@ -168,7 +171,7 @@ rule int8_engine:
         "../envs/torch.yaml"
     threads: INFER["threads"]
     resources:
-        **INT8_PLAN.resources(),
+        **INT8_RESOURCES,
     params:
         py=PY["pytorch"],
         args=INT8_PLAN.engine_args(),
@@ -194,7 +197,7 @@ rule int8_evaluate:
         "../envs/torch.yaml"
     threads: INFER["threads"]
     resources:
-        **INT8_PLAN.resources(),
+        **INT8_RESOURCES,
     params:
         lmdb=lambda w, input: folders_of(input.lmdb)[0],
         py=PY["pytorch"],
@@ -253,7 +256,7 @@ rule int8_throughput_run:
         "../envs/torch.yaml"
     threads: POINTS.alone_threads(INFER["threads"])
     resources:
-        **INT8_PLAN.resources(measuring=True),
+        **INT8_TIMED_RESOURCES,
     params:
         py=PY["pytorch"],
         image_size=INFER["image_size"],
