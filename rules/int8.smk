@@ -21,6 +21,13 @@ INFER_SYSTEM = parse_time(INT8_PLAN.system)
 ACTIVATIONS = parse_time(INT8_PLAN.activations)
 INT8_MODELS = list(INFER["models"])
 TORCH_HOME = INT8_PLAN.torch_home
+# What the stage's jobs ask SLURM for (plan/int8_plan.py), named once: the rules and the price
+# (rules/price.smk) read the same. Each job's threads inside a SLURM job are its allocation's
+# (--cpus-per-task, cluster/cpus.py job_threads): Snakemake's {threads} is capped at the submitting
+# host's --cores (profiles/default's `cores: all` is read beside --profile slurm).
+INT8_CPU_RESOURCES = {**CPU_JOB_RESOURCES, "cpus_per_task": INFER["threads"]}
+INT8_RESOURCES = INT8_PLAN.resources()
+INT8_TIMED_RESOURCES = INT8_PLAN.resources(measuring=True)
 
 
 wildcard_constraints:
@@ -86,8 +93,7 @@ rule int8_export:
         "../envs/torch.yaml"
     threads: INFER["threads"]
     resources:
-        **CPU_JOB_RESOURCES,
-        cpus_per_task=INFER["threads"],
+        **INT8_CPU_RESOURCES,
     params:
         py=PY["pytorch"],
         args=INT8_PLAN.export_args,
@@ -95,6 +101,7 @@ rule int8_export:
     shell:
         "{params.py:q} -m workflow_scripts.int8.export --network {wildcards.model} {params.args:q} "
         "--key inference.models.{wildcards.model} --image-size {params.image_size:q} --threads {threads} "
+        "--cpus-per-task {resources.cpus_per_task:q} "
         "--out {output.onnx:q} --info {output.info:q} > {log:q} 2>&1"
 
 
@@ -113,8 +120,7 @@ rule int8_calibrate:
         "../envs/torch.yaml"
     threads: INFER["threads"]
     resources:
-        **CPU_JOB_RESOURCES,
-        cpus_per_task=INFER["threads"],
+        **INT8_CPU_RESOURCES,
     params:
         lmdb=lambda w, input: folders_of(input.lmdb)[0],
         py=PY["pytorch"],
@@ -124,7 +130,7 @@ rule int8_calibrate:
     shell:
         "{params.py:q} -m workflow_scripts.int8.calibrate --onnx {input.onnx:q} --images {input.images:q} "
         "--lmdb {params.lmdb:q} --image-size {params.image_size:q} --batch-size {params.batch_size:q} {params.args:q} "
-        "--threads {threads} --out {output:q} > {log:q} 2>&1"
+        "--threads {threads} --cpus-per-task {resources.cpus_per_task:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule int8_quantize:
@@ -168,13 +174,14 @@ rule int8_engine:
         "../envs/torch.yaml"
     threads: INFER["threads"]
     resources:
-        **INT8_PLAN.resources(),
+        **INT8_RESOURCES,
     params:
         py=PY["pytorch"],
         args=INT8_PLAN.engine_args(),
     shell:
         "{params.py:q} -m workflow_scripts.int8.build_engine --engine {wildcards.engine} --onnx {input:q} "
-        "--precision {wildcards.precision} --threads {threads} {params.args:q} --out {output.engine:q} "
+        "--precision {wildcards.precision} --threads {threads} --cpus-per-task {resources.cpus_per_task:q} "
+        "{params.args:q} --out {output.engine:q} "
         "--info {output.info:q} > {log:q} 2>&1"
 
 
@@ -194,7 +201,7 @@ rule int8_evaluate:
         "../envs/torch.yaml"
     threads: INFER["threads"]
     resources:
-        **INT8_PLAN.resources(),
+        **INT8_RESOURCES,
     params:
         lmdb=lambda w, input: folders_of(input.lmdb)[0],
         py=PY["pytorch"],
@@ -204,7 +211,7 @@ rule int8_evaluate:
         "{params.py:q} -m workflow_scripts.int8.evaluate --engine {wildcards.engine} --engine-file {input.engine:q} "
         "--precision {wildcards.precision} --network {wildcards.model} --images {input.images:q} --lmdb {params.lmdb:q} "
         "--image-size {params.image_size:q} --batch-size {params.batch_size:q} --threads {threads} "
-        "--out {output.counts:q} --predictions {output.predictions:q} > {log:q} 2>&1"
+        "--cpus-per-task {resources.cpus_per_task:q} --out {output.counts:q} --predictions {output.predictions:q} > {log:q} 2>&1"
 
 
 rule int8_accuracy:
@@ -237,8 +244,8 @@ rule int8_accuracy:
 # alternately in one process, so that their ratio never spans two devices or nodes. It is a
 # measuring job: run locally it takes every core snakemake has, so nothing of the workflow runs
 # beside it; through SLURM it takes its node alone (plan/int8_plan.py, resources). ONNX Runtime's threads
-# stay inference.threads, capped at those cores: a param, so the timings rerun when the thread
-# count changes, and only then.
+# stay inference.threads, capped at those cores (inside a SLURM job at the CPUs of its allocation:
+# --cpus-per-task): a param, so the timings rerun when the thread count changes, and only then.
 rule int8_throughput_run:
     input:
         fp32=f"{INT8}/{{model}}/{{engine}}/fp32.engine",
@@ -253,7 +260,7 @@ rule int8_throughput_run:
         "../envs/torch.yaml"
     threads: POINTS.alone_threads(INFER["threads"])
     resources:
-        **INT8_PLAN.resources(measuring=True),
+        **INT8_TIMED_RESOURCES,
     params:
         py=PY["pytorch"],
         image_size=INFER["image_size"],
@@ -268,7 +275,8 @@ rule int8_throughput_run:
         "{params.py:q} -m workflow_scripts.int8.throughput --engine {wildcards.engine} --network {wildcards.model} "
         "--fp32 {input.fp32:q} --int8 {input.int8:q} --image-size {params.image_size:q} "
         "--batch-size {wildcards.bs} --warmup {params.warmup:q} --repeats {params.repeats:q} "
-        "--threads {params.engine_threads:q} {params.durations:q} --out {output:q} > {log:q} 2>&1"
+        "--threads {params.engine_threads:q} --cpus-per-task {resources.cpus_per_task:q} {params.durations:q} "
+        "--out {output:q} > {log:q} 2>&1"
 
 
 rule int8_throughput:

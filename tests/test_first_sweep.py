@@ -29,9 +29,13 @@ def test_price_prints_the_plan_and_a_budget_under_it_is_refused(tmp_path):
     # system) one job of 3 x 30 min, the partition's MaxTime unknown here
     assert figures["by_stage"]["training"] == 6 and figures["largest"]["gpus"] == 8
     # exclusive 4-GPU nodes, 30 min: training 9 x (1 + 2 nodes) x 4 GPUs x 0.5 h = 54 GPU-hours; preflight
-    # 3 x (1 + 2 nodes) and the interconnect's 4 and 8 GPUs: (9 + 3) x 4 x 0.5 = 24; the embedded default's
-    # long test (2 GPUs, one node) reserves its 12 jobs: 3 x 4 x 12 x 0.5 = 72
-    assert figures["gpu_hours_reserved"] == 54 + 24 + 72
+    # 3 x (1 + 2 nodes) and the interconnect's 4 and 8 GPUs: (9 + 3) x 4 x 0.5 = 24; preflight's data and
+    # input checks, each framework's on one node: 6 x 4 x 0.5 = 12; the embedded default's long test (2
+    # GPUs, one node) reserves its 12 jobs: 3 x 4 x 12 x 0.5 = 72. The INT8 stage's ONNX Runtime jobs and
+    # the conversions are CPU jobs, counted apart
+    assert figures["gpu_hours_reserved"] == 54 + 24 + 12 + 72
+    assert figures["by_stage"]["preflight"] == 12
+    assert figures["cpu_jobs"] == figures["by_stage"]["data"] + figures["by_stage"]["INT8"]
     assert "GPU-hours reserved" in (tmp_path / "results" / "price.md").read_text()
     write_config(tmp_path, systems={"gpu": GPU}, training__systems=["gpu"], training__gpus=[4, 8], budget_gpu_hours=10)
     proc = snakemake(tmp_path, "-n", "training", check=False, env=without_slurm(tmp_path))

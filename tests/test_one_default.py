@@ -16,11 +16,6 @@ pytestmark = pytest.mark.unit
 OWN_DEFAULT = {
     ("data/tfrecord.py", "--train-shards"): "auto (the schema's) is resolved by the rules, embedded or real",
     ("data/tfrecord.py", "--val-shards"): "auto (the schema's) is resolved by the rules, embedded or real",
-    ("int8/calibrate.py", "--threads"): "the job's own CPUs, which the rule passes (inference.threads or fewer)",
-    ("int8/build_engine.py", "--threads"): "the job's own CPUs, which the rule passes",
-    ("int8/evaluate.py", "--threads"): "the job's own CPUs, which the rule passes",
-    ("int8/export.py", "--threads"): "the job's own CPUs, which the rule passes",
-    ("int8/throughput.py", "--threads"): "the job's own CPUs, which the rule passes (capped at its cores)",
     ("data/index.py", "--settle-s"): "a tree indexed by hand is not refused; the rule passes dataset.settle_s",
     ("data/verify.py", "--threads"): "files hashed at once in a check by hand; the rule passes conversion.threads",
     ("int8/export.py", "--classes"): "a random network's outputs, not the embedded set's classes",

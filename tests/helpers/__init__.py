@@ -5,6 +5,7 @@
     trainer     the trainer's command line for a test that runs a trainer itself
     data        small datasets: embedded trees through the index stage into a format
     workflow    Snakemake on a scratch directory: config, run, dry run, copies of a finished run
+    dry_run     a dry run with the SLURM profile on a cluster faked in its commands, and its SLURM jobs
     docs        markdown: ```bash blocks, headings' anchors, links, the README's Layout
     gpu_layout, hostile, systems
                 a made-up GPU node; config strings a shell must never run; three kinds of system

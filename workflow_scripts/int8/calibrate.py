@@ -32,6 +32,7 @@ from onnxruntime.quantization.calibrate import (
 )
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
+from ..cluster import cpus
 from ..common import schema
 from ..common.atomic import atomic_file
 from ..common.errors import StageError, run_main
@@ -99,9 +100,10 @@ def main():
     ap.add_argument("--image-size", type=int, required=True)
     ap.add_argument("--batch-size", type=int, required=True)
     schema.add_arguments(ap, "inference.calibration", ("method", "histogram_bins", "percentile", "chunk_batches"))
-    ap.add_argument("--threads", type=int, default=1)
+    cpus.add_job_threads(ap)
     ap.add_argument("--out", required=True, help="the calibration ranges (JSON)")
     a = ap.parse_args()
+    a.threads = cpus.job_threads(a)
     if a.method == "entropy" and a.histogram_bins < QUANTIZED_BINS:
         raise StageError(
             f"config inference.calibration.histogram_bins = {a.histogram_bins}: entropy calibration needs at "

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 
+from ..cluster import cpus
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
 from . import engines, val_images
@@ -29,10 +30,11 @@ def main():
     ap.add_argument("--lmdb", required=True)
     ap.add_argument("--image-size", type=int, required=True)
     ap.add_argument("--batch-size", type=int, required=True)
-    ap.add_argument("--threads", type=int, default=1)
+    cpus.add_job_threads(ap)
     ap.add_argument("--out", required=True, help="counts (JSON)")
     ap.add_argument("--predictions", required=True, help="per-image top-5 (TSV)")
     a = ap.parse_args()
+    a.threads = cpus.job_threads(a)
     items = val_images.read_list(a.images)
     runner = engines.open_engine(a.engine, a.engine_file, a.threads)
     labels_max = max(lab for _, lab in items)

@@ -12,6 +12,7 @@ import os
 import numpy as np
 import torch
 
+from ..cluster import cpus
 from ..common.atomic import atomic_file, write_json
 from ..common.errors import StageError, run_main
 from . import models
@@ -60,7 +61,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0, help="source random")
     ap.add_argument("--image-size", type=int, required=True)
     ap.add_argument("--key", default="", help="the config key the weights come from (for messages)")
-    ap.add_argument("--threads", type=int, default=1)
+    cpus.add_job_threads(ap)
     ap.add_argument(
         "--torch-home",
         default="",
@@ -70,7 +71,7 @@ def main():
     ap.add_argument("--out", required=True, help="the FP32 ONNX model")
     ap.add_argument("--info", required=True, help="model.json")
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    torch.set_num_threads(cpus.job_threads(a))
     if a.torch_home:
         os.environ["TORCH_HOME"] = a.torch_home  # read by torch.hub when the weights are looked up
     model, weights = models.load(a.network, a.source, a.weights, a.classes, a.seed, a.key or None)

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from ..cluster import neighbours, slurm
+from ..cluster import cpus, neighbours, slurm
 from ..cluster.telemetry import Gpus
 from ..common import schema
 from ..common.atomic import write_json
@@ -103,7 +103,7 @@ def arg_parser():
     ap.add_argument("--image-size", type=int, required=True)
     ap.add_argument("--batch-size", type=int, required=True)
     schema.add_arguments(ap, "inference.throughput", ("warmup", "repeats"))
-    ap.add_argument("--threads", type=int, default=1, help="onnxruntime: intra-op threads")
+    cpus.add_job_threads(ap)
     ap.add_argument(
         "--warmup-s", type=float, default=0.0, help="config inference.tensorrt.warmup_ms: each block's least warm-up"
     )
@@ -169,6 +169,7 @@ def said(a, r):
 def main():
     started_at = time.time()
     a = arg_parser().parse_args()
+    a.threads = cpus.job_threads(a)  # the record names the threads that ran, not the ones asked
     results, isolation = measure(a)
     write_json(
         a.out,
