@@ -2,6 +2,7 @@
 # config budget_gpu_hours refuses, when the workflow is parsed, a plan that reserves more.
 
 from workflow_scripts.plan import price as plan_price  # noqa: E402
+from workflow_scripts.plan.preflight_measured import Measured  # noqa: E402
 
 # Every job `all` submits, stage by stage: the files its jobs write, as the plan objects and the
 # rules' own inputs list them, and the resources their rules ask SLURM for. Which job writes a file
@@ -15,7 +16,7 @@ PRICE_READER = plan_price.Reader(
 # Preflight's jobs are the checks its tables read (rules/preflight.smk); their results, where they
 # exist, are what the estimates and the time limits' suggestions come from.
 PREFLIGHT_PRICED = [*rules.preflight_table.input, *rules.preflight_data_table.input]
-PREFLIGHT_MEASURED = plan_price.Measured(config, PREFLIGHT_PRICED)
+PREFLIGHT_MEASURED = Measured(config, PREFLIGHT_PRICED)
 INT8_PRICED_ENGINES = expand(
     rules.int8_engine.output.engine, model=INT8_MODELS, engine=ENGINE, precision=["fp32", "int8"]
 )

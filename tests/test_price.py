@@ -12,6 +12,7 @@ from helpers import CONFIG, validated, with_overrides
 from workflow_scripts.plan import price
 from workflow_scripts.plan.int8_plan import Int8Plan
 from workflow_scripts.plan.point_jobs import per_job
+from workflow_scripts.plan.preflight_measured import Measured
 from workflow_scripts.plan.slurm_job import JobShape
 from workflow_scripts.plan.sweep import ConfigProblem, Sweep
 
@@ -172,10 +173,10 @@ def test_the_profiles_default_runtime_is_read_and_none_is_said():
 STUDY = {"training__warmup_steps": 10, "training__steps": 100, "training__batch_per_gpu__pytorch": 64}
 
 
-def preflight_results(folder, shape="input_capacity"):
+def preflight_results(folder):
     """What preflight wrote for h100/pytorch: its environment check at 8 GPUs (each precision's first
-    kernel, 30 and 45 s; the job took 30 s) and its input check's synthetic timing at 8 GPUs on one
-    node (fp32 8,000 images/s, fp16 16,000: 1,000 and 2,000 a GPU), in either shape of its record."""
+    kernel, 30 and 45 s; the job took 30 s) and its input check's synthetic run at 8 GPUs on one
+    node (fp32 8,000 images/s, fp16 16,000: 1,000 and 2,000 a GPU)."""
     from workflow_scripts.preflight.check_rows import OK, row
 
     kernels = [row(f"kernel_{p}", OK, value=s, unit="s", rank=0) for p, s in (("fp32", 30.0), ("fp16", 45.0))]
@@ -183,12 +184,7 @@ def preflight_results(folder, shape="input_capacity"):
     timed = {
         p: {"gpus": 8, "nodes": 1, "images_per_s": r, "steps": 5} for p, r in (("fp32", 8000.0), ("fp16", 16000.0))
     }
-    if shape == "input_capacity":
-        record = {
-            "input_capacity": {"demand": {p: {"synthetic": [], "timed": t, "error": ""} for p, t in timed.items()}}
-        }
-    else:
-        record = {"input_check": {"runs": {p: {"synthetic": t, "real": {}} for p, t in timed.items()}}}
+    record = {"input_check": {"runs": {p: {"synthetic": t, "real": {}} for p, t in timed.items()}}}
     files = {
         "results/preflight/h100/pytorch/8gpu.json": {**env, "started_at": 1000.0, "ended_at": 1030.0},
         "results/preflight/h100/pytorch/8gpu.input.json": {
@@ -205,17 +201,14 @@ def preflight_results(folder, shape="input_capacity"):
     return list(files)
 
 
-@pytest.mark.parametrize("shape", ["input_capacity", "input_check"])
-def test_preflights_step_rate_and_first_kernel_estimate_each_run_and_a_long_limit_is_named(
-    tmp_path, monkeypatch, shape
-):
+def test_preflights_step_rate_and_first_kernel_estimate_each_run_and_a_long_limit_is_named(tmp_path, monkeypatch):
     """A run of 10 + 100 steps of batch 64 (fp16: 128) at 1,000 images/s a GPU (fp16: 2,000) after a
     first kernel of 30 s (fp16: 45 s): 37.04 s (fp16 52.04 s) at any GPU count. Its limit of 60
     minutes is 69 times the longest estimate: named, with 2 x 0.87 min, in 5 minutes, as the
     suggestion."""
     monkeypatch.chdir(tmp_path)
     plan = Plan(training__frameworks=["pytorch"], training__gpus=[8, 16], **STUDY)
-    measured = price.Measured(plan.config, preflight_results(tmp_path, shape))
+    measured = Measured(plan.config, preflight_results(tmp_path))
     jobs = plan.jobs(measured)
     runs = {j["name"]: j for j in jobs if j["stage"] == "training"}
     fp32, fp16 = runs["h100/pytorch_fp32_8gpu (3 runs in turn)"], runs["h100/pytorch_fp16_16gpu (3 runs in turn)"]
@@ -238,7 +231,7 @@ def test_preflights_step_rate_and_first_kernel_estimate_each_run_and_a_long_limi
 def test_a_limit_under_ten_times_the_estimate_is_not_named(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plan = Plan(systems={"h100": {**H100, "time_min": 5}}, training__frameworks=["pytorch"], **STUDY)
-    jobs = plan.jobs(price.Measured(plan.config, preflight_results(tmp_path)))
+    jobs = plan.jobs(Measured(plan.config, preflight_results(tmp_path)))
     row = price.time_limits(jobs)["systems.h100.time_min"]
     assert row["limit"] == 5 and not row["long"] and "x the estimate" not in price.markdown(jobs, 2)
 
@@ -246,7 +239,7 @@ def test_a_limit_under_ten_times_the_estimate_is_not_named(tmp_path, monkeypatch
 def test_without_a_preflight_result_the_price_says_so_and_estimates_nothing_from_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plan = Plan(training__frameworks=["pytorch"], **STUDY)
-    measured = price.Measured(plan.config, ["results/preflight/h100/pytorch/8gpu.json"])  # not written yet
+    measured = Measured(plan.config, ["results/preflight/h100/pytorch/8gpu.json"])  # not written yet
     jobs = plan.jobs(measured)
     assert measured.found == 0 and {j["estimate_source"] for j in jobs} == {price.LIMIT}
     assert all(row["estimate_min"] is None for row in price.time_limits(jobs).values())
