@@ -58,6 +58,12 @@ rule all:
         rules.predict.input,
 
 
+# Two runs in one directory would run the same jobs side by side: the second stops here, naming the
+# first (rules/common.smk).
+onstart:
+    take_workflow_lock()
+
+
 # A preflight check that returned nothing holds back its own system's gates only: say which, since
 # snakemake's own message names the failed job, not what waits for it.
 onerror:

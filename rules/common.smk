@@ -13,6 +13,7 @@ from snakemake.utils import validate
 # The stage modules, importable even from a snakemake installed outside envs/setup.sh's .venv.
 sys.path.insert(0, workflow.basedir)
 from workflow_scripts.cluster import interpreter  # noqa: E402
+from workflow_scripts.common import workflow_lock  # noqa: E402
 from workflow_scripts.data import convert  # noqa: E402
 from workflow_scripts.plan import cluster_checks, config_checks  # noqa: E402
 from workflow_scripts.plan.commands import TrainerCommands  # noqa: E402
@@ -121,3 +122,21 @@ ACCURACY_RESOURCES = per_job(SHAPE.accuracy_resources, SWEEP[0])
 
 if not IN_SLURM_JOB:
     parse_time(cluster_checks.check_horovod_controller, config, LONG_TEST_GPUS, shutil.which("srun") is not None)
+
+
+# One workflow at a time in this directory (workflow_scripts/common/workflow_lock.py): taken by the
+# main process as it starts its jobs (the Snakefile's onstart: never in a dry run, nor by --unlock,
+# nor in a cluster job, which parses this file again on its node), held until it exits.
+if workflow.is_main_process and (_holder := workflow_lock.running_here()):
+    print(f"dlscale: this workflow is already running in this directory: {_holder}", file=sys.stderr)
+
+
+def take_workflow_lock():
+    if not workflow.is_main_process:
+        return
+    try:
+        line = workflow_lock.take()
+    except workflow_lock.Busy as exc:
+        raise WorkflowError(str(exc)) from None
+    if line:
+        print(line, file=sys.stderr)

@@ -65,6 +65,9 @@ def test_a_cpu_hog_beside_a_run_is_named_in_its_record(tmp_path):
     (node,) = iso["nodes"].values()
     named = {pid: entry for entry in node["other_processes"] for pid in entry["pids"]}
     assert hog.pid in named and named[hog.pid]["name"].startswith("python"), node["other_processes"]
+    # named by what it runs and where, not only "python" (issue 61 item 12)
+    assert (named[hog.pid]["command"], named[hog.pid]["cwd"]) == (f"{sys.executable} -c while True: pass", os.getcwd())
+    assert f"`{sys.executable} -c while True: pass` in {os.getcwd()}" in iso["why"], iso["why"]
     assert named[hog.pid]["cpu_s"] > 0 and node["others_cpu_share"] > neighbours.FOREIGN_CPU_SHARE
     assert "other processes used" in iso["why"] and f"of its {node['cpus']} CPUs" in iso["why"]
     # The run's own processes are its own, not neighbours: the ranks' time is counted as own.
@@ -398,3 +401,18 @@ def test_a_long_tests_isolation_is_judged_job_by_job_and_across_them(tmp_path):
     last = run_evidence.across_jobs(run_evidence.isolation(run, summary), run)
     assert last["isolated"] is False and "job 2: g1: other processes used 10.0%" in last["why"]
     assert [j["attempt"] for j in last["jobs"]] == [2, "last"]
+
+
+@pytest.mark.unit
+def test_a_run_whose_record_cannot_judge_its_isolation_is_never_ok_without_a_caveat():
+    """A run that timed its steps but whose steps.jsonl holds none (another run in its directory
+    removed or rewrote it: issue 61 item 12) gets isolated: null; its row carries the caveat, with
+    what the missing window means."""
+    from workflow_scripts.results import guards, runs
+
+    summary = {"status": "ok", "isolation": {"isolated": None, "why": "no timed window in steps.jsonl"}}
+    row = {"system": "local", "run_dir": "results/runs/local/pytorch_fp32_2gpu", "timed_steps": 6}
+    row.update(runs.evidence(summary))
+    assert row["isolated"] == "unknown"
+    caveats = [c for c in guards.run_caveats(row) if c.startswith("isolation unknown: local/pytorch_fp32_2gpu: ")]
+    assert caveats and "though it timed 6 steps: its steps.jsonl was removed or rewritten" in caveats[0], caveats

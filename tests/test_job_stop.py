@@ -40,6 +40,25 @@ def test_the_cause_is_slurms_own_line(line, cause):
 
 
 @pytest.mark.unit
+def test_the_steps_end_the_job_itself_caused_is_not_taken_for_slurms_cause():
+    """Once the job stops its srun step (launcher.stop_step), srun reports slurmstepd's "STEP ...
+    CANCELLED" line for it: that line says the job's own stop, so a TERM's cause is read elsewhere;
+    a JOB line or a DUE TO after it is still SLURM's word."""
+    own = (
+        "0: step 12\nlaunch: stopping srun (pid 4321) and its step\nsrun: forcing job termination\n"
+        "0: slurmstepd-n1: error: *** STEP 4242.1 ON n1 CANCELLED AT 2026-11-26T07:01:00 ***\n"
+        "srun: error: n1: task 0: Killed\n"
+    )
+    assert job_stop.cause_of(own, job=None)[0] == "stopped"
+    job = own + "slurmstepd: error: *** JOB 4242 ON n1 CANCELLED AT 2026-11-26T07:01:01 ***\n"
+    assert job_stop.cause_of(job, job=None)[0] == "cancelled"
+    limit = own.replace("07:01:00 ***", "07:01:00 DUE TO TIME LIMIT ***")
+    assert job_stop.cause_of(limit, job=None)[0] == "time limit"
+    before = "0: slurmstepd-n1: error: *** STEP 4242.1 ON n1 CANCELLED AT 2026-11-26T07:00:59 ***\n" + own
+    assert job_stop.cause_of(before, job=None)[0] == "cancelled"  # SLURM cancelled the step first
+
+
+@pytest.mark.unit
 def test_without_a_line_the_cause_is_the_jobs_state_then_unknown():
     text = SCONTROL.format(state="NODE_FAIL", reason="NodeDown", limit="01:00:00", end="2026-11-26T08:00:00")
     assert job_stop.cause_of("no slurm words here", job="4242", text=text) == (

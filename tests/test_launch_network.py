@@ -50,19 +50,91 @@ def test_a_name_that_resolves_to_loopback_never_gives_lo_across_nodes():
             netif.choose(["n1"], bad, addrs=ADDRS)
 
 
+# Node 0's networks, ADDRS with their prefixes.
+NETS = {"lo": "127.0.0.1/8", "eth0": "10.1.0.5/16", "ib0": "10.2.0.5/24"}
+
+
 @pytest.mark.unit
 def test_nccl_and_gloo_bootstraps_get_the_interface_across_nodes_unless_set(monkeypatch):
     monkeypatch.setattr(netif, "interfaces", lambda: ADDRS)
+    monkeypatch.setattr(netif, "networks", lambda: NETS)
     monkeypatch.setattr(netif, "resolve", {"n1": ["10.2.0.6"]}.get)
     monkeypatch.setattr(netif, "route_source", route)
     a = launcher.argparse.Namespace(network_interface="auto")
+    first = {netif.FIRST_IFACE: "ib0", netif.FIRST_NET: "10.2.0.5/24"}
     assert launcher.network_env(a, ["n0", "n1"], {}) == (
         "ib0",
         "10.2.0.5",
-        {"NCCL_SOCKET_IFNAME": "=ib0", "GLOO_SOCKET_IFNAME": "ib0"},
+        {
+            "NCCL_SOCKET_IFNAME": "=ib0",
+            "GLOO_SOCKET_IFNAME": "ib0",
+            **first,
+            netif.NAMED: "NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME",
+        },
     )
-    assert launcher.network_env(a, ["n0", "n1"], {"NCCL_SOCKET_IFNAME": "mlx"})[2] == {"GLOO_SOCKET_IFNAME": "ib0"}
+    # a site's own NCCL_SOCKET_IFNAME is kept on every node: only what the launcher set is each node's own
+    assert launcher.network_env(a, ["n0", "n1"], {"NCCL_SOCKET_IFNAME": "mlx"})[2] == {
+        "GLOO_SOCKET_IFNAME": "ib0",
+        **first,
+        netif.NAMED: "GLOO_SOCKET_IFNAME",
+    }
     assert launcher.network_env(a, ["n0"], {}) == ("lo", "127.0.0.1", {})  # NCCL's own choice on one node
+
+
+# Three other nodes of that run, their interfaces named otherwise: by the subnet the ranks share, by
+# node 0's name where two share it, by the route where the node is on another subnet.
+OTHER_NODES = {
+    "n1": {"lo": "127.0.0.1/8", "enp1s0": "10.1.0.6/16", "ibp65s0": "10.2.0.6/24", "docker0": "172.17.0.1/16"},
+    "n2": {"lo": "127.0.0.1/8", "ib1": "10.2.0.7/24", "ib0": "10.2.0.8/24"},
+    "n3": {"lo": "127.0.0.1/8", "eth3": "10.3.0.9/24"},
+}
+
+
+def n3_route(ip):
+    return "10.3.0.9" if ip.startswith("10.") else None
+
+
+@pytest.mark.unit
+def test_each_node_takes_its_own_interface_in_node_0s_network():
+    """Item 4 of issue 61: node 0's ib0 given to every rank; n1 calls the same network ibp65s0, n2
+    has two interfaces on it (ib0, node 0's name, taken), n3 reaches it only through a router."""
+    assert netif.node_interface("ib0", "10.2.0.5/24", OTHER_NODES["n1"])[:2] == ("ibp65s0", "10.2.0.6")
+    assert netif.node_interface("ib0", "10.2.0.5/24", OTHER_NODES["n2"])[:2] == ("ib0", "10.2.0.8")
+    assert netif.node_interface("ib0", "10.2.0.5/24", OTHER_NODES["n3"], route=n3_route) == (
+        "eth3",
+        "10.3.0.9",
+        "the route to the first node's 10.2.0.5",
+    )
+    assert netif.node_interface("ib0", "10.2.0.5/24", NETS)[:2] == ("ib0", "10.2.0.5")  # node 0 itself
+    assert netif.node_interface("ib0", "10.2.0.5/24", {"lo": "127.0.0.1/8"}, route=lambda ip: "127.0.0.1") is None
+
+
+@pytest.mark.unit
+def test_a_rank_puts_its_nodes_interface_where_the_launcher_put_node_0s():
+    env = {
+        "NCCL_SOCKET_IFNAME": "=ib0",
+        "GLOO_SOCKET_IFNAME": "ib0",
+        "DLSCALE_GLOO_IFACE": "ib0",
+        netif.FIRST_IFACE: "ib0",
+        netif.FIRST_NET: "10.2.0.5/24",
+        netif.NAMED: "NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME",
+    }
+    assert netif.own_interface(env, OTHER_NODES["n1"])[0] == "ibp65s0"
+    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"], env["DLSCALE_GLOO_IFACE"]) == (
+        "=ibp65s0",
+        "ibp65s0",
+        "ibp65s0",
+    )
+    # Horovod's Gloo binds to it too (the launcher's DLSCALE_GLOO_IFACE becomes HOROVOD_GLOO_IFACE)
+    hvd = {**env, "DLSCALE_RENDEZVOUS_ADDR": "10.2.0.5", "DLSCALE_RENDEZVOUS_PORT": "4242"}
+    setup_horovod(Launch(rank=1, world_size=2), hvd)
+    assert hvd["HOROVOD_GLOO_IFACE"] == "ibp65s0"
+    site = {**env, "NCCL_SOCKET_IFNAME": "mlx5", netif.NAMED: "GLOO_SOCKET_IFNAME"}
+    netif.own_interface(site, OTHER_NODES["n2"])
+    assert (site["NCCL_SOCKET_IFNAME"], site["GLOO_SOCKET_IFNAME"]) == ("mlx5", "ib0")
+    assert netif.own_interface({"GLOO_SOCKET_IFNAME": "eth0"}, OTHER_NODES["n1"]) is None  # no launcher's word
+    with pytest.raises(netif.InterfaceError, match="training.network_interface"):
+        netif.own_interface(dict(env), {"lo": "127.0.0.1/8"}, route=lambda ip: None)
 
 
 def _ipv4_interface():

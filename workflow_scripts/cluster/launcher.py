@@ -9,8 +9,14 @@ SLURM's variables (cluster/rank_env.py); elsewhere, or for a single process, as 
 with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...). --per-node runs the
 command once on every node of the run (page-cache clearing). With --horovod it also runs the
 Gloo rendezvous server that horovodrun would run, here, and tells every worker where it is (or,
-with --horovod-controller mpi, leaves the ranks to srun's MPI plugin). The network interface the
-ranks talk over is chosen once, here (cluster/netif.py), and given to every rank.
+with --horovod-controller mpi, leaves the ranks to srun's MPI plugin). The network the ranks talk
+over is chosen once, here (cluster/netif.py): its interface and address on this node, from which
+each node's ranks take their own interface in that network (rank_env.detect). Each run gets a port
+of its own for torch.distributed's rendezvous.
+
+Stopped (an exception raised into its wait: the training job's stop; TERM to the launcher as a
+process), it stops the ranks before it returns: srun through SLURM (stop_step), local ranks by TERM
+and then KILL.
 """
 
 import argparse
@@ -26,6 +32,9 @@ import time
 from ..common import schema
 from . import comm_env, cpu_bind, cuda_cache, gpu_identity, nccl_log, netif, slurm
 from .comm_env import SETTABLE
+
+# torch.distributed's rendezvous port of a run started through srun (cluster/rank_env.py)
+PORT_ENV = "DLSCALE_MASTER_PORT"
 
 
 def _free_port():
@@ -110,6 +119,8 @@ def network_env(a, hosts, env):
         for name, value in (("NCCL_SOCKET_IFNAME", f"={iface}"), ("GLOO_SOCKET_IFNAME", iface)):
             if name not in env:
                 extra[name] = value
+        # node 0's interface and network: each node's ranks swap in their own interface (rank_env.detect)
+        extra.update(netif.first_node_env(iface, addr, [n for n in extra if n in netif.NODE_VARIABLES]))
     return iface, addr, extra
 
 
@@ -223,11 +234,63 @@ def run(cmd, a, per_node_once=False, stdout=None, env_record=None):
         if env_record is not None:
             env_record.update(comm_env.recorded(env))
         if use_srun:
+            if not per_node_once:
+                # One port per run, not per job: a point's repeats share one job, one after another.
+                env.setdefault(PORT_ENV, str(_free_port()))
             srun = srun_command(a.nodes, per_node, a.cpus_per_task, a.srun_args, "" if per_node_once else a.srun_mpi)
             print("launch:", shlex.join(srun + cmd), file=sys.stderr, flush=True)
-            return subprocess.call(srun + cmd, env=env, stdout=stdout)
+            return run_step(srun + cmd, env, stdout)
         bind = a.bind_cpus == "auto" and not per_node_once
         return _local(cmd, env, per_node, stdout, bind)
+
+
+# srun waits up to SLURM's KillWait + 2 s (30 + 2 by default) for a stopped step's tasks to end
+STEP_STOP_S = 45.0
+# the longest stop_step takes before it returns, for a caller that waits for the launcher to stop
+STOP_S = 2 * STEP_STOP_S + 10
+# stop_step's words in the log, before srun reports the step it stops (train/job_stop.cause_of)
+STOPPING = "launch: stopping srun"
+
+
+def run_step(cmd, env, stdout=None):
+    """srun's exit status; an exception raised into the wait (the job being stopped) stops the step
+    first (stop_step), then goes on."""
+    proc = subprocess.Popen(cmd, env=env, stdout=stdout)
+    try:
+        return proc.wait()
+    except BaseException:
+        stop_step(proc)
+        raise
+
+
+def _say(line):
+    print(f"launch: {line}", file=sys.stderr, flush=True)
+
+
+def stop_step(proc, wait_s=STEP_STOP_S):
+    """Stop srun's step through SLURM and return once srun has exited. TERM to srun has slurmd kill
+    the step's tasks on every node, and srun exits once they are gone, saying so in the log; where
+    it is still there after wait_s, a second TERM is srun's abort. Only an srun that outlives both is
+    killed, alone. Killed at once, as subprocess.call does on an exception, srun reports nothing of
+    its tasks, and the step ends only if srun's shepherd (a child of srun that ignores TERM and
+    cancels the step through slurmctld once srun is gone) lives to do it: a KILL that reaches both,
+    as one to srun's process group does, leaves the tasks running under slurmstepd."""
+    for attempt in (1, 2):
+        if proc.poll() is not None:
+            return
+        again = "" if attempt == 1 else " again"
+        print(f"{STOPPING} (pid {proc.pid}) and its step{again}", file=sys.stderr, flush=True)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=wait_s)
+            _say(f"srun exited ({proc.returncode}): its step is over")
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    job = os.environ.get("SLURM_JOB_ID", "?")
+    _say(f"srun did not exit in {2 * wait_s:.0f} s: killed; if its tasks still run, `scancel` their step of job {job}")
+    proc.kill()
+    proc.wait()
 
 
 def main():
@@ -239,7 +302,20 @@ def main():
     cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
     if not cmd:
         ap.error("no command to launch")
+    _exit_on_term()
     sys.exit(run(cmd, a, per_node_once=a.per_node))
+
+
+def _exit_on_term():
+    """TERM (a job that stops its launcher, preflight/preflight_job.py) raises SystemExit in the
+    wait, so that what the launcher started is stopped before it exits (run_step, _local) instead of
+    being left by TERM's default action. Once: a further TERM must not cut that stop short."""
+
+    def on_term(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
 
 
 def _bound_sets(env, n, bind):
@@ -259,37 +335,56 @@ def _local(cmd, env, n, stdout=None, bind=False):
     port = str(_free_port())
     procs = []
     sets = _bound_sets(env, n, bind)
-    for r in range(n):
-        e = dict(
-            env,
-            RANK=str(r),
-            WORLD_SIZE=str(n),
-            LOCAL_RANK=str(r),
-            LOCAL_WORLD_SIZE=str(n),
-            GROUP_RANK="0",
-            NNODES="1",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=port,
-        )
-        pin = None
-        if sets:
-            e[cpu_bind.BOUND_ENV] = "1"
-            pin = cpu_bind.pinner(sets[r])
-        procs.append(subprocess.Popen(cmd, env=e, stdout=stdout, preexec_fn=pin))
-    # One failed rank would leave the others blocked in a collective: stop them all.
+    try:
+        for r in range(n):
+            e = dict(
+                env,
+                RANK=str(r),
+                WORLD_SIZE=str(n),
+                LOCAL_RANK=str(r),
+                LOCAL_WORLD_SIZE=str(n),
+                GROUP_RANK="0",
+                NNODES="1",
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=port,
+            )
+            pin = None
+            if sets:
+                e[cpu_bind.BOUND_ENV] = "1"
+                pin = cpu_bind.pinner(sets[r])
+            procs.append(subprocess.Popen(cmd, env=e, stdout=stdout, preexec_fn=pin))
+        return _wait_local(procs)
+    except BaseException:
+        _stop_local(procs)
+        raise
+
+
+def _wait_local(procs):
+    """The ranks' exit status: the first failure's, else 0. One failed rank would leave the others
+    blocked in a collective: the others are then stopped."""
     while True:
         codes = [p.poll() for p in procs]
         failed = [c for c in codes if c not in (None, 0)]
         if failed:
-            for p in procs:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in procs:
-                p.wait()
+            _stop_local(procs)
             return failed[0]
         if all(c == 0 for c in codes):
             return 0
         time.sleep(0.2)
+
+
+def _stop_local(procs, grace_s=10.0):
+    """TERM to the ranks still running, KILL to those still there after grace_s."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.time() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 if __name__ == "__main__":

@@ -71,6 +71,23 @@ def _kernel_thread(info):
     return info["pid"] == 2 or info["ppid"] == 2
 
 
+COMMAND_CHARS = 300  # of a neighbour's command line: enough to tell `snakemake all` from a build
+
+
+def _described(proc):
+    """{command, cwd} of a process: "python" alone does not say whose or which ("?" where it cannot
+    be read: another user's, or gone)."""
+    try:
+        command = " ".join(proc.cmdline())[:COMMAND_CHARS] or "?"
+    except psutil.Error:
+        command = "?"
+    try:
+        cwd = proc.cwd()
+    except psutil.Error:
+        cwd = "?"
+    return {"command": command, "cwd": cwd}
+
+
 class NodeSampler:
     """One sample per call of sample(): a dict for one JSON line. `gpus` is telemetry's NVML wrapper
     (its handles and module), or None on a node without GPUs."""
@@ -89,6 +106,7 @@ class NodeSampler:
         self._t = None
         self._squeued = None
         self._events = self._register_xid() if gpus and gpus.nvml else None
+        self._told = set()  # (pid, create_time) of the others whose command line a sample gave
 
     def _is_own(self, proc, key):
         if key not in self._own:
@@ -102,11 +120,12 @@ class NodeSampler:
         return self._own[key]
 
     def _processes(self, since, now):
-        """(own s, kernel s, others s, [(pid, name, user, s)] of the others) since the last sample."""
+        """(own s, kernel s, others s, [(pid, name, user, s)] of the others, {pid: {command, cwd}} of
+        those listed for the first time) since the last sample."""
         own = kernel = others = 0.0
         named, seen = [], {}
         # Only /proc/<pid>/stat for every process: its user is read for the ones a sample lists.
-        users = {}
+        users, created = {}, {}
         for proc in psutil.process_iter(["pid", "ppid", "name", "cpu_times", "create_time"]):
             info = proc.info
             if info["cpu_times"] is None or info["create_time"] is None:
@@ -129,12 +148,16 @@ class NodeSampler:
             else:
                 others += used
                 named.append((info["pid"], info["name"] or "?", round(used, 3)))
-                users[info["pid"]] = proc
+                users[info["pid"]], created[info["pid"]] = proc, key
         self._cpu = seen
         self._own = {k: v for k, v in self._own.items() if k in seen}
         floor = LISTED_SHARE * (now - since) if since is not None else 0.0
         listed = sorted((n for n in named if n[2] >= floor), key=lambda n: -n[2])
-        return own, kernel, others, [(pid, name, _user(users[pid]), used) for pid, name, used in listed]
+        # each listed process's command line and folder once: a neighbour in every sample says it once
+        new = [pid for pid, _, _ in listed if created[pid] not in self._told]
+        self._told |= {created[pid] for pid in new}
+        described = {str(pid): _described(users[pid]) for pid in new}
+        return own, kernel, others, [(pid, name, _user(users[pid]), used) for pid, name, used in listed], described
 
     def _gpu_processes(self, own_pids):
         """(other processes on the node's GPUs, whether any of the run's own showed up there). A pid
@@ -228,7 +251,7 @@ class NodeSampler:
     def sample(self):
         now = time.time()
         busy = _busy(psutil.cpu_times())
-        own, kernel, others, named = self._processes(self._t, now)
+        own, kernel, others, named, described = self._processes(self._t, now)
         line = {"t": now}
         if self._busy is not None:
             line.update(
@@ -239,6 +262,8 @@ class NodeSampler:
                 unattributed_s=round(max(0.0, busy - self._busy - own - kernel - others), 3),
                 others=named,
             )
+            if described:
+                line["described"] = described
         else:
             line["baseline"] = True
             if self.gpus is not None and self.gpus.nvml is None:
@@ -270,9 +295,12 @@ def node_evidence(lines, start, end, cpus, interval):
     slurm = [ln for ln in asked if ln["t"] > start] + before
     total = {k: sum(ln[k] for ln in window) for k in ("busy_s", "own_s", "kernel_s", "others_s", "unattributed_s")}
     by_process = {}
+    # a process's command line and folder, from whichever sample first listed it (the window's or earlier)
+    described = {int(pid): d for ln in lines for pid, d in ln.get("described", {}).items()}
     for ln in window:
         for pid, name, user, used in ln["others"]:
             entry = by_process.setdefault((pid, name), {"name": name, "user": user, "pids": [pid], "cpu_s": 0.0})
+            entry.update(described.get(pid, {}))
             entry["cpu_s"] += used
     listed = sorted(by_process.values(), key=lambda e: -e["cpu_s"])
     seconds = max(end - start, 1e-9)
@@ -302,6 +330,12 @@ def node_evidence(lines, start, end, cpus, interval):
     }
 
 
+def in_words(entry):
+    """A neighbour in words: its name, pid, user and CPU time, and what it runs where."""
+    what = f" `{entry['command']}` in {entry.get('cwd', '?')}" if entry.get("command") else ""
+    return f"{entry['name']} (pid {entry['pids'][0]}, {entry['user']}, {entry['cpu_s']:.1f} CPU-s){what}"
+
+
 def evidence(lines_by_node, start, end, cpus_by_node, interval):
     """The run's isolation over its timed window [start, end]: {isolated: True | False | None
     (unknown), why, rule, window, nodes}."""
@@ -312,9 +346,7 @@ def evidence(lines_by_node, start, end, cpus_by_node, interval):
             unknown.append(f"{node}: no sample inside the timed window")
             continue
         if ev["others_cpu_share"] > FOREIGN_CPU_SHARE:
-            names = ", ".join(
-                f"{e['name']} (pid {e['pids'][0]}, {e['user']}, {e['cpu_s']:.1f} CPU-s)" for e in ev["top_others"]
-            )
+            names = ", ".join(map(in_words, ev["top_others"]))
             reasons.append(
                 f"{node}: other processes used {ev['others_s']:.1f} CPU-s in {end - start:.1f} s, "
                 f"{ev['others_cpu_share']:.1%} of its {ev['cpus']} CPUs" + (f": {names}" if names else "")

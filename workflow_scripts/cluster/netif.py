@@ -1,6 +1,7 @@
-"""The one network interface the ranks of a run talk over, chosen once by the launcher on the
-first node: Horovod's Gloo binds to it on every node (HOROVOD_GLOO_IFACE), the rendezvous is
-reached at its address, and NCCL's and Gloo's own bootstraps are pointed at it.
+"""The network the ranks of a run talk over, chosen once by the launcher on the first node: the
+rendezvous is reached at its address there, and each node's ranks take their own interface on it
+(node_interface): the one in the first node's subnet, whatever it is called there (eth0 on one node,
+ens5f0 on another), for Horovod's Gloo (HOROVOD_GLOO_IFACE) and NCCL's and Gloo's own bootstraps.
 
 A host name is not a safe guide: Debian's /etc/hosts maps a machine's own name to 127.0.1.1, so
 the route to node 0's name, taken on node 0, is the loopback, which no other node can reach.
@@ -16,6 +17,7 @@ import struct
 from pathlib import Path
 
 SIOCGIFADDR = 0x8915
+SIOCGIFNETMASK = 0x891B
 # RFC 5737's TEST-NET-1: routed by the default route; connecting a UDP socket sends nothing.
 DEFAULT_ROUTE_PROBE = "192.0.2.1"
 KEY = "training.network_interface"
@@ -30,19 +32,34 @@ def is_loopback(ip):
     return ipaddress.ip_address(ip).is_loopback
 
 
-def ipv4_of(name):
-    """The interface's (primary) IPv4 address, or None."""
+def _ioctl_ipv4(name, request):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
-            packed = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            packed = fcntl.ioctl(s.fileno(), request, struct.pack("256s", name.encode()[:15]))
         except OSError:
             return None
     return socket.inet_ntoa(packed[20:24])
 
 
+def ipv4_of(name):
+    """The interface's (primary) IPv4 address, or None."""
+    return _ioctl_ipv4(name, SIOCGIFADDR)
+
+
 def interfaces():
     """{interface name: its IPv4 address or None} of this host."""
     return {name: ipv4_of(name) for _, name in socket.if_nameindex()}
+
+
+def networks():
+    """{interface name: its address with its prefix ('10.1.0.5/24')} of this host's interfaces that
+    have an IPv4 address."""
+    out = {}
+    for name, ip in interfaces().items():
+        mask = _ioctl_ipv4(name, SIOCGIFNETMASK) if ip else None
+        if ip and mask:
+            out[name] = str(ipaddress.ip_interface(f"{ip}/{mask}"))
+    return out
 
 
 def resolve(host):
@@ -98,6 +115,61 @@ def choose(peers, override="auto", addrs=None, resolve=None, route=None):
         f"interface the nodes share (interfaces here: "
         f"{', '.join(f'{n}={ip}' for n, ip in sorted(addrs.items()))})"
     )
+
+
+# The launcher's variables that name the first node's interface, and what it gives every rank of a
+# run across nodes so that each node's ranks put their own interface in its place (own_interface).
+NODE_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+FIRST_IFACE, FIRST_NET, NAMED = "DLSCALE_NET_IFACE", "DLSCALE_NET_ADDR", "DLSCALE_NET_VARIABLES"
+HOROVOD_IFACE = "DLSCALE_GLOO_IFACE"  # the launcher's word for HOROVOD_GLOO_IFACE (rank_env.setup_horovod)
+
+
+def first_node_env(iface, addr, names, nets=None):
+    """For every rank: the first node's interface, its address with its prefix (its network), and
+    the variables in `names` the launcher set to that interface."""
+    nets = networks() if nets is None else nets
+    return {FIRST_IFACE: iface, FIRST_NET: nets.get(iface, f"{addr}/32"), NAMED: ",".join(names)}
+
+
+def node_interface(first_iface, first_net, nets=None, route=None):
+    """(interface, its address, why) of this node for a run whose first node talks over
+    `first_iface` at `first_net` ('10.1.0.5/24'): the interface in the same subnet (the first node's
+    name where this node has it there too), else the one the route to the first node's address
+    leaves by; None where neither is. nets, route: this host's networks() and route_source."""
+    nets = networks() if nets is None else nets
+    route = route or route_source
+    first = ipaddress.ip_interface(first_net)
+    mine = {n: ipaddress.ip_interface(a) for n, a in nets.items() if not ipaddress.ip_interface(a).ip.is_loopback}
+    inside = sorted(n for n, a in mine.items() if a.ip in first.network)
+    if inside:
+        name = first_iface if first_iface in inside else inside[0]
+        return name, str(mine[name].ip), f"in the first node's subnet {first.network}"
+    src = route(str(first.ip))
+    owner = {str(a.ip): n for n, a in mine.items()}
+    if src in owner:
+        return owner[src], src, f"the route to the first node's {first.ip}"
+    return None
+
+
+def own_interface(env, nets=None, route=None):
+    """On a rank of a run across nodes: the variables the launcher set to the first node's interface
+    (NAMED, and Horovod's) set to this node's own (node_interface), in `env`. -> (interface, its
+    address, why), or None where the launcher gave no first node (a run on one node, or none of
+    this launcher's). Raises InterfaceError where this node has no way to the first node's network."""
+    if FIRST_NET not in env:
+        return None
+    found = node_interface(env[FIRST_IFACE], env[FIRST_NET], nets, route)
+    if found is None:
+        raise InterfaceError(
+            f"{socket.gethostname()} has no interface in the first node's network {env[FIRST_NET]} ({env[FIRST_IFACE]} "
+            f"there) and no route to it: set config {KEY} to the interface the nodes share, or give this node a "
+            f"route (interfaces here: {', '.join(f'{n}={a}' for n, a in sorted((nets or networks()).items()))})"
+        )
+    for name in filter(None, env.get(NAMED, "").split(",")):
+        env[name] = f"={found[0]}" if name == "NCCL_SOCKET_IFNAME" else found[0]
+    if HOROVOD_IFACE in env:
+        env[HOROVOD_IFACE] = found[0]
+    return found
 
 
 def chosen(env):

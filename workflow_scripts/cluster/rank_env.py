@@ -3,16 +3,20 @@
 Read from SLURM (a task started by srun), from torchrun-style variables (RANK, WORLD_SIZE, ...,
 as the project's local launcher sets them), or a single process. Each framework's trainer turns
 this into its own launcher's settings: torch.distributed's MASTER_ADDR/PORT, Horovod's Gloo
-rendezvous variables.
+rendezvous variables. detect() also points the communication libraries of a run across nodes at
+this node's own interface in the network the launcher chose (netif.own_interface), before any of
+them starts: node names need not name their interfaces alike.
 """
 
 import os
 import re
 import socket
 import subprocess
+import sys
 from dataclasses import asdict, dataclass
 
 from ..common.errors import StageError
+from . import netif
 
 DEFAULT_PORT = 29500
 
@@ -120,7 +124,31 @@ def _tasks_on_node(spec, node):
 
 
 def detect(env=None):
+    """This process's Launch, from `env` (this process's environment by default), whose network
+    variables are set to this node's own interface on the way (own_network)."""
     env = os.environ if env is None else env
+    launch = _detect(env)
+    own_network(launch, env)
+    return launch
+
+
+def own_network(launch, env):
+    """The launcher's first-node interface in `env` replaced by this node's (netif.own_interface),
+    said once per node where they differ; a node with no way to the first node's network stops."""
+    try:
+        found = netif.own_interface(env)
+    except netif.InterfaceError as exc:
+        raise StageError(f"rank {launch.rank} on {launch.hostname}: {exc}") from None
+    if found and found[0] != env[netif.FIRST_IFACE] and launch.local_rank == 0:
+        print(
+            f"rank {launch.rank} on {launch.hostname}: network interface {found[0]} ({found[1]}), "
+            f"{found[2]} (the first node's is {env[netif.FIRST_IFACE]})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _detect(env):
     host = env.get("SLURMD_NODENAME") or socket.gethostname()
     port = int(env.get("DLSCALE_MASTER_PORT", 0) or 0)
     if "RANK" in env and "WORLD_SIZE" in env:
@@ -149,7 +177,7 @@ def detect(env=None):
             node_rank=node,
             num_nodes=len(nodes),
             master_addr=nodes[0],
-            # One port per job, so two jobs sharing a node do not collide.
+            # The launcher gives each run its own (a point's repeats share one job); else one per job.
             master_port=port or DEFAULT_PORT + int(job) % 2000,
             source="slurm",
             hostname=host,

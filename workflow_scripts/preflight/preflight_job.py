@@ -50,37 +50,41 @@ HANG_FIX = (
 
 
 def _stop(proc):
-    """The launcher and everything it started (ranks, srun, the rendezvous server): TERM, then KILL
-    (a stopped process only dies of KILL)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=10)
-            if sig == signal.SIGTERM:
-                os.killpg(proc.pid, signal.SIGKILL)  # children the launcher left behind
-            return
-        except subprocess.TimeoutExpired:
-            continue
-        except ProcessLookupError:
-            return
+    """The launcher and everything it started (ranks, srun, the rendezvous server): TERM to the
+    launcher alone, which stops its srun's step through SLURM or its local ranks and then exits
+    (cluster/launcher.stop_step); only then KILL to its process group, for whatever is left, and to
+    a launcher that did not exit in time. A TERM and KILL to the group at once would kill srun
+    together with its shepherd, which cancels srun's step, and leave the ranks running."""
+    try:
+        proc.terminate()
+        proc.wait(timeout=launcher.STOP_S + 10)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def supervise(cmd, log, timeout_s, work=None, progress=None):
     """Run `cmd` in its own process group; stop it once nothing progressed for timeout_s (a new
-    marker under `work`, or a later time from `progress()`, else its start). Returns (exit status or
-    None if stopped, seconds)."""
+    marker under `work`, or a later time from `progress()`, else its start), or when the job itself
+    is stopped (job_stop's exception, raised into the wait). Returns (exit status or None if
+    stopped, seconds)."""
     start = time.time()
     progress = progress or (lambda: markers.last_change(work) if work else None)
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    while proc.poll() is None:
-        progress_at = max(start, progress() or 0)
-        if time.time() - progress_at > timeout_s:
-            _stop(proc)
-            return None, time.time() - start
-        time.sleep(0.2)
+    try:
+        while proc.poll() is None:
+            progress_at = max(start, progress() or 0)
+            if time.time() - progress_at > timeout_s:
+                _stop(proc)
+                return None, time.time() - start
+            time.sleep(0.2)
+    except BaseException:
+        _stop(proc)
+        raise
     return proc.returncode, time.time() - start
 
 

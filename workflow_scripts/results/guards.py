@@ -137,8 +137,20 @@ def run_caveats(row):
     if row.get("isolated") == "false":
         out.append(f"not isolated: {name}: {why}")
     elif row.get("isolated") != "true":
-        out.append(f"isolation unknown: {name}: {why}")
+        out.append(f"isolation unknown: {name}: {why}{lost_steps(row, why)}")
     return out
+
+
+def lost_steps(row, why):
+    """What it means where a run that timed its steps has none in its steps.jsonl: the file was
+    removed or rewritten while it ran, as a second run in the same directory does (docs/faults.md)."""
+    steps = row.get("timed_steps")
+    if not why.startswith("no timed window") or steps is None or pd.isna(steps) or steps <= 0:
+        return ""
+    return (
+        f", though it timed {int(steps)} steps: its steps.jsonl was removed or rewritten while it ran, "
+        "as another run writing into its directory does (two workflows in one directory)"
+    )
 
 
 def int8_caveats(row):

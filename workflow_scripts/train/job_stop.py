@@ -25,6 +25,8 @@ from datetime import datetime
 
 import psutil
 
+from ..cluster import launcher
+
 # slurmstepd's words, in the log of an srun step the job started
 SLURM_LINE = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))? \*\*\*")
 STATES = {
@@ -100,6 +102,21 @@ def _slurm_line(text):
     return DUE_TO.get(found[-1].group(1) or "", "cancelled"), found[-1].group(0)
 
 
+def _slurms_words(log_text):
+    """The log without slurmstepd's bare "STEP ... CANCELLED" lines that follow the launcher's own
+    stop of its step (launcher.stop_step, which srun then reports): they say that stop, not why the
+    job was told to stop. SLURM's JOB lines and those with a DUE TO are kept wherever they are."""
+    head, mark, tail = (log_text or "").partition(launcher.STOPPING)
+    if not mark:
+        return head
+    kept = []
+    for line in tail.splitlines():
+        m = SLURM_LINE.search(line)
+        if not (m and m.group(0).startswith("*** STEP") and m.group(1) is None):
+            kept.append(line)
+    return head + mark + "\n".join(kept)
+
+
 def _tail(path, size=65536):
     try:
         with open(path, "rb") as f:
@@ -114,7 +131,7 @@ def cause_of(log_text, job=None, text=None, tries=3):
     line in the run's log (an srun step's) or in the job's own output file, where slurmstepd writes
     it as it stops the batch step; else the job's state, which while its processes stop is mostly
     COMPLETING, and says nothing of why."""
-    said = _slurm_line(log_text)
+    said = _slurm_line(_slurms_words(log_text))
     if said:
         return said[0], f"SLURM: {said[1]}"
     state = reason = None
@@ -156,12 +173,23 @@ def own_deadline(limit, share_s, started):
 
 
 _asked = []  # (cause, why) of a stop asked for from another thread (stop_from_thread)
+_raised = []  # the stop raised in the main thread: one per job
+
+
+def _raise_once(stopped):
+    """Raise `stopped` in the main thread, out of whatever it waits for, the first time only: a later
+    TERM, time limit or hang while the first stop is under way (the launcher stopping srun's step,
+    cluster/launcher.stop_step) must not cut it short and leave the ranks running."""
+    if _raised:
+        return
+    _raised.append(stopped)
+    # TERM first: local ranks stop, and srun starts stopping its step
+    terminate_children()
+    raise stopped
 
 
 def _on_asked(signum, frame):
-    # TERM first: the launcher's srun waits for them (and a Popen waits for srun on the way out)
-    terminate_children()
-    raise Stopped(*_asked[-1])
+    _raise_once(Stopped(*_asked[-1]))
 
 
 def stop_from_thread(cause, why):
@@ -178,8 +206,7 @@ def watch(job, say, share_s=0, started=None):
     it waits for. A TERM held since hold_term() is raised here, so the caller calls this inside its try."""
 
     def on_term(signum, frame):
-        terminate_children()
-        raise Stopped("TERM", "")  # the cause is read once the ranks are down (cause_of)
+        _raise_once(Stopped("TERM", ""))  # the cause is read once the ranks are down (cause_of)
 
     for signum in TERM_SIGNALS:
         signal.signal(signum, on_term)
