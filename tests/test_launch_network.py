@@ -482,3 +482,29 @@ def test_a_faster_interface_up_beside_the_chosen_one_is_a_preflight_warning_and_
     # one node (nothing given), or a site's prefix/exclusion list: no one interface to judge
     for site in ({}, {"NCCL_SOCKET_IFNAME": "^docker,lo"}, {"NCCL_SOCKET_IFNAME": "eth,ib"}):
         assert socket_row(site, addrs, root)["status"] == "not applicable" and netif.describe(site, addrs, root) == {}
+
+
+@pytest.mark.unit
+def test_a_launcher_outside_the_nodes_leaves_each_node_to_route_to_the_others(monkeypatch):
+    """salloc on a login node starts the launcher there: its own interface and subnet say nothing of
+    the nodes' (a test cluster's host on 192.0.2.0/24, its nodes on 10.88.7.0/24 met that), so the
+    ranks are given the nodes instead, and each node takes the interface its route to the others
+    leaves from."""
+    monkeypatch.setattr(netif, "interfaces", lambda: {"lo": "127.0.0.1", "eth0": "192.0.2.2"})
+    monkeypatch.setattr(netif, "networks", lambda: {"lo": "127.0.0.1/8", "eth0": "192.0.2.2/24"})
+    monkeypatch.setattr(netif, "resolve", lambda host: [])
+    monkeypatch.setattr(netif, "route_source", lambda ip: "192.0.2.2")
+    a = launcher.argparse.Namespace(network_interface="auto")
+    extra = launcher.network_env(a, ["n1", "n2"], {}, here="login1")[2]
+    assert netif.FIRST_NET not in extra and extra[netif.PEERS] == "n1,n2"
+    n1 = {"lo": "127.0.0.1/8", "eth0": "10.88.7.1/24"}
+    env = dict(extra)
+    found = netif.own_interface(
+        env,
+        n1,
+        route=lambda ip: "10.88.7.1" if ip.startswith("10.88.7.") else None,
+        resolve=lambda h: {"n2": ["10.88.7.2"]}.get(h, []),
+    )
+    assert found[:2] == ("eth0", "10.88.7.1") and env["NCCL_SOCKET_IFNAME"] == "=eth0"
+    # on the run's first node the launcher's own choice stands for the others, as before
+    assert netif.FIRST_NET in launcher.network_env(a, ["login1", "n2"], {}, here="login1")[2]

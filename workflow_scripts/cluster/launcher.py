@@ -104,23 +104,32 @@ def config_env(assignments):
     return env
 
 
-def network_env(a, hosts, env):
-    """The interface the ranks of a run on `hosts` (this node first) talk over, chosen once here:
-    (interface, its address, variables for NCCL's and Gloo's bootstraps). Runs on one node leave
-    NCCL and Gloo to choose unless config names an interface; variables already set win."""
+def network_env(a, hosts, env, here=None):
+    """The interface the ranks of a run on `hosts` talk over, chosen once here: (interface, its
+    address, variables for NCCL's and Gloo's bootstraps). Runs on one node leave NCCL and Gloo to
+    choose unless config names an interface; variables already set win. here: this host, the run's
+    first node unless the launcher runs outside the allocation (salloc on a login node), whose own
+    interface then says nothing of the nodes': each node's ranks choose theirs (netif.own_interface)."""
+    off_nodes = len(hosts) > 1 and here is not None and here != hosts[0]
     try:
-        iface, addr, why = netif.choose(hosts[1:], a.network_interface)
+        iface, addr, why = netif.choose(hosts if off_nodes else hosts[1:], a.network_interface)
     except netif.InterfaceError as exc:
         raise SystemExit(f"launch: {exc}")
-    print(f"launch: network interface {iface} ({addr}), from {why}", file=sys.stderr, flush=True)
+    said = "; this host is not one of the run's nodes: each node chooses its own" if off_nodes else ""
+    print(f"launch: network interface {iface} ({addr}), from {why}{said}", file=sys.stderr, flush=True)
     extra = {}
     if len(hosts) > 1 or a.network_interface != "auto":
         # NCCL reads a bare name as a prefix (eth0 would also take eth0.100); '=' means exactly this one.
         for name, value in (("NCCL_SOCKET_IFNAME", f"={iface}"), ("GLOO_SOCKET_IFNAME", iface)):
             if name not in env:
                 extra[name] = value
-        # node 0's interface and network: each node's ranks swap in their own interface (rank_env.detect)
-        extra.update(netif.first_node_env(iface, addr, [n for n in extra if n in netif.NODE_VARIABLES]))
+        # node 0's interface and network (or, from off the nodes, the nodes themselves): each node's
+        # ranks swap in their own interface (rank_env.detect)
+        named = [n for n in extra if n in netif.NODE_VARIABLES]
+        if off_nodes and a.network_interface == "auto":
+            extra.update(netif.peers_env(hosts, named))
+        else:
+            extra.update(netif.first_node_env(iface, addr, named))
     return iface, addr, extra
 
 
@@ -221,7 +230,7 @@ def run(cmd, a, per_node_once=False, stdout=None, env_record=None):
             env.update(config_env(a.env))
             remote = use_srun and (a.horovod or a.nodes > 1)
             hosts = slurm.job_hosts(os.environ["SLURM_JOB_ID"])[: a.nodes] if remote else [here]
-            iface, addr, extra = network_env(a, hosts, env)
+            iface, addr, extra = network_env(a, hosts, env, here)
             env.update(extra)
             if a.horovod:
                 env.update(horovod_env(a, stack, hosts, iface, addr, per_node, use_srun))

@@ -121,6 +121,7 @@ def choose(peers, override="auto", addrs=None, resolve=None, route=None):
 # run across nodes so that each node's ranks put their own interface in its place (own_interface).
 NODE_VARIABLES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 FIRST_IFACE, FIRST_NET, NAMED = "DLSCALE_NET_IFACE", "DLSCALE_NET_ADDR", "DLSCALE_NET_VARIABLES"
+PEERS = "DLSCALE_NET_PEERS"  # the run's nodes, from a launcher outside them: each node routes to the others
 HOROVOD_IFACE = "DLSCALE_GLOO_IFACE"  # the launcher's word for HOROVOD_GLOO_IFACE (rank_env.setup_horovod)
 
 
@@ -129,6 +130,12 @@ def first_node_env(iface, addr, names, nets=None):
     the variables in `names` the launcher set to that interface."""
     nets = networks() if nets is None else nets
     return {FIRST_IFACE: iface, FIRST_NET: nets.get(iface, f"{addr}/32"), NAMED: ",".join(names)}
+
+
+def peers_env(hosts, names):
+    """For every rank, from a launcher that is not on the run's nodes: the nodes, and the variables
+    in `names` that each node's ranks set to their own choice (own_interface)."""
+    return {PEERS: ",".join(hosts), NAMED: ",".join(names)}
 
 
 def node_interface(first_iface, first_net, nets=None, route=None):
@@ -151,18 +158,34 @@ def node_interface(first_iface, first_net, nets=None, route=None):
     return None
 
 
-def own_interface(env, nets=None, route=None):
+def _peers_interface(env, nets, route, resolve):
+    """This node's interface towards the run's other nodes (PEERS), chosen here as the launcher
+    chooses on a run's first node; None where none routes to them."""
+    here = {socket.gethostname(), socket.gethostname().split(".")[0], env.get("SLURMD_NODENAME")}
+    peers = [h for h in env[PEERS].split(",") if h and h not in here]
+    addrs = {n: str(ipaddress.ip_interface(a).ip) for n, a in (nets or networks()).items()}
+    try:
+        return choose(peers, addrs=addrs, resolve=resolve, route=route)
+    except InterfaceError:
+        return None
+
+
+def own_interface(env, nets=None, route=None, resolve=None):
     """On a rank of a run across nodes: the variables the launcher set to the first node's interface
     (NAMED, and Horovod's) set to this node's own (node_interface), in `env`. -> (interface, its
     address, why), or None where the launcher gave no first node (a run on one node, or none of
     this launcher's). Raises InterfaceError where this node has no way to the first node's network."""
-    if FIRST_NET not in env:
+    if FIRST_NET not in env and PEERS in env:
+        found = _peers_interface(env, nets, route, resolve)
+    elif FIRST_NET not in env:
         return None
-    found = node_interface(env[FIRST_IFACE], env[FIRST_NET], nets, route)
+    else:
+        found = node_interface(env[FIRST_IFACE], env[FIRST_NET], nets, route)
     if found is None:
+        where = f"{env[FIRST_NET]} ({env[FIRST_IFACE]} there)" if FIRST_NET in env else f"(the nodes {env[PEERS]})"
         raise InterfaceError(
-            f"{socket.gethostname()} has no interface in the first node's network {env[FIRST_NET]} ({env[FIRST_IFACE]} "
-            f"there) and no route to it: set config {KEY} to the interface the nodes share, or give this node a "
+            f"{socket.gethostname()} has no interface in the first node's network {where} and no "
+            f"route to it: set config {KEY} to the interface the nodes share, or give this node a "
             f"route (interfaces here: {', '.join(f'{n}={a}' for n, a in sorted((nets or networks()).items()))})"
         )
     for name in filter(None, env.get(NAMED, "").split(",")):

@@ -139,10 +139,10 @@ def own_network(launch, env):
         found = netif.own_interface(env)
     except netif.InterfaceError as exc:
         raise StageError(f"rank {launch.rank} on {launch.hostname}: {exc}") from None
-    if found and found[0] != env[netif.FIRST_IFACE] and launch.local_rank == 0:
+    if found and found[0] != env.get(netif.FIRST_IFACE) and launch.local_rank == 0:
         print(
             f"rank {launch.rank} on {launch.hostname}: network interface {found[0]} ({found[1]}), "
-            f"{found[2]} (the first node's is {env[netif.FIRST_IFACE]})",
+            f"{found[2]}" + (f" (the first node's is {env[netif.FIRST_IFACE]})" if netif.FIRST_IFACE in env else ""),
             file=sys.stderr,
             flush=True,
         )
