@@ -24,7 +24,7 @@ def _node_facts(summary):
 
 
 def _device(facts):
-    gpus = facts.get("gpus") or []
+    gpus = [g for g in facts.get("gpus") or [] if g.get("name")]  # not one NVML could not open
     if gpus:
         return f"{len(gpus)}x {gpus[0]['name']}"
     return f"CPU: {facts.get('cpu', '?')}" if facts else ""
@@ -93,6 +93,9 @@ def evidence(s):
         "slurm_exclusive": (s.get("slurm") or {}).get("exclusive"),
         "cache_scope": (s.get("cache_scope") or {}).get("used", ""),
         "cache_not_emptied": cache_not_emptied(s),
+        # each GPU's power limit and application clocks as NVML gave them, and any below its default
+        "gpu_limits": limits_text(s),
+        "power_capped": power_capped(s),
         "started_at": job.get("started_at"),
         "ended_at": job.get("ended_at"),
     }
@@ -120,6 +123,56 @@ def cache_not_emptied(s):
         ),
         "",
     )
+
+
+def run_gpus(s):
+    """(node, GPU record of provenance.node_facts) of the GPUs a run used: those its ranks were bound
+    to (gpu_binding's PCI bus ids, node by node), else every GPU NVML opened on its nodes (a run
+    that recorded no binding, or a node whose binding named no bus id)."""
+    nodes, _ = _node_facts(s)
+    bound = {}
+    for r in (s.get("gpu_binding") or {}).get("ranks") or []:
+        if r.get("bus_id"):
+            bound.setdefault(r.get("node"), set()).add(r["bus_id"])
+    out = []
+    for node, facts in sorted(nodes.items()):
+        gpus = [g for g in facts.get("gpus") or [] if g.get("name")]
+        mine = [g for g in gpus if g.get("bus_id") in bound.get(node, ())]
+        out += [(node, g) for g in (mine or gpus)]
+    return out
+
+
+def power_capped(s):
+    """The run's GPUs held below their default power limit ("gpu3 on n1 at 250 W of its default
+    300 W", NVML's index as in the telemetry), "" where none was or NVML gave no limits."""
+    capped = [
+        f"gpu{g['index']} on {node} at {g['power_limit_W']:g} W of its default {g['default_power_limit_W']:g} W"
+        for node, g in run_gpus(s)
+        if g.get("power_limit_W") and g.get("default_power_limit_W") and g["power_limit_W"] < g["default_power_limit_W"]
+    ]
+    return ", ".join(capped)
+
+
+def limits_text(s):
+    """The run's GPUs' power limits and application clocks, each distinct setting once: "300 W
+    (default 300 W), application clocks SM / memory 1312 / 877 MHz (default 1312 / 877)"; "" without
+    NVML's word."""
+
+    def clocks(c):
+        return " / ".join(str(c.get(k)) for k in ("sm", "mem")) if c and any(c.values()) else None
+
+    said = []
+    for _, g in run_gpus(s):
+        watts, app = g.get("power_limit_W"), clocks(g.get("app_clocks_MHz"))
+        default = g.get("default_power_limit_W")
+        parts = [f"{watts:g} W (default {f'{default:g}' if default else '?'} W)"] if watts is not None else []
+        if app:
+            parts.append(
+                f"application clocks SM / memory {app} MHz (default {clocks(g.get('default_app_clocks_MHz'))})"
+            )
+        if parts:
+            said.append(", ".join(parts))
+    return "; ".join(dict.fromkeys(said))
 
 
 def record(point):
@@ -193,6 +246,8 @@ EVIDENCE = [
     "slurm_exclusive",
     "cache_scope",
     "cache_not_emptied",
+    "gpu_limits",
+    "power_capped",
     "started_at",
     "ended_at",
     # the input check, run by run (results/input_marks.py; empty where it judged none)
