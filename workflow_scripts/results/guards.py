@@ -209,9 +209,10 @@ def mode_changed(base_mode, mode, name, base_gpus):
 
 
 def cache_caveat(row):
-    """The caveat of a cold-read finding (uncached stability, storage reads) on a run whose
-    dataset's file system kept its own cache (cache_not_emptied): its reads may not have been cold;
-    None where clearing reached every cache."""
+    """The caveat of a cold-read finding (uncached stability, Fig. 7's storage reads) on a run whose
+    reads may have been warm (results/runs.py, cache_not_emptied): a file system's or its servers'
+    own cache that clearing does not reach, or an eviction that did not take; None where clearing
+    took and reached every cache."""
     why = row.get("cache_not_emptied")
     if pd.isna(why) or not str(why):
         return None

@@ -111,18 +111,37 @@ def socket_text(link):
 
 
 def cache_not_emptied(s):
-    """Why the dataset's file system kept a cache of its own that clearing did not reach (GPFS's
-    pagepool, a FUSE daemon's, FS-Cache: cluster/mounts.py), from the run's page-cache reports; ""
-    where the kernel's page cache is the only one."""
-    reports = (s.get("page_cache") or {}).values()
-    return next(
-        (
-            r["dataset_evicted_unverifiable"]
-            for r in reports
-            if isinstance(r, dict) and r.get("dataset_evicted_unverifiable")
-        ),
-        "",
-    )
+    """Why a run's reads may not have been cold, node by node, from its page-cache reports ("" where
+    every node's clearing took and reached every cache): a cache of the file system's own that
+    clearing does not reach (GPFS's pagepool, a FUSE daemon's, FS-Cache: cluster/mounts.py), its
+    servers' (Lustre's OSS, an NFS server's), or an eviction that did not take (dataset_evicted
+    false: pages still resident, or files this user may not write, whose pages mincore reports
+    resident whatever happened: always so for a shared, read-only dataset)."""
+    reports = s.get("page_cache") or {}
+    nodes = {}
+    for node, r in sorted(reports.items()):
+        for why in _not_cold(r) if isinstance(r, dict) else ():
+            nodes.setdefault(why, []).append(node)
+    if not any(isinstance(r, dict) for r in reports.values()):
+        nodes.setdefault("no page-cache report: clearing did not run before this run", [])
+    return "; ".join(f"{', '.join(n) + ': ' if n else ''}{why}" for why, n in nodes.items())
+
+
+def _not_cold(report):
+    """What of one node's page-cache report (cluster/page_cache.py) leaves its reads possibly warm."""
+    out = [f"{path}: {why}" for path, why in (report.get("dataset_evicted_unverifiable") or {}).items()]
+    out += [f"{path}: {why}" for path, why in (report.get("servers_cache_not_emptied") or {}).items()]
+    if report.get("dataset_evicted") is False:
+        after, method = report.get("after") or {}, report.get("method", "clearing")
+        if after.get("unverifiable_files"):
+            out.append(
+                f"the eviction ({method}) is not verified: {after['unverifiable_files']} of the dataset's "
+                f"{after.get('files', '?')} files are ones this user may not write, whose pages mincore reports "
+                "resident whatever the cache holds (a shared, read-only dataset)"
+            )
+        else:
+            out.append(f"{after.get('resident_bytes', '?')} bytes of the dataset still cached after {method}")
+    return out
 
 
 def run_gpus(s):
