@@ -20,13 +20,11 @@ A run directory holds:
 """
 
 import argparse
-import faulthandler
 import hashlib
 import json
 import math
 import os
 import platform
-import signal
 import socket
 import sys
 import time
@@ -209,10 +207,9 @@ class Run:
             write=self.launch.rank == 0,
             beat=self.dir / watchdog.BEAT.format(rank=self.launch.rank),
         )
-        # The watchdog's SIGUSR1 on a hang: every thread's stack into this rank's file (a rank that
-        # writes none did not answer: stopped, or stuck outside Python), and the rank goes on
-        self._stacks = open(self.dir / watchdog.STACKS.format(rank=self.launch.rank), "w")
-        faulthandler.register(signal.SIGUSR1, file=self._stacks, all_threads=True)
+        # The watchdog's SIGUSR1 on a hang: every thread's stack into the job's log (a rank that
+        # gives none did not answer: stopped, or stuck outside Python), and the rank goes on
+        self._stacks = watchdog.answer_stacks(self.dir, self.launch)
         self.digests = {}
         self.cpus, self.threads = cpus.of(self.launch), {}
         self.telemetry = None
