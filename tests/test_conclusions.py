@@ -231,6 +231,75 @@ def test_a_cold_read_finding_on_a_file_system_with_its_own_cache_is_not_decided(
     assert row.verdict == mod.NOT_DECIDED and "cache not emptied" in row.why and "pagepool" in row.why, row.why
 
 
+def _cache_reports(evicted, **after):
+    """A run's page-cache reports (cluster/page_cache.py), its two nodes alike: the eviction done
+    with fadvise, and what mincore said after it."""
+    report = {
+        "method": "fadvise_dontneed",
+        "dataset_evicted": evicted,
+        "after": {"files": 1024, "bytes": 2**37, "resident_bytes": 0, "unverifiable_files": 0, **after},
+    }
+    return {"page_cache": {"n1": report, "n2": dict(report)}}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "reports, said",
+    [
+        # a shared, read-only dataset: mincore reports every page of it resident, whatever was evicted
+        (_cache_reports(False, resident_bytes=2**37, unverifiable_files=1024), "this user may not write"),
+        (_cache_reports(False, resident_bytes=4096), "4096 bytes of the dataset still cached after fadvise"),
+        ({"page_cache": {"note": "no cache report: clearing did not run before this run"}}, "clearing did not run"),
+    ],
+)
+def test_a_run_whose_eviction_did_not_take_decides_no_cold_read_finding(tables, reports, said):
+    """Issue 61 item 6: the run's own page-cache reports, not a table cell, make its reads possibly
+    warm: neither Fig. 7's storage reads nor Caffe2's uncached instability is decided on it, and the
+    caveat names the nodes and why; the same reports with the eviction verified decide both."""
+    from workflow_scripts.results import runs
+
+    def add(why):
+        def change(df):
+            n = len(df)
+            df = add_rows(
+                df,
+                _run(step_cv=0.10),
+                _run(framework="mxnet", gpus=4, nodes=1),
+                _run(framework="mxnet", gpus=8, nodes=2),
+            )
+            return df.assign(cache_not_emptied=[""] * n + [why] * 3)
+
+        return change
+
+    row = {"system": "local", "framework": "mxnet", "precision": "fp32", "input": "cpu", "metric": "read_MBps"}
+    doctor(
+        tables,
+        "storage_throughput",
+        lambda df: add_rows(
+            df,
+            {**row, "gpus": 4, "node": "n1", "device": "nfs:/data", "peak_MBps": 50.0},
+            *({**row, "gpus": 8, "node": n, "device": "nfs:/data", "peak_MBps": 48.0} for n in ("n1", "n2")),
+        ),
+    )
+    baseline = tables.parent / "baseline"
+    shutil.copytree(tables, baseline)
+    why = runs.evidence(reports)["cache_not_emptied"]
+    assert said in why and ("n1, n2: " in why or "note" in reports["page_cache"]), why
+    doctor(tables, "training_throughput", add(why))
+    v = verdicts(tables)
+    for finding in ("disk_read_doubles", "caffe2_unstable_across_nodes"):
+        assert v.loc[finding, "verdict"] == mod.NOT_DECIDED, (finding, v.loc[finding, "why"])
+        assert "cache not emptied" in v.loc[finding, "why"] and said in v.loc[finding, "why"]
+    took = runs.evidence(_cache_reports(True))["cache_not_emptied"]
+    assert took == ""
+    doctor(baseline, "training_throughput", add(took))
+    v = verdicts(baseline)
+    assert (
+        v.loc["disk_read_doubles", "verdict"] == mod.HOLDS
+        and v.loc["caffe2_unstable_across_nodes", "verdict"] == mod.HOLDS
+    )
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize("fp16, verdict", [(18.0, mod.HOLDS), (12.0, mod.FAILS)])
 def test_fp16_gain(gpu_tables, fp16, verdict):

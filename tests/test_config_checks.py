@@ -224,3 +224,34 @@ def test_the_input_checks_old_keys_are_refused_naming_what_replaced_them(key, sa
     with pytest.raises(ConfigProblem) as e:
         config_checks.unknown_keys(old, schema)
     assert str(e.value).startswith(f"config preflight.{key}: {says}"), e.value
+
+
+def test_a_start_up_limit_a_run_cannot_reach_before_its_time_limit_is_clamped(capsys):
+    """Issue 61 item 6: 30 minutes a run (the job stops its ranks 3 minutes before, as a time limit)
+    leave no room for the watchdog's default 1800 s before the first step: a start-up hang would be
+    filed as a time limit and never retried. The limit is clamped, at parse time, to the time less
+    twice the stop margin, and the line says so, naming both keys."""
+    c = config(systems={"g": dict(GPU, time_min=30)}, training__systems=["g"])
+    assert c["training"]["hang_start_s"] == 1800  # the schema's default
+    config_checks.check_config(c)
+    assert c["training"]["hang_start_s"] == 1800 - 2 * 180
+    said = capsys.readouterr().err
+    assert "training.hang_start_s = 1800: clamped to 1440 s" in said and "systems.g.time_min = 30" in said, said
+    # the shortest time wins, a long test's own included; a limit that fits, and 0 (no watchdog), stay
+    c = config(
+        systems={"g": dict(GPU, time_min=120), "h": dict(GPU, time_min=90)},
+        training__systems=["g", "h"],
+        training__long_test__time_min=20,
+    )
+    config_checks.check_config(c)
+    assert (
+        c["training"]["hang_start_s"] == 1200 - 2 * 120
+        and "training.long_test.time_min = 20" in capsys.readouterr().err
+    )
+    for c in (
+        config(systems={"g": dict(GPU, time_min=60)}, training__systems=["g"]),
+        config(systems={"g": dict(GPU, time_min=1)}, training__systems=["g"], training__hang_start_s=0),
+    ):
+        before = c["training"]["hang_start_s"]
+        config_checks.check_config(c)
+        assert c["training"]["hang_start_s"] == before and capsys.readouterr().err == ""

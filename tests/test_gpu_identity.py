@@ -153,3 +153,36 @@ def test_formats():
     assert gpu_identity.mask_cpus([0x3, 0x3]) == [0, 1, 64, 65]
     assert gpu_identity.normalize_bus_id("00000000:1B:00.0") == "0000:1b:00.0"
     assert gpu_identity.uuid_text(bytes(range(16))) == "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
+
+
+def test_each_gpus_power_limit_and_application_clocks_are_recorded_from_nvml(monkeypatch):
+    """Issue 61 item 6: the node's facts (cluster/provenance.py, written with every run) hold each
+    GPU's enforced and default power limits and its application clocks and their defaults, as NVML
+    gives them; a GPU a device cgroup hides is recorded with NVML's error, not the end of the run."""
+    from workflow_scripts.cluster import provenance
+
+    m = fake_pynvml(hidden=(0,))
+    m.NVML_CLOCK_SM, m.NVML_CLOCK_MEM = 1, 2
+    m.NVMLError_NotSupported = type("NVMLError_NotSupported", (m.NVMLError,), {})
+    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=80 * 2**30)
+    # milliwatts, as NVML counts them: GPU 3 capped at 250 W of its 700 W; GPU 5 without power management
+    m.nvmlDeviceGetEnforcedPowerLimit = lambda h: {3: 250_000}.get(h, 700_000) if h != 5 else _unsupported(m)
+    m.nvmlDeviceGetPowerManagementDefaultLimit = lambda h: 700_000 if h != 5 else _unsupported(m)
+    m.nvmlDeviceGetApplicationsClock = lambda h, kind: {1: 1755, 2: 2619}[kind]
+    m.nvmlDeviceGetDefaultApplicationsClock = lambda h, kind: {1: 1980, 2: 2619}[kind]
+    m.nvmlSystemGetDriverVersion = lambda: b"550.54.15"
+    m.nvmlSystemGetCudaDriverVersion = lambda: 12040
+    monkeypatch.setitem(sys.modules, "pynvml", m)
+    facts = provenance._gpus()
+    gpus = {g["index"]: g for g in facts["gpus"]}
+    assert gpus[0] == {"index": 0, "error": "Insufficient Permissions"}
+    assert gpus[3]["bus_id"] == BUS[3] and gpus[3]["name"] == "NVIDIA H100 #3"
+    assert (gpus[3]["power_limit_W"], gpus[3]["default_power_limit_W"]) == (250.0, 700.0)
+    assert gpus[3]["app_clocks_MHz"] == {"sm": 1755, "mem": 2619}
+    assert gpus[3]["default_app_clocks_MHz"] == {"sm": 1980, "mem": 2619}
+    assert gpus[5]["power_limit_W"] is None and gpus[5]["default_power_limit_W"] is None
+    assert (facts["driver"], facts["cuda_driver"]) == ("550.54.15", "12.4")
+
+
+def _unsupported(m):
+    raise m.NVMLError_NotSupported("Not Supported")

@@ -77,6 +77,27 @@ def test_gpfs_and_other_client_caches_make_eviction_not_verifiable(tmp_path):
     # The same file on its real (local) mount: verified as before.
     report = page_cache.clear([d], command="false", drop_caches=str(tmp_path / "no" / "drop_caches"))
     assert report["dataset_evicted"] is True and "dataset_evicted_unverifiable" not in report
+    assert "servers_cache_not_emptied" not in report
+
+
+@pytest.mark.stage
+def test_on_lustre_and_nfs_the_servers_cache_is_said_to_be_left_full(tmp_path):
+    """Issue 61 item 6: a Lustre client's page cache is the kernel's, so this node's eviction is
+    verified, but the object storage servers keep what they served in their memory: the report says
+    so beside dataset_evicted (as an NFS server's page cache), for the cold-read findings' caveat."""
+    info = tmp_path / "mountinfo"
+    info.write_text(MOUNTINFO)
+    said = page_cache.servers_uncleared(["/scratch/imagenet", "/nfs/home/imagenet", "/gpfs/fs1/x", "/x"], info)
+    assert set(said) == {"/scratch/imagenet", "/nfs/home/imagenet"}
+    assert "OSS read cache" in said["/scratch/imagenet"] and "NFS server (srv)" in said["/nfs/home/imagenet"]
+    d = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    f = d / "train-00000-of-00001"
+    f.write_bytes(os.urandom(1 << 20))
+    f.read_bytes()
+    info.write_text(MOUNTINFO + f"70 27 0:60 / {d} rw,relatime shared:40 - lustre 10.0.0.1@o2ib:/scratch rw,flock\n")
+    report = page_cache.clear([d], command="false", drop_caches=str(tmp_path / "no" / "drop_caches"), mountinfo=info)
+    assert report["dataset_evicted"] is True and page_cache.resident_bytes(f) == 0  # this node's: verified
+    assert "OSS read cache" in report["servers_cache_not_emptied"][str(d)]
 
 
 @pytest.mark.stage

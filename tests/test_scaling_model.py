@@ -118,6 +118,28 @@ def test_hierarchical_across_nodes_is_a_ring_within_and_one_across():
         cm.hierarchical_allreduce_s(b, g, m, NVLINK, None)
 
 
+def test_horovods_hierarchical_all_reduce_costs_its_copies_to_host_memory_and_back():
+    """Issue 61 item 7, Horovod 0.28.1's NCCLHierarchicalAllreduce::Execute: an NCCL reduce-scatter,
+    each GPU's S/g copied to host memory, an MPI all-reduce of it across nodes, the copy back, an
+    NCCL all-gather. With the copies' link given both copies are costed; without it the cost is that
+    of the bytes the other phases move, and the rows say it is a lower bound. On one node Horovod runs
+    no hierarchy, so no copy."""
+    b, g, m = 102_228_128, 4, 8
+    host = cm.Link(busbw_GBps=10.0, step_latency_s=5e-6)
+    copies = 2 * (b / g / 10e9 + 5e-6)
+    expected = exact_ring(b, g, NVLINK) + copies + exact_ring(b, m, NETWORK)
+    assert cm.hierarchical_allreduce_s(b, g, m, NVLINK, NETWORK, "ring", host) == pytest.approx(expected, rel=1e-12)
+    costed = cm.System(g, NVLINK, NETWORK, "hierarchical", host=host)
+    bare = cm.System(g, NVLINK, NETWORK, "hierarchical")
+    assert costed.allreduce_s(b, g * m) - bare.allreduce_s(b, g * m) == pytest.approx(copies, rel=1e-12)
+    assert costed.allreduce_s(b, g) == bare.allreduce_s(b, g) == pytest.approx(exact_ring(b, g, NVLINK), rel=1e-12)
+    assert "lower bound" in cm.uncosted(bare, m) and cm.uncosted(costed, m) == cm.uncosted(bare, 1) == ""
+    assert cm.uncosted(cm.System(g, NVLINK, NETWORK, "nccl"), m) == ""
+    said = " ".join(cm.hierarchical_notes(None))
+    assert "only with MPI" in said and "Gloo controller" in said and "cannot run it" in said, said
+    assert "lower bound" in said and "lower bound" not in " ".join(cm.hierarchical_notes(host))
+
+
 def test_a_flat_ring_runs_at_its_slowest_link_and_pays_the_network_per_crossing():
     b, g, m = 102_228_128, 4, 8
     n = g * m

@@ -192,6 +192,27 @@ def test_the_network_is_fitted_where_the_sweep_crossed_nodes(tmp_path):
 
 
 @pytest.mark.unit
+def test_the_hierarchical_rows_cost_horovods_copies_or_say_they_are_a_bound(tmp_path):
+    """Issue 61 item 7: prediction.host_copy_GBps costs Horovod's two copies of each GPU's share
+    between GPU and host memory in every row across nodes; unset, those rows say they are a lower
+    bound, and the table's notes say the pipeline's Gloo controller cannot run the algorithm."""
+    table = sp.read_table(write_table(tmp_path / "interconnect.csv", [(2, 1), (4, 1), (4, 2)]))
+    runs = {1: BATCH / T1, 2: with_overlap(2, 0.3), 4: with_overlap(4, 0.3), 8: with_overlap(8, 0.3, 4, 2)}
+    points = write_runs(tmp_path, runs, nodes={8: 2})
+    bare, _, notes = sp.build(table, points, {"gpu": 4}, settings(topology="hierarchical"))
+    costed, _, costed_notes = sp.build(table, points, {"gpu": 4}, settings(topology="hierarchical", host_copy_GBps=10))
+    bare, costed = rows_of(bare), rows_of(costed)
+    copies = sum(2 * b / 4 / 10e9 for b in BUCKETS)  # each bucket's share of a GPU, there and back
+    assert costed[64].allreduce_s - bare[64].allreduce_s == pytest.approx(copies, rel=1e-9)
+    assert costed[4].allreduce_s == bare[4].allreduce_s  # one node: no hierarchy, no copy
+    assert "lower bound" in bare[64].note and "lower bound" not in str(costed[64].note) + bare[4].note
+    said = " ".join(notes)
+    assert "Gloo controller" in said and "cannot run it" in said and "lower bound" in said, said
+    assert "Gloo controller" in " ".join(costed_notes) and "lower bound" not in " ".join(costed_notes)
+    assert not any("Gloo controller" in n for n in sp.build(table, points, {"gpu": 4}, settings())[2])
+
+
+@pytest.mark.unit
 def test_each_layout_across_nodes_is_predicted_from_the_others(tmp_path):
     groups = sp.allreduces(sp.read_table(write_table(tmp_path / "t.csv", [(2, 1), (4, 1), (4, 2), (4, 4)])), "gpu")
     lk = sp.links(groups, 4, settings(), BUCKETS, "hierarchical")

@@ -108,6 +108,75 @@ def test_ranks_on_two_gpu_models_are_refused_before_the_first_step_naming_the_no
     harness.Run.one_gpu_model(rank(0, "v1"), ("Tesla V100-SXM2-32GB", (7, 0)), wait_s=5)  # one model: goes on
 
 
+def _ranks_gpus(tmp_path, monkeypatch, mine, other, bandwidths=(None, None)):
+    """Rank 0 (node v1, GPU `mine`) beside rank 1 (node v2, GPU `other`, already written), each with
+    its memory bandwidth as NVML gave it (None: not known): what one_gpu_model makes of them."""
+    import json
+    from types import SimpleNamespace
+
+    from workflow_scripts.cluster import gpu_identity
+    from workflow_scripts.train import harness
+
+    (tmp_path / "gpu.rank1.json").write_text(
+        json.dumps({"rank": 1, "node": "v2", "gpu": other[0], "capability": other[1], "memory_GBps": bandwidths[1]})
+    )
+    me = SimpleNamespace(launch=SimpleNamespace(rank=0, world_size=2), node="v1", dir=tmp_path, gpu_binding=None)
+    # NVML's answer for this rank's GPU, at the boundary the next test checks with a made-up reading
+    monkeypatch.setattr(gpu_identity, "memory_GBps", lambda bus: bandwidths[0], raising=False)
+    me.gpu_binding = {"bus_id": "0000:1b:00.0"}  # the GPU NVML is asked about
+    harness.Run.one_gpu_model(me, mine, wait_s=5)
+
+
+def test_gpus_that_differ_in_memory_size_alone_are_one_model_with_a_warning(tmp_path, capsys, monkeypatch):
+    """Issue 61 item 6: V100-SXM2 16 GB beside 32 GB, one chip at one memory bandwidth, is one model
+    for the study: the run goes on and rank 0 says so in the log; sm_70 beside sm_80 is refused."""
+    from workflow_scripts.common.errors import PermanentError
+
+    _ranks_gpus(
+        tmp_path, monkeypatch, ("Tesla V100-SXM2-32GB", (7, 0)), ("Tesla V100-SXM2-16GB", [7, 0]), (898.0, 898.0)
+    )
+    said = capsys.readouterr().err
+    assert "warning: the run's GPUs differ in memory size only" in said and "898 GB/s" in said, said
+    assert "Tesla V100-SXM2-16GB (compute capability 7.0, 898 GB/s) on v2" in said
+    # without NVML's bandwidth the same pair still runs, and the warning says it could not compare
+    _ranks_gpus(tmp_path, monkeypatch, ("Tesla V100-SXM2-32GB", (7, 0)), ("Tesla V100-SXM2-16GB", [7, 0]))
+    assert "memory bandwidth not known" in capsys.readouterr().err
+    with pytest.raises(PermanentError, match=r"different GPUs: .*capability 8\.0\) on v2; .*capability 7\.0\) on v1"):
+        _ranks_gpus(tmp_path, monkeypatch, ("Tesla V100-SXM2-32GB", (7, 0)), ("NVIDIA A100-SXM4-40GB", [8, 0]))
+    # one chip, two memory bandwidths (A100 40 GB: HBM2, 80 GB: HBM2e): every step is paced by the slower
+    with pytest.raises(PermanentError, match="different memory bandwidths: .*1555 GB/s.*2039 GB/s"):
+        _ranks_gpus(
+            tmp_path,
+            monkeypatch,
+            ("NVIDIA A100-SXM4-40GB", (8, 0)),
+            ("NVIDIA A100-SXM4-80GB", [8, 0]),
+            (1555.2, 2039.0),
+        )
+    # the study's own comparison, PCIe against SXM2, stays two models
+    with pytest.raises(PermanentError, match="different GPUs"):
+        _ranks_gpus(tmp_path, monkeypatch, ("Tesla V100-PCIE-16GB", (7, 0)), ("Tesla V100-SXM2-16GB", [7, 0]))
+
+
+def test_the_memory_bandwidth_is_nvmls_bus_width_and_memory_clock():
+    """A made-up NVML reading of a V100 (4096-bit HBM2 at 877 MHz), at the boundary gpu_identity reads."""
+    from types import SimpleNamespace
+
+    from workflow_scripts.cluster import gpu_identity
+
+    asked = []
+    nvml = SimpleNamespace(
+        NVML_CLOCK_MEM=2,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByPciBusId=lambda bus: asked.append(bus) or "h",
+        nvmlDeviceGetMemoryBusWidth=lambda h: 4096,
+        nvmlDeviceGetMaxClockInfo=lambda h, kind: {2: 877}[kind],
+    )
+    assert gpu_identity.memory_GBps("0000:1b:00.0", nvml) == pytest.approx(898.048) and asked == ["0000:1b:00.0"]
+    nvml.nvmlDeviceGetMemoryBusWidth = lambda h: (_ for _ in ()).throw(RuntimeError("Not Supported"))
+    assert gpu_identity.memory_GBps("0000:1b:00.0", nvml) is None
+
+
 def test_int8_timings_are_judged_by_the_same_windows():
     """Issue 52 item 10: the INT8 stage's timed runs (int8/throughput.py) over windows of 10 runs,
     as training's steps: jitter alone is stable, a stretch of slow runs is not; fewer than two
@@ -122,3 +191,45 @@ def test_int8_timings_are_judged_by_the_same_windows():
     assert stalled["window_cv"] > metrics.STABLE_CV and not stalled["stable"] and stalled["stable_by"] == "windows"
     few = summarize(jitter[:15], 8)
     assert few["window_cv"] is None and few["stable_by"] == "runs" and few["stable"] is (few["cv"] <= metrics.STABLE_CV)
+
+
+def _gpu_fact(index, bus, limit, default=300.0):
+    return {
+        "index": index,
+        "name": "Tesla V100-SXM2-16GB",
+        "bus_id": bus,
+        "power_limit_W": limit,
+        "default_power_limit_W": default,
+        "app_clocks_MHz": {"sm": 1312, "mem": 877},
+        "default_app_clocks_MHz": {"sm": 1312, "mem": 877},
+    }
+
+
+def test_a_run_on_a_gpu_below_its_default_power_limit_is_not_vouched_for():
+    """Issue 61 item 6: a made-up run record whose node's GPU 1 enforces 250 W of its default 300 W
+    (nvidia-smi -pl 250): the run's caveats say so, naming the GPU and both limits, and the training
+    table shows every GPU's limits and clocks. A capped GPU the run was not bound to does not count."""
+    from workflow_scripts.results import guards, runs
+
+    node = {"gpus": [_gpu_fact(0, "0000:1a:00.0", 300.0), _gpu_fact(1, "0000:1b:00.0", 250.0)]}
+    summary = {
+        "provenance": {"nodes": {"n1": node}},
+        "gpu_binding": {"ranks": [{"rank": r, "node": "n1", "bus_id": f"0000:1{'ab'[r]}:00.0"} for r in (0, 1)]},
+        "isolation": {"isolated": True, "why": ""},
+    }
+    row = {"system": "v100", "run_dir": "runs/v100/pytorch_fp32_2gpu", **runs.evidence(summary)}
+    assert row["power_capped"] == "gpu1 on n1 at 250 W of its default 300 W"
+    assert "250 W (default 300 W)" in row["gpu_limits"] and "SM / memory 1312 / 877 MHz" in row["gpu_limits"]
+    caveats = guards.run_caveats(row)
+    assert caveats == [
+        "power capped: v100/pytorch_fp32_2gpu: gpu1 on n1 at 250 W of its default 300 W: its "
+        "steps ran on GPUs held below their default power limit (nvidia-smi -pl, or the site's "
+        "power capping)"
+    ], caveats
+    # the run bound to GPU 0 alone: another job's capped GPU on the node is not its figure
+    summary["gpu_binding"]["ranks"] = summary["gpu_binding"]["ranks"][:1]
+    assert runs.evidence(summary)["power_capped"] == ""
+    # at its default, or with no word from NVML: nothing to say
+    node["gpus"][1]["power_limit_W"] = None
+    summary["gpu_binding"] = None
+    assert runs.evidence(summary)["power_capped"] == ""

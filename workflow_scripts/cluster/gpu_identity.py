@@ -66,6 +66,19 @@ def uuid_text(raw):
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
+# A memory size in a GPU's marketing name: "-16GB", " 80GB", "-32G"
+_MEMORY = re.compile(r"[-_ ]?\d+\s*G(?:i?B)?\b", re.I)
+
+
+def study_model(name):
+    """A GPU's model as the study tells models apart: its name without the memory size, in one
+    spelling. The V100-SXM2's 16 GB and 32 GB boards have one chip, clocks and memory bandwidth,
+    so their figures are one model's; V100-PCIE against V100-SXM2 (the study's own comparison) or
+    A100 against V100 stay two. 'Tesla V100-SXM2-32GB' and 'Tesla V100-SXM2-16GB' ->
+    'tesla v100 sxm2'; 'NVIDIA A100 80GB PCIe' and 'NVIDIA A100-PCIE-40GB' -> 'nvidia a100 pcie'."""
+    return " ".join(re.split(r"[-_ ]+", _MEMORY.sub("", str(name or "")).strip().lower()))
+
+
 # ---- plain data: which NVML GPU is CUDA index i ------------------------------------------------------
 
 
@@ -288,3 +301,67 @@ def identify(cuda_index, env=None, cuda=None, nvml=None):
         return map_visible(parse_visible(env.get("CUDA_VISIBLE_DEVICES")), (nvml or nvml_gpus)())[cuda_index]
     except Exception:
         return None
+
+
+# ---- plain data: one GPU model for a run -------------------------------------------------------------
+
+
+def _said(records):
+    """'Tesla V100-SXM2-16GB (compute capability 7.0, 898 GB/s) on v1, v2; ...', one part per GPU."""
+    kinds = {}
+    for r in records:
+        bw = r.get("memory_GBps")
+        kinds.setdefault((r["gpu"], tuple(r["capability"] or ()), bw), set()).add(r["node"])
+    return "; ".join(
+        f"{name} (compute capability {'.'.join(map(str, cc)) or '?'}{f', {bw:.0f} GB/s' if bw else ''}) on "
+        f"{', '.join(sorted(nodes))}"
+        for (name, cc, bw), nodes in sorted(kinds.items(), key=lambda k: (k[0][0], k[0][1], k[0][2] or 0))
+    )
+
+
+def gpu_mix(records):
+    """(why a run's GPUs are not one model for the study, a warning where they are one though their
+    names differ), either None. records: each rank's {node, gpu (name), capability, memory_GBps}.
+
+    Refused: two compute capabilities (each rank would pick its own precision and loss scaling), two
+    models apart from memory (study_model), or one chip whose memory bandwidth differs (A100 40 GB
+    and 80 GB: 1.6 and 2.0 TB/s), which paces every step. Warned: memory sizes alone (V100-SXM2 16 GB
+    beside 32 GB, or where NVML gave no bandwidth to compare): a batch that fits the larger may not
+    fit the smaller, which the run would show by failing, not by a slower figure."""
+    records = list(records)
+    kinds = {(study_model(r["gpu"]), tuple(r["capability"] or ())) for r in records}
+    if len(kinds) > 1:
+        return f"the run's ranks have different GPUs: {_said(records)}", None
+    if len({r["gpu"] for r in records}) < 2:
+        return None, None
+    bandwidths = {round(r["memory_GBps"]) for r in records if r.get("memory_GBps")}
+    if len(bandwidths) > 1:
+        return f"the run's ranks have one chip with different memory bandwidths: {_said(records)}", None
+    everyone = all(r.get("memory_GBps") for r in records)
+    known = "the same memory bandwidth" if everyone else "their memory bandwidth not known: NVML did not say"
+    return None, (
+        f"the run's GPUs differ in memory size only ({_said(records)}; {known}): one model for the study, run "
+        "as one; a batch that fits the larger may not fit the smaller"
+    )
+
+
+def memory_GBps(bus_id, nvml=None):
+    """The peak memory bandwidth of the GPU at PCI `bus_id` from NVML (bus width x the highest
+    memory clock x 2, double data rate: 898 GB/s for a V100's HBM2), None where NVML cannot say.
+    nvml: the pynvml module (the default) or an object with its functions."""
+    try:
+        if nvml is None:
+            import pynvml as nvml
+        nvml.nvmlInit()
+    except Exception:  # no nvidia-ml-py, no driver
+        return None
+    try:
+        h = nvml.nvmlDeviceGetHandleByPciBusId(bus_id)
+        return nvml.nvmlDeviceGetMemoryBusWidth(h) * nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_MEM) * 2 / 8e3
+    except Exception:  # a GPU NVML cannot open, a call this GPU or driver lacks
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass

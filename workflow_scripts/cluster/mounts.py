@@ -1,6 +1,6 @@
 """Which mount a path lives on (/proc/self/mountinfo), whether clearing the kernel's page
-cache can be checked there, and how its file system reaches its servers (Lustre's NIDs, NFS's
-transport).
+cache can be checked there and whether the file system's servers keep a cache of their own, and
+how its file system reaches its servers (Lustre's NIDs, NFS's transport).
 
 A mountinfo line (proc(5)): mount ID, parent ID, major:minor, root, mount point, mount options,
 optional fields, "-", file system type, source, super options.
@@ -86,6 +86,26 @@ def uncheckable_cache(mount):
         return (
             f"{mount.fstype} mount with FS-Cache (option fsc): file data is also kept in the local "
             "cachefiles store, which drop_caches and posix_fadvise do not clear"
+        )
+    return None
+
+
+def servers_cache(mount):
+    """Why clearing this node cannot make a read cold on `mount` although the node's own page cache
+    is the only client cache (mincore verifies it): the servers keep the data they served in their
+    memory, which nothing on a client empties. None for a local file system, and for the client-side
+    caches uncheckable_cache names."""
+    if mount is None:
+        return None
+    if mount.fstype == "lustre":
+        return (
+            "Lustre's object storage servers keep the file data they served in their own memory (the OSS read "
+            "cache), which clearing this node's page cache does not empty"
+        )
+    if mount.fstype in ("nfs", "nfs4"):
+        return (
+            f"the NFS server ({mount.source.rsplit(':', 1)[0]}) keeps the file data it served in its own page "
+            "cache, which clearing this node's page cache does not empty"
         )
     return None
 

@@ -8,7 +8,8 @@ training.cache_clear) goes straight to the last: the node's other caches stay. W
 dataset files is then measured with mincore(2), so a drop that did not happen is never reported
 as done. Where the dataset's file system keeps a cache of its own (GPFS's pagepool, a FUSE
 daemon's, FS-Cache), mincore cannot show whether a read will be cold: there `dataset_evicted` is
-null and `dataset_evicted_unverifiable` says why.
+null and `dataset_evicted_unverifiable` says why. Where its servers keep one (Lustre's OSS, an NFS
+server), `servers_cache_not_emptied` says so beside the node's own verdict.
 """
 
 import argparse
@@ -73,6 +74,17 @@ def uncheckable(paths, mountinfo=mounts.MOUNTINFO):
     out = {}
     for p in map(str, paths):
         why = mounts.uncheckable_cache(mounts.mount_of(p, mountinfo))
+        if why:
+            out[p] = why
+    return out
+
+
+def servers_uncleared(paths, mountinfo=mounts.MOUNTINFO):
+    """{path: why} for the dataset paths whose file system's servers keep a cache of their own
+    (Lustre's OSS read cache, an NFS server's page cache), which no clearing on a node reaches."""
+    out = {}
+    for p in map(str, paths):
+        why = mounts.servers_cache(mounts.mount_of(p, mountinfo))
         if why:
             out[p] = why
     return out
@@ -184,6 +196,10 @@ def clear(paths, command="", drop_caches="/proc/sys/vm/drop_caches", mountinfo=m
     )
     if unverifiable:
         report["dataset_evicted_unverifiable"] = unverifiable
+    servers = servers_uncleared(paths, mountinfo)
+    if servers:
+        # dataset_evicted still says what this node's cache holds; the servers' memory is beyond it
+        report["servers_cache_not_emptied"] = servers
     return report
 
 
@@ -201,17 +217,28 @@ def main():
         json.dumps(
             {
                 k: report[k]
-                for k in ("node", "method", "dropped_all_caches", "dataset_evicted", "dataset_evicted_unverifiable")
+                for k in (
+                    "node",
+                    "method",
+                    "dropped_all_caches",
+                    "dataset_evicted",
+                    "dataset_evicted_unverifiable",
+                    "servers_cache_not_emptied",
+                )
                 if k in report
             }
         )
     )
+    # In words, for the job's log: the cold-read findings carry each as a caveat (results/guards.py).
     if report.get("dataset_evicted_unverifiable"):
-        # In words, for the job's log: the cold-read findings carry it as a caveat (results/guards.py).
         print(
             f"page cache: {node}: the dataset's file system's own cache was not emptied: "
             f"{report['dataset_evicted_unverifiable']}"
         )
+    if report.get("servers_cache_not_emptied"):
+        print(f"page cache: {node}: the file servers' own cache was not emptied: {report['servers_cache_not_emptied']}")
+    if report["dataset_evicted"] is False:
+        print(f"page cache: {node}: the dataset's eviction did not take: {report['after']}")
 
 
 if __name__ == "__main__":

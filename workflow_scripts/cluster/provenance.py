@@ -12,6 +12,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+from . import gpu_identity
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -25,31 +27,68 @@ def cpu_model():
     return platform.processor() or platform.machine()
 
 
-def _gpus():
-    """GPU models, memory, driver and CUDA driver version from NVML; empty where there is none."""
-    try:
-        import pynvml
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value
 
-        pynvml.nvmlInit()
+
+def _reading(read):
+    """read()'s value, or None where this GPU, driver or nvidia-ml-py does not give it (a power limit
+    on a GPU without power management, application clocks on a consumer board)."""
+    try:
+        return read()
+    except Exception:
+        return None
+
+
+def _watts(milliwatts):
+    return None if milliwatts is None else milliwatts / 1000
+
+
+def gpu_limits(nvml, h):
+    """What a GPU was set to run at, as NVML says: the power limit it enforces and its default (W),
+    and its application clocks and their defaults (MHz, SM and memory). A limit below the default
+    (nvidia-smi -pl, a site's power capping) slows every step: the run carries a caveat
+    (results/guards.py, power capped)."""
+    clocks = {"sm": nvml.NVML_CLOCK_SM, "mem": nvml.NVML_CLOCK_MEM}
+    return {
+        "power_limit_W": _watts(_reading(lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h))),
+        "default_power_limit_W": _watts(_reading(lambda: nvml.nvmlDeviceGetPowerManagementDefaultLimit(h))),
+        "app_clocks_MHz": {
+            k: _reading(lambda c=c: nvml.nvmlDeviceGetApplicationsClock(h, c)) for k, c in clocks.items()
+        },
+        "default_app_clocks_MHz": {
+            k: _reading(lambda c=c: nvml.nvmlDeviceGetDefaultApplicationsClock(h, c)) for k, c in clocks.items()
+        },
+    }
+
+
+def _gpu(nvml, i):
+    """One GPU's record; {'index', 'error'} for one NVML cannot open (a device cgroup on a shared node)."""
+    try:
+        h = nvml.nvmlDeviceGetHandleByIndex(i)
+        name = _text(nvml.nvmlDeviceGetName(h))
+        memory = nvml.nvmlDeviceGetMemoryInfo(h).total // 2**20
+    except nvml.NVMLError as exc:
+        return {"index": i, "error": str(exc)}
+    bus = _reading(lambda: gpu_identity.normalize_bus_id(_text(nvml.nvmlDeviceGetPciInfo(h).busId)))
+    return {"index": i, "name": name, "memory_MB": memory, "bus_id": bus, **gpu_limits(nvml, h)}
+
+
+def _gpus(nvml=None):
+    """GPU models, memory, PCI bus ids, power limits and application clocks, driver and CUDA driver
+    version from NVML; empty where there is none. nvml: the pynvml module (the default) or an
+    object with its functions."""
+    try:
+        if nvml is None:
+            import pynvml as nvml
+        nvml.nvmlInit()
     except Exception:  # no NVML library or no driver: a CPU node
         return {"gpus": [], "driver": "", "cuda_driver": ""}
-    n = pynvml.nvmlDeviceGetCount()
-    gpus = []
-    for i in range(n):
-        h = pynvml.nvmlDeviceGetHandleByIndex(i)
-        name = pynvml.nvmlDeviceGetName(h)
-        gpus.append(
-            {
-                "index": i,
-                "name": name.decode() if isinstance(name, bytes) else name,
-                "memory_MB": pynvml.nvmlDeviceGetMemoryInfo(h).total // 2**20,
-            }
-        )
-    driver = pynvml.nvmlSystemGetDriverVersion()
-    cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+    gpus = [_gpu(nvml, i) for i in range(nvml.nvmlDeviceGetCount())]
+    cuda = nvml.nvmlSystemGetCudaDriverVersion()
     return {
         "gpus": gpus,
-        "driver": driver.decode() if isinstance(driver, bytes) else driver,
+        "driver": _text(nvml.nvmlSystemGetDriverVersion()),
         "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}",
     }
 

@@ -7,10 +7,12 @@ import difflib
 import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 from workflow_scripts.cluster import interpreter
 from workflow_scripts.plan.sweep import ConfigProblem
+from workflow_scripts.train import job_stop
 
 # Keys that were renamed or removed: a config that still has one is told what replaced it, not
 # offered a near one.
@@ -147,7 +149,8 @@ def check_writable(key, value):
 
 
 def check_config(config):
-    """The paths, the systems training names, and each system's CPUs for its GPUs."""
+    """The paths, the systems training names, each system's CPUs for its GPUs, and the watchdog's
+    start-up limit against the runs' time (clamp_hang_start, said on stderr)."""
     for key in ("data_dir", "log_dir", "results_dir"):
         check_path(key, config[key], file_pattern=True)
         check_writable(key, config[key])
@@ -180,6 +183,39 @@ def check_config(config):
                 f"SLURM counts them: hardware threads where ThreadsPerCore=2 (e.g. 20, 10 cores' threads, on a "
                 f"node of 40 cores with 2 threads each and 4 GPUs)"
             )
+    clamped = clamp_hang_start(config)
+    if clamped:
+        print(clamped, file=sys.stderr)
+
+
+def clamp_hang_start(config):
+    """training.hang_start_s against the shortest time a training run is given (systems.<name>.time_min
+    of training.systems, training.long_test.time_min where set): a start-up hang still waiting for
+    the watchdog when the job stops its ranks before that time's end (train/job_stop.py, margin_s)
+    would be filed as a time limit, permanent and never retried. Clamped in place, for every run (the
+    rules pass one value), to that time less twice the stop margin: once for the stop itself, once
+    for what comes before the watchdog starts (the cache clearing) and after its limit (its look
+    every 2 s, the ranks' stacks). -> the line that says so, or None where nothing changed."""
+    t = config["training"]
+    limits = {f"systems.{s}.time_min": config["systems"][s]["time_min"] for s in t["systems"] if s in config["systems"]}
+    if t["long_test"]["time_min"]:
+        limits["training.long_test.time_min"] = t["long_test"]["time_min"]
+    if not t["hang_start_s"] or not limits:
+        return None
+    key, minutes = min(limits.items(), key=lambda kv: kv[1])
+    share = minutes * 60
+    margin = job_stop.margin_s(share)
+    allowed = int(share - 2 * margin)
+    if t["hang_start_s"] <= allowed:
+        return None
+    line = (
+        f"config training.hang_start_s = {t['hang_start_s']}: clamped to {allowed} s for every run: {key} = "
+        f"{minutes} gives a run {share} s, and its job stops it {margin:.0f} s before that ends, as a time limit "
+        f"(never retried); a start-up hang must reach the watchdog's limit with as long again to spare to be "
+        f"named hung and retried. Fix: raise {key}, or set training.hang_start_s to {allowed} or less"
+    )
+    t["hang_start_s"] = allowed
+    return line
 
 
 def sbatch_words(config, system):

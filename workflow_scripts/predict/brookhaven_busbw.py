@@ -34,8 +34,9 @@ def brookhaven_rows(doc):
     """The Brookhaven paper's measured bus bandwidths beside the links' stated ones and the model's
     on those links, for each way across nodes: one ring, NCCL's tree (about 2 x S through each
     node's network), Horovod's hierarchical all-reduce (2(m-1)/m x S). Across nodes the node's own
-    links are left out (taken as infinitely fast): the network is the bottleneck, and the paper gives
-    no intra-node figure for those counts. Within a node the three are the ring, the tree's chain
+    links are left out (taken as infinitely fast), and so are the hierarchical all-reduce's copies
+    between GPU and host memory (collective_model.host_copy_s): the network is the bottleneck, and
+    the paper gives no figure for either. Within a node the three are the ring, the tree's chain
     and the ring again."""
     out = []
     for s in doc["brookhaven"]["systems"]:
@@ -48,7 +49,10 @@ def brookhaven_rows(doc):
         if nominal is not None:
             g, intra, inter = (n, Link(nominal), None) if m == 1 else (n // m, Link(math.inf), Link(nominal))
             if m > 1:
-                notes.append("nominal: the network; the node's links taken as infinitely fast")
+                notes.append(
+                    "nominal: the network; the node's links taken as infinitely fast, and so Horovod's copies to "
+                    "host memory and back: the hierarchical column is the bytes its phases move"
+                )
             # within a node NCCL's tree is a chain that its own model rates below the ring: not a way NCCL
             # picks for large messages there, so not shown
             shown = TOPOLOGIES_SHOWN if m > 1 else ("ring", "hierarchical")

@@ -17,11 +17,20 @@ their facts; none of their code is here):
   algorithm bandwidth is half its bus bandwidth, itself derated to 0.92: it moves about 2S through
   each node's link, in 2((g-1) + log2 m) steps (up the tree and down again). NCCL picks, per call,
   the algorithm its model gives as the faster.
-- Horovod's hierarchical all-reduce (HOROVOD_HIERARCHICAL_ALLREDUCE=1; horovod/common/ops/
-  nccl_operations.cc, NCCLHierarchicalAllreduce, https://github.com/horovod/horovod): a
-  reduce-scatter within the node, an all-reduce across nodes of each GPU's S/g, all g GPUs of a
-  node at once, then an all-gather within the node. A node's network carries g x 2(m-1)/m x S/g =
-  2(m-1)/m x S: half the tree's at 2 nodes.
+- Horovod's hierarchical all-reduce (HOROVOD_HIERARCHICAL_ALLREDUCE=1), as Horovod 0.28.1 carries
+  it out (horovod/common/ops/nccl_operations.cc, NCCLHierarchicalAllreduce::Execute,
+  https://github.com/horovod/horovod/blob/v0.28.1/horovod/common/ops/nccl_operations.cc): an NCCL
+  reduce-scatter within the node, each GPU's S/g copied to host memory, an MPI_Allreduce of that
+  host memory across the nodes (one per local rank, all g of a node at once), the copy back to the
+  GPU, an NCCL all-gather within the node. A node's network carries g x 2(m-1)/m x S/g = 2(m-1)/m
+  x S: half the tree's at 2 nodes. Horovod builds it only with MPI (#if HAVE_MPI) and enables it
+  only where its MPI context is on (horovod/common/operations.cc, CreateOperationManager: the MPI
+  controller, or MPI for its CPU operations) and a run spans nodes: under the Gloo controller, the
+  pipeline's default (training.horovod_controller), the variable changes nothing and Horovod runs
+  NCCL's own all-reduce. The model takes MPI's all-reduce of host memory at the network's link as
+  fitted to NCCL (the interconnect stage times no MPI), and costs the two copies only where their
+  bandwidth is given (prediction.host_copy_GBps): without it the cost is that of the bytes the
+  phases move, a lower bound (hierarchical_notes says so).
 
 Units: bytes, seconds, GB/s with GB = 1e9 bytes, as nccl-tests and the interconnect stage use.
 Plain Python (no numpy), so that it also runs on a bare GPU host. Fitting a link to the interconnect
@@ -148,24 +157,65 @@ def nccl_allreduce_s(nbytes, gpus_per_node, nodes, intra, inter):
     )
 
 
-def hierarchical_allreduce_s(nbytes, gpus_per_node, nodes, intra, inter, inter_algorithm="ring"):
-    """Horovod's hierarchical all-reduce: within the node, across nodes, within the node again:
+def host_copy_s(nbytes, host):
+    """One copy of nbytes between a GPU and host memory over `host` (the GB/s one GPU gets while
+    every GPU of its node copies at once, and the latency of one copy); 0 where host is None: not
+    costed (hierarchical_notes)."""
+    if host is None or nbytes <= 0:
+        return 0.0
+    return nbytes / (host.busbw_GBps * GB) + host.step_latency_s
 
-        reduce-scatter in the node      (g-1)/g x S / intra.busbw + (g-1) x intra.latency
-        all-reduce across the m nodes   of S/g per GPU, all g GPUs of a node at once
-        all-gather in the node          (g-1)/g x S / intra.busbw + (g-1) x intra.latency
+
+def hierarchical_allreduce_s(nbytes, gpus_per_node, nodes, intra, inter, inter_algorithm="ring", host=None):
+    """Horovod's hierarchical all-reduce (NCCLHierarchicalAllreduce::Execute), in its order:
+
+        reduce-scatter in the node      (g-1)/g x S / intra.busbw + (g-1) x intra.latency   (NCCL)
+        copy to host memory             S/g / host.busbw + host.latency                     (each GPU)
+        all-reduce across the m nodes   of S/g per GPU, all g GPUs of a node at once         (MPI)
+        copy back to the GPU            S/g / host.busbw + host.latency
+        all-gather in the node          (g-1)/g x S / intra.busbw + (g-1) x intra.latency   (NCCL)
 
     The g cross-node all-reduces of S/g share the node's network, so together they cost one
     all-reduce of S over m ranks at inter.busbw: 2(m-1)/m x S through the node's link (its NICs
-    together), not a tree's 2S. The two intra-node phases add up to a ring of g, so with one node
-    this is ring_allreduce_s(S, g, intra) exactly."""
+    together), not a tree's 2S. Horovod waits for the reduce-scatter before copying and for each
+    copy before the next phase, so nothing overlaps. host None: the copies not costed. With one node
+    Horovod runs no hierarchy (size == local size): ring_allreduce_s(S, g, intra) exactly."""
     within = (
         ring_allreduce_s(nbytes, gpus_per_node, intra.busbw_GBps, intra.step_latency_s) if gpus_per_node > 1 else 0.0
     )
     if nodes <= 1:
         return within
     _need_inter(nodes, inter)
-    return within + ALGORITHMS[inter_algorithm](nbytes, nodes, inter.busbw_GBps, inter.step_latency_s)
+    copies = 2 * host_copy_s(nbytes / gpus_per_node, host)
+    return within + copies + ALGORITHMS[inter_algorithm](nbytes, nodes, inter.busbw_GBps, inter.step_latency_s)
+
+
+def uncosted(system, nodes):
+    """The label of an all-reduce the model costs only in part: Horovod's hierarchical one across
+    nodes without the copies' link ("" where every phase is costed)."""
+    if system.topology != "hierarchical" or nodes <= 1 or system.host is not None:
+        return ""
+    return "allreduce_s without Horovod's copies to host memory and back (prediction.host_copy_GBps): a lower bound"
+
+
+def hierarchical_notes(host):
+    """What a prediction with Horovod's hierarchical all-reduce rests on, in words for its table:
+    that the pipeline as it runs (the Gloo controller) cannot run it, and, without host (the copies'
+    link, prediction.host_copy_GBps), that its cost leaves the copies out."""
+    notes = [
+        "topology hierarchical is Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE, which Horovod builds only with MPI "
+        "and runs only under its MPI controller (training.horovod_controller: mpi, a Horovod built with MPI, the "
+        "variable set in the ranks' environment) and across nodes: the pipeline's Gloo controller, its default, "
+        "cannot run it (Horovod then calls NCCL's all-reduce), and PyTorch DDP never does; these rows are what it "
+        "would give"
+    ]
+    if host is None:
+        notes.append(
+            "hierarchical rows across nodes cost the bytes its NCCL phases and MPI's all-reduce move at the links' "
+            "speeds, not Horovod's copy of each GPU's share to host memory and back (prediction.host_copy_GBps "
+            "unset): their allreduce_s is a lower bound, their efficiencies an upper one"
+        )
+    return notes
 
 
 def network_bytes(nbytes, gpus_per_node, nodes, topology):
@@ -190,13 +240,15 @@ class System:
     """A cluster as the model sees it: GPUs per node, the link within a node (one Link, or one per
     GPU count in the node where measured: NVLink meshes and shared PCIe switches give each count
     its own), the link between nodes (None: not known), how an all-reduce crosses nodes (TOPOLOGIES)
-    and, for Horovod's hierarchical all-reduce, its algorithm across nodes (ring, tree)."""
+    and, for Horovod's hierarchical all-reduce, its algorithm across nodes (ring, tree) and the link
+    of its copies between each GPU and host memory (None: not costed)."""
 
     gpus_per_node: int
     intra: Link | Mapping | None
     inter: Link | None = None
     topology: str = "nccl"
     inter_algorithm: str = "ring"
+    host: Link | None = None  # hierarchical only: a GPU's copies to host memory and back (None: not costed)
 
     def __post_init__(self):
         if self.topology not in TOPOLOGIES:
@@ -235,7 +287,7 @@ class System:
         g, m = self.layout(n)
         intra = self.intra_link(g)
         if self.topology == "hierarchical":
-            return hierarchical_allreduce_s(nbytes, g, m, intra, self.inter, self.inter_algorithm)
+            return hierarchical_allreduce_s(nbytes, g, m, intra, self.inter, self.inter_algorithm, self.host)
         cost = {"ring": flat_ring_allreduce_s, "tree": nccl_tree_allreduce_s, "nccl": nccl_allreduce_s}
         return cost[self.topology](nbytes, g, m, intra, self.inter)
 

@@ -213,11 +213,13 @@ def links(groups, own_gpus_per_node, settings, messages, topology):
     window = fit_window(groups, messages)
     intra = widened(lambda w: fit_intra(groups, w), window, groups)
     inter = widened(lambda w: fit_inter(groups, intra.link, topology, settings.algorithm, w), window, groups)
-    measured = cm.System(own_gpus_per_node, intra.link, inter.link, topology, settings.algorithm)
+    # Horovod's copies to host memory and back, where their link is given (their cost: cm.host_copy_s)
+    host = cm.Link(settings.host_copy_GBps) if settings.host_copy_GBps else None
+    measured = cm.System(own_gpus_per_node, intra.link, inter.link, topology, settings.algorithm, host)
     intra_link, intra_how = chosen_link(intra, settings.intra_busbw, settings.intra_latency_us, "intra_node")
     inter_link, inter_how = chosen_link(inter, settings.inter_busbw, settings.inter_latency_us, "inter_node")
     g = settings.gpus_per_node or own_gpus_per_node
-    target = cm.System(g, intra_link, inter_link, topology, settings.algorithm)
+    target = cm.System(g, intra_link, inter_link, topology, settings.algorithm, host)
     return Links(measured, target, intra, inter, intra_how, inter_how)
 
 

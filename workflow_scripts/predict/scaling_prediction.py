@@ -78,6 +78,7 @@ class Settings:
     inter_latency_us: float | None
     topology: str
     algorithm: str
+    host_copy_GBps: float
     bucket_mb: float | dict
     backward_share: float
     tolerance: float
@@ -93,6 +94,7 @@ class Settings:
             a.inter_node_latency_us,
             a.topology,
             a.algorithm,
+            a.host_copy_GBps,
             a.bucket_mb,
             a.backward_share,
             a.tolerance,
@@ -128,6 +130,7 @@ def add_arguments(ap):
     )
     ap.add_argument("--topology", choices=["auto", *cm.TOPOLOGIES], default=config_default("prediction.topology"))
     ap.add_argument("--algorithm", choices=list(cm.ALGORITHMS), default=config_default("prediction.algorithm"))
+    ap.add_argument("--host-copy-GBps", type=float, default=config_default("prediction.host_copy_GBps"))
     ap.add_argument(
         "--bucket-mb", type=_bucket, default=config_default("prediction.bucket_mb"), help="MiB, or FRAMEWORK=MIB,..."
     )
@@ -351,6 +354,7 @@ def workload_rows(w, lk, groups, settings):
             row["note"] = f"a miss: {missed[n]}; {row['note']}"
         if row["allreduce_s"] is None and n > 1:
             row["note"] = no_prediction_note(w, lk, row["nodes"])
+        row["note"] = "; ".join(filter(None, [row["note"], cm.uncosted(lk.target, row["nodes"])]))
         if label == "poor":  # bounds, not a figure
             row.update(efficiency_predicted=None, images_per_s_predicted=None)
         rows.append(row)
@@ -372,8 +376,9 @@ def unpredicted(rows):
 def build(table, points, systems, settings):
     """(the table, one sentence per workload, notes)."""
     records = [r for r in (run_record(p) for p in points) if r]
-    rows, sentences = [], []
+    rows, sentences, topologies = [], [], set()
     for w in workloads(records, settings):
+        topologies.add(w.topology)
         groups = allreduces(table, w.system)
         lk = links(groups, systems.get(w.system, 1), settings, w.model.messages, w.topology)
         got, (label, why) = workload_rows(w, lk, groups, settings)
@@ -387,6 +392,8 @@ def build(table, points, systems, settings):
             "CPU processes stand in for GPUs: these predict a CPU's Gloo over the host, not a GPU link "
             "(docs/glossary.md#cpu-stand-in)"
         )
+    if "hierarchical" in topologies:
+        notes += cm.hierarchical_notes(cm.Link(settings.host_copy_GBps) if settings.host_copy_GBps else None)
     if settings.overrides():
         notes.append(
             "prediction.* sets hardware that was not timed: the rows are that cluster's; the measured figures beside "

@@ -57,9 +57,10 @@ def run_record(point):
 def topology(setting, device):
     """How an all-reduce of the runs crosses nodes: prediction.topology, or for auto what the
     libraries do left to themselves. On GPUs NCCL picks ring or tree ("nccl"): PyTorch DDP calls it
-    directly, and Horovod (TensorFlow, MXNet) calls NCCL's all-reduce, its hierarchical one only
-    with HOROVOD_HIERARCHICAL_ALLREDUCE, which the pipeline does not set. On the CPU Gloo's
-    all-reduce is a ring."""
+    directly, and Horovod (TensorFlow, MXNet) calls NCCL's all-reduce; its hierarchical one runs only
+    in a Horovod built with MPI, under its MPI controller, with HOROVOD_HIERARCHICAL_ALLREDUCE set,
+    which the pipeline never sets and its default Gloo controller could not run
+    (collective_model.hierarchical_allreduce_s). On the CPU Gloo's all-reduce is a ring."""
     if setting != "auto":
         return setting
     return "ring" if device == "cpu" else "nccl"

@@ -15,6 +15,8 @@ table gives no "holds" or "does not hold" on it, but "not decided" and why, nami
   throttled     a GPU held down by heat or a power brake in more than THROTTLED_SHARE of its samples
                 in the timed window (train/run_evidence.py gpu_state)
   Xid           any GPU error NVML reported in the timed window
+  power capped  one of a run's GPUs enforced a power limit below its default (cluster/provenance.py,
+                gpu_limits): every step ran on a GPU held below the one the figure stands for
   INT8 timing   Fig. 9's ratio at a batch size whose FP32 or INT8 images/s varied beyond 2% over windows
                 of runs, or whose timing job was not (or not known to be) alone on its node (int8_caveats)
   CPU stand-in  CPU processes standing in for GPUs: no performance finding rests on them (an accuracy
@@ -121,6 +123,11 @@ def run_caveats(row):
     xids = row.get("xid_errors")
     if xids is not None and not pd.isna(xids) and xids > 0:
         out.append(f"Xid: {name}: {int(xids)} GPU error(s) in its timed window ({row.get('gpu_state') or 'NVML'})")
+    if isinstance(row.get("power_capped"), str) and row["power_capped"]:
+        out.append(
+            f"power capped: {name}: {row['power_capped']}: its steps ran on GPUs held below their default "
+            "power limit (nvidia-smi -pl, or the site's power capping)"
+        )
     if isinstance(row.get("transport_problem"), str) and row["transport_problem"]:
         # sockets where the nodes have InfiniBand: a figure of the wrong network
         out.append(f"wrong transport: {name}: {row['transport_problem']}")
@@ -214,9 +221,10 @@ def mode_changed(base_mode, mode, name, base_gpus):
 
 
 def cache_caveat(row):
-    """The caveat of a cold-read finding (uncached stability, storage reads) on a run whose
-    dataset's file system kept its own cache (cache_not_emptied): its reads may not have been cold;
-    None where clearing reached every cache."""
+    """The caveat of a cold-read finding (uncached stability, Fig. 7's storage reads) on a run whose
+    reads may have been warm (results/runs.py, cache_not_emptied): a file system's or its servers'
+    own cache that clearing does not reach, or an eviction that did not take; None where clearing
+    took and reached every cache."""
     why = row.get("cache_not_emptied")
     if pd.isna(why) or not str(why):
         return None

@@ -24,7 +24,7 @@ def _node_facts(summary):
 
 
 def _device(facts):
-    gpus = facts.get("gpus") or []
+    gpus = [g for g in facts.get("gpus") or [] if g.get("name")]  # not one NVML could not open
     if gpus:
         return f"{len(gpus)}x {gpus[0]['name']}"
     return f"CPU: {facts.get('cpu', '?')}" if facts else ""
@@ -93,6 +93,9 @@ def evidence(s):
         "slurm_exclusive": (s.get("slurm") or {}).get("exclusive"),
         "cache_scope": (s.get("cache_scope") or {}).get("used", ""),
         "cache_not_emptied": cache_not_emptied(s),
+        # each GPU's power limit and application clocks as NVML gave them, and any below its default
+        "gpu_limits": limits_text(s),
+        "power_capped": power_capped(s),
         "started_at": job.get("started_at"),
         "ended_at": job.get("ended_at"),
     }
@@ -108,18 +111,87 @@ def socket_text(link):
 
 
 def cache_not_emptied(s):
-    """Why the dataset's file system kept a cache of its own that clearing did not reach (GPFS's
-    pagepool, a FUSE daemon's, FS-Cache: cluster/mounts.py), from the run's page-cache reports; ""
-    where the kernel's page cache is the only one."""
-    reports = (s.get("page_cache") or {}).values()
-    return next(
-        (
-            r["dataset_evicted_unverifiable"]
-            for r in reports
-            if isinstance(r, dict) and r.get("dataset_evicted_unverifiable")
-        ),
-        "",
-    )
+    """Why a run's reads may not have been cold, node by node, from its page-cache reports ("" where
+    every node's clearing took and reached every cache): a cache of the file system's own that
+    clearing does not reach (GPFS's pagepool, a FUSE daemon's, FS-Cache: cluster/mounts.py), its
+    servers' (Lustre's OSS, an NFS server's), or an eviction that did not take (dataset_evicted
+    false: pages still resident, or files this user may not write, whose pages mincore reports
+    resident whatever happened: always so for a shared, read-only dataset)."""
+    reports = s.get("page_cache") or {}
+    nodes = {}
+    for node, r in sorted(reports.items()):
+        for why in _not_cold(r) if isinstance(r, dict) else ():
+            nodes.setdefault(why, []).append(node)
+    if not any(isinstance(r, dict) for r in reports.values()):
+        nodes.setdefault("no page-cache report: clearing did not run before this run", [])
+    return "; ".join(f"{', '.join(n) + ': ' if n else ''}{why}" for why, n in nodes.items())
+
+
+def _not_cold(report):
+    """What of one node's page-cache report (cluster/page_cache.py) leaves its reads possibly warm."""
+    out = [f"{path}: {why}" for path, why in (report.get("dataset_evicted_unverifiable") or {}).items()]
+    out += [f"{path}: {why}" for path, why in (report.get("servers_cache_not_emptied") or {}).items()]
+    if report.get("dataset_evicted") is False:
+        after, method = report.get("after") or {}, report.get("method", "clearing")
+        if after.get("unverifiable_files"):
+            out.append(
+                f"the eviction ({method}) is not verified: {after['unverifiable_files']} of the dataset's "
+                f"{after.get('files', '?')} files are ones this user may not write, whose pages mincore reports "
+                "resident whatever the cache holds (a shared, read-only dataset)"
+            )
+        else:
+            out.append(f"{after.get('resident_bytes', '?')} bytes of the dataset still cached after {method}")
+    return out
+
+
+def run_gpus(s):
+    """(node, GPU record of provenance.node_facts) of the GPUs a run used: those its ranks were bound
+    to (gpu_binding's PCI bus ids, node by node), else every GPU NVML opened on its nodes (a run
+    that recorded no binding, or a node whose binding named no bus id)."""
+    nodes, _ = _node_facts(s)
+    bound = {}
+    for r in (s.get("gpu_binding") or {}).get("ranks") or []:
+        if r.get("bus_id"):
+            bound.setdefault(r.get("node"), set()).add(r["bus_id"])
+    out = []
+    for node, facts in sorted(nodes.items()):
+        gpus = [g for g in facts.get("gpus") or [] if g.get("name")]
+        mine = [g for g in gpus if g.get("bus_id") in bound.get(node, ())]
+        out += [(node, g) for g in (mine or gpus)]
+    return out
+
+
+def power_capped(s):
+    """The run's GPUs held below their default power limit ("gpu3 on n1 at 250 W of its default
+    300 W", NVML's index as in the telemetry), "" where none was or NVML gave no limits."""
+    capped = [
+        f"gpu{g['index']} on {node} at {g['power_limit_W']:g} W of its default {g['default_power_limit_W']:g} W"
+        for node, g in run_gpus(s)
+        if g.get("power_limit_W") and g.get("default_power_limit_W") and g["power_limit_W"] < g["default_power_limit_W"]
+    ]
+    return ", ".join(capped)
+
+
+def limits_text(s):
+    """The run's GPUs' power limits and application clocks, each distinct setting once: "300 W
+    (default 300 W), application clocks SM / memory 1312 / 877 MHz (default 1312 / 877)"; "" without
+    NVML's word."""
+
+    def clocks(c):
+        return " / ".join(str(c.get(k)) for k in ("sm", "mem")) if c and any(c.values()) else None
+
+    said = []
+    for _, g in run_gpus(s):
+        watts, app = g.get("power_limit_W"), clocks(g.get("app_clocks_MHz"))
+        default = g.get("default_power_limit_W")
+        parts = [f"{watts:g} W (default {f'{default:g}' if default else '?'} W)"] if watts is not None else []
+        if app:
+            parts.append(
+                f"application clocks SM / memory {app} MHz (default {clocks(g.get('default_app_clocks_MHz'))})"
+            )
+        if parts:
+            said.append(", ".join(parts))
+    return "; ".join(dict.fromkeys(said))
 
 
 def record(point):
@@ -193,6 +265,8 @@ EVIDENCE = [
     "slurm_exclusive",
     "cache_scope",
     "cache_not_emptied",
+    "gpu_limits",
+    "power_capped",
     "started_at",
     "ended_at",
     # the input check, run by run (results/input_marks.py; empty where it judged none)

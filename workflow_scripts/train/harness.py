@@ -20,19 +20,17 @@ A run directory holds:
 """
 
 import argparse
-import faulthandler
 import hashlib
 import json
 import math
 import os
 import platform
-import signal
 import socket
 import sys
 import time
 from pathlib import Path
 
-from ..cluster import comm_env, cpus, gpu_choice, kernel_check, netif, provenance
+from ..cluster import comm_env, cpus, gpu_choice, gpu_identity, kernel_check, netif, provenance
 from ..cluster.rank_env import detect
 from ..cluster.telemetry import Telemetry
 from ..common import metrics
@@ -165,6 +163,21 @@ def gradients(elements, element_bytes, dtype):
     }
 
 
+def _every_rank(run_dir, pattern, n, wait_s):
+    """The records the run's n ranks wrote to run_dir (pattern, one file each), waiting up to wait_s
+    for all of them; a rank that never writes is left out."""
+    deadline, seen = time.time() + wait_s, {}
+    while len(seen) < n and time.time() < deadline:
+        for path in Path(run_dir).glob(pattern):
+            try:
+                seen.setdefault(path.name, json.loads(path.read_text()))
+            except (OSError, ValueError):  # being written: read next time
+                pass
+        if len(seen) < n:
+            time.sleep(0.2)
+    return list(seen.values())
+
+
 class Run:
     first_kernel = None  # check_kernel's record: rank 0's first op on its GPU
     gpu_binding = None  # choose_gpu's record: this rank's GPU and how it was chosen
@@ -194,10 +207,9 @@ class Run:
             write=self.launch.rank == 0,
             beat=self.dir / watchdog.BEAT.format(rank=self.launch.rank),
         )
-        # The watchdog's SIGUSR1 on a hang: every thread's stack into this rank's file (a rank that
-        # writes none did not answer: stopped, or stuck outside Python), and the rank goes on
-        self._stacks = open(self.dir / watchdog.STACKS.format(rank=self.launch.rank), "w")
-        faulthandler.register(signal.SIGUSR1, file=self._stacks, all_threads=True)
+        # The watchdog's SIGUSR1 on a hang: every thread's stack into the job's log (a rank that
+        # gives none did not answer: stopped, or stuck outside Python), and the rank goes on
+        self._stacks = watchdog.answer_stacks(self.dir, self.launch)
         self.digests = {}
         self.cpus, self.threads = cpus.of(self.launch), {}
         self.telemetry = None
@@ -260,34 +272,31 @@ class Run:
         self.one_gpu_model(gpu)
 
     def one_gpu_model(self, gpu, wait_s=300.0):
-        """Every rank's GPU model and compute capability, through the run directory: a run over two
-        models (a partition of V100 and A100 nodes) is refused before its first step, naming the nodes.
-        Its ranks would pick precision and loss scaling per GPU (float16 with scaling on a V100,
-        bfloat16 without on an A100), and DDP would average scaled and unscaled gradients."""
-        mine = {"rank": self.launch.rank, "node": self.node, "gpu": gpu[0], "capability": list(gpu[1] or [])}
+        """Every rank's GPU model, compute capability and memory bandwidth, through the run directory:
+        a run over two models for the study (a partition of V100 and A100 nodes, or A100s of 40 and
+        80 GB, whose memory bandwidths differ) is refused before its first step, naming the nodes; one
+        whose boards differ in memory size only (V100-SXM2 16 GB beside 32 GB) goes on, rank 0 saying
+        so in the log (gpu_identity.gpu_mix). Over two compute capabilities its ranks would pick
+        precision and loss scaling per GPU (float16 with scaling on a V100, bfloat16 without on an
+        A100), and DDP would average scaled and unscaled gradients."""
+        bus = (getattr(self, "gpu_binding", None) or {}).get("bus_id")
+        mine = {
+            "rank": self.launch.rank,
+            "node": self.node,
+            "gpu": gpu[0],
+            "capability": list(gpu[1] or []),
+            "memory_GBps": gpu_identity.memory_GBps(bus) if bus else None,
+        }
         write_json(self.dir / f"gpu.rank{self.launch.rank}.json", mine)
-        n, deadline, seen = self.launch.world_size, time.time() + wait_s, {}
-        while len(seen) < n and time.time() < deadline:
-            for path in self.dir.glob("gpu.rank*.json"):
-                try:
-                    seen.setdefault(path.name, json.loads(path.read_text()))
-                except (OSError, ValueError):  # being written: read next time
-                    pass
-            if len(seen) < n:
-                time.sleep(0.2)
-        models = {}
-        for r in seen.values():
-            models.setdefault((r["gpu"], tuple(r["capability"])), set()).add(r["node"])
-        if len(models) > 1:
-            said = "; ".join(
-                f"{name} (compute capability {'.'.join(map(str, cc)) or '?'}) on {', '.join(sorted(nodes))}"
-                for (name, cc), nodes in sorted(models.items())
-            )
+        problem, warning = gpu_identity.gpu_mix(_every_rank(self.dir, "gpu.rank*.json", self.launch.world_size, wait_s))
+        if problem:
             raise PermanentError(
-                f"the run's ranks have different GPUs: {said}. Each would pick its own precision and loss "
-                "scaling, and the gradients averaged would mix them. Fix: give the system a gpu_type or "
-                "constraint (systems.<name>.gpu_type, constraint) so that its runs get one GPU model"
+                f"{problem}. Each rank would run at its own GPU's pace, precision and loss scaling, and the "
+                "gradients averaged would mix them. Fix: give the system a gpu_type or constraint "
+                "(systems.<name>.gpu_type, constraint) so that its runs get one GPU model"
             )
+        if warning and self.launch.rank == 0:
+            print(f"rank 0: warning: {warning}", file=sys.stderr, flush=True)
 
     @property
     def node(self):

@@ -46,11 +46,12 @@ def checked_run_dir(run_dir, results_dir):
     return run
 
 
-def _hung(why, run, ranks):
-    """The watchdog's verdict (its thread): the ranks asked for their stacks, which go into the log,
-    the ones that gave none named; then the job stopped."""
+def _hung(why, run, ranks, log):
+    """The watchdog's verdict (its thread): the ranks asked for their stacks, which go into the log
+    (srun's, labelled, through it; the local ranks' from their files), the ones that gave none
+    named; then the job stopped."""
     watchdog.dump_stacks()
-    silent = watchdog.unanswered(run, ranks)
+    silent = watchdog.unanswered(run, ranks, log.read_text(errors="replace") if log.exists() else "")
     why += (
         f"; ranks that gave no stack when asked (stopped, or stuck outside Python): {', '.join(map(str, silent))}"
         if silent
@@ -121,7 +122,9 @@ class TrainingJob(MeasuringJob):
         # NCCL's initialisation lines into the run directory: which transport it chose (nccl_log)
         a.nccl_log_dir = a.nccl_log_dir or str(run)
         ranks = a.nodes * a.nproc_per_node
-        dog = watchdog.Watchdog(run, ranks, a.hang_start_s, a.hang_idle_s, lambda why: _hung(why, run, ranks)).start()
+        dog = watchdog.Watchdog(
+            run, ranks, a.hang_start_s, a.hang_idle_s, lambda why: _hung(why, run, ranks, self.log)
+        ).start()
         try:
             return launcher.run([*shlex.split(a.python), "-m", *self.trainer, "--out", str(run)], a)
         finally:

@@ -6,14 +6,23 @@ Every rank writes its last step to beat.rank<r> in the run directory (common/met
 watchdog reads them every few seconds. Before the first step it allows training.hang_start_s
 (imports, NCCL's set-up, compilation and JIT at scale); after it, the larger of
 training.hang_idle_s and STEP_FACTOR times the median step seen so far. Past the limit it asks
-each rank for its Python stacks (SIGUSR1: harness registers faulthandler on it; srun passes the
-signal on to its tasks), then stops the job as "hung", naming the last step, the limit and the
+each rank for its Python stacks (SIGUSR1: answer_stacks registers faulthandler on it; srun passes
+the signal on to its tasks), then stops the job as "hung", naming the last step, the limit and the
 ranks that were behind or never reported.
+
+A rank started by srun writes its stacks to its stderr, which srun (--label, cluster/launcher.py)
+forwards into the job's log line by line, each line headed by the rank: a file the rank wrote on
+another node would reach the job's node only once that node's NFS client flushed it and this one's
+attribute cache expired, long after the job has gone. A rank the local launcher started, on the
+job's own node, writes stacks.rank<r>.txt.
 """
 
+import faulthandler
 import os
+import re
 import signal
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
@@ -103,14 +112,35 @@ class Watchdog:
                 return
 
 
-def unanswered(run_dir, ranks):
-    """The ranks that wrote no stack when asked (dump_stacks): stopped, or stuck where not even a
-    signal handler runs; with the ranks behind, the ones to look at first."""
-    return [r for r in range(ranks) if not _size(Path(run_dir) / STACKS.format(rank=r))]
+# a faulthandler dump's first line as srun --label forwards it: "3: Thread 0x00007f... (most recent
+# call first):", the rank right-aligned to the widest one's digits
+LABELLED_STACK = re.compile(r"^\s*(\d+): (?:Current thread|Thread) 0x[0-9a-f]+", re.M)
+
+
+def answer_stacks(run_dir, launch, stderr=None):
+    """Where this rank's stacks go when the watchdog asks (SIGUSR1), every thread's, written by
+    faulthandler from the signal itself, so a rank blocked in a collective or a read still answers:
+    under srun (launch.source "slurm") its stderr, which reaches the job's log from any node; else
+    stacks.rank<r>.txt in run_dir. -> the file opened for it (keep it open), or None."""
+    if launch.source == "slurm":
+        faulthandler.register(signal.SIGUSR1, file=stderr or sys.stderr, all_threads=True)
+        return None
+    out = open(Path(run_dir) / STACKS.format(rank=launch.rank), "w")
+    faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
+    return out
+
+
+def unanswered(run_dir, ranks, log_text=""):
+    """The ranks that gave no stack when asked (dump_stacks): none in their stacks.rank<r>.txt and
+    none under their label in the job's log (log_text, what srun forwarded); stopped, or stuck
+    where not even a signal handler runs: with the ranks behind, the ones to look at first."""
+    labelled = {int(r) for r in LABELLED_STACK.findall(log_text)}
+    return [r for r in range(ranks) if r not in labelled and not _size(Path(run_dir) / STACKS.format(rank=r))]
 
 
 def stacks_text(run_dir):
-    """Every rank's dumped stacks, for the attempt's log."""
+    """Every rank's dumped stacks in the run directory (the local launcher's ranks), for the
+    attempt's log; srun's ranks put theirs there themselves."""
     out = []
     for path in sorted(Path(run_dir).glob("stacks.rank*.txt")):
         text = path.read_text(errors="replace").strip()
