@@ -326,7 +326,10 @@ def watch_repeats(runs, logs, slurmd, seen, stop):
 def stopped_repeats(cluster, tmp_path_factory):
     """One point of 6 repeats over both nodes (every CPU of each), in one SLURM job, in turn: the first
     stopped by a TERM to its training job, the third by the watchdog, the fifth at the end of its own
-    share of the job, each while n2's slurmd is slow to answer; the others train."""
+    share of the job, each while n2's slurmd is slow to answer; the others train. The watchdog's
+    start-up limit is off (0): _rep5's ranks never make a step, and with the limit clamped to a 3-minute
+    job (plan/config_checks.py, clamp_hang_start) they would be stopped as hung before their share ends;
+    _rep3's beat puts it under hang_idle_s, which stays."""
     work = tmp_path_factory.mktemp("stopped_repeats")
     fake = fake_python(work, "stopped-python", STOPPED_TRAINER)
     system = {**SYSTEM, "cpus_per_task": 2, "time_min": 3, "envs": {"pytorch": str(fake)}}
@@ -339,6 +342,7 @@ def stopped_repeats(cluster, tmp_path_factory):
         training__repeats=6,
         training__retries=0,
         training__hang_idle_s=HANG_IDLE_S,
+        training__hang_start_s=0,
         preflight__gate=False,
     )
     runs, logs = work / DIRS["results_dir"] / "runs" / "two", work / DIRS["log_dir"] / "train" / "two"
