@@ -168,7 +168,7 @@ rule data_check:
         data=lambda w, input: os.path.dirname(input[0]),
     shell:
         "{params.py:q} -m workflow_scripts.data.verify --data {params.data:q} --record {output:q} "
-        "--threads {threads} > {log:q} 2>&1"
+        "--threads {threads} --cpus-per-task {resources.cpus_per_task} > {log:q} 2>&1"
 
 
 rule data:

@@ -48,13 +48,7 @@ def test_every_job_that_sets_threads_carries_its_allocation(planned):
     found = threads_words(planned)
     assert {"int8_export", "int8_calibrate", "int8_engine", "int8_evaluate", "int8_throughput_run"} <= set(found)
     assert found["int8_export"][2] == 16 and found["int8_export"][0] == 2  # the host's cap, what Snakemake gives
-    # data_check (rules/data.smk, workflow_scripts/data/verify.py) is outside this change: its own test below
-    assert allocation_missing(found) - {"data_check"} == set(), found
-
-
-@pytest.mark.xfail(strict=True, reason="rules/data.smk passes data_check's verify only {threads} (issue 61 item 3)")
-def test_the_data_checks_threads_carry_its_allocation(planned):
-    assert "data_check" not in allocation_missing(threads_words(planned))
+    assert "data_check" in found and allocation_missing(found) == set(), found
 
 
 def test_an_int8_job_in_a_slurm_job_runs_on_its_allocations_cpus(tmp_path):

@@ -17,7 +17,6 @@ OWN_DEFAULT = {
     ("data/tfrecord.py", "--train-shards"): "auto (the schema's) is resolved by the rules, embedded or real",
     ("data/tfrecord.py", "--val-shards"): "auto (the schema's) is resolved by the rules, embedded or real",
     ("data/index.py", "--settle-s"): "a tree indexed by hand is not refused; the rule passes dataset.settle_s",
-    ("data/verify.py", "--threads"): "files hashed at once in a check by hand; the rule passes conversion.threads",
     ("int8/export.py", "--classes"): "a random network's outputs, not the embedded set's classes",
     ("int8/export.py", "--seed"): "a random network's weights, not a training or dataset seed",
     ("int8/throughput.py", "--duration-s"): "0 times by count (ONNX Runtime); TensorRT's duration is passed",

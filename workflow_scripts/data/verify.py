@@ -10,7 +10,7 @@ sha256 of the whole file. Levels of check:
   full    quick + every file's whole checksum
 
     python -m workflow_scripts.data.verify --data DIR [DIR ...] --level quick|sample|full
-    python -m workflow_scripts.data.verify --data DIR --record OUT.json --threads N
+    python -m workflow_scripts.data.verify --data DIR --record OUT.json --threads N [--cpus-per-task M]
 
 prints one line per problem (file, what differs, expected and found, the fix) and exits 1 when
 there is any; 2 when it cannot check (no lmdb package for an LMDB).
@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..cluster import cpus
 from ..common.atomic import write_json
 from ..common.errors import PermanentError, StageError, run_main
 from . import records
@@ -357,12 +358,12 @@ def main():
     ap.add_argument("--data", nargs="+", required=True, help="data stage output directories")
     ap.add_argument("--level", choices=LEVELS, default="quick")
     ap.add_argument("--record", help="the whole-file check: full, recorded here when it passes (one --data)")
-    ap.add_argument("--threads", type=int, default=1, help="with --record: files hashed at once")
+    cpus.add_job_threads(ap)  # with --record: files hashed at once
     a = ap.parse_args()
     if a.record:
         if len(a.data) != 1:
             ap.error("--record checks one --data directory")
-        problems = patient(lambda: write_record(a.data[0], a.record, a.threads))
+        problems = patient(lambda: write_record(a.data[0], a.record, cpus.job_threads(a)))
         for p in problems:
             print(p)
         sys.exit(1 if problems else 0)
