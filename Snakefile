@@ -19,6 +19,10 @@ include: "rules/results.smk"
 include: "rules/price.smk"
 
 
+# Every stage has noted the interpreters it needs: those not built yet are named, or refused, here.
+settle_unbuilt()
+
+
 # Seconds of work on files the jobs already wrote (gate files, the val split, tables, figures, the
 # verdict): run where snakemake runs, not queued on a cluster (docs/slurm.md#how-jobs-run).
 localrules:

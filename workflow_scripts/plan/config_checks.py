@@ -240,16 +240,19 @@ def located(value, repo, cwd=None):
     return value
 
 
-def interpreter_words(key, value, repo, setup="bash envs/setup.sh"):
+def interpreter_words(key, value, repo, setup="bash envs/setup.sh", unbuilt=None):
     """An interpreter from config as command words (a container: its runtime's exec line),
-    checked now rather than mid-run."""
+    checked now rather than mid-run. unbuilt (plan.unbuilt_envs.Unbuilt): an interpreter path that
+    is not there yet is noted in it, to be named with the others once the workflow is parsed."""
     value = located(value, repo)
     for part in (
         [value] if isinstance(value, str) else [value["container"], value.get("python", ""), *value.get("bind", [])]
     ):
         check_path(key, part)
     problem = interpreter.problem(value)
-    if problem:
+    if problem and unbuilt is not None and isinstance(value, str):
+        unbuilt.note(key, value, setup)
+    elif problem:
         raise ConfigProblem(
             f"config {key}: {problem}: run '{setup}' or point {key} at an interpreter (or a "
             f"container) that has the packages of envs/"
@@ -268,11 +271,12 @@ def framework_config(config, system, framework):
     return f"envs.{framework}", config["envs"][framework]
 
 
-def framework_env(config, system, framework, repo):
-    """(config key, interpreter words) of framework_config, checked."""
+def framework_env(config, system, framework, repo, unbuilt=None):
+    """(config key, interpreter words) of framework_config, checked (unbuilt: interpreter_words')."""
     key, value = framework_config(config, system, framework)
     gpu = config["systems"][system]["gpu_request"] != "none"
-    return key, interpreter_words(key, value, repo, "bash envs/setup.sh --gpu" if gpu else "bash envs/setup.sh")
+    setup = "bash envs/setup.sh --gpu" if gpu else "bash envs/setup.sh"
+    return key, interpreter_words(key, value, repo, setup, unbuilt)
 
 
 def raising(error):
