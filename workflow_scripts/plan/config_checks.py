@@ -251,7 +251,7 @@ def interpreter_words(key, value, repo, setup="bash envs/setup.sh", unbuilt=None
         check_path(key, part)
     problem = interpreter.problem(value)
     if problem and unbuilt is not None and isinstance(value, str):
-        unbuilt.note(key, value, setup)
+        unbuilt.note(key, value, problem, setup)
     elif problem:
         raise ConfigProblem(
             f"config {key}: {problem}: run '{setup}' or point {key} at an interpreter (or a "

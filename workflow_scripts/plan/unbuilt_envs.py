@@ -28,18 +28,22 @@ class Unbuilt:
     def __init__(self, planning):
         """planning: plans_only's answer for this invocation."""
         self.planning = planning
-        self.missing = {}  # config key -> (interpreter path, the setup command that builds it)
+        self.missing = {}  # config key -> (interpreter path, why it cannot be used, the setup command)
 
-    def note(self, key, path, setup):
-        self.missing.setdefault(key, (path, setup))
+    def note(self, key, path, problem, setup):
+        self.missing.setdefault(key, (path, problem, setup))
 
     def command(self):
         """One command for all of them: --gpu also builds the CPU environments."""
-        commands = {setup for _, setup in self.missing.values()}
+        commands = {setup for *_, setup in self.missing.values()}
         return GPU_SETUP if GPU_SETUP in commands else sorted(commands)[0]
 
     def names(self):
-        return ", ".join(f"{key} ({path})" for key, (path, _) in self.missing.items())
+        """Each key and path, and what more its problem says (a link whose target is gone)."""
+        return ", ".join(
+            f"{key} ({path}){problem.removeprefix(f'{path} does not exist')}"
+            for key, (path, problem, _) in self.missing.items()
+        )
 
     def settle(self):
         """None where all are there; else, planning, the line to print; else a ConfigProblem."""
@@ -51,7 +55,7 @@ class Unbuilt:
                 f"dlscale: environments still to build: {self.names()}: the plan goes on without them, a run "
                 f"refuses them; build them with '{self.command()}'{where} (docs/gpu-environments.md)"
             )
-        problems = "; ".join(f"config {key}: {path} does not exist" for key, (path, _) in self.missing.items())
+        problems = "; ".join(f"config {key}: {problem}" for key, (_, problem, _) in self.missing.items())
         raise ConfigProblem(
             f"{problems}: run '{self.command()}'{where}, or point each key at an interpreter (or a container) "
             f"that has the packages of envs/ (a dry run and `snakemake price` plan without them)"
