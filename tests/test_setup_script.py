@@ -152,3 +152,11 @@ def test_the_environments_are_built_where_dlscale_envs_dir_says_and_found_throug
     for environ in ({"DLSCALE_ENVS_DIR": str(scratch / "envs")}, {}):
         again, _, _ = run_setup(tmp_path, args=("--no-gpu", "--torch-cu126"), **environ)
         assert again.returncode == 0 and "setup: building" not in again.stderr, again.stderr
+
+
+@pytest.mark.stage
+def test_a_dlscale_envs_dir_that_cannot_be_made_stops_the_set_up_naming_it(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    proc, stamps, marks = run_setup(tmp_path, DLSCALE_ENVS_DIR=str(tmp_path / "a-file" / "envs"))
+    assert proc.returncode == 2 and f"DLSCALE_ENVS_DIR={tmp_path / 'a-file' / 'envs'}: " in proc.stderr, proc.stderr
+    assert "cannot be made or written" in proc.stderr and not any(stamps.values()) and not list(marks.iterdir())
