@@ -35,12 +35,13 @@ class DataPlan:
         error hours into a cluster job."""
         if self.embedded:
             return ""
+        dataset = self.config["dataset"]
         try:
-            found, agreeing = layout.check(self.root, self.config["dataset"]["val_labels"])
+            found, agreeing = layout.check(self.root, dataset["val_labels"], dataset["val_subset"])
         except StageError as exc:
             raise ConfigProblem(str(exc)) from None
         labels = [f for f in (found, *agreeing) if f]
-        return listing.fingerprint(self.root, labels, f"{self.data}/.dataset-listing.json")
+        return listing.fingerprint(layout.image_root(self.root), labels, f"{self.data}/.dataset-listing.json")
 
     def converted(self, fmt):
         """A conversion's output: the file it writes last into the complete copy (data/convert.py,
