@@ -1,18 +1,23 @@
-"""The README's commands are the ones the tests run, its Layout is the tree, and the documentation's
-links lead somewhere.
+"""The README's commands are the ones the tests run, its Layout is the tree, each package of
+workflow_scripts/ is mapped by its own docstring, and the documentation's links lead somewhere.
 
 Every ```bash block of README.md must be run by a test exactly as written: the quick start's
 second command is what .ci/run runs, the "Changing settings" block is run by
 tests/test_faults.py::test_a_second_config_file_overrides_nested_keys. A new block fails here until
 a test runs it. Relative links of README.md and docs/ must name an existing file and, with a
 #fragment, an existing heading of it (GitHub's anchors). Every name the README's Layout gives is a
-file or folder of the checkout, and every module of workflow_scripts/ is named there, so a module
-added, renamed or moved fails here until the guide places it."""
+file or folder of the checkout, and it names every package (folder) of workflow_scripts/, one line
+each, not their modules: those are each package's own map, its `__init__.py` docstring, which must
+name every module and data file of the package in backticks (`sweep`, `published_v100.yaml`). So a
+package added fails here until the README places it, and a module added, renamed or moved fails
+until its package's docstring does."""
 
+import ast
 import re
 
 import pytest
 from helpers import REPO, anchors, bash_blocks, layout_items, links
+from helpers.docs import NAME
 
 pytestmark = pytest.mark.unit
 
@@ -99,22 +104,64 @@ def tree_kind(path):
     return "dir" if full.is_dir() else "file" if full.is_file() else None
 
 
-def product_modules():
-    """Every folder and file of workflow_scripts/ but packages' __init__.py and caches."""
-    paths = (p for p in sorted((REPO / "workflow_scripts").rglob("*")) if "__pycache__" not in p.parts)
-    return [p.relative_to(REPO).as_posix() for p in paths if p.name != "__init__.py" and not p.name.startswith(".")]
+def packages():
+    """Every package (folder) of workflow_scripts/, as the Layout must name it."""
+    root = REPO / "workflow_scripts"
+    return [p.relative_to(REPO).as_posix() for p in sorted(root.iterdir()) if p.is_dir() and p.name != "__pycache__"]
+
+
+def package_files(package):
+    """The modules and data files of a package: every file in its folder but __init__.py and
+    hidden ones (subfolders are packages of their own)."""
+    folder = REPO / package
+    return [p.name for p in sorted(folder.iterdir()) if p.is_file() and p.name != "__init__.py" and p.name[0] != "."]
+
+
+def unplaced(docstring, files):
+    """The files a package's docstring does not name: a module `x.py` is named as `x` or `x.py`,
+    any other file by its whole name, each in backticks."""
+    named = set(NAME.findall(docstring or ""))
+    return [f for f in files if f not in named and not (f.endswith(".py") and f[:-3] in named)]
+
+
+def package_docstring(package):
+    init = REPO / package / "__init__.py"
+    return ast.get_docstring(ast.parse(init.read_text())) if init.exists() else None
 
 
 def test_the_layout_is_the_tree():
     items = layout_items((REPO / "README.md").read_text())
-    modules = product_modules()
-    assert len(items) > 10 and len(modules) > 100, (items, modules)
-    missing, unlisted = layout_problems(items, tree_kind, modules)
+    names = packages()
+    assert len(items) > 10 and len(names) > 5, (items, names)
+    missing, unlisted = layout_problems(items, tree_kind, names)
     assert not missing and not unlisted, (
         "README.md's Layout is not the tree:\n"
         + "".join(f"  missing: {m}\n" for m in missing)
-        + "".join(f"  unlisted (place it in the Layout): {u}\n" for u in unlisted)
+        + "".join(f"  unlisted (place the package in the Layout, one line): {u}\n" for u in unlisted)
     )
+
+
+def test_every_package_maps_its_modules():
+    problems = []
+    for package in packages():
+        doc = package_docstring(package)
+        if not doc:
+            problems.append(f"{package}/__init__.py has no docstring (the package's map)")
+            continue
+        problems += [
+            f"{package}/{f} (name it in {package}/__init__.py's docstring)"
+            for f in unplaced(doc, package_files(package))
+        ]
+    assert not problems, "a package's docstring does not map it:\n" + "\n".join(f"  {p}" for p in problems)
+
+
+def test_the_docstring_check_names_what_is_missing():
+    doc = "The stage.\n\n    `one`   the first\n    `two.py` the second, beside `data.yaml`\n    three, unquoted\n"
+    files = ["one.py", "two.py", "three.py", "data.yaml", "other.yaml"]
+    assert unplaced(doc, files) == ["three.py", "other.yaml"]  # unquoted is not named
+    assert unplaced(None, ["a.py"]) == ["a.py"]
+    assert unplaced(doc.replace("`one`", "one"), ["one.py"]) == ["one.py"]
+    assert unplaced("`data`", ["data.yaml"]) == ["data.yaml"]  # a data file by its whole name
 
 
 def test_the_layout_check_names_what_is_wrong():
