@@ -20,7 +20,7 @@ What the pipeline asks SLURM: `slurm` (a job's nodes, a partition's limits, why 
 A node and what it did while a run measured:
 
     `provenance`      the node, the code and the settings a result came from
-    `mounts`          which mount a path lives on, and what that file system allows
+    `mounts`          which mount a path lives on: its cache, its transport, read-only, quotas
     `page_cache`      clearing the page cache before a run, and checking it left memory
     `telemetry`       per-node samples during a run: storage, network, CPU, GPU
     `storage_probe`   the counters of the file system the dataset is read from
