@@ -8,7 +8,8 @@ a test runs it. Relative links of README.md and docs/ must name an existing file
 #fragment, an existing heading of it (GitHub's anchors). Every name the README's Layout gives is a
 file or folder of the checkout, and it names every package (folder) of workflow_scripts/, one line
 each, not their modules: those are each package's own map, its `__init__.py` docstring, which must
-name every module and data file of the package in backticks (`sweep`, `published_v100.yaml`). So a
+name every module, data file and subpackage of the package in backticks (`sweep`,
+`published_v100.yaml`). So a
 package added fails here until the README places it, and a module added, renamed or moved fails
 until its package's docstring does."""
 
@@ -72,9 +73,10 @@ def test_ci_prints_the_slowest_tests():
     assert "--durations=15" in ci_test_command().split(), ci_test_command()
 
 
-def layout_problems(items, kind, modules):
+def layout_problems(items, kind, required):
     """What the Layout's items get wrong against a tree: `kind(path)` is "file", "dir" or None for
-    a path relative to the top, `modules` the paths the Layout must each name. A name `x/` is a
+    a path relative to the top, `required` the paths the Layout must each name (the packages of
+    workflow_scripts/). -> (names that are not in the tree, required paths not named). A name `x/` is a
     folder; a name is looked for in its item's folder, then in each folder above it (preflight/'s
     `common/input_bound` is workflow_scripts/common/input_bound.py), as written or as a module."""
 
@@ -96,7 +98,7 @@ def layout_problems(items, kind, modules):
             found = resolve(folder, name)
             missing += [] if found else [f"{name} (in {path})"]
             named.add(found)
-    return missing, [m for m in modules if m not in named]
+    return missing, [m for m in required if m not in named]
 
 
 def tree_kind(path):
@@ -105,23 +107,24 @@ def tree_kind(path):
 
 
 def packages():
-    """Every package (folder) of workflow_scripts/, as the Layout must name it."""
-    root = REPO / "workflow_scripts"
-    return [p.relative_to(REPO).as_posix() for p in sorted(root.iterdir()) if p.is_dir() and p.name != "__pycache__"]
+    """Every package (folder, at any depth) of workflow_scripts/, as the Layout must name it."""
+    found = (p for p in sorted((REPO / "workflow_scripts").rglob("*")) if p.is_dir())
+    return [p.relative_to(REPO).as_posix() for p in found if "__pycache__" not in p.parts]
 
 
 def package_files(package):
-    """The modules and data files of a package: every file in its folder but __init__.py and
-    hidden ones (subfolders are packages of their own)."""
-    folder = REPO / package
-    return [p.name for p in sorted(folder.iterdir()) if p.is_file() and p.name != "__init__.py" and p.name[0] != "."]
+    """What a package holds: its modules and data files (every file but __init__.py and hidden
+    ones) and its subpackages, as `sub/`."""
+    entries = (p for p in sorted((REPO / package).iterdir()) if p.name != "__init__.py" and p.name[0] != ".")
+    return [f"{p.name}/" if p.is_dir() else p.name for p in entries if p.name != "__pycache__"]
 
 
 def unplaced(docstring, files):
-    """The files a package's docstring does not name: a module `x.py` is named as `x` or `x.py`,
-    any other file by its whole name, each in backticks."""
+    """The entries of a package its docstring does not name: a module `x.py` is named as `x` or
+    `x.py`, a subpackage `x/` as `x/` or `x`, any other file by its whole name, each in backticks."""
     named = set(NAME.findall(docstring or ""))
-    return [f for f in files if f not in named and not (f.endswith(".py") and f[:-3] in named)]
+    short = {f: f[:-3] if f.endswith(".py") else f[:-1] if f.endswith("/") else f for f in files}
+    return [f for f in files if f not in named and short[f] not in named]
 
 
 def package_docstring(package):
@@ -162,6 +165,7 @@ def test_the_docstring_check_names_what_is_missing():
     assert unplaced(None, ["a.py"]) == ["a.py"]
     assert unplaced(doc.replace("`one`", "one"), ["one.py"]) == ["one.py"]
     assert unplaced("`data`", ["data.yaml"]) == ["data.yaml"]  # a data file by its whole name
+    assert unplaced("`sub/` and `other`", ["sub/", "other/", "gone/"]) == ["gone/"]
 
 
 def test_the_layout_check_names_what_is_wrong():
@@ -180,8 +184,8 @@ def test_the_layout_check_names_what_is_wrong():
     ]
     assert items[2][2] == ["one", "gone", "b/two", "two.yaml"]
     tree = {"top.txt": "file", "pkg": "dir", "pkg/a": "dir", "pkg/a/one.py": "file", "pkg/a/two.yaml": "file"}
-    tree |= {"pkg/b": "dir", "pkg/b/two.py": "file", "pkg/b/new.py": "file"}
-    modules = [p for p in tree if p.startswith("pkg/")]
-    missing, unlisted = layout_problems(items, tree.get, modules)
+    tree |= {"pkg/b": "dir", "pkg/b/two.py": "file", "pkg/new": "dir", "pkg/new/x.py": "file"}
+    packages = [p for p, kind in tree.items() if p.startswith("pkg/") and kind == "dir"]
+    missing, unlisted = layout_problems(items, tree.get, packages)
     assert missing == ["gone (in pkg/a/)", "lost/ (an item)"]
-    assert unlisted == ["pkg/b/new.py"]
+    assert unlisted == ["pkg/new"]  # a package the Layout has no line for
