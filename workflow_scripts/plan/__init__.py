@@ -8,7 +8,8 @@ Snakemake; docs/architecture.md says how a run flows through them.
                           GPU types, Horovod's controller, whether a long test fits its jobs
     `sweep`               the sweep of training runs and the long test's runs, where each is
                           placed and where it writes (Sweep)
-    `commands`            the trainer's command line of each run, and the launcher's Horovod flags
+    `commands`            the trainer's command line of each run (and the per-rank batch), and
+                          the launcher's Horovod flags
     `slurm_job`           each point's node and task geometry and the SLURM resources of its jobs
     `point_jobs`          what a job at a sweep point is given: its input, command lines,
                           interpreter, threads and the run it follows (PointJobs)
