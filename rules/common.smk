@@ -13,7 +13,7 @@ from snakemake.utils import validate
 # The stage modules, importable even from a snakemake installed outside envs/setup.sh's .venv.
 sys.path.insert(0, workflow.basedir)
 from workflow_scripts.cluster import interpreter  # noqa: E402
-from workflow_scripts.common import workflow_lock  # noqa: E402
+from workflow_scripts.common import frameworks, workflow_lock  # noqa: E402
 from workflow_scripts.data import convert  # noqa: E402
 from workflow_scripts.plan import cluster_checks, config_checks  # noqa: E402
 from workflow_scripts.plan.commands import TrainerCommands  # noqa: E402

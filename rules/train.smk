@@ -21,7 +21,7 @@ rule train:
         f"{LOGS}/train/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}{{rep}}.bench.tsv"
     wildcard_constraints:
         system="[^/]+",  # runs/<system>/accuracy/... is the long test's
-        framework="tensorflow|mxnet|pytorch",
+        framework=frameworks.wildcard(),
         precision="fp32|fp16",
         gpus=r"\d+",
         # the input path, when it is not the framework's default (workflow_scripts/plan/sweep.py, input_suffix)

@@ -8,6 +8,8 @@ Starting a run's ranks:
     `comm_env`        the communication libraries' environment of a run (config nccl_env), as recorded
     `interpreter`     a stage's Python interpreter, or the container whose python runs it
     `cpus`            the CPUs a rank may run on, and the thread counts derived from them
+    `threads_tensorflow`, `threads_mxnet`
+                      TensorFlow's and MXNet's thread rules, which their records name
     `affinity`        a CPU set grouped by physical core
     `cpu_bind`        CPUs of its own for each rank the local launcher starts
     `gpu_identity`    which GPU CUDA numbers i, and which CPUs are near it

@@ -1,5 +1,6 @@
 """What every stage and every framework shares:
 
+`frameworks`      the framework registry: one record per framework, which the rest reads
 `atomic`          outputs that appear whole or not at all
 `errors`          StageError (one line, not a traceback), PermanentError, run_main
 `output`          a table as CSV and as markdown, with its notes and footnotes

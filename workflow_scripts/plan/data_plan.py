@@ -4,16 +4,19 @@ conversion sections. rules/common.smk builds one DataPlan when the workflow is p
 
 import os
 
+from workflow_scripts.common import frameworks
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.data import convert, layout, listing
 from workflow_scripts.plan.sweep import FORMAT_OF, ConfigProblem
 
-FRAMEWORK_OF_FORMAT = {fmt: fw for fw, fmt in FORMAT_OF.items()}
+# The interpreter a format's jobs run with (its reader): the first framework that reads it, in the
+# registry's order; two frameworks of one format share its copy.
+FRAMEWORK_OF_FORMAT = {fmt: frameworks.reading(fmt)[0].name for fmt in dict.fromkeys(FORMAT_OF.values())}
 
 
 def conda_env(framework):
     """The conda environment file (as the rules name it) of a job in `framework`'s interpreter."""
-    return "../envs/torch.yaml" if framework == "pytorch" else "../envs/tf-mxnet.yaml"
+    return frameworks.of(framework).conda
 
 
 def folders_of(files):

@@ -17,7 +17,8 @@ Per framework, its adapter and what only it uses:
     `tensorflow_horovod`   TensorFlow + Horovod, from TFRecord (+ `keras_compat`: Keras 2 or 3)
     `mxnet_horovod`        MXNet + Horovod, from RecordIO (+ `mxnet_loss_scale`: fp16 loss scaling)
     `pytorch_ddp`          PyTorch DDP, from the LMDB (+ `pytorch_options`: training.pytorch's flags
-                           and what each auto becomes; `pytorch_input`: its input paths; `augment`:
+                           and what each auto becomes; `pytorch_threads`: its thread rule, which
+                           its record names; `pytorch_input`: its input paths; `augment`:
                            their augmentation's constants; `gpu_input`: decoding on the GPU;
                            `dali_input`: NVIDIA DALI's pipeline)
 
