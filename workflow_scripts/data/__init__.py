@@ -13,4 +13,5 @@
 `lmdb_dataset`    a PyTorch Dataset over that LMDB
 `records`         the converted files read record by record, for the check
 `verify`          a converted copy checked against its manifest
+`upgrade`         copies an earlier version converted, marked as complete by one command
 """

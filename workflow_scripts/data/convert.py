@@ -11,6 +11,7 @@ import csv
 import errno
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -183,17 +184,45 @@ def complete_copy(out):
     return out if Path(out, "manifest.json").is_file() else None
 
 
-def mark_earlier_copies(data_dir, formats):
-    """A complete copy made before DONE was the conversions' output (its manifest names no "output")
-    gets its DONE, dated as its manifest, so that Snakemake does not convert it again. A copy whose
-    DONE Snakemake removed for a reconversion that then failed keeps it removed: the next run makes
-    the copy the config asks for."""
+UPGRADE = "python -m workflow_scripts.data.upgrade --data-dir {data_dir}"
+
+
+def earlier_copies(data_dir, formats):
+    """The complete copies made before DONE was the conversions' output (their manifests name no
+    "output"): Snakemake would convert them again. A copy whose DONE Snakemake removed for a
+    reconversion that then failed is not one of them (its manifest names its output): the next run
+    makes the copy the config asks for."""
+    found = []
     for fmt in formats:
         manifest, done = Path(data_dir, fmt, "manifest.json"), Path(data_dir, fmt, DONE)
         if manifest.is_file() and not done.exists() and "output" not in _read(manifest):
-            write_json(done, {"manifest_sha256": verify.file_sha256(manifest)})
-            stamp = manifest.stat()
-            os.utime(done, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+            found.append(Path(data_dir, fmt))
+    return found
+
+
+def refuse_earlier_copies(data_dir, formats):
+    """Stops the workflow when it is parsed where a copy is of an earlier version, naming the one
+    command that gives them their DONE (data/upgrade.py): the parse writes nothing."""
+    found = earlier_copies(data_dir, formats)
+    if found:
+        raise StageError(
+            f"{', '.join(map(str, found))}: converted by an earlier version of this workflow (no {DONE}), so "
+            f"Snakemake would convert {'them' if len(found) > 1 else 'it'} again. Fix: "
+            f"{UPGRADE.format(data_dir=shlex.quote(str(data_dir)))} (marks each complete copy as converted; "
+            f"nothing else changes), or delete the copies to convert them anew"
+        )
+
+
+def mark_earlier_copies(data_dir, formats):
+    """Each of earlier_copies() gets its DONE, dated as its manifest, so that Snakemake does not
+    convert it again (data/upgrade.py runs it)."""
+    found = earlier_copies(data_dir, formats)
+    for copy in found:
+        manifest = copy / "manifest.json"
+        write_json(copy / DONE, {"manifest_sha256": verify.file_sha256(manifest)})
+        stamp = manifest.stat()
+        os.utime(copy / DONE, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    return found
 
 
 def _read(path):

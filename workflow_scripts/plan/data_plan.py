@@ -46,6 +46,14 @@ class DataPlan:
         labels = [f for f in (found, *agreeing) if f]
         return listing.fingerprint(layout.image_root(self.root), labels, f"{self.data}/.dataset-listing.json")
 
+    def check_earlier_copies(self):
+        """A copy converted by an earlier version of the workflow is named with the one command that
+        marks it (data/upgrade.py), never marked while the workflow is parsed."""
+        try:
+            convert.refuse_earlier_copies(self.data, dict.fromkeys(FORMAT_OF.values()))
+        except StageError as exc:
+            raise ConfigProblem(str(exc)) from None
+
     def converted(self, fmt):
         """A conversion's output: the file it writes last into the complete copy (data/convert.py,
         DONE), not the copy's folder, which Snakemake would delete before a reconversion."""
