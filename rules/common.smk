@@ -13,8 +13,7 @@ from snakemake.utils import validate
 # The stage modules, importable even from a snakemake installed outside envs/setup.sh's .venv.
 sys.path.insert(0, workflow.basedir)
 from workflow_scripts.cluster import interpreter  # noqa: E402
-from workflow_scripts.common import workflow_lock  # noqa: E402
-from workflow_scripts.data import convert  # noqa: E402
+from workflow_scripts.common import frameworks, workflow_lock  # noqa: E402
 from workflow_scripts.plan import cluster_checks, config_checks, unbuilt_envs  # noqa: E402
 from workflow_scripts.plan.commands import TrainerCommands  # noqa: E402
 from workflow_scripts.plan.data_plan import FRAMEWORK_OF_FORMAT, DataPlan, conda_env, folders_of  # noqa: E402
@@ -88,8 +87,9 @@ placement = PLAN.placement
 
 IN_SLURM_JOB = "SLURM_JOB_ID" in os.environ  # the Snakefile is parsed again inside every cluster job
 if not IN_SLURM_JOB:
-    # copies converted before a conversion's output was its done.json keep their place
-    convert.mark_earlier_copies(DATA, FORMAT_OF.values())
+    # a copy converted before a conversion's output was its done.json: named, with the command
+    # that marks it, so that it is not converted again (nothing is written while parsing)
+    parse_time(DATA_PLAN.check_earlier_copies)
 
 
 ACCURACY = TRAIN["long_test"]

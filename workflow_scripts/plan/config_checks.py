@@ -10,7 +10,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from workflow_scripts.cluster import interpreter
+import yaml
+
+from workflow_scripts.cluster import interpreter, mounts
 from workflow_scripts.plan.sweep import ConfigProblem
 from workflow_scripts.train import job_stop
 
@@ -145,7 +147,30 @@ def check_writable(key, value):
     if not existing.is_dir():
         raise ConfigProblem(f"config {key} = {value!r}: {existing} exists and is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigProblem(f"config {key} = {value!r}: {existing} is not writable by this user")
+        # a read-only mount refuses every user: naming the user would send them after permissions
+        why = mounts.read_only(existing) or "it is not writable by this user"
+        raise ConfigProblem(f"config {key} = {value!r}: {existing}: {why}")
+
+
+def yaml_problem(path):
+    """Why a YAML config file cannot be read, naming the file, line and column, or None: a tab
+    that indents a line (YAML indents with spaces only) or any other syntax error. Snakemake's own
+    message names neither the file nor the line."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None  # Snakemake names a missing file itself
+    try:
+        yaml.safe_load(text)
+        return None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{Path(path).absolute()}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+        line = text.splitlines()[mark.line] if mark and mark.line < len(text.splitlines()) else ""
+        if "\t" in line[: len(line) - len(line.lstrip())]:
+            return f"{where}: a tab indents this line; YAML indents with spaces only. Fix: replace the tab with spaces"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return f"{where}: not valid YAML ({problem})"
 
 
 def check_config(config):
