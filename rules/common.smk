@@ -56,7 +56,16 @@ PATH_BLOCKED = (
 )
 PY = {
     env: interpreter.job_words(
-        parse_time(config_checks.interpreter_words, f"envs.{env}", value, REPO), REPO, PATH_BLOCKED
+        parse_time(
+            config_checks.interpreter_words,
+            f"envs.{env}",
+            value,
+            REPO,
+            "bash envs/setup.sh",
+            config_checks.data_folders(config),
+        ),
+        REPO,
+        PATH_BLOCKED,
     )
     for env, value in config["envs"].items()
 }

@@ -265,21 +265,32 @@ def located(value, repo, cwd=None):
     return value
 
 
-def interpreter_words(key, value, repo, setup="bash envs/setup.sh"):
-    """An interpreter from config as command words (a container: its runtime's exec line),
+def interpreter_words(key, value, repo, setup="bash envs/setup.sh", data=()):
+    """An interpreter from config as command words (a container: its runtime's exec line, with the
+    folders of `data` bound: data_dir and the dataset, and the real places their links lead to),
     checked now rather than mid-run."""
     value = located(value, repo)
     for part in (
         [value] if isinstance(value, str) else [value["container"], value.get("python", ""), *value.get("bind", [])]
     ):
         check_path(key, part)
+    refused = interpreter.image_problem(value)
+    if refused:
+        raise ConfigProblem(f"config {key}.container: {refused}")
     problem = interpreter.problem(value)
     if problem:
         raise ConfigProblem(
             f"config {key}: {problem}: run '{setup}' or point {key} at an interpreter (or a "
             f"container) that has the packages of envs/"
         )
+    if not isinstance(value, str):
+        value = {**value, "bind": [*value.get("bind", []), *interpreter.data_binds(data)]}
     return interpreter.words(value, repo)
+
+
+def data_folders(config):
+    """The folders a stage's container must see: data_dir and, where it lies elsewhere, the dataset."""
+    return [config["data_dir"], *([config["dataset"]["root"]] if config["dataset"].get("root") else [])]
 
 
 def framework_config(config, system, framework):
@@ -297,7 +308,8 @@ def framework_env(config, system, framework, repo):
     """(config key, interpreter words) of framework_config, checked."""
     key, value = framework_config(config, system, framework)
     gpu = config["systems"][system]["gpu_request"] != "none"
-    return key, interpreter_words(key, value, repo, "bash envs/setup.sh --gpu" if gpu else "bash envs/setup.sh")
+    setup = "bash envs/setup.sh --gpu" if gpu else "bash envs/setup.sh"
+    return key, interpreter_words(key, value, repo, setup, data_folders(config))
 
 
 def raising(error):
