@@ -54,8 +54,9 @@ CAUSES = (
     ),
 )
 
-# NVIDIA's framework containers (NGC) with code for current GPUs; MXNet's is the last one with
-# CUDA 12 and Hopper kernels (the one NVIDIA's MLPerf v4.0 ResNet-50 used).
+# NVIDIA's framework containers (NGC) with code for current GPUs; MXNet's has CUDA 12 and Hopper
+# kernels and is the one NVIDIA's MLPerf v4.0 ResNet-50 used (later ones exist: docs/slurm.md,
+# "The last MXNet container").
 CONTAINERS = {
     "mxnet": "nvcr.io/nvidia/mxnet:24.04-py3",
     "tensorflow": "nvcr.io/nvidia/tensorflow:<yy.mm>-tf2-py3 (ships Horovod)",
