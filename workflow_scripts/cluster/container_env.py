@@ -16,6 +16,7 @@ every variable that differs.
 """
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -80,8 +81,28 @@ def passed(cmd, env, base):
     out = {**env, **want}
     prefix = PREFIX.get(runtime)
     if prefix:
-        out.update({prefix + k: v for k, v in want.items()})
+        proof = _as_written if _no_eval(runtime, cmd, env) else _shell_proof
+        out.update({prefix + k: proof(v) for k, v in want.items()})
     return out
+
+
+def _no_eval(runtime, cmd, env):
+    """Whether the runtime takes injected values literally (--no-eval, or its variable)."""
+    image = image_of(cmd)
+    options = cmd[2 : cmd.index(image)] if image in cmd else cmd[2:]
+    return "--no-eval" in options or env.get(f"{runtime.upper()}_NO_EVAL", "").lower() in ("1", "true", "yes")
+
+
+def _as_written(value):
+    return value
+
+
+def _shell_proof(value):
+    """`value` as the runtime must be handed it to give it back unchanged: it writes each injected
+    variable as export NAME="<value>", escaping only double quotes, and a shell sources that line,
+    so a backslash, $ or backquote of the value would be read by the shell (the JSON of ASKED
+    escapes with backslashes: it would arrive unreadable)."""
+    return re.sub(r"([\\$`])", r"\\\1", value)
 
 
 def srun_line(srun, cmd, env):
