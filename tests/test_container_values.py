@@ -23,7 +23,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO
+from helpers import REPO, interpreter
 from helpers.hostile import HOSTILE, markers
 
 STAND_IN = '''#!{python}
@@ -64,9 +64,8 @@ SEEN = (
 )
 
 
-@pytest.mark.stage
-@pytest.mark.parametrize("options", [["--nv"], ["--nv", "--no-eval"]], ids=["shell-evaluated", "no-eval"])
-def test_a_value_reaches_the_rank_as_it_was_whatever_its_characters(tmp_path, options):
+def in_stand_in(tmp_path, options, program, given=()):
+    """The real launcher running two local ranks of `program` in the stand-in container."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     runtime = bin_dir / "apptainer"
@@ -75,19 +74,40 @@ def test_a_value_reaches_the_rank_as_it_was_whatever_its_characters(tmp_path, op
     image = tmp_path / "image.sif"
     image.write_text("{}")
     words = [str(runtime), "exec", *options, f"--bind={REPO}", f"--env=PYTHONPATH={REPO}", str(image)]
-    given = [w for k, v in VALUES.items() for w in ("--env", f"{k}={v}")]
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "workflow_scripts.cluster.launcher", "--nproc-per-node=2", "--launcher=local"]
-        + [*given, f"--cuda-cache-dir={tmp_path / 'jit'}", "--", *words, sys.executable, "-c", SEEN],
+        + [*given, f"--cuda-cache-dir={tmp_path / 'jit'}", "--", *words, *program],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+@pytest.mark.stage
+@pytest.mark.parametrize("options", [["--nv"], ["--nv", "--no-eval"]], ids=["shell-evaluated", "no-eval"])
+def test_a_value_reaches_the_rank_as_it_was_whatever_its_characters(tmp_path, options):
+    given = [w for k, v in VALUES.items() for w in ("--env", f"{k}={v}")]
+    proc = in_stand_in(tmp_path, options, [sys.executable, "-c", SEEN], given)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert markers(tmp_path) == []
     for rank in ("0", "1"):
         seen = json.loads((tmp_path / f"seen.{rank}.json").read_text())
         assert seen["env"] == VALUES, seen["env"]
         assert seen["record"]["differs"] == {} and set(VALUES) <= set(seen["record"]["asked"]), seen["record"]
+
+
+@pytest.mark.stage
+def test_the_interconnect_stage_records_what_its_ranks_saw_in_a_container(tmp_path):
+    """The interconnect's ranks run in the system's PyTorch container too: its record, like a
+    training run's, says whether the NCCL settings it lists were the launcher's."""
+    out = tmp_path / "torch.json"
+    program = [interpreter("pytorch"), "-m", "workflow_scripts.interconnect.collectives", "--max-bytes", "64"]
+    program += ["--warmup", "1", "--iterations", "2", "--out", str(out)]
+    proc = in_stand_in(tmp_path, ["--nv"], program, ["--env", "NCCL_IB_DISABLE=1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    raw = json.loads(out.read_text())
+    assert raw["nccl_env"]["NCCL_IB_DISABLE"] == "1" and raw["container_env"]["differs"] == {}, raw
+    assert raw["container_env"]["container"] == str(tmp_path / "image.sif")
+    assert "NCCL_IB_DISABLE" in raw["container_env"]["asked"], raw["container_env"]
