@@ -58,7 +58,15 @@ PATH_BLOCKED = (
 UNBUILT = unbuilt_envs.Unbuilt(unbuilt_envs.plans_only(sys.argv))
 PY = {
     env: interpreter.job_words(
-        parse_time(config_checks.interpreter_words, f"envs.{env}", value, REPO, unbuilt=UNBUILT),
+        parse_time(
+            config_checks.interpreter_words,
+            f"envs.{env}",
+            value,
+            REPO,
+            "bash envs/setup.sh",
+            UNBUILT,
+            config_checks.data_folders(config),
+        ),
         REPO,
         PATH_BLOCKED,
     )

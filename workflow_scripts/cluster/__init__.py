@@ -7,6 +7,7 @@ Starting a run's ranks:
     `netif`           the network interface the ranks talk over
     `comm_env`        the communication libraries' environment of a run (config nccl_env), as recorded
     `interpreter`     a stage's Python interpreter, or the container whose python runs it
+    `container_env`   what the launcher sets, passed into a rank's container, and what the rank saw
     `cpus`            the CPUs a rank may run on, and the thread counts derived from them
     `threads_tensorflow`, `threads_mxnet`
                       TensorFlow's and MXNet's thread rules, which their records name

@@ -26,6 +26,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from . import container_env
+
 MAXSIZE = 4 * 2**30
 KEY = "training.cuda_cache_dir"
 
@@ -64,9 +66,9 @@ def build_key(cmd):
     """A directory name for what runs the ranks: the words before '-m' (an interpreter, or a
     container's exec line and its python), else the program itself."""
     words = cmd[: cmd.index("-m")] if "-m" in cmd else cmd[:1]
-    image = next((w for w in reversed(words) if w.endswith((".sif", ".simg")) or "://" in w), None)
+    image = next((w for w in reversed(words) if w.endswith((".sif", ".simg", ".sqsh")) or "://" in w), None)
     if image:
-        label = re.sub(r"\.(sif|simg)$", "", image.rsplit("/", 1)[-1])
+        label = re.sub(r"\.(sif|simg|sqsh)$", "", image.rsplit("/", 1)[-1])
     else:  # the interpreter: its environment's name for a venv's bin/python
         exe = Path(words[0]) if words else Path("unknown")
         label = exe.parent.parent.name if exe.parent.name == "bin" and exe.parent.parent.name else exe.name
@@ -99,9 +101,11 @@ RUNTIMES = ("apptainer", "singularity")
 
 def bound(cmd, env):
     """`cmd` with the cache directory bound into its container, where it runs in one (Apptainer or
-    Singularity `exec`): a directory outside what the runtime binds by itself ($HOME, the working
+    Singularity `exec`, pyxis's srun): a directory outside what the runtime binds by itself ($HOME, the working
     directory) would otherwise not exist inside, and CUDA would silently cache nothing."""
     path = env.get("CUDA_CACHE_PATH")
+    if path and cmd[:1] == ["srun"]:
+        return container_env.mounted(cmd, path)  # pyxis: among the container's mounts
     if not path or len(cmd) < 2 or Path(cmd[0]).name not in RUNTIMES or cmd[1] != "exec":
         return cmd
     return [cmd[0], cmd[1], f"--bind={path}", *cmd[2:]]

@@ -12,7 +12,8 @@ Gloo rendezvous server that horovodrun would run, here, and tells every worker w
 with --horovod-controller mpi, leaves the ranks to srun's MPI plugin). The network the ranks talk
 over is chosen once, here (cluster/netif.py): its interface and address on this node, from which
 each node's ranks take their own interface in that network (rank_env.detect). Each run gets a port
-of its own for torch.distributed's rendezvous.
+of its own for torch.distributed's rendezvous. Ranks in a container are given every variable set
+here explicitly, since the runtime lets the image's own values win (cluster/container_env.py).
 
 Stopped (an exception raised into its wait: the training job's stop; TERM to the launcher as a
 process), it stops the ranks before it returns: srun through SLURM (stop_step), local ranks by TERM
@@ -30,7 +31,7 @@ import sys
 import time
 
 from ..common import schema
-from . import comm_env, cpu_bind, cuda_cache, gpu_identity, nccl_log, netif, slurm
+from . import comm_env, container_env, cpu_bind, cuda_cache, gpu_identity, nccl_log, netif, slurm
 from .comm_env import SETTABLE
 
 # torch.distributed's rendezvous port of a run started through srun (cluster/rank_env.py)
@@ -44,9 +45,12 @@ def _free_port():
 
 
 @contextlib.contextmanager
-def rendezvous(python, hosts, per_node):
+def rendezvous(python, hosts, per_node, here=None):
     """Horovod's rendezvous server (train/rendezvous.py) in the framework's interpreter, for as
-    long as the run lasts; yields its port."""
+    long as the run lasts; yields its port. A pyxis interpreter is a one-task srun of its own: it
+    runs on this node (`here`), whose address the workers are given."""
+    if container_env.runtime_of(python) == "pyxis" and here:
+        python = [python[0], f"--nodelist={here}", *python[1:]]
     proc = subprocess.Popen(
         [*python, "-m", "workflow_scripts.train.rendezvous", "--hosts", ",".join(hosts), "--per-node", str(per_node)],
         stdin=subprocess.PIPE,
@@ -144,7 +148,7 @@ def horovod_env(a, stack, hosts, iface, addr, per_node, use_srun):
                 "MPI plugin: run inside a SLURM allocation (snakemake --profile slurm), or use gloo"
             )
         return {"HOROVOD_CONTROLLER": "mpi"}
-    port = stack.enter_context(rendezvous(shlex.split(a.python), hosts, per_node))
+    port = stack.enter_context(rendezvous(shlex.split(a.python), hosts, per_node, hosts[0]))
     return {
         "DLSCALE_RENDEZVOUS_ADDR": addr,
         "DLSCALE_RENDEZVOUS_PORT": str(port),
@@ -206,8 +210,16 @@ def parse(words):
     return ap.parse_args(words)
 
 
-def uses_srun(a, per_node):
-    """Whether a run of a.nodes x per_node processes starts through srun (else as children here)."""
+def uses_srun(a, per_node, cmd=()):
+    """Whether a run of a.nodes x per_node processes starts through srun (else as children here):
+    always for a pyxis container, which only srun starts."""
+    if container_env.runtime_of(list(cmd)) == "pyxis":
+        if "SLURM_JOB_ID" not in os.environ:
+            raise SystemExit(
+                "launch: a pyxis container (config runtime: pyxis) starts only through srun: run inside a "
+                "SLURM allocation (snakemake --profile slurm), or use runtime: apptainer"
+            )
+        return True
     return a.launcher == "srun" or (a.launcher == "auto" and "SLURM_JOB_ID" in os.environ and a.nodes * per_node > 1)
 
 
@@ -217,7 +229,7 @@ def run(cmd, a, per_node_once=False, stdout=None, env_record=None):
     object; default: ours). env_record: a dict that receives the communication settings the
     ranks were given (cluster/comm_env.py)."""
     per_node = 1 if per_node_once else a.nproc_per_node
-    use_srun = uses_srun(a, per_node)
+    use_srun = uses_srun(a, per_node, cmd)
     if a.nodes > 1 and not use_srun:
         raise SystemExit(
             f"launch: {a.nodes} nodes need srun: run inside a SLURM allocation (snakemake --profile slurm)"
@@ -247,8 +259,10 @@ def run(cmd, a, per_node_once=False, stdout=None, env_record=None):
                 # One port per run, not per job: a point's repeats share one job, one after another.
                 env.setdefault(PORT_ENV, str(_free_port()))
             srun = srun_command(a.nodes, per_node, a.cpus_per_task, a.srun_args, "" if per_node_once else a.srun_mpi)
-            print("launch:", shlex.join(srun + cmd), file=sys.stderr, flush=True)
-            return run_step(srun + cmd, env, stdout)
+            env = container_env.passed(cmd, env, os.environ)
+            line = container_env.srun_line(srun, cmd, env)
+            print("launch:", shlex.join(line), file=sys.stderr, flush=True)
+            return run_step(line, env, stdout)
         bind = a.bind_cpus == "auto" and not per_node_once
         return _local(cmd, env, per_node, stdout, bind)
 
@@ -361,6 +375,7 @@ def _local(cmd, env, n, stdout=None, bind=False):
             if sets:
                 e[cpu_bind.BOUND_ENV] = "1"
                 pin = cpu_bind.pinner(sets[r])
+            e = container_env.passed(cmd, e, os.environ)
             procs.append(subprocess.Popen(cmd, env=e, stdout=stdout, preexec_fn=pin))
         return _wait_local(procs)
     except BaseException:

@@ -16,7 +16,7 @@ import sys
 from dataclasses import asdict, dataclass
 
 from ..common.errors import StageError
-from . import netif
+from . import container_env, netif
 
 DEFAULT_PORT = 29500
 
@@ -128,6 +128,8 @@ def detect(env=None):
     variables are set to this node's own interface on the way (own_network)."""
     env = os.environ if env is None else env
     launch = _detect(env)
+    # what the launcher asked a container to pass in, compared before own_network changes any of it
+    container_env.remember(env, launch.local_rank)
     own_network(launch, env)
     return launch
 

@@ -70,7 +70,8 @@ REGISTRY = {
             collective="horovod",
             fp16_gradient_bytes=2,  # its fp16 casts the model itself to float16
             conda="../envs/tf-mxnet.yaml",
-            # the last with CUDA 12 and Hopper kernels (the one NVIDIA's MLPerf v4.0 ResNet-50 used)
+            # CUDA 12 and Hopper kernels, the one NVIDIA's MLPerf v4.0 ResNet-50 used (later ones
+            # exist: docs/slurm.md, "The last MXNet container")
             container="nvcr.io/nvidia/mxnet:24.04-py3",
             threads="workflow_scripts.cluster.threads_mxnet",
         ),

@@ -26,6 +26,7 @@ import errno
 import hashlib
 import json
 import math
+import os
 import struct
 import sys
 import time
@@ -33,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cluster import cpus
+from ..cluster import container_env, cpus
 from ..common.atomic import write_json
 from ..common.errors import PermanentError, StageError, run_main
 from . import records
@@ -344,6 +345,13 @@ def require(data_dir):
         return problems
 
     problems = patient(at_start)
+    image = os.environ.get(container_env.IMAGE)
+    if problems and image and problems[0].found == "no file":
+        # from inside, a folder the container was not given looks exactly like a file never made
+        raise PermanentError(
+            f"not visible inside the container {image}: {problems[0].file} (not bound, if the host has it: "
+            f"bind its folder through the interpreter's bind list in config; else {problems[0].fix})"
+        )
     if problems:
         more = (
             f" (and {len(problems) - 1} more: python -m workflow_scripts.data.verify --data {data_dir})"

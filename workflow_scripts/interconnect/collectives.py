@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..cluster import comm_env, cpus, gpu_choice
+from ..cluster import comm_env, container_env, cpus, gpu_choice
 from ..cluster.provenance import cpu_model
 from ..cluster.rank_env import detect
 from ..common.atomic import write_json
@@ -188,6 +188,8 @@ def main(argv=None):
                     "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else "",
                 },
                 "nccl_env": comm_env.recorded(),
+                # in a container the nccl_env above is the rank's view; this says whether it was the launcher's
+                **({"container_env": seen} if (seen := container_env.record()) is not None else {}),
                 "dtype": "float32",
                 "in_place": True,
                 "warmup": a.warmup,

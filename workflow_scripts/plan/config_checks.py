@@ -265,8 +265,9 @@ def located(value, repo, cwd=None):
     return value
 
 
-def interpreter_words(key, value, repo, setup="bash envs/setup.sh", unbuilt=None):
-    """An interpreter from config as command words (a container: its runtime's exec line),
+def interpreter_words(key, value, repo, setup="bash envs/setup.sh", unbuilt=None, data=()):
+    """An interpreter from config as command words (a container: its runtime's exec line, with the
+    folders of `data` bound: data_dir and the dataset, and the real places their links lead to),
     checked now rather than mid-run. unbuilt (plan.unbuilt_envs.Unbuilt): an interpreter path that
     is not there yet is noted in it, to be named with the others once the workflow is parsed."""
     value = located(value, repo)
@@ -274,6 +275,9 @@ def interpreter_words(key, value, repo, setup="bash envs/setup.sh", unbuilt=None
         [value] if isinstance(value, str) else [value["container"], value.get("python", ""), *value.get("bind", [])]
     ):
         check_path(key, part)
+    refused = interpreter.image_problem(value)
+    if refused:
+        raise ConfigProblem(f"config {key}.container: {refused}")
     problem = interpreter.problem(value)
     if problem and unbuilt is not None and isinstance(value, str):
         unbuilt.note(key, value, problem, setup)
@@ -282,7 +286,14 @@ def interpreter_words(key, value, repo, setup="bash envs/setup.sh", unbuilt=None
             f"config {key}: {problem}: run '{setup}' or point {key} at an interpreter (or a "
             f"container) that has the packages of envs/"
         )
+    if not isinstance(value, str):
+        value = {**value, "bind": [*value.get("bind", []), *interpreter.data_binds(data)]}
     return interpreter.words(value, repo)
+
+
+def data_folders(config):
+    """The folders a stage's container must see: data_dir and, where it lies elsewhere, the dataset."""
+    return [config["data_dir"], *([config["dataset"]["root"]] if config["dataset"].get("root") else [])]
 
 
 def framework_config(config, system, framework):
@@ -301,7 +312,7 @@ def framework_env(config, system, framework, repo, unbuilt=None):
     key, value = framework_config(config, system, framework)
     gpu = config["systems"][system]["gpu_request"] != "none"
     setup = "bash envs/setup.sh --gpu" if gpu else "bash envs/setup.sh"
-    return key, interpreter_words(key, value, repo, setup, unbuilt)
+    return key, interpreter_words(key, value, repo, setup, unbuilt, data_folders(config))
 
 
 def raising(error):

@@ -3,10 +3,11 @@ asks (why a kernel failed, the trainers' thread counts, whether a dataset matche
 is answered in one place by the module that owns the answer."""
 
 import importlib.util
+import os
 import subprocess
 import sys
 
-from ..cluster import cpus, kernel_check
+from ..cluster import container_env, cpus, kernel_check
 from ..common import frameworks
 from .check_rows import FAILED, NA, OK
 
@@ -45,6 +46,18 @@ def spare_cores(framework, gpu):
     return frameworks.of(framework).thread_rule().SPARE_ON_GPU if gpu else None
 
 
+def unbound(lines, python):
+    """The first file the verifier, run in a container, found missing though this host sees it, or
+    None: a folder the container was not given reads as a missing file, not as damaged data."""
+    if container_env.runtime_of(list(python)) is None:
+        return None
+    for ln in lines:
+        path = ln.split(": ", 1)[0]
+        if "found no file" in ln and os.path.exists(path):
+            return path
+    return None
+
+
 def dataset_check(data_dir, level, python=(sys.executable,)):
     """(status, figure, cause, fix) of one format's files against its manifest, through the data
     stage's verifier (python -m workflow_scripts.data.verify), run by `python` (the framework's
@@ -59,6 +72,17 @@ def dataset_check(data_dir, level, python=(sys.executable,)):
     lines = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     if proc.returncode == 0:
         return OK, f"level {level}: {lines[-1] if lines else 'matches its manifest'}", "", ""
+    hidden = unbound(lines, python)
+    if hidden:
+        return (
+            FAILED,
+            f"level {level}",
+            f"not bound: {hidden} is not visible inside the container {container_env.image_of(list(python))}, "
+            "though this node sees it (the data is there; the container is not given it)",
+            f"bind its folder into the container: add {os.path.dirname(hidden)} to the interpreter's bind list "
+            "in config (envs_gpu.<framework>.bind, or the system's envs); data_dir, dataset.root and the real "
+            "places of their links are bound by themselves, so a path outside them was reached another way",
+        )
     fix = next(
         (ln[ln.index("snakemake --forcerun") :] for ln in lines if "snakemake --forcerun" in ln),
         "snakemake --forcerun <the format's conversion rule>",

@@ -9,7 +9,8 @@ A run directory holds:
                            image it scored at epoch E (record, label, top5)
   rank<r>.json             per rank: host, launch, its CPUs and thread counts (cluster.cpus), its GPU
                            and how it was chosen (cluster.gpu_choice), weight digest after the first
-                           step and at the end
+                           step and at the end; in a container, the launcher's variables as it saw
+                           them (cluster.container_env)
   .gpu_choice/             the ranks' CPU sets, exchanged per node to pair each with its nearest GPU
   telemetry.<node>.csv     one time series per node (written by local rank 0)
   cache.<node>.json        the page-cache report of that node (written before training)
@@ -30,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..cluster import comm_env, cpus, gpu_choice, gpu_identity, kernel_check, netif, provenance
+from ..cluster import comm_env, container_env, cpus, gpu_choice, gpu_identity, kernel_check, netif, provenance
 from ..cluster.rank_env import detect
 from ..cluster.telemetry import Telemetry
 from ..common import metrics
@@ -176,6 +177,12 @@ def _every_rank(run_dir, pattern, n, wait_s):
         if len(seen) < n:
             time.sleep(0.2)
     return list(seen.values())
+
+
+def _container_record():
+    """{'container_env': ...} for a rank in a container (cluster/container_env.py), {} on the host."""
+    seen = container_env.record()
+    return {"container_env": seen} if seen is not None else {}
 
 
 class Run:
@@ -340,6 +347,7 @@ class Run:
                 "cpus": self.cpus.describe(**self.threads),
                 "weights_sha256": self.digests,
                 "gpu": self.gpu_binding,
+                **_container_record(),
             },
         )
 
@@ -364,6 +372,8 @@ class Run:
             "launch": self.launch.as_dict(),
             # config nccl_env and the launcher's interface and Horovod settings, as the ranks had them
             "nccl_env": comm_env.recorded(),
+            # in a container: what the launcher set against what rank 0 saw at its start, any difference named
+            **_container_record(),
             # the sockets' interface between nodes and its link speed (rank 0's node)
             "socket_interface": netif.describe(os.environ),
             "cpus": self.cpus.describe(**self.threads),  # rank 0's; each rank's in its rank<r>.json
