@@ -64,6 +64,13 @@ onstart:
     take_workflow_lock()
 
 
+# The tables written without a point whose nodes were down: say whether it has run since, so that
+# the next command writes them again with it (plan/waiting.py).
+onsuccess:
+    for line in WAITING.end_lines(EVERY_WAITING_POINTS, *EVERY_OUTPUT):
+        print(line, file=sys.stderr)
+
+
 # A preflight check that returned nothing holds back its own system's gates only: say which, since
 # snakemake's own message names the failed job, not what waits for it.
 onerror:

@@ -21,6 +21,7 @@ from workflow_scripts.plan.data_plan import FRAMEWORK_OF_FORMAT, DataPlan, conda
 from workflow_scripts.plan.point_jobs import PointJobs, per_job  # noqa: E402
 from workflow_scripts.plan.slurm_job import JobShape  # noqa: E402
 from workflow_scripts.plan.sweep import FORMAT_OF, Sweep  # noqa: E402
+from workflow_scripts.plan.waiting import Waiting, interconnect_files, run_files  # noqa: E402
 from workflow_scripts.preflight import gate as preflight_gate  # noqa: E402
 
 # fn(*args)'s value; a ConfigProblem becomes the WorkflowError that stops the workflow, naming the key.
@@ -109,6 +110,14 @@ TRAIN_ENV = {
 }
 TRAINING_RUNS = [f"{point['run_dir']}/summary.json" for point in SWEEP]
 LONG_TEST_RUNS = [f"{point['run_dir']}/summary.json" for point in LONG_TEST]
+# What the tables, figures and the verdict read (plan/waiting.py): not the points whose nodes are
+# down (nodes_down: wait) and whose runs have not finished; they run when their nodes return, and the
+# next workflow writes the tables again with them.
+WAITING = Waiting(PLAN)
+TABLE_SWEEP = WAITING.ready(SWEEP, run_files)
+TABLE_LONG_TEST = WAITING.ready(LONG_TEST, run_files)
+TABLE_RUNS = [f for point in TABLE_SWEEP for f in run_files(point)]
+TABLE_LONG_TEST_RUNS = [f for point in TABLE_LONG_TEST for f in run_files(point)]
 
 
 COMMANDS = TrainerCommands(config, PLAN, {pair: env[0] for pair, env in TRAIN_ENV.items()})

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from ..common import waiting
 from ..common.atomic import atomic_file
 from ..common.errors import StageError, run_main
 from . import conclusions_predicted
@@ -157,9 +158,13 @@ def _cell(x):
     return "" if pd.isna(x) else str(x).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(df, spec):
+def markdown(df, spec, waiting_points=()):
+    """waiting_points: those the tables were written without (common/waiting.py), named first: a
+    finding decided at the nearest point that exists may be decided again once they have run."""
     kinds = list(dict.fromkeys(df.tolerance_kind))
     lines = [f"# {TITLE}", "", HOW, ""]
+    for note in waiting.notes(list(waiting_points), "the verdict table"):
+        lines += [f"> **Waiting.** {note}", ""]
     for k in kinds:
         lines += [f"> **Tolerance ({k}).** {' '.join(spec['tolerances'][k]['text'].split())}", ""]
     lines += [
@@ -188,6 +193,7 @@ def main():
     ap.add_argument("--findings", default=str(FINDINGS), help="the study's findings (YAML)")
     ap.add_argument("--prediction", help="the scaling prediction (scaling_prediction.csv): the predicted column")
     ap.add_argument("--out", required=True, help="the CSV; the markdown copy goes beside it (.md)")
+    waiting.add_argument(ap)
     a = ap.parse_args()
     spec = yaml.safe_load(Path(a.findings).read_text())
     df = conclusions(load_tables(a.tables), spec, conclusions_predicted.load(a.prediction))
@@ -197,7 +203,7 @@ def main():
     # The reader's copy joins cells (a figure with its source, a verdict with its reason): its own
     # layout rather than write_table's columns.
     with atomic_file(out.with_suffix(".md")) as tmp:
-        Path(tmp).write_text(markdown(df, spec))
+        Path(tmp).write_text(markdown(df, spec, a.waiting))
     print(out.with_suffix(".md").read_text())
 
 
