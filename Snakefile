@@ -59,9 +59,12 @@ rule all:
 
 
 # Two runs in one directory would run the same jobs side by side: the second stops here, naming the
-# first (rules/common.smk).
+# first (rules/common.smk). Through SLURM a TERM from now on stops the workflow and cancels its jobs,
+# which Snakemake's own TERM would wait for (cluster/workflow_stop.py); its scheduler has set its
+# handler by now, so this one replaces it.
 onstart:
     take_workflow_lock()
+    stop_on_term()
 
 
 # The tables written without a point whose nodes were down: say whether it has run since, so that

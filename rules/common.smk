@@ -12,7 +12,7 @@ from snakemake.utils import validate
 
 # The stage modules, importable even from a snakemake installed outside envs/setup.sh's .venv.
 sys.path.insert(0, workflow.basedir)
-from workflow_scripts.cluster import interpreter  # noqa: E402
+from workflow_scripts.cluster import interpreter, workflow_stop  # noqa: E402
 from workflow_scripts.common import workflow_lock  # noqa: E402
 from workflow_scripts.data import convert  # noqa: E402
 from workflow_scripts.plan import cluster_checks, config_checks  # noqa: E402
@@ -138,6 +138,13 @@ if not IN_SLURM_JOB:
 # nor in a cluster job, which parses this file again on its node), held until it exits.
 if workflow.is_main_process and (_holder := workflow_lock.running_here()):
     print(f"dlscale: this workflow is already running in this directory: {_holder}", file=sys.stderr)
+
+
+def stop_on_term():
+    """Through SLURM, a TERM stops the workflow and cancels its jobs (cluster/workflow_stop.py), where
+    Snakemake's own would wait for every job queued or still being submitted."""
+    if workflow.is_main_process and workflow.non_local_exec:
+        workflow_stop.install(lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def take_workflow_lock():
