@@ -12,6 +12,7 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 from helpers import REPO, SNAKEMAKE, interpreter, write_config
 from test_cluster_limits import fake_sinfo
 
@@ -211,3 +212,37 @@ def test_a_waiting_list_that_is_not_one_names_the_flag():
     with pytest.raises(StageError, match="--waiting"):
         waiting_note.parse('[{"system": "a"}]')
     assert waiting_note.notes([]) == [] and waiting_note.figure_line([]) == ""
+
+
+@pytest.mark.stage
+def test_the_verdict_does_not_wait_for_int8_weights_from_a_waiting_long_test(tmp_path):
+    """On a real dataset INT8's 'pipeline' weights come from the long test: at 8 GPUs, waiting, the
+    INT8 stage waits with it, and the verdict goes ahead without its tables, saying why."""
+    from workflow_scripts.data import embedded
+
+    embedded.make(tmp_path / "ILSVRC2012", classes=2, train_per_class=1, val_per_class=1, quirks=False)
+    env = workdir(tmp_path, dataset__root=str(tmp_path / "ILSVRC2012"), training__long_test__gpus=[8])
+    jobs = planned(snakemake(tmp_path, env, "-n", "all"))
+    (export,) = jobs["int8_export"]
+    assert "results/runs/h100/accuracy/pytorch_fp32_8gpu/summary.json" in export["inputs"], export
+    (verdict,) = jobs["conclusions"]
+    held = sorted(f for f in upstream(jobs, verdict) if "_8gpu/" in f or "int8" in f)
+    assert not held, held
+    words = shlex.split(verdict["shell"].split(" > ")[0])
+    assert words[words.index("--held") + 1 : words.index("--held") + 3] == ["int8_accuracy", "int8_throughput"]
+    assert [(p["system"], p["gpus"]) for p in waiting_arg(verdict["shell"])] == [("h100", 8)]
+
+
+@pytest.mark.unit
+def test_the_findings_of_a_held_table_wait_with_it_and_the_rest_are_decided():
+    from workflow_scripts.results import conclusions as mod
+
+    spec = yaml.safe_load(mod.FINDINGS.read_text())
+    sample = REPO / "tests" / "data" / "conclusions_tables"
+    every = mod.conclusions(mod.load_tables(sample), spec).set_index("id")
+    held = ["int8_accuracy", "int8_throughput"]
+    now = mod.conclusions(mod.load_tables(sample, held), spec, held="waits for h100 at 8 GPUs").set_index("id")
+    waits = now.table.isin([f"{t}.csv" for t in held])
+    assert waits.any() and (now[waits].verdict == mod.UNMEASURED).all()
+    assert now[waits].why.str.startswith("not yet: int8_").all() and now[waits].why.str.endswith("8 GPUs").all()
+    assert now[~waits].verdict.equals(every[~waits].verdict)

@@ -99,6 +99,15 @@ class Int8Plan:
             system, "pytorch", precision, max(filter(usable, t["gpus"]), default=max(t["gpus"])), paths[0]
         )
 
+    def weights_waiting(self):
+        """[{system, gpus, why}] of the run the 'pipeline' weights come from, where it still waits for
+        its nodes (plan/waiting.py: on a real dataset, a long test whose nodes are down); else []."""
+        if self.infer["models"].get("resnet50") != "pipeline" or self.pipeline_missing():
+            return []
+        run_dir = self.pipeline_run()
+        points = [p for p in self.sweep.sweep() + self.sweep.long_test() if p["run_dir"] == run_dir]
+        return Waiting(self.sweep).waiting((points[:1], run_files))
+
     def check(self):
         """A model without weights, or a table naming a model that is not evaluated, is a ConfigProblem.
         A 'pipeline' model this plan trains no weights for is left out of the stage (of config too),
