@@ -61,4 +61,7 @@ def install(say):
                 pass
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, stop)
+    try:
+        signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread (Snakemake's API driven from another): its own TERM stays
+        say("dlscale: TERM keeps Snakemake's meaning here (not its main thread): Ctrl-C stops the workflow")
