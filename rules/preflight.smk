@@ -32,7 +32,7 @@ rule preflight_check:
         f"{LOGS}/preflight/{{system}}/{{framework}}_{{gpus}}gpu.bench.tsv"
     wildcard_constraints:
         system=r"[^/]+",
-        framework="tensorflow|mxnet|pytorch",
+        framework=frameworks.wildcard(),
         gpus=r"\d+",
     # before the conversions where both are ready: a broken environment is found in minutes
     priority: 50
@@ -163,7 +163,7 @@ rule preflight_gate:
         f"{LOGS}/preflight/{{system}}/{{framework}}.gate.bench.tsv"
     wildcard_constraints:
         system=r"[^/]+",
-        framework="tensorflow|mxnet|pytorch",
+        framework=frameworks.wildcard(),
     retries: 0
     conda:
         "../envs/workflow.yaml"

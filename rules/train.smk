@@ -21,7 +21,7 @@ rule train:
         f"{LOGS}/train/{{system}}/{{framework}}_{{precision}}_{{gpus}}gpu{{variant}}{{rep}}.bench.tsv"
     wildcard_constraints:
         system="[^/]+",  # runs/<system>/accuracy/... is the long test's
-        framework="tensorflow|mxnet|pytorch",
+        framework=frameworks.wildcard(),
         precision="fp32|fp16",
         gpus=r"\d+",
         # the input path, when it is not the framework's default (workflow_scripts/plan/sweep.py, input_suffix)
@@ -61,8 +61,8 @@ rule train:
         # train/training_job.py: empties the run dir (inside results_dir only), clears the page cache on
         # every node, starts the ranks; each attempt keeps its own {log}.attempt<N>; the last
         # attempt's failure becomes the run's result. Every value below is one quoted argument.
-        # The CUDA JIT cache's directory is read from config here, not a param: moving it
-        # changes no result, so it reruns nothing.
+        # The CUDA JIT cache's directory and training.retries are params, so changing either
+        # reruns every run: moving them to resources now would rerun every sweep already made.
         "{params.py:q} -m workflow_scripts.train.training_job --run-dir {params.run_dir:q} "
         "--results-dir {params.results_dir:q} --log {log:q} --attempt {resources.attempt} "
         "--retries {params.retries} --share-min {resources.runtime:q} --hang-start-s {resources.hang_start_s:q} "

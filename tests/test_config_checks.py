@@ -88,6 +88,20 @@ def test_a_missing_interpreter_names_the_key_and_the_set_up(tmp_path):
     assert config_checks.interpreter_words("envs.workflow", str(python), REPO) == [str(python)]
 
 
+def test_an_environment_whose_scratch_folder_was_purged_is_named_with_its_link(tmp_path):
+    """setup.sh's DLSCALE_ENVS_DIR leaves .envs/<name> a link to scratch; once a purge took the
+    target, the interpreter is named with the link and where it pointed."""
+    (tmp_path / ".envs").mkdir()
+    (tmp_path / ".envs" / "tensorflow-gpu").symlink_to(tmp_path / "scratch" / "tensorflow-gpu")
+    python = str(tmp_path / ".envs" / "tensorflow-gpu" / "bin" / "python")
+    with pytest.raises(ConfigProblem) as raised:
+        config_checks.interpreter_words("envs_gpu.tensorflow", python, REPO, "bash envs/setup.sh --gpu")
+    assert (
+        f"{tmp_path / '.envs' / 'tensorflow-gpu'} links to {tmp_path / 'scratch' / 'tensorflow-gpu'}, which is gone"
+        in str(raised.value)
+    )
+
+
 def test_the_workflows_folder_comes_first_on_pythonpath_and_the_working_directory_never():
     sep = os.pathsep
     assert interpreter.search_path("/repo", {}) == "/repo"

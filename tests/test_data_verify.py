@@ -9,7 +9,7 @@ import shutil
 import subprocess
 
 import pytest
-from helpers import REPO, run_script, run_stage, trainer_command, tree_hashes
+from helpers import REPO, interpreter, run_script, run_stage, trainer_command, tree_hashes
 
 from workflow_scripts.common.errors import PERMANENT_TAG, PermanentError
 from workflow_scripts.data import records, verify
@@ -353,3 +353,31 @@ def test_a_storage_failover_is_asked_again_and_never_made_permanent(copy_of, mon
         verify.patient(lambda: verify.check(data, "quick"), sleep=slept.append)
     assert not isinstance(e.value, PermanentError) and "the file system, not the data" in str(e.value)
     assert PERMANENT_TAG not in str(e.value)
+
+
+def test_preflights_check_of_a_damaged_copy_names_every_other_damaged_copy(copy_of, tmp_path):
+    """The first pair's data check to fail stops the workflow at its gate, before the other pairs'
+    checks run: it names every damaged copy beside its own, and one command that remakes them all,
+    so they are not repaired one a run. preflight's node check, run as its job runs it."""
+    data = {fmt: copy_of(fmt) for fmt in FORMATS}
+    lmdb, rec = data["lmdb"] / "train" / "data.mdb", data["recordio"] / "train.rec"
+    os.truncate(lmdb, lmdb.stat().st_size // 2)
+    os.truncate(rec, rec.stat().st_size - 4)
+    out = tmp_path / "node"
+    out.mkdir()
+    proc = run_stage(
+        "workflow",
+        "workflow_scripts.preflight.node",
+        "--out",
+        out,
+        f"--data={data['lmdb']}",
+        "--level",
+        "sample",
+        "--cache-clear=dataset",
+        f"--python={interpreter('pytorch')}",
+    )
+    [rows] = [json.loads(p.read_text()) for p in out.glob("node.*.json")]
+    [row] = [r for r in rows if r["check"] == "dataset"]
+    assert row["status"] == "failed" and row["cause"].startswith(f"{lmdb}: size: expected"), (row, proc.stderr)
+    assert f"also damaged: {data['recordio']}: {rec}: size: expected" in row["cause"], row
+    assert str(data["tfrecord"]) not in row["cause"] and row["fix"] == "snakemake --forcerun lmdb recordio", row

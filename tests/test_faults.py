@@ -257,6 +257,46 @@ def test_full_disk_is_named_with_the_space_needed_and_keeps_the_good_output(quir
 
 
 @pytest.mark.stage
+@needs_mounts
+def test_an_output_directory_on_a_read_only_mount_is_named_as_such(tmp_path):
+    """data_dir on a file system mounted read-only (a bind mount, remounted ro, in a mount namespace
+    of its own): refused when the workflow is parsed as read-only for everyone, not as "not writable
+    by this user", which would send the user after permissions."""
+    write_config(tmp_path, data_dir=str(tmp_path / "ro" / "data"))
+    (tmp_path / "ro").mkdir()
+    ro = tmp_path / "ro"
+    cmd = " ".join(
+        [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "-n", "--cores", "1"]
+    )
+    script = f"mount --bind {ro} {ro} && mount -o remount,bind,ro {ro} || exit 99; {cmd}"
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode not in (0, 99), out
+    assert f"config data_dir = '{ro / 'data'}': {ro}: its file system" in out, out
+    assert "is mounted read-only, so no user can write there" in out and "by this user" not in out, out
+
+
+@pytest.mark.stage
+def test_a_tab_indented_config_file_is_named_with_its_line(tmp_path):
+    """A tab that indents a line of config.yaml: Snakemake's own message named neither file nor line."""
+    write_config(tmp_path)
+    lines = (tmp_path / "config.yaml").read_text().splitlines()
+    n = next(i for i, ln in enumerate(lines) if ln.startswith("  ") and not ln.startswith("   "))
+    lines[n] = "\t" + lines[n][2:]
+    (tmp_path / "config.yaml").write_text("\n".join(lines) + "\n")
+    proc = snakemake(tmp_path, "-n", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"{tmp_path / 'config.yaml'}, line {n + 1}, column 1: a tab indents this line" in out, out
+    assert "replace the tab with spaces" in out, out
+
+
+@pytest.mark.stage
 def test_undefined_system_is_named(tmp_path):
     write_config(tmp_path, training__systems=["dgx"])
     proc = snakemake(tmp_path, "-n", check=False)

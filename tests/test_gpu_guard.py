@@ -29,9 +29,11 @@ def test_missing_gpu_environment_stops_the_workflow_naming_the_key_and_the_setup
         training__systems=["gpu"],
         envs_gpu={"tensorflow": str(tmp_path / "no-env" / "bin" / "python")},
     )
-    proc = snakemake(tmp_path, "-n", check=False)
+    # A run, not a dry run: that plans on without it (tests/test_unbuilt_envs.py).
+    proc = snakemake(tmp_path, "all", check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "config envs_gpu.tensorflow" in out and "bash envs/setup.sh --gpu" in out
+    assert not (tmp_path / "logs").exists()  # stopped while parsed: no job ran
 
 
 @pytest.mark.pipeline

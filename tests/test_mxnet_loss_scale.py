@@ -47,5 +47,3 @@ def test_the_trainer_steps_through_the_pieces_and_records_the_scale(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["timed_steps"] == 2
     assert summary["loss_scale"] is None and summary["first_kernel"] is None  # fp32 on a CPU: neither
-    src = (REPO / "workflow_scripts" / "train" / "mxnet_horovod.py").read_text()
-    assert "step_pieces(trainer, trainable, ctx, args.batch_per_gpu, dtype)" in src

@@ -1,8 +1,11 @@
 """What a run records about its node: whether the dataset really left the caches (cluster.page_cache,
 cluster.mounts) and the GPU telemetry when some of a node's GPUs or readings fail (cluster.telemetry)."""
 
+import json
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -147,3 +150,47 @@ def test_telemetry_keeps_the_gpus_and_readings_that_work():
     assert all(s == full for s in samples[2:])
     # "Not supported" readings are expected on some GPUs and are not logged.
     assert "gpu_power_W" not in got["log"]
+
+
+def _git(cwd, *words):
+    env = dict(
+        os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@x", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@x"
+    )
+    return subprocess.run(["git", *words], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.stage
+def test_a_release_unpacked_inside_another_repository_records_no_commit_of_it(tmp_path):
+    """The workflow unpacked from a release tarball into a folder of some other git repository (a
+    user's dotfiles, a lab's project): `git -C` would walk up and record that repository's commit as
+    the code's. The release's own provenance module, run from the release, records no commit, the
+    release's version and why."""
+    from workflow_scripts.cluster import provenance
+
+    outer = tmp_path / "lab-project"
+    outer.mkdir()
+    _git(outer, "init", "-q")
+    (outer / "notes.txt").write_text("x\n")
+    _git(outer, "add", "notes.txt")
+    _git(outer, "commit", "-q", "-m", "lab")
+    lab_commit = _git(outer, "rev-parse", "HEAD")
+    release = outer / "dlscale-release"
+    shutil.copytree(
+        provenance.REPO / "workflow_scripts", release / "workflow_scripts", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(provenance.REPO / "pyproject.toml", release / "pyproject.toml")
+    code = "import json; from workflow_scripts.cluster import provenance as p; print(json.dumps(p.code_version()))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=release,
+        env=dict(os.environ, PYTHONPATH=str(release)),
+        capture_output=True,
+        text=True,
+    )
+    recorded = json.loads(proc.stdout or "{}")
+    assert recorded.get("commit") == "" and lab_commit not in proc.stdout, (recorded, proc.stderr)
+    assert recorded["dirty"] is None and f"inside {outer}" in recorded["source"], recorded
+    # the checkout this test runs from is one: its own commit (and the same version)
+    here = provenance.code_version()
+    assert here["commit"] == _git(provenance.REPO, "rev-parse", "HEAD") and here["source"] == "git", here
+    assert recorded["version"] == here["version"] and here["version"], (recorded, here)

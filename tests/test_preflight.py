@@ -378,3 +378,51 @@ def test_the_gate_passes_warnings_and_stops_at_failures(tmp_path):
     row = {"check": "gpu", "status": "failed", "node": "g1", "cause": "no GPU", "fix": "x"}
     failed.write_text(json.dumps({**result, "rows": [row]}))
     assert "check gpu: no GPU" in gate.first_failure([warned, failed])
+
+
+@pytest.mark.pipeline
+def test_damaged_copies_are_all_named_and_leave_no_old_ok_row_in_the_data_table(tmp_path):
+    """Two pairs whose data checks passed; then both copies damaged and checked again. A failed check
+    stops the workflow at its gate, where it comes before the other pair's check: its one line names
+    both damaged copies and one command that remakes them. The data table waits for every pair's
+    checks; where a gate stops the workflow first (Snakemake's choice of order), it is written as the
+    workflow stops. Either way: the failed check's row, not its last "ok" one, no input rows read from
+    the damaged data, and a pair not checked again says its rows are from before. (Two frameworks, a
+    small tree.)"""
+    write_config(
+        tmp_path,
+        training__frameworks=["mxnet", "pytorch"],
+        training__long_test__gpus=[],
+        dataset__embedded__classes=4,
+        dataset__embedded__train_per_class=16,
+        dataset__embedded__val_per_class=4,
+    )
+    snakemake(tmp_path, "data/lmdb/done.json", "data/recordio/done.json")
+    snakemake(tmp_path, "preflight")
+    table = tmp_path / "results" / "preflight_data.csv"
+
+    def mine(check):
+        with open(table) as f:
+            return {r["framework"]: r for r in csv.DictReader(f) if r["check"] == check}
+
+    assert {f: r["status"] for f, r in mine("dataset").items()} == {"mxnet": "ok", "pytorch": "ok"}, table.read_text()
+    assert set(mine("input_capacity")) == {"mxnet", "pytorch"}, table.read_text()
+    mdb = max((tmp_path / "data" / "lmdb").rglob("*.mdb"), key=lambda p: p.stat().st_size)
+    rec = tmp_path / "data" / "recordio" / "train.rec"
+    for f in (mdb, rec):
+        os.truncate(f, f.stat().st_size // 2)
+    proc = snakemake(tmp_path, "preflight", "--forcerun", "preflight_data_check", check=False)
+    lines = failure_lines(proc)
+    assert proc.returncode != 0 and lines, proc.stderr[-3000:]
+    for line in lines:
+        assert mdb.name in line and rec.name in line and "also damaged: " in line, line
+        assert line.endswith(("snakemake --forcerun lmdb recordio", "snakemake --forcerun recordio lmdb")), line
+    dataset, md = mine("dataset"), table.with_suffix(".md").read_text()
+    for fw in (f for f in ("mxnet", "pytorch") if any(f"framework {f} " in ln for ln in lines)):
+        assert dataset[fw]["status"] == "failed" and fw not in mine("input_capacity"), table.read_text()
+        assert f"local x {fw}" in md[md.index("No input_capacity rows for") :].splitlines()[0], md
+    if "rule preflight_data_table:" not in proc.stdout + proc.stderr:  # a gate stopped the workflow first
+        assert f"{table.relative_to(tmp_path)} written again as the workflow stopped" in proc.stderr, proc.stderr
+        assert "Written as the workflow stopped on a failed check" in md, md
+    for fw, r in dataset.items():
+        assert r["status"] == "failed" or f"The rows of local x {fw} are from their last check" in md, md

@@ -6,9 +6,10 @@ good run writes the new copy beside it and replaces it only then."""
 
 import json
 import os
+import subprocess
 
 import pytest
-from helpers import snakemake, tree_hashes, without_slurm, write_config
+from helpers import REPO, interpreter, snakemake, tree_hashes, without_slurm, write_config
 
 pytestmark = pytest.mark.pipeline
 
@@ -37,9 +38,10 @@ def test_a_failed_reconversion_keeps_the_complete_copy(tmp_path):
     assert (copy / "done.json").is_file() and not list(copy.parent.glob(".lmdb.*"))
 
 
-def test_a_copy_converted_before_done_json_is_not_converted_again(tmp_path):
-    """A complete copy of an earlier version (its manifest naming no output, no done.json) gets its
-    done.json, dated as its manifest, when the workflow is parsed: nothing is converted again."""
+def test_a_copy_converted_before_done_json_is_named_and_marked_by_one_command(tmp_path):
+    """A complete copy of an earlier version (its manifest naming no output, no done.json) stops the
+    workflow when it is parsed, naming the copy and the command that marks it; the parse writes
+    nothing. The command gives it its done.json, dated as its manifest: nothing is converted again."""
     write_config(tmp_path)
     env = without_slurm(tmp_path)
     snakemake(tmp_path, "data/lmdb/done.json", env=env)
@@ -51,6 +53,13 @@ def test_a_copy_converted_before_done_json_is_not_converted_again(tmp_path):
     del earlier["output"]  # as an earlier version wrote it
     manifest.write_text(json.dumps(earlier))
     os.utime(manifest, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    refused = snakemake(tmp_path, "-n", "data/lmdb/done.json", env=env, check=False)
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "data/lmdb: converted by an earlier version" in said, said[-2000:]
+    assert "python -m workflow_scripts.data.upgrade --data-dir data" in said and not done.exists(), said[-2000:]
+    upgrade = [str(interpreter("workflow")), "-m", "workflow_scripts.data.upgrade", "--data-dir", "data"]
+    out = subprocess.run(upgrade, cwd=tmp_path, env=dict(env, PYTHONPATH=str(REPO)), capture_output=True, text=True)
+    assert out.returncode == 0 and "marked as converted: data/lmdb" in out.stdout, out.stdout + out.stderr
     plan = snakemake(tmp_path, "-n", "data/lmdb/done.json", env=env)
     assert "Nothing to be done" in plan.stdout + plan.stderr, plan.stdout[-2000:]
-    assert done.stat().st_mtime_ns == (tmp_path / "data" / "lmdb" / "manifest.json").stat().st_mtime_ns
+    assert done.stat().st_mtime_ns == manifest.stat().st_mtime_ns

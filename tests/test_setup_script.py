@@ -46,12 +46,22 @@ exit 0
 """
 
 
-def run_setup(tmp_path, fail="", pip_config=""):
+def run_setup(tmp_path, fail="", pip_config="", args=("--no-gpu",), **environ):
     tree = tmp_path / "tree"
-    (tree / "envs").mkdir(parents=True)
-    for name in ("setup.sh", "uv.txt", "workflow.txt", "tf-mxnet.txt", "torch.txt", "horovod-flags.cmake"):
+    (tree / "envs").mkdir(parents=True, exist_ok=True)
+    for name in (
+        "setup.sh",
+        "build_tools.sh",
+        "uv.txt",
+        "workflow.txt",
+        "tf-mxnet.txt",
+        "torch.txt",
+        "torch-cu126.txt",
+    ):
         shutil.copy(REPO / "envs" / name, tree / "envs" / name)
+    shutil.copy(REPO / "envs" / "horovod-flags.cmake", tree / "envs" / "horovod-flags.cmake")
     marks = tmp_path / "marks"
+    shutil.rmtree(marks, ignore_errors=True)
     marks.mkdir()
     (tmp_path / "pip-config").write_text(pip_config)
     for name, text in (("python3.11", BASE_PY), ("env-python", ENV_PY), ("uv", UV)):
@@ -66,8 +76,9 @@ def run_setup(tmp_path, fail="", pip_config=""):
         FAIL=fail,
         PIP_CONFIG=str(tmp_path / "pip-config") if pip_config else "",
         XDG_CACHE_HOME=str(tmp_path / "cache"),
+        **environ,
     )
-    proc = subprocess.run(["bash", "envs/setup.sh", "--no-gpu"], cwd=tree, env=env, capture_output=True, text=True)
+    proc = subprocess.run(["bash", "envs/setup.sh", *args], cwd=tree, env=env, capture_output=True, text=True)
     stamps = {p: (tree / p / ".dlscale-stamp").exists() for p in (".venv", ".envs/tf-mxnet", ".envs/torch")}
     return proc, stamps, marks
 
@@ -120,3 +131,32 @@ def test_uv_installs_from_what_pip_is_configured_with(tmp_path):
     ]:
         assert pair in pairs, (pair, words)
     assert "https://other.example/simple" not in words and words[-2:] == ["-r", "envs/torch.txt"]
+
+
+@pytest.mark.stage
+def test_the_environments_are_built_where_dlscale_envs_dir_says_and_found_through_envs(tmp_path):
+    """Off the clone (a home quota): each environment of .envs/ is built in DLSCALE_ENVS_DIR,
+    .envs/<name> a link to it, the path config.yaml's interpreters follow; .venv stays in the
+    clone. A second set-up finds them current there and builds nothing; one without the variable
+    keeps using them through the links."""
+    scratch = tmp_path / "scratch"
+    proc, stamps, _ = run_setup(tmp_path, args=("--no-gpu", "--torch-cu126"), DLSCALE_ENVS_DIR=str(scratch / "envs"))
+    assert proc.returncode == 0, proc.stderr
+    tree = tmp_path / "tree"
+    for name in ("tf-mxnet", "torch", "torch-cu126"):
+        link = tree / ".envs" / name
+        assert link.is_symlink() and link.resolve() == scratch / "envs" / name, name
+        assert (scratch / "envs" / name / ".dlscale-stamp").exists() and (link / "bin" / "python").exists()
+        assert f"setup: building .envs/{name} from envs/{name}.txt in {scratch / 'envs' / name}" in proc.stderr
+    assert all(stamps.values()) and not (tree / ".venv").is_symlink()
+    for environ in ({"DLSCALE_ENVS_DIR": str(scratch / "envs")}, {}):
+        again, _, _ = run_setup(tmp_path, args=("--no-gpu", "--torch-cu126"), **environ)
+        assert again.returncode == 0 and "setup: building" not in again.stderr, again.stderr
+
+
+@pytest.mark.stage
+def test_a_dlscale_envs_dir_that_cannot_be_made_stops_the_set_up_naming_it(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    proc, stamps, marks = run_setup(tmp_path, DLSCALE_ENVS_DIR=str(tmp_path / "a-file" / "envs"))
+    assert proc.returncode == 2 and f"DLSCALE_ENVS_DIR={tmp_path / 'a-file' / 'envs'}: " in proc.stderr, proc.stderr
+    assert "cannot be made or written" in proc.stderr and not any(stamps.values()) and not list(marks.iterdir())

@@ -16,7 +16,7 @@ import pandas as pd
 import psutil
 import pytest
 import yaml
-from helpers import REPO, SNAKEMAKE, as_a_user, interpreter, write_config
+from helpers import REPO, SNAKEMAKE, as_a_user, interpreter, slurm_test_cluster, write_config
 from helpers.hostile import MARK, markers
 
 from benchmarks import slurm_cluster
@@ -45,15 +45,7 @@ PROFILE_CHANGES = {
 
 @pytest.fixture(scope="module")
 def cluster():
-    why = slurm_cluster.missing_prerequisites()
-    if why:
-        pytest.skip(f"SLURM cluster tests skipped: {why}")
-    c = slurm_cluster.Cluster()
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
+    yield from slurm_test_cluster.started()
 
 
 @pytest.mark.unit

@@ -17,7 +17,7 @@ import traceback
 
 import psutil
 import pytest
-from helpers import REPO, interpreter
+from helpers import REPO, interpreter, slurm_test_cluster
 from test_slurm import DIRS, SYSTEM, cluster_config, fake_python, run_snakemake
 
 from benchmarks import slurm_cluster
@@ -27,15 +27,7 @@ pytestmark = pytest.mark.pipeline
 
 @pytest.fixture(scope="module")
 def cluster():
-    why = slurm_cluster.missing_prerequisites()
-    if why:
-        pytest.skip(f"SLURM cluster tests skipped: {why}")
-    c = slurm_cluster.Cluster()
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
+    yield from slurm_test_cluster.started()
 
 
 def batch(cluster, tmp_path, body, timeout=600):

@@ -7,24 +7,14 @@ import json
 import subprocess
 
 import pytest
-from helpers import REPO, interpreter, trainer_command
-
-from benchmarks import slurm_cluster
+from helpers import REPO, interpreter, slurm_test_cluster, trainer_command
 
 pytestmark = pytest.mark.pipeline
 
 
 @pytest.fixture(scope="module")
 def bound_cluster():
-    why = slurm_cluster.missing_prerequisites()
-    if why:
-        pytest.skip(f"SLURM cluster tests skipped: {why}")
-    c = slurm_cluster.Cluster(task_plugin="task/affinity")
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
+    yield from slurm_test_cluster.started(task_plugin="task/affinity")
 
 
 @pytest.mark.parametrize("nodes, per_node", [(2, 1), (1, 2)])

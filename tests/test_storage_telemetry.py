@@ -395,6 +395,30 @@ def test_a_runs_rates_are_over_its_timed_steps_not_its_start_up(tmp_path):
 
 
 @pytest.mark.unit
+def test_a_series_in_another_unit_is_aggregated_in_its_own(tmp_path):
+    """GPU memory (gpu_mem_MB, a level, not a rate): its peak and mean over the timed steps in MB and
+    no total, which would be MB x s; a table of two units at once is refused, naming them."""
+    from workflow_scripts.results import telemetry_tables
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"isolation": {"window": {"start": 1010.0, "end": 1020.0}}}))
+    (run / "telemetry.n1.json").write_text(json.dumps({"wall_origin": 1000.0, "interval": 1.0}))
+    rows = ["time_s,node,metric,device,value"] + [f"{t}.0,n1,gpu_mem_MB,gpu0,{100 * t}" for t in range(1, 31)]
+    (run / "telemetry.n1.csv").write_text("\n".join(rows) + "\n")
+    runs = pd.DataFrame(
+        [{"status": "ok", "run_dir": str(run), "system": "g", "framework": "pytorch", "precision": "fp32",
+          "gpus": 2, "input": "dali", "repeat": 1}]
+    )  # fmt: skip
+    table = telemetry_tables.telemetry(runs, ["gpu_mem_MB"])
+    assert list(table.columns[-2:]) == ["peak_MB", "mean_MB"]
+    (row,) = table.itertuples()
+    assert (row.samples, row.peak_MB, row.mean_MB) == (10, 2000, 1550.0)
+    with pytest.raises(ValueError, match="MB', 'MBps'"):
+        telemetry_tables.telemetry(runs, ["gpu_mem_MB", "read_MBps"])
+
+
+@pytest.mark.unit
 def test_sends_are_counted_once_per_physical_port(tmp_path):
     """A bond over two ports, a VLAN on it, IPoIB on an HCA and loopback: only the ports are
     counted (the bond's and the VLAN's bytes are theirs; IPoIB's, the HCA port counters')."""

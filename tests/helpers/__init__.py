@@ -6,6 +6,8 @@
     data        small datasets: embedded trees through the index stage into a format
     workflow    Snakemake on a scratch directory: config, run, dry run, copies of a finished run
     dry_run     a dry run with the SLURM profile on a cluster faked in its commands, and its SLURM jobs
+    slurm_test_cluster
+                the suite's two-node SLURM cluster, started and stopped by a module's fixture
     docs        markdown: ```bash blocks, headings' anchors, links, the README's Layout
     gpu_layout, hostile, systems
                 a made-up GPU node; config strings a shell must never run; three kinds of system

@@ -86,12 +86,21 @@ def problem(value):
     parsed, so a wrong path fails before any job)."""
     if isinstance(value, str):
         if "/" in value and not Path(value).exists():
-            return f"{value} does not exist"
+            return f"{value} does not exist{gone_link(Path(value))}"
         return None
     image = value["container"]
     if "://" not in image and not Path(image).exists():
         return f"container image {image} does not exist (a local .sif file, or a URI such as docker://...)"
     return None
+
+
+def gone_link(path):
+    """Where a link on the way to `path` points at nothing: envs/setup.sh's DLSCALE_ENVS_DIR leaves
+    .envs/<name> a link to scratch, which a purge can empty under it."""
+    for p in (path, *path.parents):
+        if p.is_symlink() and not p.exists():
+            return f" ({p} links to {os.readlink(p)}, which is gone: a scratch purge? setup.sh builds it there again)"
+    return ""
 
 
 def describe(value):

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..common import frameworks
 from ..common.errors import PermanentError
 
 # (cause, what it means, what fixes it), matched against the framework's message. The strings are
@@ -54,15 +55,10 @@ CAUSES = (
     ),
 )
 
-# NVIDIA's framework containers (NGC) with code for current GPUs; MXNet's is the last one with
-# CUDA 12 and Hopper kernels (the one NVIDIA's MLPerf v4.0 ResNet-50 used).
-CONTAINERS = {
-    "mxnet": "nvcr.io/nvidia/mxnet:24.04-py3",
-    "tensorflow": "nvcr.io/nvidia/tensorflow:<yy.mm>-tf2-py3 (ships Horovod)",
-    "pytorch": "nvcr.io/nvidia/pytorch:<yy.mm>-py3",
-}
-NAMES = {"mxnet": "MXNet", "tensorflow": "TensorFlow", "pytorch": "PyTorch"}
-MODULES = {"mxnet": "mxnet", "tensorflow": "tensorflow", "pytorch": "torch"}
+# NVIDIA's framework containers (NGC) with code for current GPUs, names and packages: their records'
+CONTAINERS = {f.name: f.container for f in frameworks.REGISTRY.values()}
+NAMES = {f.name: f.title for f in frameworks.REGISTRY.values()}
+MODULES = {f.name: f.package for f in frameworks.REGISTRY.values()}
 # The GPU code each route's build holds, recorded by envs/record_arch_lists.py (docs/slurm.md,
 # "Which route for which GPU"): PyTorch's CUDA 13 build (.envs/torch) has none for P100/V100,
 # its CUDA 12.6 build (.envs/torch-cu126) has.

@@ -1,6 +1,7 @@
 """Which mount a path lives on (/proc/self/mountinfo), whether clearing the kernel's page
-cache can be checked there and whether the file system's servers keep a cache of their own, and
-how its file system reaches its servers (Lustre's NIDs, NFS's transport).
+cache can be checked there and whether the file system's servers keep a cache of their own, how
+its file system reaches its servers (Lustre's NIDs, NFS's transport), whether it is mounted
+read-only, and what room the user's Lustre quotas leave there.
 
 A mountinfo line (proc(5)): mount ID, parent ID, major:minor, root, mount point, mount options,
 optional fields, "-", file system type, source, super options.
@@ -8,6 +9,8 @@ optional fields, "-", file system type, source, super options.
 
 import os
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,3 +152,104 @@ def ib_transport(mount):
             "connUseRDMA, a setting not visible from this node's mount table"
         )
     return False, None
+
+
+def read_only(path):
+    """Why nothing can be written at `path`, an existing folder, by any user (its file system is
+    mounted read-only), or None."""
+    try:
+        if not os.statvfs(path).f_flag & os.ST_RDONLY:
+            return None
+    except OSError:
+        return None
+    try:
+        mount = mount_of(path)
+    except OSError:
+        mount = None
+    where = f" ({mount.fstype} at {mount.mountpoint})" if mount else ""
+    return f"its file system{where} is mounted read-only, so no user can write there"
+
+
+# `lfs quota` answers from the quota servers: seconds, or long where one is down
+LFS_TIMEOUT_S = 60
+# lfs(1)'s heading of each quota it reports: "Disk quotas for usr alice (uid 1000):" (older
+# releases: "user"/"group"); the row follows its column heading, the file system's name alone on a
+# line of its own where it is longer than 15 characters
+_QUOTA_HEADING = re.compile(r"^Disk quotas for (usr|grp|prj|user|group|project) (.*) \([ugp]id (\d+)\):")
+
+
+@dataclass(frozen=True)
+class Quota:
+    kind: str  # usr, grp or prj, as lfs names it
+    name: str
+    filesystem: str
+    used_kb: int
+    soft_kb: int  # 0: none
+    hard_kb: int  # 0: none
+
+    def room(self):
+        """Bytes that can still be written before a write fails with EDQUOT; None without a hard limit."""
+        return max(0, self.hard_kb - self.used_kb) * 1024 if self.hard_kb else None
+
+    def __str__(self):
+        who = {"usr": "user", "grp": "group", "prj": "project"}.get(self.kind, self.kind)
+        return (
+            f"the Lustre {who} quota of {self.name} on {self.filesystem}: {self.used_kb / 1e3:,.0f} MB used of a "
+            f"hard limit of {self.hard_kb / 1e3:,.0f} MB"
+        )
+
+
+KINDS = {"usr": "usr", "user": "usr", "grp": "grp", "group": "grp", "prj": "prj", "project": "prj"}
+
+
+def _kb(field):
+    # "[n]": inaccurate (a target did not answer), "n*": over a limit; either way the figure
+    return int(field.strip("[]*"))
+
+
+def _row(lines):
+    """The words of a quota's row: the lines after its heading, up to the next heading."""
+    words = []
+    for line in lines:
+        if _QUOTA_HEADING.match(line.strip()) or len(words) >= 9:
+            break
+        if line.strip() and not line.strip().startswith("Filesystem"):
+            words += line.split()
+    return words
+
+
+def parse_lfs_quota(text):
+    """The quotas of `lfs quota [PATH]`'s output (without -h or -v): one Quota a heading."""
+    quotas, lines = [], text.splitlines()
+    for i, line in enumerate(lines):
+        m = _QUOTA_HEADING.match(line.strip())
+        if not m:
+            continue
+        words = _row(lines[i + 1 : i + 4])
+        try:
+            used, soft, hard = (_kb(w) for w in words[1:4])
+        except (ValueError, IndexError):
+            continue  # not a row in kilobytes (-h's units, an error in its place)
+        quotas.append(Quota(KINDS[m.group(1)], m.group(2), words[0], used, soft, hard))
+    return quotas
+
+
+def lustre_quotas(path):
+    """The Lustre quotas of this process's user, group and project on the file system holding
+    `path`, an existing folder, from `lfs quota` (which reports all three where none is named);
+    [] where there is no lfs or the path is not on Lustre (lfs then prints no quota)."""
+    lfs = shutil.which("lfs")
+    if lfs is None:
+        return []
+    try:
+        proc = subprocess.run([lfs, "quota", str(path)], capture_output=True, text=True, timeout=LFS_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    # its exit status is not the answer: one quota type not enabled fails it beside the others' rows
+    return parse_lfs_quota(proc.stdout)
+
+
+def tightest_quota(path):
+    """The Lustre quota at `path` that leaves the least room (a hard limit), or None."""
+    limited = [q for q in lustre_quotas(path) if q.room() is not None]
+    return min(limited, key=Quota.room) if limited else None

@@ -69,25 +69,21 @@ def resident_bytes(path):
         os.close(fd)
 
 
+def _said_of_mounts(paths, mountinfo, says):
+    """{path: why} for the paths whose mount `says` (a mounts function of a mount) something of."""
+    found = {p: says(mounts.mount_of(p, mountinfo)) for p in map(str, paths)}
+    return {p: why for p, why in found.items() if why}
+
+
 def uncheckable(paths, mountinfo=mounts.MOUNTINFO):
     """{path: why} for the dataset paths whose file system caches data where mincore cannot see."""
-    out = {}
-    for p in map(str, paths):
-        why = mounts.uncheckable_cache(mounts.mount_of(p, mountinfo))
-        if why:
-            out[p] = why
-    return out
+    return _said_of_mounts(paths, mountinfo, mounts.uncheckable_cache)
 
 
 def servers_uncleared(paths, mountinfo=mounts.MOUNTINFO):
     """{path: why} for the dataset paths whose file system's servers keep a cache of their own
     (Lustre's OSS read cache, an NFS server's page cache), which no clearing on a node reaches."""
-    out = {}
-    for p in map(str, paths):
-        why = mounts.servers_cache(mounts.mount_of(p, mountinfo))
-        if why:
-            out[p] = why
-    return out
+    return _said_of_mounts(paths, mountinfo, mounts.servers_cache)
 
 
 def evicted(after, unverifiable):

@@ -1,12 +1,14 @@
 """Where a result came from: the node (CPU, memory, GPUs, driver, CUDA, GPU topology), the code
-(git commit) and the settings (a hash of the values that produced it). Written with every run,
-carried into every table row built from it.
+(git commit, or a release's version where the workflow is not a checkout) and the settings (a
+hash of the values that produced it). Written with every run, carried into every table row built
+from it.
 """
 
 import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -142,24 +144,46 @@ def node_facts(infiniband_root="/sys/class/infiniband"):
     }
 
 
-def code_version():
-    """The git commit of this checkout, and whether it had uncommitted changes."""
+def code_version(repo=REPO):
+    """The code a result came from: the git commit of the workflow's folder and whether it had
+    uncommitted changes, where that folder is a checkout's top; else (a release tarball unpacked,
+    perhaps inside another repository, which git would otherwise walk up to and report) no commit,
+    and the release's version from its pyproject.toml, with why."""
+    repo = Path(repo).resolve()
+    none = {"commit": "", "dirty": None, "version": _release_version(repo)}
+
+    def git(*words):
+        return subprocess.run(["git", "-C", str(repo), *words], capture_output=True, text=True, timeout=30)
+
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30
-        ).stdout.strip()
-        dirty = (
-            subprocess.run(
-                ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            ).stdout.strip()
-            != ""
-        )
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": "", "dirty": None}
-    return {"commit": commit, "dirty": dirty if commit else None}
+        found = git("rev-parse", "--show-toplevel")
+        top = found.stdout.strip()
+        if not top or Path(top).resolve() != repo:
+            return {**none, "source": _not_a_checkout(repo, top, found.stderr)}
+        commit = git("rev-parse", "HEAD").stdout.strip()
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip() != ""
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {**none, "source": f"git could not be run: {exc}"}
+    return {"commit": commit, "dirty": dirty if commit else None, "version": none["version"], "source": "git"}
+
+
+def _not_a_checkout(repo, top, stderr):
+    if top:
+        return f"{repo} is not a git checkout (it lies inside {top}, another one)"
+    if (repo / ".git").exists():  # a checkout git would not read (another user's: safe.directory)
+        return f"git: {stderr.strip().splitlines()[0] if stderr.strip() else 'no answer'}"
+    return f"{repo} is not a git checkout"
+
+
+def _release_version(repo):
+    """[project] version of the workflow's pyproject.toml ("" without one)."""
+    try:
+        text = (Path(repo) / "pyproject.toml").read_text()
+    except OSError:
+        return ""
+    section = text.split("[project]", 1)[1] if "[project]" in text else ""
+    m = re.search(r'^version\s*=\s*"([^"]+)"', section.split("\n[", 1)[0], re.M)
+    return m.group(1) if m else ""
 
 
 def settings_hash(values):

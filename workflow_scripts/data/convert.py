@@ -11,13 +11,14 @@ import csv
 import errno
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cluster import cpus
+from ..cluster import cpus, mounts
 from ..common import schema
 from ..common.atomic import atomic_dir, write_json
 from ..common.errors import StageError
@@ -134,6 +135,45 @@ def _space_error(fmt, out, path, needed, what):
     )
 
 
+def _room(path):
+    """(bytes the user may still write at `path`, the Lustre quota that allows no more or None):
+    the smaller of the free space and what the tightest Lustre quota leaves, read before writing
+    so that a conversion that cannot fit stops before its hours, not at EDQUOT part-way."""
+    while not os.path.exists(path):
+        path = os.path.dirname(os.path.abspath(path))
+    free, quota = shutil.disk_usage(path).free, mounts.tightest_quota(path)
+    return (quota.room(), quota) if quota and quota.room() < free else (free, None)
+
+
+def _refuse_without_room(fmt, out, tmp, needed, earlier):
+    """Stops, before anything is written, a conversion whose copy cannot fit beside the earlier one,
+    in the free space or in the user's Lustre quota (a quota with no room left at all stops one of
+    unknown size too)."""
+    room, quota = _room(tmp)
+    if quota and (room < needed if needed else room == 0):
+        need = (
+            f"about {needed / 1e6:,.0f} MB" if needed else "more (its size is known only once the images are resized)"
+        )
+        beside = " beside the complete earlier copy (kept until the new one is complete)" if earlier else ""
+        raise StageError(
+            f"{fmt} output {out}: {quota} leaves {room / 1e6:,.0f} MB, and the copy needs {need}{beside} (lfs quota "
+            f"{tmp.parent}). Fix: free space within the quota, ask for a larger one, or set config data_dir to a "
+            f"file system with room"
+            + (", or conversion.delete_old: true to delete the complete copy first" if earlier else "")
+        )
+    if not needed or room >= needed:
+        return
+    if earlier:
+        held = sum(f.stat().st_size for f in Path(earlier).rglob("*") if f.is_file())
+        raise StageError(
+            f"{fmt} output {out}: no room for the new copy (about {needed / 1e6:,.0f} MB) beside the "
+            f"complete one ({held / 1e6:,.0f} MB, kept until the new one is complete): "
+            f"{room / 1e6:,.0f} MB free. Fix: free space there, or set config "
+            f"conversion.delete_old: true to delete the complete copy before writing the new one"
+        )
+    raise _space_error(fmt, out, tmp, needed, "not enough free space to write it")
+
+
 # The conversion rules' output (rules/data.smk): a file in the copy, not the copy's folder, which
 # Snakemake would delete before a reconversion; the complete copy stays until the new one replaces it.
 DONE = "done.json"
@@ -144,17 +184,45 @@ def complete_copy(out):
     return out if Path(out, "manifest.json").is_file() else None
 
 
-def mark_earlier_copies(data_dir, formats):
-    """A complete copy made before DONE was the conversions' output (its manifest names no "output")
-    gets its DONE, dated as its manifest, so that Snakemake does not convert it again. A copy whose
-    DONE Snakemake removed for a reconversion that then failed keeps it removed: the next run makes
-    the copy the config asks for."""
+UPGRADE = "python -m workflow_scripts.data.upgrade --data-dir {data_dir}"
+
+
+def earlier_copies(data_dir, formats):
+    """The complete copies made before DONE was the conversions' output (their manifests name no
+    "output"): Snakemake would convert them again. A copy whose DONE Snakemake removed for a
+    reconversion that then failed is not one of them (its manifest names its output): the next run
+    makes the copy the config asks for."""
+    found = []
     for fmt in formats:
         manifest, done = Path(data_dir, fmt, "manifest.json"), Path(data_dir, fmt, DONE)
         if manifest.is_file() and not done.exists() and "output" not in _read(manifest):
-            write_json(done, {"manifest_sha256": verify.file_sha256(manifest)})
-            stamp = manifest.stat()
-            os.utime(done, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+            found.append(Path(data_dir, fmt))
+    return found
+
+
+def refuse_earlier_copies(data_dir, formats):
+    """Stops the workflow when it is parsed where a copy is of an earlier version, naming the one
+    command that gives them their DONE (data/upgrade.py): the parse writes nothing."""
+    found = earlier_copies(data_dir, formats)
+    if found:
+        raise StageError(
+            f"{', '.join(map(str, found))}: converted by an earlier version of this workflow (no {DONE}), so "
+            f"Snakemake would convert {'them' if len(found) > 1 else 'it'} again. Fix: "
+            f"{UPGRADE.format(data_dir=shlex.quote(str(data_dir)))} (marks each complete copy as converted; "
+            f"nothing else changes), or delete the copies to convert them anew"
+        )
+
+
+def mark_earlier_copies(data_dir, formats):
+    """Each of earlier_copies() gets its DONE, dated as its manifest, so that Snakemake does not
+    convert it again (data/upgrade.py runs it)."""
+    found = earlier_copies(data_dir, formats)
+    for copy in found:
+        manifest = copy / "manifest.json"
+        write_json(copy / DONE, {"manifest_sha256": verify.file_sha256(manifest)})
+        stamp = manifest.stat()
+        os.utime(copy / DONE, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    return found
 
 
 def _read(path):
@@ -183,21 +251,12 @@ def run(fmt, write_split, args, extra_manifest=None):
     threads = cpus.job_threads(args)
     start = time.perf_counter()
     earlier = complete_copy(args.out)
-    if earlier and args.delete_old and needed and shutil.disk_usage(args.out).free < needed:
+    if earlier and args.delete_old and needed and _room(args.out)[0] < needed:
         print(f"deleting the complete earlier copy {args.out} first: no room for both (config conversion.delete_old)")
         shutil.rmtree(args.out)
         earlier = None
     with atomic_dir(args.out) as tmp, _kept_on_failure(earlier):
-        if needed and shutil.disk_usage(tmp).free < needed:
-            if earlier:
-                held = sum(f.stat().st_size for f in Path(earlier).rglob("*") if f.is_file())
-                raise StageError(
-                    f"{fmt} output {args.out}: no room for the new copy (about {needed / 1e6:,.0f} MB) beside the "
-                    f"complete one ({held / 1e6:,.0f} MB, kept until the new one is complete): "
-                    f"{shutil.disk_usage(tmp).free / 1e6:,.0f} MB free. Fix: free space there, or set config "
-                    f"conversion.delete_old: true to delete the complete copy before writing the new one"
-                )
-            raise _space_error(fmt, args.out, tmp, needed, "not enough free space to write it")
+        _refuse_without_room(fmt, args.out, tmp, needed, earlier)
         try:
             splits, facts_s = _convert(fmt, write_split, index, enc, threads, tmp, extra_manifest)
             problems = verify.check(tmp, "quick")

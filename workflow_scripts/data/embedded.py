@@ -20,6 +20,7 @@ from PIL import Image, ImageDraw
 from ..common.atomic import atomic_dir
 from ..common.errors import StageError, run_main
 from ..common.schema import default as config_default
+from .layout import record_generated
 
 SHAPES = ("disc", "square", "triangle", "cross", "ring", "bar")
 HUES = {"red": 0.0, "yellow": 0.16, "green": 0.33, "cyan": 0.5, "blue": 0.64, "magenta": 0.83}
@@ -166,7 +167,10 @@ def make(
                 (vdir / f"ILSVRC2012_val_{n:08d}.JPEG").write_bytes(_broken_bytes(kind, rng))
                 labels.append((n, wnids[k]))
         if val_layout == "synset-list":
-            (root / "imagenet_2012_validation_synset_labels.txt").write_text("".join(f"{wnid}\n" for _, wnid in labels))
+            synset_list = root / "imagenet_2012_validation_synset_labels.txt"
+            synset_list.write_text("".join(f"{wnid}\n" for _, wnid in labels))
+            # one line per image of this small val set, not the full set's 50,000: said beside it
+            record_generated(synset_list, "workflow_scripts.data.embedded")
         elif val_layout == "kaggle-csv":
             with open(root / "LOC_val_solution.csv", "w", newline="") as f:
                 wr = csv.writer(f)

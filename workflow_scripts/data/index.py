@@ -13,7 +13,6 @@ import argparse
 import csv
 import os
 import random
-from pathlib import Path
 
 from ..cluster import cpus
 from ..common.atomic import atomic_dir, write_json
@@ -50,17 +49,19 @@ def _probe_file(root):
 
 
 def _synset_words(root):
-    """Human-readable class names where the dataset has them (Kaggle's LOC_synset_mapping.txt or
-    the devkit's synset_words.txt); TFRecord's image/class/text falls back to the wnid."""
-    for name in ("LOC_synset_mapping.txt", "synset_words.txt"):
-        path = Path(root) / name
-        if path.is_file():
-            return dict(ln.split(None, 1) for ln in path.read_text().splitlines() if ln.strip())
+    """Human-readable class names where the dataset has them (Kaggle's LOC_synset_mapping.txt, at
+    the top of its tree, or the devkit's synset_words.txt), looked for where the label files are;
+    TFRecord's image/class/text falls back to the wnid."""
+    for folder in layout.label_folders(root):
+        for name in ("LOC_synset_mapping.txt", "synset_words.txt"):
+            path = folder / name
+            if path.is_file():
+                return dict(ln.split(None, 1) for ln in path.read_text().splitlines() if ln.strip())
     return {}
 
 
-def build(root, out, val_labels="", seed=0, max_reject_fraction=0.01, threads=1):
-    lay = layout.discover(root, val_labels)
+def build(root, out, val_labels="", seed=0, max_reject_fraction=0.01, threads=1, val_subset=False):
+    lay = layout.discover(root, val_labels, val_subset)
     # The output's scratch directory is made first: an unwritable data_dir fails now, not after
     # every image was probed.
     with atomic_dir(out) as tmp:
@@ -124,9 +125,9 @@ def _write_tsv(path, header, rows):
         w.writerows(rows)
 
 
-def label_files(root, val_labels=""):
+def label_files(root, val_labels="", val_subset=False):
     """The val label files the index reads (the one used and those that must agree with it)."""
-    found, others = layout.check(root, val_labels)
+    found, others = layout.check(root, val_labels, val_subset)
     return [f for f in (found, *others) if f]
 
 
@@ -135,6 +136,14 @@ def main():
     ap.add_argument("--root", required=True, help="ILSVRC2012 raw layout (train/, val/)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--val-labels", default=config_default("dataset.val_labels"))
+    ap.add_argument(
+        "--val-subset",
+        type=int,
+        choices=(0, 1),
+        default=int(config_default("dataset.val_subset")),
+        help="config dataset.val_subset: 1 where val/ is a subset of ILSVRC2012's and its positional label file was "
+        "cut to it",
+    )
     ap.add_argument("--shuffle-seed", type=int, default=config_default("conversion.shuffle_seed"))
     ap.add_argument("--max-reject-fraction", type=float, default=config_default("conversion.max_reject_fraction"))
     ap.add_argument(
@@ -146,11 +155,12 @@ def main():
     )
     cpus.add_job_threads(ap)
     a = ap.parse_args()
-    labels = label_files(a.root, a.val_labels)
-    still = listing.settling(a.root, a.settle_s, labels)
+    labels = label_files(a.root, a.val_labels, a.val_subset)
+    still = listing.settling(layout.image_root(a.root), a.settle_s, labels)
     if still:
         raise StageError(still)
-    build(a.root, a.out, a.val_labels, a.shuffle_seed, a.max_reject_fraction, cpus.job_threads(a))
+    threads = cpus.job_threads(a)
+    build(a.root, a.out, a.val_labels, a.shuffle_seed, a.max_reject_fraction, threads, bool(a.val_subset))
 
 
 if __name__ == "__main__":

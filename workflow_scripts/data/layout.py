@@ -5,10 +5,13 @@ files labelled by Kaggle's LOC_val_solution.csv, by one synset per line in image
 (TensorFlow's imagenet_2012_validation_synset_labels.txt), or by the devkit's own ground truth
 (ILSVRC2012_validation_ground_truth.txt: one ILSVRC2012_ID per line, mapped to synsets by the
 devkit's data/meta.mat beside it). Class index = position of the wnid in the sorted list of train
-synsets.
+synsets. Kaggle's tree may be given at its top folder: its images are in ILSVRC/Data/CLS-LOC/, its
+label files beside ILSVRC/.
 """
 
 import csv
+import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -25,6 +28,13 @@ LABEL_FILE_NAMES = (
     "ILSVRC2012_validation_ground_truth.txt",
 )
 DEVKIT_META = "meta.mat"  # the devkit's synsets (ILSVRC2012_ID -> WNID), beside its ground truth
+# Kaggle's ImageNet (imagenet-object-localization-challenge): the images this far below its top
+# folder, which holds LOC_val_solution.csv and LOC_synset_mapping.txt
+KAGGLE_IMAGES = ("ILSVRC", "Data", "CLS-LOC")
+# Beside a positional label file that one of this project's generators cut to its own val set
+# (data/embedded.py, benchmarks/imagenet_like.py): the file's sha256, so that the file, and only as
+# written, stands for its tree without config dataset.val_subset
+GENERATED = "dlscale_generated.json"
 
 
 @dataclass(frozen=True)
@@ -48,16 +58,40 @@ def _images_in(folder):
     return sorted(p for p in folder.iterdir() if (p.is_file() or p.is_symlink()) and p.suffix.lower() in IMAGE_SUFFIXES)
 
 
-def check(root, val_labels=""):
+def image_root(root):
+    """The folder holding train/ and val/: `root`, or its ILSVRC/Data/CLS-LOC where `root` is the
+    top folder of Kaggle's tree."""
+    root = Path(root)
+    kaggle = root.joinpath(*KAGGLE_IMAGES)
+    if not (root / "train").is_dir() and (kaggle / "train").is_dir():
+        return kaggle
+    return root
+
+
+def label_folders(images):
+    """Where label files are looked for: the image root, its val/, its parent and, in Kaggle's
+    tree, its top folder (three levels up, beside ILSVRC/)."""
+    images = Path(images)
+    folders = [images, images / "val", images.parent]
+    if images.parts[-len(KAGGLE_IMAGES) :] == KAGGLE_IMAGES:
+        folders.append(images.parents[len(KAGGLE_IMAGES) - 1])
+    return folders
+
+
+def check(root, val_labels="", val_subset=False):
     """The cheap part of discover(): the layout is there and val labels can be found.
     Returns the val label file (None for synset folders) and the other label files found that
-    agree with it. Run at workflow parse time."""
-    root = Path(root)
-    if not root.is_dir():
-        raise StageError(f"dataset root {root} (config dataset.root) is not a directory")
+    agree with it. Run at workflow parse time. val_subset: config dataset.val_subset."""
+    given = Path(root)
+    if not given.is_dir():
+        raise StageError(f"dataset root {given} (config dataset.root) is not a directory")
+    root = image_root(given)
     for d in (root / "train", root / "val"):
         if not d.is_dir():
-            raise StageError(f"{d} is missing: expected the ILSVRC2012 layout train/<wnid>/ and val/")
+            raise StageError(
+                f"{d} is missing: expected the ILSVRC2012 layout train/<wnid>/ and val/ in {given} (config "
+                f"dataset.root), or Kaggle's {'/'.join(KAGGLE_IMAGES)}/train and val below it"
+            )
     val_dir = root / "val"
     has_dirs = has_files = False
     with os.scandir(val_dir) as it:
@@ -70,7 +104,7 @@ def check(root, val_labels=""):
         raise StageError(f"{val_dir} holds no images")
     if not has_dirs:
         found = _find_label_file(root, val_dir, val_labels)
-        check_labels_whole(found[0], _read_label_file(found[0]), _val_numbers(val_dir))
+        check_labels_whole(found[0], _read_label_file(found[0]), _val_numbers(val_dir), val_subset)
         return found
     return None, []
 
@@ -91,39 +125,84 @@ def _positional(path):
         return not f.readline().startswith("ImageId,")
 
 
-def check_labels_whole(path, labels, numbers):
-    """The whole label file against the images, before anything is converted: a file labelled by
-    position must have one line per image of the set (50,000 for ILSVRC2012, or as many as the
-    highest image number here), since one line added or lost shifts every label after it; one
-    labelled by name must have no entry without an image unless it is the full set's."""
+def record_generated(label_file, generator):
+    """Called by a generator of ours that wrote `label_file` (positional) for its own val set."""
+    label_file = Path(label_file)
+    record = {"generator": generator, "label_files": {label_file.name: _sha256(label_file)}}
+    (label_file.parent / GENERATED).write_text(json.dumps(record, indent=1) + "\n")
+
+
+def _sha256(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _generated_for_its_tree(path):
+    """Whether `path` is a label file one of our generators cut to its own val set, unchanged since."""
+    try:
+        written = json.loads((Path(path).parent / GENERATED).read_text())["label_files"]
+        return written.get(Path(path).name) == _sha256(path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def check_labels_whole(path, labels, numbers, val_subset=False):
+    """The whole label file against the images, before anything is converted. One labelled by
+    position (TensorFlow's, the devkit's) must have the full set's 50,000 lines, since one line
+    added or lost shifts every label after it and a val folder missing its last images hides it;
+    fewer only where config dataset.val_subset says the folder is a subset and the file was cut to
+    it (then one line per image up to the highest number), or where one of our generators wrote
+    the file for its own tree. One labelled by name must have no entry without an image unless it
+    is the full set's."""
     if not numbers:
         return
     have, top = len(labels), max(numbers)
-    fix = (
-        "Fix: restore the file from its source (the full set's has one entry per image, 50,000), or set "
-        "config dataset.val_labels to another label source (Kaggle's LOC_val_solution.csv names each image)"
-    )
     if _positional(path):
-        if have not in (FULL_VAL, top):
-            first = min(have, top) + 1
-            raise StageError(
-                f"{path}: {have:,} label lines for validation images numbered up to {top:,} (the full set: "
-                f"{FULL_VAL:,}): a line added or lost shifts every label after it, so every image's label is "
-                f"in doubt; the first line without its image (or image without its line): {first:,}. {fix}"
-            )
-        return
+        if have == FULL_VAL:
+            return
+        if val_subset or _generated_for_its_tree(path):
+            if have != top:
+                raise StageError(_shifted(path, have, top))
+            return
+        raise StageError(_not_the_full_set(path, have, numbers))
     if have not in (len(numbers), FULL_VAL):
         spare = sorted(set(labels) - set(numbers))
         if spare:
             raise StageError(
                 f"{path}: {len(spare):,} entries name no image in the val folder ({have:,} entries, "
-                f"{len(numbers):,} images), first ILSVRC2012_val_{spare[0]:08d}. {fix}"
+                f"{len(numbers):,} images), first ILSVRC2012_val_{spare[0]:08d}. {LABEL_FIX}"
             )
 
 
-def discover(root, val_labels=""):
-    label_file, agreeing = check(root, val_labels)
-    root = Path(root)
+LABEL_FIX = (
+    "Fix: restore the file from its source (the full set's has one entry per image, 50,000), or set "
+    "config dataset.val_labels to another label source (Kaggle's LOC_val_solution.csv names each image)"
+)
+
+
+def _shifted(path, have, top):
+    return (
+        f"{path}: {have:,} label lines for validation images numbered up to {top:,} (config dataset.val_subset: "
+        f"a file cut to the subset has one line per image up to the highest number): a line added or lost "
+        f"shifts every label after it, so every image's label is in doubt; the first line without its image "
+        f"(or image without its line): {min(have, top) + 1:,}. {LABEL_FIX}"
+    )
+
+
+def _not_the_full_set(path, have, numbers):
+    return (
+        f"{path}: {have:,} label lines, where a file that labels validation images by line position has the "
+        f"full set's {FULL_VAL:,}: a line lost or added shifts every label after it, and a val folder without "
+        f"its last images ({len(numbers):,} here, numbered up to {max(numbers):,}) would hide that, so no "
+        f"shorter file is taken as it is. Fix: restore the file from its source; where the val folder is a "
+        f"subset of ILSVRC2012's and the file was cut to it (one line per image up to the highest number), set "
+        f"config dataset.val_subset: true; or set config dataset.val_labels to Kaggle's LOC_val_solution.csv, "
+        f"which names each image"
+    )
+
+
+def discover(root, val_labels="", val_subset=False):
+    label_file, agreeing = check(root, val_labels, val_subset)
+    root = image_root(root)
     train_dir = root / "train"
     synsets = sorted(p.name for p in train_dir.iterdir() if p.is_dir())
     if not synsets:
@@ -173,16 +252,12 @@ def _find_label_file(root, val_dir, val_labels):
         if not path.is_file():
             raise StageError(f"validation label file {path} (config dataset.val_labels) does not exist")
         return path, []
-    found = [
-        folder / name
-        for folder in (root, val_dir, root.parent)
-        for name in LABEL_FILE_NAMES
-        if (folder / name).is_file()
-    ]
+    folders = label_folders(root)
+    found = [folder / name for folder in folders for name in LABEL_FILE_NAMES if (folder / name).is_file()]
     if not found:
         raise StageError(
             f"{val_dir} holds flat ILSVRC2012_val_*.JPEG files but no label file was found: looked for "
-            f"{' or '.join(LABEL_FILE_NAMES)} in {root}, {val_dir} and {root.parent}; "
+            f"{' or '.join(LABEL_FILE_NAMES)} in {', '.join(map(str, folders))}; "
             f"set config dataset.val_labels to its path"
         )
     first = _read_label_file(found[0])

@@ -21,6 +21,7 @@ import json
 import math
 from pathlib import Path
 
+from ..common import frameworks
 from ..common.errors import StageError, run_main
 from ..common.schema import default as config_default
 
@@ -34,11 +35,10 @@ def element_bytes(framework, precision, summary):
     PyTorch's autocast and Keras' mixed precision keep float32 parameters, so their gradients go
     out as float32 (PyTorch: bfloat16 with grad_compression bf16); MXNet's fp16 casts the model
     itself to float16, so Horovod all-reduces float16 gradients."""
-    if framework == "mxnet" and precision == "fp16":
+    if (summary.get(framework) or {}).get("grad_compression") == "bf16":  # PyTorch's option
         return 2
-    if framework == "pytorch" and (summary.get("pytorch") or {}).get("grad_compression") == "bf16":
-        return 2
-    return 4
+    known = frameworks.REGISTRY.get(framework)
+    return known.fp16_gradient_bytes if known and precision == "fp16" else 4
 
 
 def gradient_bytes(summary, framework, precision):
@@ -118,8 +118,9 @@ def library_note(run_nccl, run_framework, measured_raw):
     library whoever calls it, but Horovod's Gloo is its own build, not torch's."""
     if not measured_raw:
         return None
-    through = "torch.distributed" if run_framework == "pytorch" else "Horovod"
-    name = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}.get(run_framework, run_framework)
+    known = frameworks.REGISTRY.get(run_framework)
+    through = ("Horovod" if known.horovod else known.collective) if known else "Horovod"
+    name = known.title if known else run_framework
     if measured_raw.get("backend") == "gloo":
         if through == "torch.distributed":
             return None

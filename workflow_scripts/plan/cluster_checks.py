@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from workflow_scripts.cluster import slurm
+from workflow_scripts.common import frameworks
 from workflow_scripts.plan.sweep import FORMAT_OF, ConfigProblem
 from workflow_scripts.train import long_test_fit
 
@@ -88,7 +89,7 @@ def check_horovod_controller(config, long_test_gpus, have_srun):
     """mpi starts Horovod's ranks through srun's MPI plugin: a machine without srun (outside a SLURM
     job) would run them with the local launcher, which cannot."""
     training = config["training"]
-    horovod = [f for f in training["frameworks"] if f in ("tensorflow", "mxnet")]
+    horovod = [f for f in training["frameworks"] if frameworks.of(f).horovod]
     several = [g for g in training["gpus"] + list(long_test_gpus) if g > 1]
     if training["horovod_controller"] != "mpi" or not horovod or not several or have_srun:
         return

@@ -7,6 +7,12 @@ from ..train import trainer_flags
 from .sweep import FORMAT_OF
 
 
+def per_rank_batch(training, framework, precision):
+    """Images a rank steps through at once: training.batch_per_gpu's, times training.fp16_batch_factor
+    for fp16 (the one place it is applied: the trainer's --batch-per-gpu and the price's estimate)."""
+    return training["batch_per_gpu"][framework] * (training["fp16_batch_factor"] if precision == "fp16" else 1)
+
+
 class TrainerCommands:
     def __init__(self, config, sweep, env_keys):
         """sweep: the config's plan.sweep.Sweep; env_keys: {(system, framework): the config key of
@@ -20,7 +26,7 @@ class TrainerCommands:
 
     def _args(self, system, framework, precision, path, mode_args):
         t = self.train
-        batch = t["batch_per_gpu"][framework] * (t["fp16_batch_factor"] if precision == "fp16" else 1)
+        batch = per_rank_batch(t, framework, precision)
         args = [
             "--data",
             f"{self.config['data_dir']}/{FORMAT_OF[framework]}",

@@ -10,7 +10,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from workflow_scripts.cluster import interpreter
+import yaml
+
+from workflow_scripts.cluster import interpreter, mounts
 from workflow_scripts.plan.sweep import ConfigProblem
 from workflow_scripts.train import job_stop
 
@@ -145,7 +147,30 @@ def check_writable(key, value):
     if not existing.is_dir():
         raise ConfigProblem(f"config {key} = {value!r}: {existing} exists and is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigProblem(f"config {key} = {value!r}: {existing} is not writable by this user")
+        # a read-only mount refuses every user: naming the user would send them after permissions
+        why = mounts.read_only(existing) or "it is not writable by this user"
+        raise ConfigProblem(f"config {key} = {value!r}: {existing}: {why}")
+
+
+def yaml_problem(path):
+    """Why a YAML config file cannot be read, naming the file, line and column, or None: a tab
+    that indents a line (YAML indents with spaces only) or any other syntax error. Snakemake's own
+    message names neither the file nor the line."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None  # Snakemake names a missing file itself
+    try:
+        yaml.safe_load(text)
+        return None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{Path(path).absolute()}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+        line = text.splitlines()[mark.line] if mark and mark.line < len(text.splitlines()) else ""
+        if "\t" in line[: len(line) - len(line.lstrip())]:
+            return f"{where}: a tab indents this line; YAML indents with spaces only. Fix: replace the tab with spaces"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return f"{where}: not valid YAML ({problem})"
 
 
 def check_config(config):
@@ -240,16 +265,19 @@ def located(value, repo, cwd=None):
     return value
 
 
-def interpreter_words(key, value, repo, setup="bash envs/setup.sh"):
+def interpreter_words(key, value, repo, setup="bash envs/setup.sh", unbuilt=None):
     """An interpreter from config as command words (a container: its runtime's exec line),
-    checked now rather than mid-run."""
+    checked now rather than mid-run. unbuilt (plan.unbuilt_envs.Unbuilt): an interpreter path that
+    is not there yet is noted in it, to be named with the others once the workflow is parsed."""
     value = located(value, repo)
     for part in (
         [value] if isinstance(value, str) else [value["container"], value.get("python", ""), *value.get("bind", [])]
     ):
         check_path(key, part)
     problem = interpreter.problem(value)
-    if problem:
+    if problem and unbuilt is not None and isinstance(value, str):
+        unbuilt.note(key, value, problem, setup)
+    elif problem:
         raise ConfigProblem(
             f"config {key}: {problem}: run '{setup}' or point {key} at an interpreter (or a "
             f"container) that has the packages of envs/"
@@ -268,11 +296,12 @@ def framework_config(config, system, framework):
     return f"envs.{framework}", config["envs"][framework]
 
 
-def framework_env(config, system, framework, repo):
-    """(config key, interpreter words) of framework_config, checked."""
+def framework_env(config, system, framework, repo, unbuilt=None):
+    """(config key, interpreter words) of framework_config, checked (unbuilt: interpreter_words')."""
     key, value = framework_config(config, system, framework)
     gpu = config["systems"][system]["gpu_request"] != "none"
-    return key, interpreter_words(key, value, repo, "bash envs/setup.sh --gpu" if gpu else "bash envs/setup.sh")
+    setup = "bash envs/setup.sh --gpu" if gpu else "bash envs/setup.sh"
+    return key, interpreter_words(key, value, repo, setup, unbuilt)
 
 
 def raising(error):

@@ -4,16 +4,19 @@ conversion sections. rules/common.smk builds one DataPlan when the workflow is p
 
 import os
 
+from workflow_scripts.common import frameworks
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.data import convert, layout, listing
 from workflow_scripts.plan.sweep import FORMAT_OF, ConfigProblem
 
-FRAMEWORK_OF_FORMAT = {fmt: fw for fw, fmt in FORMAT_OF.items()}
+# The interpreter a format's jobs run with (its reader): the first framework that reads it, in the
+# registry's order; two frameworks of one format share its copy.
+FRAMEWORK_OF_FORMAT = {fmt: frameworks.reading(fmt)[0].name for fmt in dict.fromkeys(FORMAT_OF.values())}
 
 
 def conda_env(framework):
     """The conda environment file (as the rules name it) of a job in `framework`'s interpreter."""
-    return "../envs/torch.yaml" if framework == "pytorch" else "../envs/tf-mxnet.yaml"
+    return frameworks.of(framework).conda
 
 
 def folders_of(files):
@@ -35,12 +38,21 @@ class DataPlan:
         error hours into a cluster job."""
         if self.embedded:
             return ""
+        dataset = self.config["dataset"]
         try:
-            found, agreeing = layout.check(self.root, self.config["dataset"]["val_labels"])
+            found, agreeing = layout.check(self.root, dataset["val_labels"], dataset["val_subset"])
         except StageError as exc:
             raise ConfigProblem(str(exc)) from None
         labels = [f for f in (found, *agreeing) if f]
-        return listing.fingerprint(self.root, labels, f"{self.data}/.dataset-listing.json")
+        return listing.fingerprint(layout.image_root(self.root), labels, f"{self.data}/.dataset-listing.json")
+
+    def check_earlier_copies(self):
+        """A copy converted by an earlier version of the workflow is named with the one command that
+        marks it (data/upgrade.py), never marked while the workflow is parsed."""
+        try:
+            convert.refuse_earlier_copies(self.data, dict.fromkeys(FORMAT_OF.values()))
+        except StageError as exc:
+            raise ConfigProblem(str(exc)) from None
 
     def converted(self, fmt):
         """A conversion's output: the file it writes last into the complete copy (data/convert.py,

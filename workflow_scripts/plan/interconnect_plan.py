@@ -12,9 +12,10 @@ from workflow_scripts.plan.sweep import ConfigProblem
 
 
 class InterconnectPlan:
-    def __init__(self, config, sweep, repo):
-        """sweep: the config's plan.sweep.Sweep; repo: the repository's folder (interpreters)."""
-        self.config, self.sweep, self.repo = config, sweep, repo
+    def __init__(self, config, sweep, repo, unbuilt=None):
+        """sweep: the config's plan.sweep.Sweep; repo: the repository's folder (interpreters);
+        unbuilt: the plan.unbuilt_envs.Unbuilt the other interpreters are noted in."""
+        self.config, self.sweep, self.repo, self.unbuilt = config, sweep, repo, unbuilt
         self.ic, self.train = config["interconnect"], config["training"]
         self.results = config["results_dir"]
         self.nccl_tests = self.ic["nccl_tests"]
@@ -71,9 +72,17 @@ class InterconnectPlan:
 
     def python(self, w):
         """The ranks run in the interpreter (or container) the system's PyTorch training runs use, so
-        the stage measures the torch and NCCL that training uses; checked when a job of the stage is
-        planned (a sweep without PyTorch runs may never plan one)."""
-        return config_checks.framework_env(self.config, w.system, "pytorch", self.repo)[1]
+        the stage measures the torch and NCCL that training uses (one not built yet: only where the
+        invocation plans; note_envs named it)."""
+        unbuilt = self.unbuilt if self.unbuilt is not None and self.unbuilt.planning else None
+        return config_checks.framework_env(self.config, w.system, "pytorch", self.repo, unbuilt)[1]
+
+    def note_envs(self):
+        """The PyTorch interpreter of each system the stage measures, checked when the workflow is
+        parsed: one not built yet is named with the training runs' (a sweep without PyTorch runs
+        checks none of its own)."""
+        for system in sorted({p["system"] for p in self.points()}):
+            config_checks.framework_env(self.config, system, "pytorch", self.repo, self.unbuilt)
 
     def nccl_exec(self, w):
         """nccl-tests' binaries run in that environment too: a container's exec line (with the build

@@ -6,6 +6,7 @@ with the attributes the method reads)."""
 
 import shlex
 
+from workflow_scripts.common import frameworks
 from workflow_scripts.plan.sweep import FORMAT_OF, TRAINER_OF, repeat_of, repeat_suffix
 
 
@@ -87,7 +88,7 @@ class PointJobs:
 
     def launcher_args(self, w):
         """The launcher's words: the point's geometry, and Horovod's flags for the frameworks that use it."""
-        horovod = self.commands.horovod_args(w.system) if w.framework in ("tensorflow", "mxnet") else []
+        horovod = self.commands.horovod_args(w.system) if frameworks.of(w.framework).horovod else []
         return self.geometry_args(w) + horovod
 
     def previous_log(self, w):

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from workflow_scripts.common import input_bound
+from workflow_scripts.plan.commands import per_rank_batch
 from workflow_scripts.plan.sweep import FORMAT_OF
 
 
@@ -68,11 +69,7 @@ class Measured:
         the short test's warm-up and timed steps at its batch, or its epochs; the long test's epochs."""
         t = self.config["training"]
         if test == "short" and t["mode"] == "steps":
-            # the batch as plan/commands.py gives it to the trainer
-            batch = t["batch_per_gpu"][point["framework"]] * (
-                t["fp16_batch_factor"] if point["precision"] == "fp16" else 1
-            )
-            return (t["warmup_steps"] + t["steps"]) * batch
+            return (t["warmup_steps"] + t["steps"]) * per_rank_batch(t, point["framework"], point["precision"])
         images = self.train_images(point["framework"])
         epochs = t["epochs"] if test == "short" else t["long_test"]["epochs"]
         return epochs * images / point["gpus"] if images else None

@@ -4,19 +4,18 @@ them. rules/common.smk builds one Sweep when the workflow is parsed; a config th
 written raises ConfigProblem, naming the key.
 """
 
-FORMAT_OF = {"tensorflow": "tfrecord", "mxnet": "recordio", "pytorch": "lmdb"}
-TRAINER_OF = {"tensorflow": "tensorflow_horovod", "mxnet": "mxnet_horovod", "pytorch": "pytorch_ddp"}
+from workflow_scripts.common.frameworks import REGISTRY
 
-# The input axis (training.inputs): where a run's batches come from. TensorFlow and MXNet have
-# one real-data path each (tf.data, ImageRecordIter: decoding on the CPU); PyTorch has three
-# (cpu: Pillow in DataLoader workers; gpu: nvJPEG in a thread; dali: NVIDIA DALI, the hardware
-# JPEG engine). auto is a framework's best path on the system's device: for PyTorch dali on a
-# GPU (docs/decisions.md#input) and cpu on a CPU. synthetic: random tensors, no I/O.
-INPUT_PATHS = {
-    "tensorflow": ("cpu", "synthetic"),
-    "mxnet": ("cpu", "synthetic"),
-    "pytorch": ("cpu", "gpu", "dali", "synthetic"),
-}
+FORMAT_OF = {f.name: f.data_format for f in REGISTRY.values()}
+TRAINER_OF = {f.name: f.trainer for f in REGISTRY.values()}
+
+# The input axis (training.inputs): where a run's batches come from, each framework's paths in its
+# record (common/frameworks.py). TensorFlow and MXNet have one real-data path each (tf.data,
+# ImageRecordIter: decoding on the CPU); PyTorch has three (cpu: Pillow in DataLoader workers; gpu:
+# nvJPEG in a thread; dali: NVIDIA DALI, the hardware JPEG engine). auto is a framework's best path
+# on the system's device (its record's gpu_input on a GPU, cpu on a CPU). synthetic: random
+# tensors, no I/O.
+INPUT_PATHS = {f.name: f.inputs for f in REGISTRY.values()}
 
 
 class ConfigProblem(ValueError):
@@ -81,7 +80,7 @@ class Sweep:
         framework has no such path (the point is left out of the sweep)."""
         if requested == "auto":
             gpu = self.config["systems"][system]["gpu_request"] != "none"
-            return "dali" if framework == "pytorch" and gpu else "cpu"
+            return REGISTRY[framework].gpu_input if gpu else "cpu"
         return requested if requested in INPUT_PATHS[framework] else None
 
     def run_inputs(self, system, framework):

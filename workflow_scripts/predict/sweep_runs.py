@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..common import frameworks
 from ..common.errors import StageError
 from ..common.metrics import STABLE_CV
 from ..common.schema import default as config_default
@@ -79,12 +80,13 @@ def sending(framework, record, settings, t1):
     always passes, so DDP's first bucket is a full one), Horovod's Tensor Fusion cycles over the
     backward pass (backward_share x t1) for TensorFlow and MXNet."""
     nbytes = record["gradient_bytes"]
-    overlaps = framework != "pytorch" or ddp_overlaps(record.get("compile"), record.get("ddp_graph"))
+    horovod = frameworks.of(framework).horovod
+    overlaps = horovod or ddp_overlaps(record.get("compile"), record.get("ddp_graph"))
     mb = settings.bucket_for(framework)
     if mb:
         said = f"prediction.bucket_mb: {mb:g} MiB"
         return msg.fixed(nbytes, int(mb * MIB), overlaps, said), said
-    if framework == "pytorch":
+    if not horovod:  # DDP's buckets
         cap = record.get("bucket_cap_mb")
         if cap:
             said = f"the run's bucket_cap_mb: {cap:g} MiB"

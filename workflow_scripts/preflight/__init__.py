@@ -1,11 +1,18 @@
 """Preflight: each system x framework of the sweep checked in minutes, launched exactly as its
 training runs are, before the sweep queues hours of jobs (rules/preflight.smk).
 
-    job.py      one check job: the per-node checks, then the per-task checks, under a watchdog
-    node.py     per node (workflow interpreter): page-cache clearing, the dataset, readability
-    rank.py     per task (framework interpreter): GPU, tiny-net kernel, all-reduce, CPUs, telemetry
-    fw_*.py     each framework's tiny conv net and all-reduce path
-    rows.py     a check's result row; markers.py: per-rank progress markers
-    seams.py    the points where other parts of the project plug in (classification, threads, data)
-    table.py    results/preflight.csv/.md;  gate.py: the file training waits for
+    `preflight_job`   one check job: the node checks, then the task checks, a phase stopped when it stalls
+    `node`            per node (workflow interpreter): page-cache clearing, the dataset, readability
+    `rank`            per task (framework interpreter): GPU, tiny-net kernel, all-reduce, CPUs
+    `fw_tensorflow`   TensorFlow's tiny net and all-reduce path, as its trainer's
+    `fw_mxnet`        MXNet's
+    `fw_pytorch`      PyTorch's
+    `horovod_ranks`   what the two Horovod frameworks share in preflight
+    `markers`         per-rank progress markers, so a hung check says where it hung
+    `seams`           where preflight asks the module that owns an answer (kernel failures, threads, data)
+    `input_task`      the input check's decode threads, once on a pair's first node
+    `input_rows`      the input check's rows (judged by common/input_bound)
+    `check_rows`      one checked item: what, where, its status, figure, cause and fix
+    `table`           results/preflight.csv and .md
+    `gate`            the file a pair's training and interconnect jobs wait for
 """

@@ -17,6 +17,7 @@ import os
 
 from ..cluster import cpus
 from ..cluster.rank_env import detect
+from ..common import frameworks
 from ..common.atomic import write_json
 from ..common.input_bound import cpu_decoding
 from .seams import decode_threads
@@ -57,7 +58,7 @@ def path_threads(framework, path, settings, launch):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--framework", required=True, choices=("tensorflow", "mxnet", "pytorch"))
+    ap.add_argument("--framework", required=True, choices=frameworks.NAMES)
     ap.add_argument("--settings", required=True, help="JSON: the input check's settings (plan/input_plan.py)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()

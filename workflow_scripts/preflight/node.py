@@ -14,6 +14,7 @@ import argparse
 import os
 import shlex
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -99,6 +100,51 @@ def readable_row(data, node):
     )
 
 
+# The data stage's copies, each in a folder of its name in data_dir (rules/data.smk)
+COPIES = ("tfrecord", "recordio", "lmdb")
+
+
+def other_damaged_copies(data, level, python):
+    """[(copy, first problem, problems, fix)] of the other converted copies beside `data` that do not
+    match their manifests either: a damaged copy stops the workflow at its pair's gate before the
+    other pairs' checks run, so the first failure names them all and they are repaired at once. A
+    copy this interpreter cannot read (no lmdb package) is left to its own pair's check."""
+    damaged = []
+    for fmt in COPIES:
+        other = Path(data).parent / fmt
+        if other.resolve() == Path(data).resolve() or not (other / "manifest.json").is_file():
+            continue
+        cmd = [*python, "-m", "workflow_scripts.data.verify", "--data", str(other), "--level", level]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        problems = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip() and not ln.startswith("ok: ")]
+        if proc.returncode == 1 and problems:
+            first, _, fix = problems[0].partition(". Fix: ")
+            damaged.append((other, first, len(problems), fix))
+    return damaged
+
+
+FORCERUN = "snakemake --forcerun "
+
+
+def _rerun_all(fixes):
+    """One `snakemake --forcerun` of every rule the fixes name (verify's "snakemake --forcerun <rule>")."""
+    rules = [w for f in fixes if f.startswith(FORCERUN) for w in f[len(FORCERUN) :].split()]
+    return FORCERUN + " ".join(dict.fromkeys(rules)) if rules else "; ".join(fixes)
+
+
+def dataset_row(data, level, python, node):
+    """The dataset against its manifest; where it is damaged, with every other damaged copy named."""
+    status, figure, cause, fix = dataset_check(data, level, python)
+    if status == FAILED:
+        others = other_damaged_copies(data, level, python)
+        if others:
+            cause += "; also damaged: " + "; ".join(
+                f"{copy}: {first}" + (f" (and {n - 1} more)" if n > 1 else "") for copy, first, n, _ in others
+            )
+            fix = _rerun_all([fix, *(f for *_, f in others)])
+    return row("dataset", status, figure, cause, fix, node)
+
+
 def write_infiniband(out, node, root="/sys/class/infiniband"):
     """The node's InfiniBand ports, for the job's nccl_transport check (job.py): whether sockets
     between nodes are NCCL's fallback or all there is."""
@@ -122,8 +168,7 @@ def main():
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     rows = [cache_row([a.data] if a.data else [], a.cache_clear_command, node, a.cache_clear)]
     if a.data:
-        status, figure, cause, fix = dataset_check(a.data, a.level, shlex.split(a.python))
-        rows += [row("dataset", status, figure, cause, fix, node), readable_row(Path(a.data), node)]
+        rows += [dataset_row(a.data, a.level, shlex.split(a.python), node), readable_row(Path(a.data), node)]
     else:
         why = (
             "checked by its own job once the dataset is converted (preflight_data_check)"

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..cluster import cpus, gpu_choice, netif
 from ..cluster.rank_env import detect
+from ..common import frameworks
 from ..common.atomic import write_json
 from ..train.harness import gpu_problem
 from .check_rows import FAILED, NA, OK, WARN, row
@@ -202,7 +203,7 @@ def checks(a, launch, marks, out):
     """The task's rows, in order; stops at the first failure of this task's own checks."""
     rows, where = [], f"{a.framework} in {sys.executable} (config {a.env_key})"
     try:
-        fw = importlib.import_module(f".fw_{a.framework}", __package__).Framework(
+        fw = importlib.import_module(f".{frameworks.of(a.framework).preflight}", __package__).Framework(
             launch, thread_counts(a.framework, launch, a.require_gpu)
         )
         info = fw.devices()
@@ -261,7 +262,7 @@ def checks(a, launch, marks, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--framework", required=True, choices=("tensorflow", "mxnet", "pytorch"))
+    ap.add_argument("--framework", required=True, choices=frameworks.NAMES)
     ap.add_argument("--precisions", nargs="*", default=["fp32"], choices=("fp32", "fp16"))
     ap.add_argument("--out", required=True, help="the check's working folder")
     ap.add_argument("--require-gpu", action="store_true")

@@ -5,9 +5,9 @@ is answered in one place by the module that owns the answer."""
 import importlib.util
 import subprocess
 import sys
-from types import SimpleNamespace
 
 from ..cluster import cpus, kernel_check
+from ..common import frameworks
 from .check_rows import FAILED, NA, OK
 
 
@@ -27,51 +27,22 @@ def classify(exc, framework="", env_key=""):
 
 
 def thread_counts(framework, launch, gpu=False, mine=None):
-    """{name: count} of the threads a trainer of `framework` starts per task, by the trainers' own
-    rules on this task's CPUs (cluster/cpus.py; `mine`: already read)."""
-    mine = mine or cpus.of(launch)
-    if framework == "tensorflow":
-        return {"intra_op": mine.per_rank, "decode": mine.tf_decode_threads(gpu)}
-    if framework == "mxnet":
-        return {"decode": mine.mxnet_threads_run(mine.mxnet_decode_threads(gpu))}
-    from ..train.pytorch_options import loader_workers  # the torch environment: this task's own
-
-    path = "dali" if gpu else "cpu"
-    counts = {
-        "loader_workers": loader_workers(
-            SimpleNamespace(loader_workers=0, decode_threads=0), SimpleNamespace(input=path), mine.per_rank
-        ),
-        "input": path,
-    }
-    return counts if gpu else {"torch": mine.per_rank, **counts}
+    """{name: count} of the threads a trainer of `framework` starts per task, by its own thread rule
+    (common/frameworks.py) on this task's CPUs (cluster/cpus.py; `mine`: already read)."""
+    return frameworks.of(framework).thread_rule().counts(mine or cpus.of(launch), gpu)
 
 
 def decode_threads(framework, path, mine, gpu, decode=0, workers=0):
     """The decode threads (PyTorch: DataLoader workers or DALI's threads) a trainer of `framework`
     starts on a rank whose share of the node's CPUs is `mine` (cluster/cpus.py), by its own rule;
     decode: config training.decode_threads, workers: training.pytorch.loader_workers (0: the rule)."""
-    if framework == "tensorflow":
-        return decode or mine.tf_decode_threads(gpu)
-    if framework == "mxnet":
-        return mine.mxnet_threads_run(decode or mine.mxnet_decode_threads(gpu))
-    from ..train.pytorch_options import loader_workers  # the torch environment: this task's own
-
-    args = SimpleNamespace(loader_workers=workers, decode_threads=decode)
-    return loader_workers(args, SimpleNamespace(input=path), mine.per_rank)
+    return frameworks.of(framework).thread_rule().decode(mine, path, gpu, decode, workers)
 
 
 def spare_cores(framework, gpu):
     """Cores of a GPU rank that its trainer's thread rule keeps from decoding (TensorFlow's 4 per
     GPU, DALI's 4, none for MXNet's 16 per GPU); None on a CPU, where the rules decode on all."""
-    if not gpu:
-        return None
-    if framework == "tensorflow":
-        return cpus.SPARE_PER_GPU
-    if framework == "mxnet":
-        return 0
-    from ..train.pytorch_options import DALI_SPARE_CORES  # the torch environment: this task's own
-
-    return DALI_SPARE_CORES  # preflight's PyTorch path on a GPU is DALI (thread_counts)
+    return frameworks.of(framework).thread_rule().SPARE_ON_GPU if gpu else None
 
 
 def dataset_check(data_dir, level, python=(sys.executable,)):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..cluster import netif
+from ..common import frameworks
 from ..common.input_bound import wait_share
 from ..interconnect.prediction import gradient_bytes
 from . import guards
@@ -15,7 +16,8 @@ from . import guards
 # Settings that legitimately differ between the points of one sweep; everything else in a run's
 # arguments must be the same for its numbers to be comparable.
 PER_POINT = {"precision", "batch_per_gpu", "data", "decode_threads", "out"}
-VERSION_KEY = {"pytorch": "torch"}  # the package a framework's version is recorded under
+# the package a framework's version is recorded under, where it is not the framework's name
+VERSION_KEY = {f.name: f.package for f in frameworks.REGISTRY.values() if f.package != f.name}
 
 
 def _node_facts(summary):

@@ -1,5 +1,6 @@
 """The storage and network figures of the study (its Fig. 7, 8) from the runs' telemetry:
-per run, node and device, the peak, mean and total of a MB/s series (training_tables.py writes them)."""
+per run, node and device, the peak, mean and total of a MB/s series (training_tables.py writes them),
+or of any series of cluster/telemetry.py in its own unit (a level, as gpu_mem_MB: peak and mean)."""
 
 import json
 from pathlib import Path
@@ -8,7 +9,21 @@ import pandas as pd
 
 # Which series a row is (run, node, metric, device), and its figures.
 SERIES = ["system", "framework", "precision", "gpus", "input", "repeat", "node", "metric", "device"]
-FIGURES = ["peak_MBps", "mean_MBps", "total_MB"]
+
+
+def unit_of(metric):
+    """A telemetry metric's unit, the last word of its name (cluster/telemetry.py): read_MBps's MBps."""
+    return metric.rsplit("_", 1)[-1]
+
+
+def figures(unit):
+    """A series' figure columns: peak and mean in its unit, and for a rate (…ps) the total it
+    integrates to (MBps: total_MB)."""
+    shown = [f"peak_{unit}", f"mean_{unit}"]
+    return [*shown, f"total_{unit.removesuffix('ps')}"] if unit.endswith("ps") else shown
+
+
+FIGURES = figures("MBps")
 TELEMETRY_SHOWN = SERIES + FIGURES
 COLUMNS = SERIES + ["samples", "seconds"] + FIGURES
 
@@ -48,8 +63,13 @@ def not_counted(csv):
 
 def telemetry(runs, metrics):
     """Per run, node and device over the run's timed steps (start-up, compilation and NCCL's set-up
-    left out, as its isolation is): peak, mean and total of a MB/s series (total = integral over
-    the sampled time)."""
+    left out, as its isolation is): peak, mean and, for a rate, total of `metrics`' series (total =
+    integral over the sampled time), in their one unit (figures())."""
+    units = {unit_of(m) for m in metrics}
+    if len(units) != 1:
+        raise ValueError(f"telemetry(): one unit a table, not {sorted(units)} ({metrics})")
+    (unit,) = units
+    peak, mean, *total = figures(unit)
     rows = []
     for r in runs[runs.status == "ok"].itertuples():
         window = timed_window(r.run_dir)
@@ -73,15 +93,12 @@ def telemetry(runs, metrics):
                         "device": device,
                         "samples": len(g),
                         "seconds": float(dt.sum()),
-                        "peak_MBps": g.value.max(),
-                        "mean_MBps": g.value.mean(),
-                        "total_MB": float((g.value * dt).sum()),
+                        peak: g.value.max(),
+                        mean: g.value.mean(),
+                        **{name: float((g.value * dt).sum()) for name in total},
                     }
                 )
-    return pd.DataFrame(
-        rows,
-        columns=COLUMNS,
-    )
+    return pd.DataFrame(rows, columns=SERIES + ["samples", "seconds", peak, mean, *total])
 
 
 def _node_of(path):

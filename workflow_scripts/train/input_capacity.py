@@ -66,7 +66,7 @@ from ..cluster import cpus as cpu_rules
 from ..cluster import neighbours
 from ..cluster.affinity import core_groups
 from ..cluster.rank_env import Launch
-from ..common import schema
+from ..common import frameworks, schema
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
 from ..common.schema import default as config_default
@@ -75,11 +75,7 @@ from . import harness
 
 # framework -> (its trainer's module, its adapter class), imported only when measured: each
 # framework lives in its own environment.
-TRAINERS = {
-    "tensorflow": ("tensorflow_horovod", "TensorFlow"),
-    "mxnet": ("mxnet_horovod", "MXNet"),
-    "pytorch": ("pytorch_ddp", "PyTorch"),
-}
+TRAINERS = {f.name: (f.trainer, f.title) for f in frameworks.REGISTRY.values()}
 INPUTS = ("dali", "gpu", "cpu")  # PyTorch's paths (pytorch_input); its 'auto' is dali on a GPU, cpu on a CPU
 DECODERS = tuple(schema.section("training.pytorch")["dali_decoder"]["enum"])
 DEVICES = ("cpu", "gpu")

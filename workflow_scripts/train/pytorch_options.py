@@ -42,6 +42,12 @@ def add_args(ap):
     return ap
 
 
+def _given(key):
+    """training.pytorch.<key>'s default, from the schema (its one home): what Settings holds where a
+    caller (benchmarks/gpu_parts.py) gives no value."""
+    return schema.default(f"training.pytorch.{key}")
+
+
 @dataclass(frozen=True)
 class Settings:
     """The options as resolved for this device (what 'auto' became)."""
@@ -52,19 +58,19 @@ class Settings:
     compile: str = ""  # torch.compile mode; "": eager
     input: str = "cpu"  # cpu | gpu | dali | synthetic (no input path ran)
     tf32: bool = False
-    bucket_cap_mb: float = 25.0
+    bucket_cap_mb: float = _given("bucket_cap_mb")
     ddp_graph: str = "whole"  # as resolved (auto: by node count)
-    grad_compression: str = "none"
-    broadcast_buffers: bool = False
+    grad_compression: str = _given("grad_compression")
+    broadcast_buffers: bool = _given("broadcast_buffers")
     loss_lag: int = 0  # steps queued past the one whose loss is read
     prefetch: int = GPU_PREFETCH  # input gpu, dali: batches prepared ahead (0: synthetic data, none)
     dali_pools_mb: tuple = (0, 0)  # input dali on a GPU: (pinned, device) MiB allocated before training
     # the input paths' own options, as given (each one path's; recorded with the run's args)
-    dali_decoder: str = "cpu"
-    hw_decoder_load: float = 0.9
-    jpeg_decoder: str = "torchvision"
-    input_lanes: int = 1
-    dali_size_hint: object = 0  # 0, an integer, or "largest"
+    dali_decoder: str = _given("dali_decoder")
+    hw_decoder_load: float = _given("hw_decoder_load")
+    jpeg_decoder: str = _given("jpeg_decoder")
+    input_lanes: int = _given("input_lanes")
+    dali_size_hint: object = _given("dali_size_hint")  # 0, an integer, or "largest"
 
     def execution_mode(self):
         """How the step runs, for a table to tell when it changed between GPU counts."""
