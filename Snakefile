@@ -76,9 +76,19 @@ rule all:
 
 
 # Two runs in one directory would run the same jobs side by side: the second stops here, naming the
-# first (rules/common.smk).
+# first (rules/common.smk). Through SLURM a TERM from now on stops the workflow and cancels its jobs,
+# which Snakemake's own TERM would wait for (cluster/workflow_stop.py); its scheduler has set its
+# handler by now, so this one replaces it.
 onstart:
     take_workflow_lock()
+    stop_on_term()
+
+
+# The tables written without a point whose nodes were down: say whether it has run since, so that
+# the next command writes them again with it (plan/waiting.py).
+onsuccess:
+    for line in WAITING.end_lines(EVERY_WAITING_POINTS, *EVERY_OUTPUT):
+        print(line, file=sys.stderr)
 
 
 # A preflight check that returned nothing holds back its own system's gates only: say which, since

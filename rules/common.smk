@@ -12,7 +12,7 @@ from snakemake.utils import validate
 
 # The stage modules, importable even from a snakemake installed outside envs/setup.sh's .venv.
 sys.path.insert(0, workflow.basedir)
-from workflow_scripts.cluster import interpreter  # noqa: E402
+from workflow_scripts.cluster import interpreter, workflow_stop  # noqa: E402
 from workflow_scripts.common import frameworks, workflow_lock  # noqa: E402
 from workflow_scripts.plan import cluster_checks, config_checks, unbuilt_envs  # noqa: E402
 from workflow_scripts.plan.commands import TrainerCommands  # noqa: E402
@@ -20,6 +20,7 @@ from workflow_scripts.plan.data_plan import FRAMEWORK_OF_FORMAT, DataPlan, conda
 from workflow_scripts.plan.point_jobs import PointJobs, per_job  # noqa: E402
 from workflow_scripts.plan.slurm_job import JobShape  # noqa: E402
 from workflow_scripts.plan.sweep import FORMAT_OF, Sweep  # noqa: E402
+from workflow_scripts.plan.waiting import Waiting, interconnect_files, run_files  # noqa: E402
 from workflow_scripts.preflight import gate as preflight_gate  # noqa: E402
 
 # fn(*args)'s value; a ConfigProblem becomes the WorkflowError that stops the workflow, naming the key.
@@ -122,6 +123,14 @@ TRAIN_ENV = {
 }
 TRAINING_RUNS = [f"{point['run_dir']}/summary.json" for point in SWEEP]
 LONG_TEST_RUNS = [f"{point['run_dir']}/summary.json" for point in LONG_TEST]
+# What the tables, figures and the verdict read (plan/waiting.py): not the points whose nodes are
+# down (nodes_down: wait) and whose runs have not finished; they run when their nodes return, and the
+# next workflow writes the tables again with them.
+WAITING = Waiting(PLAN)
+TABLE_SWEEP = WAITING.ready(SWEEP, run_files)
+TABLE_LONG_TEST = WAITING.ready(LONG_TEST, run_files)
+TABLE_RUNS = [f for point in TABLE_SWEEP for f in run_files(point)]
+TABLE_LONG_TEST_RUNS = [f for point in TABLE_LONG_TEST for f in run_files(point)]
 
 
 COMMANDS = TrainerCommands(config, PLAN, {pair: env[0] for pair, env in TRAIN_ENV.items()})
@@ -142,6 +151,13 @@ if not IN_SLURM_JOB:
 # nor in a cluster job, which parses this file again on its node), held until it exits.
 if workflow.is_main_process and (_holder := workflow_lock.running_here()):
     print(f"dlscale: this workflow is already running in this directory: {_holder}", file=sys.stderr)
+
+
+def stop_on_term():
+    """Through SLURM, a TERM stops the workflow and cancels its jobs (cluster/workflow_stop.py), where
+    Snakemake's own would wait for every job queued or still being submitted."""
+    if workflow.is_main_process and workflow.non_local_exec:
+        workflow_stop.install(lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def settle_unbuilt():

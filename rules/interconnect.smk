@@ -14,6 +14,10 @@ NCCL_TESTS = IC.nccl_tests
 IC_POINTS = IC.points()
 # The measurements scaling.csv's predictions read: the all-reduces at each system and GPU count > 1.
 IC_ALLREDUCE = IC.allreduce()
+# Those the tables read now, and the points they are written without (rules/common.smk, WAITING).
+TABLE_IC_POINTS = WAITING.ready(IC_POINTS, interconnect_files)
+TABLE_IC_ALLREDUCE = WAITING.ready(IC_ALLREDUCE, interconnect_files)
+IC_WAITING = json.dumps(WAITING.waiting((IC_POINTS, interconnect_files)))
 
 
 rule interconnect_collectives:
@@ -88,8 +92,8 @@ rule interconnect_nccl_tests:
 
 rule interconnect_table:
     input:
-        torch=[p["torch"] for p in IC_POINTS],
-        nccl_tests=[p["nccl_tests"] for p in IC_POINTS if p["nccl_tests"]],
+        torch=[p["torch"] for p in TABLE_IC_POINTS],
+        nccl_tests=[p["nccl_tests"] for p in TABLE_IC_POINTS if p["nccl_tests"]],
     output:
         csv=report(f"{RESULTS}/interconnect.csv", caption="../report/interconnect.rst", category="Interconnect"),
         markdown=f"{RESULTS}/interconnect.md",
@@ -101,10 +105,11 @@ rule interconnect_table:
         "../envs/workflow.yaml"
     params:
         py=PY["workflow"],
-        points=json.dumps(IC_POINTS),
+        points=json.dumps(TABLE_IC_POINTS),
+        waiting=IC_WAITING,
     shell:
         "{params.py:q} -m workflow_scripts.interconnect.interconnect_table --points {params.points:q} "
-        "--out {output.csv:q} > {log:q} 2>&1"
+        "--waiting {params.waiting:q} --out {output.csv:q} > {log:q} 2>&1"
 
 
 rule interconnect_figure:
@@ -128,9 +133,10 @@ rule interconnect_figure:
         links=json.dumps(
             {s: config["systems"][s]["link_gbps"] for s in TRAIN["systems"] if "link_gbps" in config["systems"][s]}
         ),
+        waiting=IC_WAITING,
     shell:
         "{params.py:q} -m workflow_scripts.interconnect.figure --table {input:q} --links {params.links:q} "
-        "--out {output:q} > {log:q} 2>&1"
+        "--waiting {params.waiting:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule interconnect:

@@ -9,7 +9,7 @@ from workflow_scripts.plan.prediction_args import prediction_args
 rule scaling_prediction:
     input:
         interconnect=rules.interconnect_table.output.csv,
-        runs=TRAINING_RUNS,
+        runs=TABLE_RUNS,
     output:
         csv=report(
             f"{RESULTS}/scaling_prediction.csv",
@@ -30,7 +30,8 @@ rule scaling_prediction:
         "../envs/workflow.yaml"
     params:
         py=PY["workflow"],
-        points=json.dumps(SWEEP),
+        points=json.dumps(TABLE_SWEEP),
+        waiting=json.dumps(WAITING.waiting((SWEEP, run_files), (IC_POINTS, interconnect_files))),
         # Only the swept systems' own GPUs per node: editing another system reruns nothing.
         systems=json.dumps({s: config["systems"][s]["gpus_per_node"] for s in TRAIN["systems"]}),
         # Every prediction.* key, and nothing else: an edit of one reruns this stage alone (and
@@ -39,7 +40,7 @@ rule scaling_prediction:
     shell:
         "{params.py:q} -m workflow_scripts.predict.scaling_prediction --interconnect {input.interconnect:q} "
         "--points {params.points:q} --systems {params.systems:q} {params.args:q} --out {output.csv:q} "
-        "--figure {output.figure:q} > {log:q} 2>&1"
+        "--figure {output.figure:q} --waiting {params.waiting:q} > {log:q} 2>&1"
 
 
 rule study_on_paper:

@@ -11,6 +11,15 @@ TRAINING_TABLES = [
     "storage_throughput",
     "network_throughput",
 ]
+# The points each output is written without while they wait for their nodes (rules/common.smk).
+TRAINING_WAITING = json.dumps(WAITING.waiting((SWEEP, run_files), (IC_ALLREDUCE, interconnect_files)))
+LONG_TEST_WAITING = json.dumps(WAITING.waiting((LONG_TEST, run_files)))
+EVERY_OUTPUT = ((SWEEP, run_files), (LONG_TEST, run_files), (IC_POINTS, interconnect_files))
+EVERY_WAITING_POINTS = WAITING.waiting(*EVERY_OUTPUT)
+EVERY_WAITING = json.dumps(EVERY_WAITING_POINTS)
+# The INT8 stage's tables, where its weights come from a run still waiting: the verdict does not wait
+# for them either, and says which findings they will decide.
+INT8_HELD = ["int8_accuracy", "int8_throughput"] if INT8_PLAN.weights_waiting() else []
 TRAINING_FIGURES = [
     "fig2_scaling",
     "fig4_6_system_comparison",
@@ -23,8 +32,8 @@ TRAINING_FIGURES = [
 
 rule training_tables:
     input:
-        runs=TRAINING_RUNS,
-        interconnect=[p["raw"] for p in IC_ALLREDUCE],
+        runs=TABLE_RUNS,
+        interconnect=[p["raw"] for p in TABLE_IC_ALLREDUCE],
         # preflight's input check: the runs it finds input-bound carry that caveat
         preflight=PREFLIGHT_INPUT_RESULTS,
     output:
@@ -41,14 +50,15 @@ rule training_tables:
         "../envs/workflow.yaml"
     params:
         py=PY["workflow"],
-        points=json.dumps(SWEEP),
-        interconnect=json.dumps(IC_ALLREDUCE),
+        points=json.dumps(TABLE_SWEEP),
+        interconnect=json.dumps(TABLE_IC_ALLREDUCE),
+        waiting=TRAINING_WAITING,
         judge=PREFLIGHT.judge_args(),
         out_dir=lambda w, output: os.path.dirname(output.training_throughput),
     shell:
         "{params.py:q} -m workflow_scripts.results.training_tables --points {params.points:q} "
         "--interconnect {params.interconnect:q} --preflight {input.preflight:q} {params.judge:q} "
-        "--out-dir {params.out_dir:q} > {log:q} 2>&1"
+        "--waiting {params.waiting:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 rule training_figures:
@@ -71,9 +81,10 @@ rule training_figures:
         py=PY["workflow"],
         tables=lambda w, input: os.path.dirname(input[0]),
         out_dir=lambda w, output: os.path.dirname(output[0]),
+        waiting=TRAINING_WAITING,
     shell:
         "{params.py:q} -m workflow_scripts.results.training_figures --tables {params.tables:q} "
-        "--out-dir {params.out_dir:q} > {log:q} 2>&1"
+        "--waiting {params.waiting:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 rule inference_figures:
@@ -104,7 +115,7 @@ rule inference_figures:
 
 rule time_to_accuracy:
     input:
-        LONG_TEST_RUNS,
+        TABLE_LONG_TEST_RUNS,
     output:
         csv=report(
             f"{RESULTS}/time_to_accuracy.csv",
@@ -121,10 +132,11 @@ rule time_to_accuracy:
         "../envs/workflow.yaml"
     params:
         py=PY["workflow"],
-        points=json.dumps(LONG_TEST),
+        points=json.dumps(TABLE_LONG_TEST),
+        waiting=LONG_TEST_WAITING,
     shell:
         "{params.py:q} -m workflow_scripts.results.time_to_accuracy --points {params.points:q} "
-        "--out {output.csv:q} > {log:q} 2>&1"
+        "--waiting {params.waiting:q} --out {output.csv:q} > {log:q} 2>&1"
 
 
 rule time_to_accuracy_figure:
@@ -145,8 +157,10 @@ rule time_to_accuracy_figure:
         "../envs/workflow.yaml"
     params:
         py=PY["workflow"],
+        waiting=LONG_TEST_WAITING,
     shell:
-        "{params.py:q} -m workflow_scripts.results.accuracy_figure --table {input:q} --out {output:q} > {log:q} 2>&1"
+        "{params.py:q} -m workflow_scripts.results.accuracy_figure --table {input:q} --waiting {params.waiting:q} "
+        "--out {output:q} > {log:q} 2>&1"
 
 
 # `snakemake long_test`: the scale-out whitepaper's long test alone (its runs, table and figure).
@@ -167,8 +181,8 @@ rule conclusions:
         system_comparison=rules.training_tables.output.system_comparison,
         storage_throughput=rules.training_tables.output.storage_throughput,
         network_throughput=rules.training_tables.output.network_throughput,
-        int8_accuracy=rules.int8_accuracy.output.csv,
-        int8_throughput=rules.int8_throughput.output.csv,
+        int8_accuracy=[] if INT8_HELD else rules.int8_accuracy.output.csv,
+        int8_throughput=[] if INT8_HELD else rules.int8_throughput.output.csv,
         time_to_accuracy=rules.time_to_accuracy.output.csv,
         # its predicted column: the scaling findings at GPU counts this sweep did not run
         scaling_prediction=rules.scaling_prediction.output.csv,
@@ -184,9 +198,11 @@ rule conclusions:
     params:
         py=PY["workflow"],
         tables=lambda w, input: os.path.dirname(input.scaling),
+        waiting=EVERY_WAITING,
+        held=["--held", *INT8_HELD] if INT8_HELD else [],
     shell:
-        "{params.py:q} -m workflow_scripts.results.conclusions --tables {params.tables:q} "
-        "--prediction {input.scaling_prediction:q} --out {output.csv:q} > {log:q} 2>&1"
+        "{params.py:q} -m workflow_scripts.results.conclusions --tables {params.tables:q} {params.held:q} "
+        "--prediction {input.scaling_prediction:q} --waiting {params.waiting:q} --out {output.csv:q} > {log:q} 2>&1"
 
 
 rule results_tables:

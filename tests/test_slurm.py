@@ -568,6 +568,16 @@ def test_a_drained_node_leaves_its_points_waiting_and_preflight_runs(cluster, tm
         assert plan.returncode == 0 and "pytorch_fp32_1gpu" in plan.stdout and "pytorch_fp32_2gpu" in plan.stdout, (
             plan.stdout[-6000:] + plan.stderr[-3000:]
         )
+        # the tables are planned without the waiting point, and told it waits (plan/waiting.py)
+        plan = subprocess.run(
+            [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "-n", "all"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        tables = re.search(r"^(?:local)?rule training_tables:\n\s+input: (.*)$", plan.stdout, re.M)
+        assert plan.returncode == 0 and tables and "pytorch_fp32_1gpu/" in tables.group(1), plan.stdout[-6000:]
+        assert "_2gpu" not in tables.group(1) and '"system": "cluster", "gpus": 2' in plan.stdout, tables.group(1)
     finally:
         subprocess.run(["scontrol", "update", "nodename=n2", "state=resume"], timeout=30, capture_output=True)
         cluster.wait_idle()

@@ -18,7 +18,8 @@ Starting a run's ranks:
     `cuda_cache`      where CUDA keeps the kernels it JIT-compiles, for a run's ranks
     `kernel_check`    the first kernel on a task's GPU, and what its failure means
 
-What the pipeline asks SLURM: `slurm` (a job's nodes, a partition's limits, why jobs wait).
+What the pipeline asks SLURM: `slurm` (a job's nodes, a partition's limits, why jobs wait); how
+the workflow stops through SLURM: `workflow_stop` (a TERM cancels its jobs, as Ctrl-C does).
 
 A node and what it did while a run measured:
 

@@ -2,6 +2,8 @@
 says why it has nothing to show. (The study's published figures, which only results/ draws, are
 results/published.py's.)"""
 
+import textwrap
+
 import matplotlib
 
 matplotlib.use("Agg")  # no display on cluster nodes or CI
@@ -9,8 +11,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from .atomic import atomic_file  # noqa: E402
 
+# A line every figure this process saves carries under it: set once by a figure module's main, so
+# that no figure drawn without some of the sweep's points passes for one of the whole sweep.
+_footer = {"text": ""}
+
+
+def set_footer(text):
+    _footer["text"] = text
+
 
 def save_png(fig, path):
+    if _footer["text"]:
+        fig.text(0.5, 0, textwrap.fill(_footer["text"], 100), ha="center", va="top", fontsize=8, color="firebrick")
     with atomic_file(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -12,7 +12,8 @@ import json
 import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
-from ..common.plotting import empty_figure, plt, save_png
+from ..common import waiting
+from ..common.plotting import empty_figure, plt, save_png, set_footer
 from .prediction import RESNET50_PARAMETERS
 
 TITLE = "Interconnect: bus bandwidth by message size"
@@ -65,7 +66,9 @@ def main():
     ap.add_argument("--table", required=True)
     ap.add_argument("--links", default="{}", help="JSON {system: nominal link GB/s}")
     ap.add_argument("--out", required=True)
+    waiting.add_argument(ap)
     a = ap.parse_args()
+    set_footer(waiting.figure_line(a.waiting))
     draw(pd.read_csv(a.table), json.loads(a.links), a.out)
 
 

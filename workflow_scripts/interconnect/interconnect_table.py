@@ -11,6 +11,7 @@ import json
 
 import pandas as pd
 
+from ..common import waiting
 from ..common.errors import StageError, run_main
 from ..common.output import write_table
 from .bandwidth_rows import COLUMNS, load, rows
@@ -35,7 +36,8 @@ HOW = (
 SHOWN = ["system", "gpus", "scope", "collective", "bytes", "source", "backend", "time_s", "algbw_GBps", "busbw_GBps"]
 
 
-def build(points):
+def build(points, still_waiting=()):
+    """waiting: the points still waiting for their nodes (common/waiting.py), named in the notes."""
     table, notes = [], []
     for p in points:
         for source in ("torch", "nccl_tests"):
@@ -44,13 +46,14 @@ def build(points):
                 table += point
                 if point and point[0]["transport"]:
                     notes.append(f"{p['system']}, {p['gpus']} GPUs, {point[0]['source']}: {point[0]['transport']}")
-    if not points:
+    if not points and not still_waiting:
         notes.append("training.gpus has no GPU count above 1: there is no exchange between GPUs to measure")
     elif not any(p.get("nccl_tests") for p in points):
         notes.append(
             "nccl-tests not run: set interconnect.nccl_tests to a build of NVIDIA nccl-tests to put its "
             "figures beside these"
         )
+    notes = waiting.notes(list(still_waiting)) + notes
     df = pd.DataFrame(table, columns=COLUMNS)
     if (df.backend == "gloo").any():
         notes.append(
@@ -66,12 +69,13 @@ def main():
         "--points", required=True, help="JSON list of {system, gpus, torch: raw JSON, nccl_tests: raw JSON or empty}"
     )
     ap.add_argument("--out", required=True, help="the CSV (the markdown copy goes beside it)")
+    waiting.add_argument(ap)
     a = ap.parse_args()
     try:
         points = json.loads(a.points)
     except ValueError as exc:
         raise StageError(f"--points is not JSON: {exc}")
-    df, notes = build(points)
+    df, notes = build(points, a.waiting)
     write_table(
         df,
         a.out,

@@ -10,6 +10,8 @@ Snakemake; docs/architecture.md says how a run flows through them.
                           GPU types, Horovod's controller, whether a long test fits its jobs
     `sweep`               the sweep of training runs and the long test's runs, where each is
                           placed and where it writes (Sweep)
+    `waiting`             the points whose nodes are down (nodes_down: wait) that the tables,
+                          figures and the verdict do not wait for (Waiting)
     `commands`            the trainer's command line of each run (and the per-rank batch), and
                           the launcher's Horovod flags
     `slurm_job`           each point's node and task geometry and the SLURM resources of its jobs

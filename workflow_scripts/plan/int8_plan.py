@@ -10,6 +10,7 @@ from workflow_scripts.common import schema as config_schema
 from workflow_scripts.int8 import build_engine
 from workflow_scripts.plan import config_checks
 from workflow_scripts.plan.sweep import ConfigProblem
+from workflow_scripts.plan.waiting import Waiting, run_files
 
 
 class Int8Plan:
@@ -84,8 +85,28 @@ class Int8Plan:
         if (paths[0] == "synthetic" or not self.embedded) and self.long_test_gpus:
             return self.sweep.accuracy_run_dir(system, "pytorch", precision, max(self.long_test_gpus))
         # Otherwise synthetic weights are still quantized: the verdict table says their accuracy means
-        # nothing (no better than guessing).
-        return self.sweep.run_dir(system, "pytorch", precision, max(t["gpus"]), paths[0])
+        # nothing (no better than guessing). A point left out, or waiting for its nodes, has trained
+        # nothing yet: the largest that has, so that the stage and the verdict do not wait; the next
+        # workflow that finds the waiting one run takes its weights, and the stage runs again.
+        waits = Waiting(self.sweep)
+
+        def usable(gpus):
+            run_dir = self.sweep.run_dir(system, "pytorch", precision, gpus, paths[0])
+            point = {"system": system, "gpus": gpus, "run_dir": run_dir}
+            return not self.sweep.skipped(system, gpus) and not waits.held(point, run_files(point))
+
+        return self.sweep.run_dir(
+            system, "pytorch", precision, max(filter(usable, t["gpus"]), default=max(t["gpus"])), paths[0]
+        )
+
+    def weights_waiting(self):
+        """[{system, gpus, why}] of the run the 'pipeline' weights come from, where it still waits for
+        its nodes (plan/waiting.py: on a real dataset, a long test whose nodes are down); else []."""
+        if self.infer["models"].get("resnet50") != "pipeline" or self.pipeline_missing():
+            return []
+        run_dir = self.pipeline_run()
+        points = [p for p in self.sweep.sweep() + self.sweep.long_test() if p["run_dir"] == run_dir]
+        return Waiting(self.sweep).waiting((points[:1], run_files))
 
     def check(self):
         """A model without weights, or a table naming a model that is not evaluated, is a ConfigProblem.

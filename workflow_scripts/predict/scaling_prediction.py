@@ -22,8 +22,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..common import waiting
 from ..common.errors import StageError, run_main
 from ..common.output import write_table
+from ..common.plotting import set_footer
 from ..common.schema import default as config_default
 from . import collective_model as cm
 from . import step_model as sm
@@ -435,12 +437,15 @@ def main():
     ap.add_argument("--out", required=True, help="the CSV; the markdown copy goes beside it")
     ap.add_argument("--figure", required=True, help="the PNG")
     add_arguments(ap)
+    waiting.add_argument(ap)
     a = ap.parse_args()
+    set_footer(waiting.figure_line(a.waiting))
     try:
         points, systems = json.loads(a.points), json.loads(a.systems)
     except ValueError as exc:
         raise StageError(f"--points or --systems is not JSON: {exc}")
     df, sentences, notes = build(read_table(a.interconnect), points, systems, Settings.from_args(a))
+    notes = waiting.notes(a.waiting) + notes
     write_table(df, a.out, TITLE, HOW, notes, columns=SHOWN, after=["## The model on each workload", "", *sentences])
     draw(df, a.figure, TITLE)
     print("\n".join(sentences))

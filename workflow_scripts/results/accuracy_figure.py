@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..common.plotting import empty_figure, plt, save_png
+from ..common import waiting
+from ..common.plotting import empty_figure, plt, save_png, set_footer
 
 TITLE = "Fig. 35: accuracy vs elapsed training time (long test)"
 
@@ -67,7 +68,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", required=True, help="time_to_accuracy.csv")
     ap.add_argument("--out", required=True)
+    waiting.add_argument(ap)
     a = ap.parse_args()
+    set_footer(waiting.figure_line(a.waiting))
     figure(pd.read_csv(a.table), Path(a.out))
 
 

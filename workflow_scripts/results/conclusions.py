@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from ..common import waiting
 from ..common.atomic import atomic_file
 from ..common.errors import StageError, run_main
 from . import conclusions_predicted
@@ -76,9 +77,10 @@ COLUMNS = [
 ]
 
 
-def load_tables(directory):
+def load_tables(directory, held=()):
+    """held: tables not read, which wait for a point still waiting for its nodes."""
     out = {}
-    for name in TABLES:
+    for name in (t for t in TABLES if t not in held):
         path = Path(directory) / f"{name}.csv"
         try:
             out[name] = pd.read_csv(path)
@@ -108,8 +110,9 @@ def study_figure(f, tol):
     return f"{f['framework']} highest"
 
 
-def conclusions(tables, spec, prediction=None):
-    """One row per finding; prediction: the scaling prediction's table (None: no predicted column)."""
+def conclusions(tables, spec, prediction=None, held=""):
+    """One row per finding; prediction: the scaling prediction's table (None: no predicted column).
+    held: why the tables missing from `tables` are not there yet (their findings wait with them)."""
     rows = []
     for f in spec["findings"]:
         tol = spec["tolerances"][f["kind"]]
@@ -123,6 +126,12 @@ def conclusions(tables, spec, prediction=None):
             "tolerance": " ".join(tol["text"].split()),
             "table": MEASURE[f["quantity"]][1] + ".csv",
         }
+        if MEASURE[f["quantity"]][1] not in tables:
+            why = f"not yet: {row['table']} {held}"
+            row.update(verdict=UNMEASURED, why=why, measured="", point="", same_point=False, device="")
+            row["predicted"] = ""
+            rows.append(row)
+            continue
         try:
             m = MEASURE[f["quantity"]][0](tables, f, tol)
         except Unmeasured as why:
@@ -157,9 +166,13 @@ def _cell(x):
     return "" if pd.isna(x) else str(x).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(df, spec):
+def markdown(df, spec, waiting_points=()):
+    """waiting_points: those the tables were written without (common/waiting.py), named first: a
+    finding decided at the nearest point that exists may be decided again once they have run."""
     kinds = list(dict.fromkeys(df.tolerance_kind))
     lines = [f"# {TITLE}", "", HOW, ""]
+    for note in waiting.notes(list(waiting_points), "the verdict table"):
+        lines += [f"> **Waiting.** {note}", ""]
     for k in kinds:
         lines += [f"> **Tolerance ({k}).** {' '.join(spec['tolerances'][k]['text'].split())}", ""]
     lines += [
@@ -188,16 +201,25 @@ def main():
     ap.add_argument("--findings", default=str(FINDINGS), help="the study's findings (YAML)")
     ap.add_argument("--prediction", help="the scaling prediction (scaling_prediction.csv): the predicted column")
     ap.add_argument("--out", required=True, help="the CSV; the markdown copy goes beside it (.md)")
+    waiting.add_argument(ap)
+    ap.add_argument(
+        "--held",
+        nargs="*",
+        default=[],
+        choices=TABLES,
+        help="tables not read: they wait for a point --waiting names (the INT8 stage's, whose weights it trains)",
+    )
     a = ap.parse_args()
     spec = yaml.safe_load(Path(a.findings).read_text())
-    df = conclusions(load_tables(a.tables), spec, conclusions_predicted.load(a.prediction))
+    held = f"waits for the run its weights come from, still waiting for its nodes: {waiting.names(a.waiting)}"
+    df = conclusions(load_tables(a.tables, a.held), spec, conclusions_predicted.load(a.prediction), held)
     out = Path(a.out)
     with atomic_file(out) as tmp:
         df.to_csv(tmp, index=False)
     # The reader's copy joins cells (a figure with its source, a verdict with its reason): its own
     # layout rather than write_table's columns.
     with atomic_file(out.with_suffix(".md")) as tmp:
-        Path(tmp).write_text(markdown(df, spec))
+        Path(tmp).write_text(markdown(df, spec, a.waiting))
     print(out.with_suffix(".md").read_text())
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..common import waiting
 from ..common.output import write_table
 from . import guards
 from . import runs as run_records
@@ -131,12 +132,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", required=True, help="JSON list of {system, framework, precision, gpus, nodes, run_dir}")
     ap.add_argument("--out", required=True, help="the CSV; the markdown copy goes beside it (.md)")
+    waiting.add_argument(ap)
     a = ap.parse_args()
     points = json.loads(a.points)
     rows = table(points)
-    notes = (
-        run_records.mixed_settings(rows) if len(rows) else ["no long test in this config: set training.long_test.gpus"]
-    )
+    # a long test whose every point waits for its nodes is still one of this config
+    none = [] if a.waiting else ["no long test in this config: set training.long_test.gpus"]
+    notes = waiting.notes(a.waiting) + (run_records.mixed_settings(rows) if len(rows) else none)
     notes += [
         f"{r.system}/accuracy/{r.framework}_{r.precision}_{r.gpus}gpu {r.status}: {r.why}"
         for r in rows[rows.status != "ok"].itertuples()

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..common.plotting import empty_figure, plt, save_png
+from ..common import waiting
+from ..common.plotting import empty_figure, plt, save_png, set_footer
 from .point_tables import at
 from .published import PUBLISHED
 from .telemetry_tables import network_panel_note, storage_panel_note
@@ -169,7 +170,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tables", required=True, help="directory of the training tables")
     ap.add_argument("--out-dir", required=True)
+    waiting.add_argument(ap)
     a = ap.parse_args()
+    set_footer(waiting.figure_line(a.waiting))
     t, out = Path(a.tables), Path(a.out_dir)
     scaling(pd.read_csv(t / "scaling.csv"), out / "fig2_scaling.png")
     system_comparison(pd.read_csv(t / "system_comparison.csv"), out / "fig4_6_system_comparison.png")

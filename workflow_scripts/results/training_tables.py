@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..common import input_bound
+from ..common import input_bound, waiting
 from ..common.errors import StageError, run_main
 from ..common.output import write_table
 from ..interconnect import prediction
@@ -289,6 +289,7 @@ def arg_parser():
         "whose point has no completed synthetic run",
     )
     input_bound.add_judge_arguments(ap)
+    waiting.add_argument(ap)
     ap.add_argument("--out-dir", required=True)
     return ap
 
@@ -427,7 +428,7 @@ def main():
     a = arg_parser().parse_args()
     runs = marked_runs(a)
     raws = load_raws(json.loads(a.interconnect))
-    out, notes = Path(a.out_dir), run_notes(runs)
+    out, notes = Path(a.out_dir), run_notes(runs) + waiting.notes(a.waiting)
     write_throughput(runs, out, notes)
     write_scaling(runs, raws, out, notes)
     write_comparisons(runs, out, notes)
