@@ -36,6 +36,16 @@ CLUSTERS = {
             "models": {m: "torchvision" for m in ("resnet50", "resnet101", "vgg16", "googlenet", "alexnet")},
         },
     },
+    # The issue-62 cluster: 16 x 4 A100-SXM4-80GB, driver R535 (CUDA 12.2), the preset's INT8 alone.
+    "a100_r535": {
+        "node": "a{}|128|1000000|gpu:a100:4|{}",
+        "nodes": 16,
+        "max_time": "2-00:00:00",
+        "system": {"gpus_per_node": 4, "max_nodes": 16, "gpu_request": "gres", "gpu_type": "a100"}
+        | {"cpus_per_task": 32, "time_min": 60, "nodes_down": "skip"},
+        "training": {},
+        "inference": {},
+    },
 }
 
 

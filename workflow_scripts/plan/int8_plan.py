@@ -22,10 +22,21 @@ class Int8Plan:
         self.train, self.infer = config["training"], config["inference"]
         self.calib, self.throughput = self.infer["calibration"], self.infer["throughput"]
         self.embedded = not config["dataset"]["root"]
-        self.engine = self.infer["engine"]
+        # resolved once, in config too, so that every reader of the key sees the engine that runs
+        self.engine = self.infer["engine"] = self.resolved_engine()
         self.tensorrt = self.engine == "tensorrt"
         # torchvision's weights, fetched on the login node (int8_weights)
         self.torch_home = f"{config['data_dir']}/weights/torch"
+
+    def resolved_engine(self):
+        """auto: TensorRT where the inference system asks SLURM for GPUs, else ONNX Runtime (the
+        preset's choice, so that one file serves a GPU cluster and a CPU one). A system name that is
+        not under systems: is left to system() to refuse, naming the key."""
+        value = self.infer["engine"]
+        if value != "auto":
+            return value
+        sysc = self.config["systems"].get(self.infer["system"] or self.train["systems"][0])
+        return "tensorrt" if sysc and sysc["gpu_request"] != "none" else "onnxruntime"
 
     def calibration_batches(self):
         """'auto' is the study's 50 batches for a real dataset, 4 (100 of 320 images) for the embedded one."""

@@ -1,0 +1,47 @@
+"""The study's INT8 on a GPU cluster (issue 62): `snakemake -n --profile slurm all` with config.yaml and
+presets/study.yaml alone, on a cluster of 16 nodes x 4 A100 faked only in its commands
+(helpers/dry_run.py), plans Table III and Fig. 9 as the study made them. What is read is the plan's
+own text: the SLURM jobs the executor would submit."""
+
+import re
+from collections import defaultdict
+
+import pytest
+from helpers.dry_run import cluster, snakemake_slurm, submitted
+
+pytestmark = pytest.mark.stage
+
+NETWORKS = {"resnet50", "resnet101", "resnet152", "vgg16", "vgg19", "googlenet", "alexnet"}
+FIG9_BATCHES = {1, 2, 4, 8, 16, 32, 64, 128, 256}
+
+
+def planned_int8(work):
+    env = cluster(work, "a100_r535")
+    by_rule = defaultdict(list)
+    for group in submitted(snakemake_slurm(work, env, "-n", "all")):
+        for job in group:
+            if job["rule"].startswith("int8_"):
+                by_rule[job["rule"]].append(job)
+    return by_rule
+
+
+def test_the_preset_alone_plans_table_iii_and_fig9_at_the_studys_settings(tmp_path):
+    jobs = planned_int8(tmp_path)
+    engines = [out for j in jobs["int8_engine"] for out in j["outputs"] if out.endswith(".engine")]
+    # seven networks, each an FP32 and an INT8 TensorRT engine, each scored
+    assert {re.search(r"/int8/(\w+)/tensorrt/(fp32|int8)\.engine$", e).groups() for e in engines} == {
+        (n, p) for n in NETWORKS for p in ("fp32", "int8")
+    }, engines
+    assert len(jobs["int8_evaluate"]) == 14
+    exports = {re.search(r"--network (\w+)", j["shell"]).group(1): j["shell"] for j in jobs["int8_export"]}
+    assert set(exports) == NETWORKS
+    for shell in exports.values():
+        assert "--source torchvision" in shell and "--image-size 224" in shell, shell
+    for j in jobs["int8_calibrate"]:
+        assert "--batch-size 25" in j["shell"] and "--histogram-bins 2048" in j["shell"], j["shell"]
+    timed = {
+        int(b) for j in jobs["int8_throughput_run"] for out in j["outputs"] for b in re.findall(r"/bs(\d+)\.json$", out)
+    }
+    assert timed == FIG9_BATCHES
+    for j in jobs["int8_throughput_run"]:
+        assert all("/resnet50/tensorrt/" in out for out in j["outputs"]), j["outputs"]
