@@ -18,6 +18,11 @@ BATCH_SIZES = INT8_PLAN.batch_sizes()
 for line in parse_time(INT8_PLAN.check):
     print(line, file=sys.stderr)
 INFER_SYSTEM = parse_time(INT8_PLAN.system)
+# The jobs that run an engine on inference.system's nodes run its PyTorch route, as its training
+# runs do (systems.<name>.envs.pytorch, else envs_gpu or envs): a GPU generation or driver that needs
+# the CUDA 12 build gets it for INT8 too. Export, calibration and quantization are CPU jobs: envs.pytorch.
+INT8_ENV_KEY, INT8_ENV = parse_time(config_checks.framework_env, config, INFER_SYSTEM, "pytorch", REPO)
+INT8_PY = interpreter.job_words(INT8_ENV, REPO, PATH_BLOCKED)
 ACTIVATIONS = parse_time(INT8_PLAN.activations)
 INT8_MODELS = list(INFER["models"])
 TORCH_HOME = INT8_PLAN.torch_home
@@ -176,7 +181,7 @@ rule int8_engine:
     resources:
         **INT8_RESOURCES,
     params:
-        py=PY["pytorch"],
+        py=INT8_PY,
         args=INT8_PLAN.engine_args(),
     shell:
         "{params.py:q} -m workflow_scripts.int8.build_engine --engine {wildcards.engine} --onnx {input:q} "
@@ -204,7 +209,7 @@ rule int8_evaluate:
         **INT8_RESOURCES,
     params:
         lmdb=lambda w, input: folders_of(input.lmdb)[0],
-        py=PY["pytorch"],
+        py=INT8_PY,
         image_size=INFER["image_size"],
         batch_size=INFER["batch_size"],
     shell:
@@ -262,7 +267,7 @@ rule int8_throughput_run:
     resources:
         **INT8_TIMED_RESOURCES,
     params:
-        py=PY["pytorch"],
+        py=INT8_PY,
         image_size=INFER["image_size"],
         warmup=THROUGHPUT["warmup"],
         repeats=THROUGHPUT["repeats"],

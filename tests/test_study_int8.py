@@ -7,7 +7,8 @@ import re
 from collections import defaultdict
 
 import pytest
-from helpers.dry_run import cluster, snakemake_slurm, submitted
+from helpers.dry_run import cluster, resource, snakemake_slurm, submitted
+from helpers.processes import interpreter
 
 pytestmark = pytest.mark.stage
 
@@ -45,3 +46,17 @@ def test_the_preset_alone_plans_table_iii_and_fig9_at_the_studys_settings(tmp_pa
     assert timed == FIG9_BATCHES
     for j in jobs["int8_throughput_run"]:
         assert all("/resnet50/tensorrt/" in out for out in j["outputs"]), j["outputs"]
+
+
+def test_every_int8_gpu_job_runs_the_inference_systems_route_and_the_cpu_steps_envs_pytorch(tmp_path):
+    jobs = planned_int8(tmp_path)
+    route = str(tmp_path / ".envs" / "torch-cu126" / "bin" / "python")
+    for rule in ("int8_engine", "int8_evaluate", "int8_throughput_run"):
+        assert jobs[rule], rule
+        for j in jobs[rule]:
+            assert j["shell"].split(" -m ")[0].strip("'") == route, (rule, j["shell"][:300])
+            assert resource(j, "gres") == "gpu:a100:1", (rule, j["resources"])
+    # the CPU steps take no GPU, so not the GPU system's route either
+    for rule in ("int8_export", "int8_calibrate", "int8_quantize"):
+        for j in jobs[rule]:
+            assert route not in j["shell"] and interpreter("pytorch") in j["shell"], (rule, j["shell"][:300])

@@ -6,9 +6,11 @@ text, as the executor would submit them (submitted)."""
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import yaml
 
+from . import stand_in
 from .config import REPO
 from .processes import interpreter
 from .workflow import SNAKEMAKE
@@ -45,6 +47,8 @@ CLUSTERS = {
         | {"cpus_per_task": 32, "time_min": 60, "nodes_down": "skip"},
         "training": {},
         "inference": {},
+        # the route the R535 driver needs for PyTorch (docs/slurm.md): a stand-in here
+        "pytorch_route": ".envs/torch-cu126/bin/python",
     },
 }
 
@@ -55,10 +59,13 @@ def cluster(work, name):
     from workflow_scripts.data import embedded
 
     c = CLUSTERS[name]
+    envs = dict(ENVS)
+    if c.get("pytorch_route"):
+        envs["pytorch"] = stand_in.route(work / Path(c["pytorch_route"]).parents[1])
     embedded.make(work / "ILSVRC2012", classes=2, train_per_class=1, val_per_class=1, quirks=False)
     config = {
         "dataset": {"root": str(work / "ILSVRC2012")},
-        "systems": {name: {**c["system"], "partition": "gpu", "envs": ENVS}},
+        "systems": {name: {**c["system"], "partition": "gpu", "envs": envs}},
         "training": {"systems": [name], "gpus": [1, 2, 4, 8, 16, 32, 64], **c["training"]},
         "inference": c["inference"],
     }
