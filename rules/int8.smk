@@ -5,6 +5,7 @@
 # Each step is its own rule, so an edit reruns only what it affects: the batch sizes only the
 # throughput jobs, the calibration settings calibration onward.
 from workflow_scripts.int8.networks import NETWORKS  # noqa: E402
+from workflow_scripts.plan import tensorrt_check  # noqa: E402
 from workflow_scripts.plan.int8_plan import Int8Plan  # noqa: E402
 
 # What config.yaml's inference section means, checked now (plan/int8_plan.py).
@@ -23,7 +24,14 @@ INFER_SYSTEM = parse_time(INT8_PLAN.system)
 # the CUDA 12 build gets it for INT8 too. Export, calibration and quantization are CPU jobs: envs.pytorch.
 INT8_ENV_KEY, INT8_ENV = parse_time(config_checks.framework_env, config, INFER_SYSTEM, "pytorch", REPO)
 INT8_PY = interpreter.job_words(INT8_ENV, REPO, PATH_BLOCKED)
+INT8_ROUTE = config_checks.framework_config(config, INFER_SYSTEM, "pytorch")[1]
+# A container route is asked on a node instead, and the engine builds wait for its answer.
+INT8_ENGINE_CHECKS = INT8_PLAN.engine_checks(INT8_ROUTE)
 ACTIVATIONS = parse_time(INT8_PLAN.activations)
+# After the config's own checks: TensorRT and pycuda import in the route, or nothing is submitted
+# (plan/tensorrt_check.py).
+if not IN_SLURM_JOB:
+    parse_time(tensorrt_check.check, ENGINE, INT8_ENV_KEY, INT8_ROUTE, INT8_ENV, REPO)
 INT8_MODELS = list(INFER["models"])
 TORCH_HOME = INT8_PLAN.torch_home
 # What the stage's jobs ask SLURM for (plan/int8_plan.py), named once: the rules and the price
@@ -165,9 +173,34 @@ rule int8_quantize:
         "--calibration-images {params.calibration_images:q} --out {output.onnx:q} --cache {output.cache:q} > {log:q} 2>&1"
 
 
+# With TensorRT on a container route: whether the container's python imports tensorrt (>= 10) and
+# pycuda, asked on a node of inference.system with its GPU (int8/engine_imports.py); a route that
+# cannot fails this job, naming the key and the fix for the node's driver, and no engine job starts.
+rule int8_engine_check:
+    output:
+        f"{RESULTS}/preflight/int8/{INFER_SYSTEM}.engine.json",
+    log:
+        f"{LOGS}/preflight/int8_{INFER_SYSTEM}.engine.log",
+    benchmark:
+        f"{LOGS}/preflight/int8_{INFER_SYSTEM}.engine.bench.tsv"
+    # a failed check is the answer, not a fluke
+    retries: 0
+    conda:
+        "../envs/torch.yaml"
+    resources:
+        **INT8_PLAN.check_resources(),
+    params:
+        py=INT8_PY,
+        key=INT8_ENV_KEY,
+    shell:
+        "{params.py:q} -m workflow_scripts.int8.engine_imports --require --key {params.key:q} --out {output:q} "
+        "> {log:q} 2>&1"
+
+
 rule int8_engine:
     input:
-        f"{INT8}/{{model}}/{{precision}}.onnx",
+        onnx=f"{INT8}/{{model}}/{{precision}}.onnx",
+        checked=INT8_ENGINE_CHECKS,
     output:
         engine=f"{INT8}/{{model}}/{{engine}}/{{precision}}.engine",
         info=f"{INT8}/{{model}}/{{engine}}/{{precision}}.engine.json",
@@ -184,7 +217,7 @@ rule int8_engine:
         py=INT8_PY,
         args=INT8_PLAN.engine_args(),
     shell:
-        "{params.py:q} -m workflow_scripts.int8.build_engine --engine {wildcards.engine} --onnx {input:q} "
+        "{params.py:q} -m workflow_scripts.int8.build_engine --engine {wildcards.engine} --onnx {input.onnx:q} "
         "--precision {wildcards.precision} --threads {threads} --cpus-per-task {resources.cpus_per_task:q} "
         "{params.args:q} --out {output.engine:q} "
         "--info {output.info:q} > {log:q} 2>&1"

@@ -45,6 +45,7 @@ PRICE_JOBS = plan_price.done(
             "INT8", [*INT8_PRICED_ENGINES, *rules.int8_accuracy.input.evals], INT8_RESOURCES, INFER_SYSTEM
         ),
         *PRICE_READER.jobs("INT8", rules.int8_throughput.input, INT8_TIMED_RESOURCES, INFER_SYSTEM),
+        *PRICE_READER.jobs("INT8", INT8_ENGINE_CHECKS, INT8_PLAN.check_resources(), INFER_SYSTEM),
     ],
     os.path.exists,
 )

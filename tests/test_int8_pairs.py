@@ -13,6 +13,7 @@ import time
 
 import pytest
 from helpers import REPO, interpreter, run_script, run_stage, snakemake, without_slurm, write_config
+from helpers.stand_in import route
 
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.int8 import int8_tables, tensorrt_engine
@@ -233,10 +234,12 @@ INFER_RULES = ("int8_engine", "int8_evaluate", "int8_throughput_run")
 
 def dry_run_jobs(work, **overrides):
     """{rule: [(threads, resources, shell command) of each job]} of `snakemake -n -p int8`."""
+    # TensorRT's jobs are planned only for a route that imports it: a stand-in's (helpers/stand_in.py)
+    tensorrt = overrides.get("inference__engine") == "tensorrt"
     write_config(
         work,
         training__frameworks=["pytorch"],
-        envs_gpu={"pytorch": interpreter("pytorch")},
+        envs_gpu={"pytorch": route(work / "trt-route") if tensorrt else interpreter("pytorch")},
         inference__models={"resnet50": "torchvision"},
         **overrides,
     )

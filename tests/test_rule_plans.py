@@ -284,6 +284,15 @@ def test_engine_auto_is_tensorrt_where_the_inference_system_asks_for_gpus_and_on
     )
 
 
+def test_only_tensorrt_on_a_container_route_waits_for_a_check_on_the_node():
+    trt = int8(**THREE, inference__engine="tensorrt", inference__system="gres")
+    assert trt.engine_checks({"container": "x.sif"}) == ["results/preflight/int8/gres.engine.json"]
+    assert trt.engine_checks(".envs/torch-cu126/bin/python") == []  # asked when the workflow is parsed
+    assert int8(**THREE, inference__system="gres").engine_checks({"container": "x.sif"}) == []
+    checked = trt.check_resources()
+    assert checked["runtime"] == 10 and checked["gres"](Wildcards()) == "gpu:v100:1"
+
+
 def test_tensorrts_timed_runs_take_one_gpu_and_their_node_alone():
     plan = int8(**THREE, inference__engine="tensorrt", inference__system="pernode")
     trt, ort = Wildcards(engine="tensorrt"), Wildcards(engine="onnxruntime")

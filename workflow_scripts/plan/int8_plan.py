@@ -11,6 +11,8 @@ from workflow_scripts.int8 import build_engine
 from workflow_scripts.plan import config_checks
 from workflow_scripts.plan.sweep import ConfigProblem
 
+CHECK_MIN = 10  # the engine check imports two packages: minutes at most, even from a cold image
+
 
 class Int8Plan:
     def __init__(self, config, sweep, shape, cpu_jobs, long_test_gpus, is_file=os.path.isfile):
@@ -196,10 +198,26 @@ class Int8Plan:
             constraint=self.shape.resource(system, "constraint"),
             qos=self.shape.resource(system, "qos"),
             # the plugin takes gres only as its own resource, never in slurm_extra
-            gres=lambda w: self.gres(w.engine, system, request),
-            gpu=lambda w: 1 if w.engine == "tensorrt" and request == "none" else None,
-            slurm_extra=lambda w: self.slurm_extra(w.engine, system, request, measuring),
+            gres=lambda w: self.gres(self.engine_of(w), system, request),
+            gpu=lambda w: 1 if self.engine_of(w) == "tensorrt" and request == "none" else None,
+            slurm_extra=lambda w: self.slurm_extra(self.engine_of(w), system, request, measuring),
         )
+
+    def engine_of(self, w):
+        """The engine a job runs: its wildcard, else (a job of the stage's engine alone) the config's."""
+        return getattr(w, "engine", None) or self.engine
+
+    def engine_checks(self, route):
+        """The files the engine builds wait for: with TensorRT on a container route, whose python the
+        parse-time check cannot start (its runtime is on the nodes), the report of a job that asked
+        it on a node of inference.system (int8_engine_check); nothing otherwise."""
+        if not self.tensorrt or isinstance(route, str):
+            return []
+        return [f"{self.config['results_dir']}/preflight/int8/{self.system()}.engine.json"]
+
+    def check_resources(self):
+        """The engine check's: an engine job's node and GPU, for the minutes an import takes."""
+        return {**self.resources(), "runtime": CHECK_MIN}
 
     def gres(self, engine, system, request):
         return f"gpu:{self.shape.gpus_of_node(system, 1)}" if engine == "tensorrt" and request == "gres" else None
