@@ -278,22 +278,25 @@ rule int8_accuracy:
         "--models {params.models:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"
 
 
-# Timed runs: one job per network, engine and batch size times the FP32 and the INT8 engine
-# alternately in one process, so that their ratio never spans two devices or nodes. It is a
+# Timed runs (Fig. 9): one job times every network and batch size of inference.throughput in turn,
+# each pair of FP32 and INT8 engines alternately in one process, so that a ratio never spans two
+# devices or nodes, each pair with its own warm-up and its own record (int8/timing_job.py). It is a
 # measuring job: run locally it takes every core snakemake has, so nothing of the workflow runs
-# beside it; through SLURM it takes its node alone (plan/int8_plan.py, resources). ONNX Runtime's threads
-# stay inference.threads, capped at those cores (inside a SLURM job at the CPUs of its allocation:
+# beside it; through SLURM it takes its node alone, for a time limit of minutes from its estimate
+# with TensorRT (plan/int8_plan.py, resources, timing_minutes). ONNX Runtime's threads stay
+# inference.threads, capped at those cores (inside a SLURM job at the CPUs of its allocation:
 # --cpus-per-task): a param, so the timings rerun when the thread count changes, and only then.
 rule int8_throughput_run:
     input:
-        fp32=f"{INT8}/{{model}}/{{engine}}/fp32.engine",
-        int8=f"{INT8}/{{model}}/{{engine}}/int8.engine",
+        expand(
+            f"{INT8}/{{model}}/{ENGINE}/{{precision}}.engine", model=THROUGHPUT["models"], precision=["fp32", "int8"]
+        ),
     output:
-        f"{INT8}/{{model}}/{{engine}}/throughput/bs{{bs}}.json",
+        expand(f"{INT8}/{{model}}/{ENGINE}/throughput/bs{{bs}}.json", model=THROUGHPUT["models"], bs=BATCH_SIZES),
     log:
-        f"{LOGS}/int8/{{model}}/{{engine}}/throughput_bs{{bs}}.log",
+        f"{LOGS}/int8/throughput_{INFER_SYSTEM}_{ENGINE}.log",
     benchmark:
-        f"{LOGS}/int8/{{model}}/{{engine}}/throughput_bs{{bs}}.bench.tsv"
+        f"{LOGS}/int8/throughput_{INFER_SYSTEM}_{ENGINE}.bench.tsv"
     conda:
         "../envs/torch.yaml"
     threads: POINTS.alone_threads(INFER["threads"])
@@ -301,6 +304,9 @@ rule int8_throughput_run:
         **INT8_TIMED_RESOURCES,
     params:
         py=INT8_PY,
+        engine=ENGINE,
+        pairs=INT8_PLAN.timing_pairs(),
+        batch_sizes=BATCH_SIZES,
         image_size=INFER["image_size"],
         warmup=THROUGHPUT["warmup"],
         repeats=THROUGHPUT["repeats"],
@@ -310,11 +316,11 @@ rule int8_throughput_run:
         threads_asked=INFER["threads"],
         durations=INT8_PLAN.durations,
     shell:
-        "{params.py:q} -m workflow_scripts.int8.throughput --engine {wildcards.engine} --network {wildcards.model} "
-        "--fp32 {input.fp32:q} --int8 {input.int8:q} --image-size {params.image_size:q} "
-        "--batch-size {wildcards.bs} --warmup {params.warmup:q} --repeats {params.repeats:q} "
+        "{params.py:q} -m workflow_scripts.int8.timing_job --engine {params.engine:q} {params.pairs:q} "
+        "--batch-sizes {params.batch_sizes:q} --image-size {params.image_size:q} "
+        "--warmup {params.warmup:q} --repeats {params.repeats:q} "
         "--threads {params.engine_threads:q} --cpus-per-task {resources.cpus_per_task:q} {params.durations:q} "
-        "--out {output:q} > {log:q} 2>&1"
+        "> {log:q} 2>&1"
 
 
 rule int8_throughput:

@@ -60,3 +60,14 @@ def test_every_int8_gpu_job_runs_the_inference_systems_route_and_the_cpu_steps_e
     for rule in ("int8_export", "int8_calibrate", "int8_quantize"):
         for j in jobs[rule]:
             assert route not in j["shell"] and interpreter("pytorch") in j["shell"], (rule, j["shell"][:300])
+
+
+def test_fig9_is_one_timing_job_holding_its_node_for_minutes_from_its_estimate(tmp_path):
+    jobs = planned_int8(tmp_path)
+    (timing,) = jobs["int8_throughput_run"]
+    # 1 network x 9 batch sizes x 2 precisions x (3 s + 2 x 0.2 s) = 61.2 s, x 3 = 3.06 -> 4 minutes, + 5 to start
+    assert resource(timing, "runtime") == "9", timing["resources"]
+    assert "--exclusive" in resource(timing, "slurm_extra") and resource(timing, "gres") == "gpu:a100:1", timing
+    assert "workflow_scripts.int8.timing_job" in timing["shell"], timing["shell"]
+    assert "--batch-sizes 1 2 4 8 16 32 64 128 256 " in timing["shell"], timing["shell"]
+    assert "--warmup-s=0.2 --duration-s=3" in timing["shell"], timing["shell"]

@@ -160,3 +160,8 @@ def test_a_container_route_is_checked_on_a_node_before_any_engine_job(tmp_path):
     # every engine build waits for it
     builds = re.findall(r"rule int8_engine:\n\s+input: ([^\n]*)", said)
     assert len(builds) == 14 and all("results/preflight/int8/a100_r535.engine.json" in b for b in builds), builds[:2]
+    # and priced, as a GPU job of minutes
+    snakemake_slurm(tmp_path, env, "price", "--slurm-init-seconds-before-status-checks", "1")
+    priced = json.loads((tmp_path / "results" / "price.json").read_text())["jobs"]
+    (job,) = [p for p in priced if p["rule"] == "int8_engine_check"]
+    assert (job["gpu_job"], job["time_min"], job["outputs"]) == (True, 10, check["outputs"]), job

@@ -266,7 +266,7 @@ def test_the_timed_job_passes_tensorrts_durations_and_only_its(tmp_path):
         **tensorrt_system(tmp_path),
     )
     out = snakemake(tmp_path, "-n", "-p", "int8").stdout
-    lines = [ln for ln in out.splitlines() if "workflow_scripts.int8.throughput" in ln]
+    lines = [ln for ln in out.splitlines() if "workflow_scripts.int8.timing_job" in ln]
     assert lines and all("--warmup-s=0.25 --duration-s=4" in ln for ln in lines), lines
     write_config(tmp_path)
     out = snakemake(tmp_path, "-n", "-p", "int8").stdout

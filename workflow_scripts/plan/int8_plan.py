@@ -3,6 +3,7 @@ when the workflow is parsed: the models and where their weights come from, the b
 engine's settings and the SLURM resources of its jobs. Methods that take `w` are called by
 Snakemake with a job's wildcards."""
 
+import math
 import os
 import shlex
 
@@ -190,10 +191,12 @@ class Int8Plan:
         system = self.system()
         request = self.config["systems"][system]["gpu_request"]
         cpu = self.cpu_jobs if not self.tensorrt else {}  # ONNX Runtime: a CPU job, on cpu_jobs' partition where set
+        # TensorRT's timing job: minutes from its estimate, not the profile's default runtime of hours
+        runtime = cpu.get("runtime") or (self.timing_minutes() if measuring else None)
         return dict(
             cpus_per_task=self.infer["threads"],
             slurm_partition=cpu.get("slurm_partition") or self.shape.resource(system, "partition"),
-            **({"runtime": cpu["runtime"]} if "runtime" in cpu else {}),
+            **({"runtime": runtime} if runtime else {}),
             slurm_account=self.shape.resource(system, "account"),
             constraint=self.shape.resource(system, "constraint"),
             qos=self.shape.resource(system, "qos"),
@@ -215,6 +218,18 @@ class Int8Plan:
             return []
         return [f"{self.config['results_dir']}/preflight/int8/{self.system()}.engine.json"]
 
+    def timing_minutes(self):
+        """The TensorRT timing job's time limit: every network and batch size of Fig. 9 times each
+        precision for at least duration_s after two blocks' warm-up of warmup_ms; timing_margin times
+        that (deserializing each pair's engines, runs slower than the least), plus timing_start_min.
+        None for ONNX Runtime, whose runs go by count at a speed no setting tells."""
+        if not self.tensorrt:
+            return None
+        trt = self.infer["tensorrt"]
+        per_precision = trt["duration_s"] + 2 * trt["warmup_ms"] / 1000
+        timed_s = len(self.throughput["models"]) * len(self.batch_sizes()) * 2 * per_precision
+        return math.ceil(timed_s * trt["timing_margin"] / 60) + trt["timing_start_min"]
+
     def check_resources(self):
         """The engine check's: an engine job's node and GPU, for the minutes an import takes."""
         return {**self.resources(), "runtime": CHECK_MIN}
@@ -233,9 +248,18 @@ class Int8Plan:
         """inference.threads, capped at the cores a local run gave the job."""
         return min(self.infer["threads"], threads) if local else self.infer["threads"]
 
+    def timing_pairs(self):
+        """The timing job's --pair words: each network of Fig. 9, its two engine files and the folder
+        of its records, as the rule's inputs and outputs name them."""
+        words = []
+        for model in self.throughput["models"]:
+            folder = f"{self.config['results_dir']}/int8/{model}/{self.engine}"
+            words += ["--pair", model, f"{folder}/fp32.engine", f"{folder}/int8.engine", f"{folder}/throughput"]
+        return words
+
     def durations(self, w):
         """TensorRT's timed runs by duration too (trtexec's warm-up and duration); ONNX Runtime's by count."""
-        if w.engine != "tensorrt":
+        if self.engine_of(w) != "tensorrt":
             return []
         trt = self.infer["tensorrt"]
         return [f"--warmup-s={trt['warmup_ms'] / 1000}", f"--duration-s={trt['duration_s']}"]
