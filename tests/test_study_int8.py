@@ -1,12 +1,18 @@
 """The study's INT8 on a GPU cluster (issue 62): `snakemake -n --profile slurm all` with config.yaml and
-presets/study.yaml alone, on a cluster of 16 nodes x 4 A100 faked only in its commands
-(helpers/dry_run.py), plans Table III and Fig. 9 as the study made them. What is read is the plan's
-own text: the SLURM jobs the executor would submit."""
+presets/study.yaml alone, on a cluster of 16 nodes x 4 A100 with driver R535 faked only in its
+commands (helpers/dry_run.py; its PyTorch route the CUDA 12 one, a stand-in that imports as it
+would: helpers/stand_in.py), plans Table III and Fig. 9 as the study made them. What is read is the
+plan's own text: the SLURM jobs the executor would submit; its INT8 part, with the price's line for
+each job, is tests/snapshots/dry_run_study_int8_a100_r535.txt, for review. No TensorRT runs."""
 
+import difflib
+import json
+import os
 import re
 from collections import defaultdict
 
 import pytest
+from helpers import REPO
 from helpers.dry_run import cluster, resource, snakemake_slurm, submitted
 from helpers.processes import interpreter
 
@@ -71,3 +77,42 @@ def test_fig9_is_one_timing_job_holding_its_node_for_minutes_from_its_estimate(t
     assert "workflow_scripts.int8.timing_job" in timing["shell"], timing["shell"]
     assert "--batch-sizes 1 2 4 8 16 32 64 128 256 " in timing["shell"], timing["shell"]
     assert "--warmup-s=0.2 --duration-s=3" in timing["shell"], timing["shell"]
+
+
+SNAPSHOT = REPO / "tests" / "snapshots" / "dry_run_study_int8_a100_r535.txt"
+
+
+def int8_plan_text(work, env, said):
+    """The INT8 part of the plan as reviewable text: each SLURM job the dry run would submit (rule,
+    outputs, resources, command) and the price's line for it, this machine's paths left out."""
+    jobs = [j for g in submitted(said) for j in g if j["rule"].startswith("int8_")]
+    snakemake_slurm(work, env, "price", "--slurm-init-seconds-before-status-checks", "1")
+    priced = {
+        out: p
+        for p in json.loads((work / "results" / "price.json").read_text())["jobs"]
+        if p["stage"] == "INT8"
+        for out in p["outputs"]
+    }
+    blocks = []
+    for j in jobs:
+        p = next((priced[o] for o in j["outputs"] if o in priced), None)
+        price = f"{p['nodes']} node(s), {p['gpus']} GPU(s), {p['time_min']} min" if p else "NOT PRICED"
+        resources = ", ".join(sorted(j["resources"].split(", ")))  # Snakemake lists them in no fixed order
+        blocks.append(
+            f"rule {j['rule']}\n  outputs: {', '.join(j['outputs'])}\n  resources: {resources}\n"
+            f"  price: {price}\n  shell: {j['shell']}"
+        )
+    text = "\n\n".join(sorted(blocks)) + "\n"
+    return text.replace(str(work), "WORK").replace(str(REPO), "REPO")
+
+
+def test_the_presets_int8_plan_on_the_a100_r535_cluster_is_the_reviewed_snapshot(tmp_path):
+    """tests/snapshots/dry_run_study_int8_a100_r535.txt, reviewed with each change that means to
+    change it: DLSCALE_UPDATE_SNAPSHOTS=1 .venv/bin/pytest -n 0 tests/test_study_int8.py rewrites it."""
+    env = cluster(tmp_path, "a100_r535")
+    text = int8_plan_text(tmp_path, env, snakemake_slurm(tmp_path, env, "-n", "all"))
+    if os.environ.get("DLSCALE_UPDATE_SNAPSHOTS") == "1":
+        SNAPSHOT.write_text(text)
+    assert "NOT PRICED" not in text
+    diff = "".join(difflib.unified_diff(SNAPSHOT.read_text().splitlines(True), text.splitlines(True), n=1))
+    assert text == SNAPSHOT.read_text(), f"the INT8 plan changed (if meant: DLSCALE_UPDATE_SNAPSHOTS=1):\n{diff[:6000]}"
