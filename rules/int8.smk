@@ -3,7 +3,7 @@
 # top-1/top-5 on the other val images (Table III) and images/s by batch size (Fig. 9).
 #   split -> export -> calibrate -> quantize -> engine -> evaluate | throughput -> the two tables
 # Each step is its own rule, so an edit reruns only what it affects: the batch sizes only the
-# throughput jobs, the calibration settings calibration onward.
+# timing job, the calibration settings calibration onward.
 from workflow_scripts.int8.networks import NETWORKS  # noqa: E402
 from workflow_scripts.plan import tensorrt_check  # noqa: E402
 from workflow_scripts.plan.int8_plan import Int8Plan  # noqa: E402
@@ -22,7 +22,7 @@ INFER_SYSTEM = parse_time(INT8_PLAN.system)
 # The jobs that run an engine on inference.system's nodes run its PyTorch route, as its training
 # runs do (systems.<name>.envs.pytorch, else envs_gpu or envs): a GPU generation or driver that needs
 # the CUDA 12 build gets it for INT8 too. Export, calibration and quantization are CPU jobs: envs.pytorch.
-INT8_ENV_KEY, INT8_ENV = parse_time(config_checks.framework_env, config, INFER_SYSTEM, "pytorch", REPO)
+INT8_ENV_KEY, INT8_ENV = parse_time(config_checks.framework_env, config, INFER_SYSTEM, "pytorch", REPO, UNBUILT)
 INT8_PY = interpreter.job_words(INT8_ENV, REPO, PATH_BLOCKED)
 INT8_ROUTE = config_checks.framework_config(config, INFER_SYSTEM, "pytorch")[1]
 # A container route is asked on a node instead, and the engine builds wait for its answer.
@@ -31,7 +31,7 @@ ACTIVATIONS = parse_time(INT8_PLAN.activations)
 # After the config's own checks: TensorRT and pycuda import in the route, or nothing is submitted
 # (plan/tensorrt_check.py).
 if not IN_SLURM_JOB:
-    parse_time(tensorrt_check.check, ENGINE, INT8_ENV_KEY, INT8_ROUTE, INT8_ENV, REPO)
+    parse_time(tensorrt_check.check, ENGINE, INT8_ENV_KEY, INT8_ROUTE, INT8_ENV, REPO, unbuilt=UNBUILT)
 INT8_MODELS = list(INFER["models"])
 TORCH_HOME = INT8_PLAN.torch_home
 # What the stage's jobs ask SLURM for (plan/int8_plan.py), named once: the rules and the price

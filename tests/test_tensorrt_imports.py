@@ -165,3 +165,23 @@ def test_a_container_route_is_checked_on_a_node_before_any_engine_job(tmp_path):
     priced = json.loads((tmp_path / "results" / "price.json").read_text())["jobs"]
     (job,) = [p for p in priced if p["rule"] == "int8_engine_check"]
     assert (job["gpu_job"], job["time_min"], job["outputs"]) == (True, 10, check["outputs"]), job
+
+
+@pytest.mark.unit
+def test_a_route_not_built_yet_is_left_to_the_unbuilt_environments_line(tmp_path):
+    from workflow_scripts.plan.unbuilt_envs import Unbuilt
+
+    missing = str(tmp_path / ".envs" / "torch-cu126" / "bin" / "python")
+    unbuilt = Unbuilt(planning=True)
+    unbuilt.note(KEY, missing, "does not exist", "bash envs/setup.sh --gpu")
+    assert tensorrt_check.check("tensorrt", KEY, missing, [missing], REPO, unbuilt=unbuilt) is None
+
+
+@pytest.mark.stage
+def test_a_dry_run_before_the_route_is_built_plans_and_names_it(tmp_path):
+    route_python = tmp_path / "scratch-envs" / "torch-cu126" / "bin" / "python"  # not built yet
+    env = cluster(tmp_path, "a100_r535", pytorch=str(route_python))
+    said = snakemake_slurm(tmp_path, env, "-n", "all")
+    assert any(j["rule"] == "int8_engine" for g in submitted(said) for j in g), said[-2000:]
+    assert "systems.a100_r535.envs.pytorch" in said and "bash envs/setup.sh --gpu" in said, said[-2000:]
+    assert "tensorrt does not import" not in said and "does not run here" not in said, said[-2000:]

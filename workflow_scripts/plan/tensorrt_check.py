@@ -36,10 +36,14 @@ def probe(words, repo, run=subprocess.run):
     return {"ran": True, **json.loads(out.stdout.strip().splitlines()[-1])}
 
 
-def check(engine, key, value, words, repo, run=subprocess.run):
+def check(engine, key, value, words, repo, run=subprocess.run, unbuilt=None):
     """None where nothing is to be checked here or the route can run the engine; a ConfigProblem
-    naming the key, the interpreter and the fix where it cannot. A container is left to preflight."""
+    naming the key, the interpreter and the fix where it cannot. A container is left to preflight;
+    a route not built yet (unbuilt: plan/unbuilt_envs.py's record) is named there, once, with the
+    command that builds it, and asked once it is."""
     if engine != "tensorrt" or not isinstance(value, str):
+        return None
+    if unbuilt is not None and key in unbuilt.missing:
         return None
     r = probe(words, repo, run)
     shown = words[-1]
