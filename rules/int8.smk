@@ -3,8 +3,9 @@
 # top-1/top-5 on the other val images (Table III) and images/s by batch size (Fig. 9).
 #   split -> export -> calibrate -> quantize -> engine -> evaluate | throughput -> the two tables
 # Each step is its own rule, so an edit reruns only what it affects: the batch sizes only the
-# throughput jobs, the calibration settings calibration onward.
+# timing job, the calibration settings calibration onward.
 from workflow_scripts.int8.networks import NETWORKS  # noqa: E402
+from workflow_scripts.plan import tensorrt_check  # noqa: E402
 from workflow_scripts.plan.int8_plan import Int8Plan  # noqa: E402
 
 # What config.yaml's inference section means, checked now (plan/int8_plan.py).
@@ -18,7 +19,19 @@ BATCH_SIZES = INT8_PLAN.batch_sizes()
 for line in parse_time(INT8_PLAN.check):
     print(line, file=sys.stderr)
 INFER_SYSTEM = parse_time(INT8_PLAN.system)
+# The jobs that run an engine on inference.system's nodes run its PyTorch route, as its training
+# runs do (systems.<name>.envs.pytorch, else envs_gpu or envs): a GPU generation or driver that needs
+# the CUDA 12 build gets it for INT8 too. Export, calibration and quantization are CPU jobs: envs.pytorch.
+INT8_ENV_KEY, INT8_ENV = parse_time(config_checks.framework_env, config, INFER_SYSTEM, "pytorch", REPO, UNBUILT)
+INT8_PY = interpreter.job_words(INT8_ENV, REPO, PATH_BLOCKED)
+INT8_ROUTE = config_checks.framework_config(config, INFER_SYSTEM, "pytorch")[1]
+# A container route is asked on a node instead, and the engine builds wait for its answer.
+INT8_ENGINE_CHECKS = INT8_PLAN.engine_checks(INT8_ROUTE)
 ACTIVATIONS = parse_time(INT8_PLAN.activations)
+# After the config's own checks: TensorRT and pycuda import in the route, or nothing is submitted
+# (plan/tensorrt_check.py).
+if not IN_SLURM_JOB:
+    parse_time(tensorrt_check.check, ENGINE, INT8_ENV_KEY, INT8_ROUTE, INT8_ENV, REPO, unbuilt=UNBUILT)
 INT8_MODELS = list(INFER["models"])
 TORCH_HOME = INT8_PLAN.torch_home
 # What the stage's jobs ask SLURM for (plan/int8_plan.py), named once: the rules and the price
@@ -160,9 +173,34 @@ rule int8_quantize:
         "--calibration-images {params.calibration_images:q} --out {output.onnx:q} --cache {output.cache:q} > {log:q} 2>&1"
 
 
+# With TensorRT on a container route: whether the container's python imports tensorrt (>= 10) and
+# pycuda, asked on a node of inference.system with its GPU (int8/engine_imports.py); a route that
+# cannot fails this job, naming the key and the fix for the node's driver, and no engine job starts.
+rule int8_engine_check:
+    output:
+        f"{RESULTS}/preflight/int8/{INFER_SYSTEM}.engine.json",
+    log:
+        f"{LOGS}/preflight/int8_{INFER_SYSTEM}.engine.log",
+    benchmark:
+        f"{LOGS}/preflight/int8_{INFER_SYSTEM}.engine.bench.tsv"
+    # a failed check is the answer, not a fluke
+    retries: 0
+    conda:
+        "../envs/torch.yaml"
+    resources:
+        **INT8_PLAN.check_resources(),
+    params:
+        py=INT8_PY,
+        key=INT8_ENV_KEY,
+    shell:
+        "{params.py:q} -m workflow_scripts.int8.engine_imports --require --key {params.key:q} --out {output:q} "
+        "> {log:q} 2>&1"
+
+
 rule int8_engine:
     input:
-        f"{INT8}/{{model}}/{{precision}}.onnx",
+        onnx=f"{INT8}/{{model}}/{{precision}}.onnx",
+        checked=INT8_ENGINE_CHECKS,
     output:
         engine=f"{INT8}/{{model}}/{{engine}}/{{precision}}.engine",
         info=f"{INT8}/{{model}}/{{engine}}/{{precision}}.engine.json",
@@ -176,10 +214,10 @@ rule int8_engine:
     resources:
         **INT8_RESOURCES,
     params:
-        py=PY["pytorch"],
+        py=INT8_PY,
         args=INT8_PLAN.engine_args(),
     shell:
-        "{params.py:q} -m workflow_scripts.int8.build_engine --engine {wildcards.engine} --onnx {input:q} "
+        "{params.py:q} -m workflow_scripts.int8.build_engine --engine {wildcards.engine} --onnx {input.onnx:q} "
         "--precision {wildcards.precision} --threads {threads} --cpus-per-task {resources.cpus_per_task:q} "
         "{params.args:q} --out {output.engine:q} "
         "--info {output.info:q} > {log:q} 2>&1"
@@ -204,7 +242,7 @@ rule int8_evaluate:
         **INT8_RESOURCES,
     params:
         lmdb=lambda w, input: folders_of(input.lmdb)[0],
-        py=PY["pytorch"],
+        py=INT8_PY,
         image_size=INFER["image_size"],
         batch_size=INFER["batch_size"],
     shell:
@@ -240,29 +278,35 @@ rule int8_accuracy:
         "--models {params.models:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"
 
 
-# Timed runs: one job per network, engine and batch size times the FP32 and the INT8 engine
-# alternately in one process, so that their ratio never spans two devices or nodes. It is a
+# Timed runs (Fig. 9): one job times every network and batch size of inference.throughput in turn,
+# each pair of FP32 and INT8 engines alternately in one process, so that a ratio never spans two
+# devices or nodes, each pair with its own warm-up and its own record (int8/timing_job.py). It is a
 # measuring job: run locally it takes every core snakemake has, so nothing of the workflow runs
-# beside it; through SLURM it takes its node alone (plan/int8_plan.py, resources). ONNX Runtime's threads
-# stay inference.threads, capped at those cores (inside a SLURM job at the CPUs of its allocation:
+# beside it; through SLURM it takes its node alone, for a time limit of minutes from its estimate
+# with TensorRT (plan/int8_plan.py, resources, timing_minutes). ONNX Runtime's threads stay
+# inference.threads, capped at those cores (inside a SLURM job at the CPUs of its allocation:
 # --cpus-per-task): a param, so the timings rerun when the thread count changes, and only then.
 rule int8_throughput_run:
     input:
-        fp32=f"{INT8}/{{model}}/{{engine}}/fp32.engine",
-        int8=f"{INT8}/{{model}}/{{engine}}/int8.engine",
+        expand(
+            f"{INT8}/{{model}}/{ENGINE}/{{precision}}.engine", model=THROUGHPUT["models"], precision=["fp32", "int8"]
+        ),
     output:
-        f"{INT8}/{{model}}/{{engine}}/throughput/bs{{bs}}.json",
+        expand(f"{INT8}/{{model}}/{ENGINE}/throughput/bs{{bs}}.json", model=THROUGHPUT["models"], bs=BATCH_SIZES),
     log:
-        f"{LOGS}/int8/{{model}}/{{engine}}/throughput_bs{{bs}}.log",
+        f"{LOGS}/int8/throughput_{INFER_SYSTEM}_{ENGINE}.log",
     benchmark:
-        f"{LOGS}/int8/{{model}}/{{engine}}/throughput_bs{{bs}}.bench.tsv"
+        f"{LOGS}/int8/throughput_{INFER_SYSTEM}_{ENGINE}.bench.tsv"
     conda:
         "../envs/torch.yaml"
     threads: POINTS.alone_threads(INFER["threads"])
     resources:
         **INT8_TIMED_RESOURCES,
     params:
-        py=PY["pytorch"],
+        py=INT8_PY,
+        engine=ENGINE,
+        pairs=INT8_PLAN.timing_pairs(),
+        batch_sizes=BATCH_SIZES,
         image_size=INFER["image_size"],
         warmup=THROUGHPUT["warmup"],
         repeats=THROUGHPUT["repeats"],
@@ -272,11 +316,11 @@ rule int8_throughput_run:
         threads_asked=INFER["threads"],
         durations=INT8_PLAN.durations,
     shell:
-        "{params.py:q} -m workflow_scripts.int8.throughput --engine {wildcards.engine} --network {wildcards.model} "
-        "--fp32 {input.fp32:q} --int8 {input.int8:q} --image-size {params.image_size:q} "
-        "--batch-size {wildcards.bs} --warmup {params.warmup:q} --repeats {params.repeats:q} "
+        "{params.py:q} -m workflow_scripts.int8.timing_job --engine {params.engine:q} {params.pairs:q} "
+        "--batch-sizes {params.batch_sizes:q} --image-size {params.image_size:q} "
+        "--warmup {params.warmup:q} --repeats {params.repeats:q} "
         "--threads {params.engine_threads:q} --cpus-per-task {resources.cpus_per_task:q} {params.durations:q} "
-        "--out {output:q} > {log:q} 2>&1"
+        "> {log:q} 2>&1"
 
 
 rule int8_throughput:

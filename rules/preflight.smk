@@ -188,6 +188,8 @@ use rule preflight_gate as preflight_data_gate with:
 rule preflight:
     input:
         rules.preflight_table.output,
+        # TensorRT's imports in a container route, on a node (rules/int8.smk, included later)
+        lambda w: INT8_ENGINE_CHECKS,
         PREFLIGHT_OKS,
         PREFLIGHT_DATA_OKS_NOW,
         # its table once every format is converted (one still to convert would be converted now)

@@ -20,6 +20,10 @@ RECORD = json.loads((REPO / "envs" / "arch_lists.json").read_text())
 ROUTES = RECORD["routes"]
 DRIVERS = RECORD["cuda_drivers"]
 COLUMNS = {"PyTorch": "pytorch", "TensorFlow": "tensorflow", "MXNet": "mxnet"}
+INT8_COLUMN = "INT8 (TensorRT)"
+# `torch-cu126` + `tensorrt-cu12` ...; driver R525 or newer: TensorRT's build for the route's CUDA
+INT8_CLAIM = re.compile(r"`([\w-]+)` \+ `tensorrt-cu(\d+)`[^;]*; driver R(\d+) or newer")
+TENSORRT_MIN_SM = 70  # TensorRT 10's support matrix: compute capability 7.0 and higher
 
 # `route`: native code; driver R525 or newer  |  `route`: PTX compute_80, ...; driver R535 or newer
 CLAIM = re.compile(r"`([\w-]+)`: (native code|PTX compute_(\d+)[^;]*); driver R(\d+) or newer")
@@ -91,14 +95,32 @@ def test_route_table_is_the_recorded_builds():
         assert CONFIG["envs_gpu"][key] == ROUTES[route]["environment"], key
 
 
+def check_int8_cell(where, cell, sm):
+    """Each route an INT8 cell names is a PyTorch route with code for the GPU, beside TensorRT's
+    build for that route's CUDA major version, at the driver that CUDA needs; none only below
+    TensorRT 10's least compute capability."""
+    claims = list(INT8_CLAIM.finditer(cell))
+    if cell.startswith("none:"):
+        assert sm < TENSORRT_MIN_SM and not claims, where
+        return
+    assert claims and cell.startswith(claims[0].group(0)[:10]), where
+    for m in claims:
+        entry, cuda, driver = ROUTES[m.group(1)], m.group(2), int(m.group(3))
+        assert entry["framework"] == "pytorch" and native(entry, sm), f"{where}: {entry['arch_list']}"
+        assert cuda == entry["cuda"].split(".")[0], f"{where}: {m.group(1)} is CUDA {entry['cuda']}"
+        assert driver == minimum_driver(entry), f"{where}: CUDA {entry['cuda']} needs R{minimum_driver(entry)}"
+
+
 @pytest.mark.unit
 def test_every_cell_of_which_route_for_which_gpu_is_true():
     header, rows = table("slurm.md", "## Which route for which GPU")
-    assert header[0] == "GPU" and [COLUMNS[h] for h in header[1:]] == ["pytorch", "tensorflow", "mxnet"], header
+    assert header[0] == "GPU" and header[-1] == INT8_COLUMN, header
+    assert [COLUMNS[h] for h in header[1:-1]] == ["pytorch", "tensorflow", "mxnet"], header
     seen = set()
-    for gpu, *cells in rows:
+    for gpu, *cells, int8 in rows:
         sm = int(re.search(r"\(sm_(\d+)\)", gpu).group(1))
         seen.add(sm)
+        check_int8_cell(f"docs/slurm.md, {gpu} x INT8: {int8}", int8, sm)
         for framework, cell in zip(header[1:], cells):
             where = f"docs/slurm.md, {gpu} x {framework}: {cell}"
             claims = list(CLAIM.finditer(cell))

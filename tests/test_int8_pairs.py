@@ -13,6 +13,7 @@ import time
 
 import pytest
 from helpers import REPO, interpreter, run_script, run_stage, snakemake, without_slurm, write_config
+from helpers.stand_in import route
 
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.int8 import int8_tables, tensorrt_engine
@@ -109,6 +110,39 @@ def test_one_job_times_both_precisions_on_one_device(engines, tmp_path):
     (row,) = int8_tables.throughput_rows(tmp_path, "onnxruntime", ["resnet50"], [BATCH])
     assert (row["device"], row["host"], row["order"]) == (runs["fp32"]["device"], "node-a", "fp32 int8 int8 fp32")
     assert f"on {row['device']} (node-a)" in int8_tables.throughput_markdown([row])
+
+
+@pytest.mark.stage
+def test_one_timing_job_writes_a_record_per_batch_size_each_with_its_own_blocks_and_isolation(engines, tmp_path):
+    """int8_throughput_run's job (int8/timing_job.py) with ONNX Runtime's engines: every batch size in
+    one process, each pair timed and recorded as throughput.py records one."""
+    folder = tmp_path / "resnet50" / "onnxruntime" / "throughput"
+    argv = ["-m", "workflow_scripts.int8.timing_job", "--engine", "onnxruntime", "--image-size", SIZE]
+    argv += ["--pair", "resnet50", engines / "fp32.engine", engines / "int8.engine", folder]
+    argv += ["--batch-sizes", 1, BATCH, "--warmup", WARMUP, "--repeats", REPEATS, "--threads", 1]
+    proc = subprocess.run(
+        [interpreter("pytorch"), *map(str, argv)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "SLURMD_NODENAME": "node-a", "SLURM_JOB_ID": ""},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(f.name for f in folder.iterdir()) == ["bs1.json", f"bs{BATCH}.json"]
+    for batch in (1, BATCH):
+        record = json.loads((folder / f"bs{batch}.json").read_text())
+        assert (record["batch_size"], record["network"], record["engine"]) == (batch, "resnet50", "onnxruntime")
+        # each pair its own ABBA blocks, warm-up, stability and isolation record
+        assert record["blocks"] == [["fp32", 2], ["int8", 2], ["int8", 1], ["fp32", 1]]
+        assert record["isolation"] and set(record["precisions"]) == {"fp32", "int8"}, record["isolation"]
+        for p, run in record["precisions"].items():
+            assert len(run["times_s"]) == REPEATS and "stable" in run and run["spans"], (batch, p)
+            assert all(span["warmup_runs"] >= WARMUP for span in run["spans"]), run["spans"]
+            assert run["host"] == "node-a" and run["engine_file"] == str(engines / f"{p}.engine")
+    rows = int8_tables.throughput_rows(tmp_path, "onnxruntime", ["resnet50"], [1, BATCH])
+    assert [r["batch_size"] for r in rows] == [1, BATCH] and {r["host"] for r in rows} == {"node-a"}
+    assert "timing 2/2: resnet50, batch 2" in proc.stderr
 
 
 def pair_record(fp32, int8):
@@ -233,10 +267,12 @@ INFER_RULES = ("int8_engine", "int8_evaluate", "int8_throughput_run")
 
 def dry_run_jobs(work, **overrides):
     """{rule: [(threads, resources, shell command) of each job]} of `snakemake -n -p int8`."""
+    # TensorRT's jobs are planned only for a route that imports it: a stand-in's (helpers/stand_in.py)
+    tensorrt = overrides.get("inference__engine") == "tensorrt"
     write_config(
         work,
         training__frameworks=["pytorch"],
-        envs_gpu={"pytorch": interpreter("pytorch")},
+        envs_gpu={"pytorch": route(work / "trt-route") if tensorrt else interpreter("pytorch")},
         inference__models={"resnet50": "torchvision"},
         **overrides,
     )

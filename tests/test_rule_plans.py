@@ -273,6 +273,26 @@ def test_missing_weights_an_unknown_system_and_tensorrts_limits_are_refused():
         int8(inference__engine="tensorrt", inference__tensorrt__max_batch=16).check()
 
 
+def test_engine_auto_is_tensorrt_where_the_inference_system_asks_for_gpus_and_onnx_runtime_elsewhere():
+    on = {name: int8(**THREE, inference__engine="auto", inference__system=name) for name in ("gres", "cpu")}
+    assert (on["gres"].engine, on["gres"].activations(), on["gres"].bias()) == ("tensorrt", "int8", "float")
+    assert (on["cpu"].engine, on["cpu"].activations()) == ("onnxruntime", "uint8")
+    # every later reader of the key sees the engine that runs
+    assert (on["gres"].config["inference"]["engine"], on["cpu"].config["inference"]["engine"]) == (
+        "tensorrt",
+        "onnxruntime",
+    )
+
+
+def test_only_tensorrt_on_a_container_route_waits_for_a_check_on_the_node():
+    trt = int8(**THREE, inference__engine="tensorrt", inference__system="gres")
+    assert trt.engine_checks({"container": "x.sif"}) == ["results/preflight/int8/gres.engine.json"]
+    assert trt.engine_checks(".envs/torch-cu126/bin/python") == []  # asked when the workflow is parsed
+    assert int8(**THREE, inference__system="gres").engine_checks({"container": "x.sif"}) == []
+    checked = trt.check_resources()
+    assert checked["runtime"] == 10 and checked["gres"](Wildcards()) == "gpu:v100:1"
+
+
 def test_tensorrts_timed_runs_take_one_gpu_and_their_node_alone():
     plan = int8(**THREE, inference__engine="tensorrt", inference__system="pernode")
     trt, ort = Wildcards(engine="tensorrt"), Wildcards(engine="onnxruntime")

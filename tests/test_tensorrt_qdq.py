@@ -9,6 +9,7 @@ import shlex
 
 import pytest
 from helpers import run_script, run_stage, snakemake, write_config
+from helpers.stand_in import tensorrt_system
 
 from workflow_scripts.int8 import int8_tables, tensorrt_engine
 
@@ -53,7 +54,7 @@ def rule_words(tmp_path_factory):
     words = {}
     for engine in ("tensorrt", "onnxruntime"):
         d = tmp_path_factory.mktemp(f"rule-{engine}")
-        write_config(d, inference__engine=engine)
+        write_config(d, inference__engine=engine, **(tensorrt_system(d) if engine == "tensorrt" else {}))
         out = snakemake(d, "results/int8/resnet50/int8.onnx", "-n", "-p").stdout
         (cmd,) = [ln for ln in out.splitlines() if "workflow_scripts.int8.quantize" in ln]
         argv = shlex.split(cmd.split("workflow_scripts.int8.quantize", 1)[1].split(">", 1)[0])
@@ -258,10 +259,14 @@ def test_warm_up_and_timing_go_by_duration_as_well_as_by_count():
 @pytest.mark.stage
 def test_the_timed_job_passes_tensorrts_durations_and_only_its(tmp_path):
     write_config(
-        tmp_path, inference__engine="tensorrt", inference__tensorrt__warmup_ms=250, inference__tensorrt__duration_s=4
+        tmp_path,
+        inference__engine="tensorrt",
+        inference__tensorrt__warmup_ms=250,
+        inference__tensorrt__duration_s=4,
+        **tensorrt_system(tmp_path),
     )
     out = snakemake(tmp_path, "-n", "-p", "int8").stdout
-    lines = [ln for ln in out.splitlines() if "workflow_scripts.int8.throughput" in ln]
+    lines = [ln for ln in out.splitlines() if "workflow_scripts.int8.timing_job" in ln]
     assert lines and all("--warmup-s=0.25 --duration-s=4" in ln for ln in lines), lines
     write_config(tmp_path)
     out = snakemake(tmp_path, "-n", "-p", "int8").stdout

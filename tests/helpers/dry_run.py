@@ -6,9 +6,11 @@ text, as the executor would submit them (submitted)."""
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import yaml
 
+from . import stand_in
 from .config import REPO
 from .processes import interpreter
 from .workflow import SNAKEMAKE
@@ -23,6 +25,7 @@ CLUSTERS = {
         | {"cpus_per_task": 28, "time_min": 60},
         "training": {"long_test": {"gpus": [8], "time_min": 720, "max_jobs": 12}},
         "inference": {"engine": "tensorrt", "models": {"resnet50": "torchvision"}},
+        "pytorch_route": ".envs/torch/bin/python",
     },
     "a100": {
         "node": "a{}|128|1000000|gpu:a100:4|{}",
@@ -35,20 +38,43 @@ CLUSTERS = {
             "engine": "tensorrt",
             "models": {m: "torchvision" for m in ("resnet50", "resnet101", "vgg16", "googlenet", "alexnet")},
         },
+        "pytorch_route": ".envs/torch/bin/python",
+    },
+    # The issue-62 cluster: 16 x 4 A100-SXM4-80GB, driver R535 (CUDA 12.2), the preset's INT8 alone.
+    "a100_r535": {
+        "node": "a{}|128|1000000|gpu:a100:4|{}",
+        "nodes": 16,
+        "max_time": "2-00:00:00",
+        "system": {"gpus_per_node": 4, "max_nodes": 16, "gpu_request": "gres", "gpu_type": "a100"}
+        | {"cpus_per_task": 32, "time_min": 60, "nodes_down": "skip"},
+        "training": {},
+        "inference": {},
+        # the route the R535 driver needs for PyTorch (docs/slurm.md)
+        "pytorch_route": ".envs/torch-cu126/bin/python",
+        "torch_cuda": "12.6",
     },
 }
 
 
-def cluster(work, name):
+def cluster(work, name, pytorch=None, **route):
     """A working directory for `name`'s sweep on the study's preset: its config, a tiny ILSVRC2012
-    tree, and sinfo answering for partition gpu with the last node drained."""
+    tree, and sinfo answering for partition gpu with the last node drained. `route`: what the
+    system's PyTorch route imports (helpers/stand_in.py route's keywords); `pytorch`: another
+    interpreter for it (a container)."""
     from workflow_scripts.data import embedded
 
     c = CLUSTERS[name]
+    envs = dict(ENVS)
+    if c.get("pytorch_route"):
+        # TensorRT cannot be installed here: a stand-in that imports as the route would (helpers/stand_in.py)
+        where = work / Path(c["pytorch_route"]).parents[1]
+        envs["pytorch"] = stand_in.route(where, **{"torch_cuda": c.get("torch_cuda"), **route})
+    if pytorch:
+        envs["pytorch"] = pytorch
     embedded.make(work / "ILSVRC2012", classes=2, train_per_class=1, val_per_class=1, quirks=False)
     config = {
         "dataset": {"root": str(work / "ILSVRC2012")},
-        "systems": {name: {**c["system"], "partition": "gpu", "envs": ENVS}},
+        "systems": {name: {**c["system"], "partition": "gpu", "envs": envs}},
         "training": {"systems": [name], "gpus": [1, 2, 4, 8, 16, 32, 64], **c["training"]},
         "inference": c["inference"],
     }
@@ -69,7 +95,8 @@ def cluster(work, name):
     return dict(env, PATH=f"{tools}{os.pathsep}{os.path.dirname(SNAKEMAKE)}{os.pathsep}/usr/bin{os.pathsep}/bin")
 
 
-def snakemake_slurm(work, env, *args):
+def snakemake_slurm(work, env, *args, check=True):
+    """What `snakemake --profile slurm ARGS` said; with check=False (its exit status, what it said)."""
     configs = [str(REPO / "config.yaml"), str(REPO / "presets" / "study.yaml"), str(work / "cluster.yaml")]
     proc = subprocess.run(
         [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(work)]
@@ -79,6 +106,8 @@ def snakemake_slurm(work, env, *args):
         timeout=600,
         env=env,
     )
+    if not check:
+        return proc.returncode, proc.stdout + proc.stderr
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     return proc.stdout + proc.stderr
 

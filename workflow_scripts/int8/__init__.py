@@ -18,7 +18,9 @@ with the workflow's own interpreter.
     `engines`          ONNX Runtime and TensorRT behind one interface
     `build_engine`     one engine built from its ONNX model
     `tensorrt_engine`  TensorRT engines on one GPU
+    `engine_imports`   whether an interpreter imports TensorRT and pycuda, and the install that fits it
     `evaluate`         top-1 and top-5 of one engine over the scored images
-    `throughput`       images/s of FP32 and INT8 at one batch size, timed in one job
+    `throughput`       images/s of FP32 and INT8 at one batch size, timed in one process
+    `timing_job`       every network and batch size of Fig. 9 timed in one job, each pair by throughput
     `int8_tables`      the stage's two tables (Table III, Fig. 9's data)
 """

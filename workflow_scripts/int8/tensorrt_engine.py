@@ -17,6 +17,7 @@ run it with kernels tuned for the other GPU.
 """
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -24,32 +25,34 @@ import numpy as np
 
 from ..common.errors import StageError
 from ..common.timing import timed_runs, warm_up
+from . import engine_imports
 
 KEY = "inference.engine"
 
 
 def require():
-    """(tensorrt, pycuda.driver) ready to use on GPU 0, or a StageError saying what is missing."""
+    """(tensorrt, pycuda.driver) ready to use on GPU 0, or a StageError saying what is missing and the
+    install command for this interpreter's CUDA build (engine_imports.fix)."""
+
+    def missing(why):
+        return StageError(
+            f"config {KEY} = tensorrt, but in this environment ({sys.executable}) {why}; "
+            f"{engine_imports.fix(sys.executable, engine_imports.torch_cuda())}; or set {KEY}: onnxruntime"
+        )
+
     try:
         import tensorrt as trt
     except ImportError as exc:
-        raise StageError(
-            f"config {KEY} = tensorrt, but the tensorrt Python package does not import in this "
-            f"environment ({exc}): install TensorRT >= 10 with its Python bindings (NVIDIA's pip "
-            f"index: tensorrt-cu12 or tensorrt-cu13) and pycuda on a GPU node, or set {KEY}: onnxruntime"
-        )
-    if int(trt.__version__.split(".")[0]) < 10:
-        raise StageError(
-            f"config {KEY} = tensorrt needs TensorRT >= 10 (name-based I/O, execute_async_v3); "
-            f"this is {trt.__version__}"
+        raise missing(f"the tensorrt Python package does not import ({exc})") from None
+    if int(trt.__version__.split(".")[0]) < engine_imports.MIN_MAJOR:
+        raise missing(
+            f"TensorRT is {trt.__version__}; the engine needs >= {engine_imports.MIN_MAJOR} (name-based I/O, "
+            f"execute_async_v3)"
         )
     try:
         import pycuda.driver as cuda
     except ImportError as exc:
-        raise StageError(
-            f"config {KEY} = tensorrt, but pycuda does not import in this environment ({exc}): "
-            f"'pip install pycuda' (needs the CUDA toolkit) or set {KEY}: onnxruntime"
-        )
+        raise missing(f"pycuda does not import ({exc})") from None
     try:
         cuda.init()
         count = cuda.Device.count()

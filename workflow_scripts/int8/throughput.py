@@ -94,14 +94,10 @@ def time_alternating(runners, x, warmup, repeats, warmup_s=0.0, duration_s=0.0):
     return times, spans
 
 
-def arg_parser():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_timing_arguments(ap):
+    """The settings of a timed pair, shared with the job that times many (timing_job.py)."""
     ap.add_argument("--engine", choices=engines.ENGINES, required=True)
-    ap.add_argument("--network", required=True)
-    for p in PRECISIONS:
-        ap.add_argument(f"--{p}", required=True, metavar="ENGINE_FILE", help=f"the {p.upper()} engine file")
     ap.add_argument("--image-size", type=int, required=True)
-    ap.add_argument("--batch-size", type=int, required=True)
     schema.add_arguments(ap, "inference.throughput", ("warmup", "repeats"))
     cpus.add_job_threads(ap)
     ap.add_argument(
@@ -113,6 +109,15 @@ def arg_parser():
         default=0.0,
         help="config inference.tensorrt.duration_s: each precision's least timing",
     )
+
+
+def arg_parser():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_timing_arguments(ap)
+    ap.add_argument("--network", required=True)
+    for p in PRECISIONS:
+        ap.add_argument(f"--{p}", required=True, metavar="ENGINE_FILE", help=f"the {p.upper()} engine file")
+    ap.add_argument("--batch-size", type=int, required=True)
     ap.add_argument("--out", required=True)
     return ap
 
@@ -166,10 +171,9 @@ def said(a, r):
     )
 
 
-def main():
+def run(a):
+    """Time one pair (a: arg_parser()'s settings, threads resolved) and write its record to a.out."""
     started_at = time.time()
-    a = arg_parser().parse_args()
-    a.threads = cpus.job_threads(a)  # the record names the threads that ran, not the ones asked
     results, isolation = measure(a)
     write_json(
         a.out,
@@ -184,6 +188,12 @@ def main():
         },
     )
     print(said(a, results))
+
+
+def main():
+    a = arg_parser().parse_args()
+    a.threads = cpus.job_threads(a)  # the record names the threads that ran, not the ones asked
+    run(a)
 
 
 if __name__ == "__main__":

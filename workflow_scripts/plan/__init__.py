@@ -23,6 +23,7 @@ Snakemake; docs/architecture.md says how a run flows through them.
     `preflight_measured`  what preflight measured of the plan's jobs, for the price
     `interconnect_plan`   the interconnect stage's points and settings
     `int8_plan`           the INT8 stage's models, batches, engine settings and resources
+    `tensorrt_check`      whether the INT8 stage's GPU route imports TensorRT, asked at parse time
     `prediction_args`     the scaling prediction's command line
     `price`               what the sweep costs before it is submitted (`snakemake price`)
 """

@@ -3,6 +3,7 @@ when the workflow is parsed: the models and where their weights come from, the b
 engine's settings and the SLURM resources of its jobs. Methods that take `w` are called by
 Snakemake with a job's wildcards."""
 
+import math
 import os
 import shlex
 
@@ -11,6 +12,8 @@ from workflow_scripts.int8 import build_engine
 from workflow_scripts.plan import config_checks
 from workflow_scripts.plan.sweep import ConfigProblem
 from workflow_scripts.plan.waiting import Waiting, run_files
+
+CHECK_MIN = 10  # the engine check imports two packages: minutes at most, even from a cold image
 
 
 class Int8Plan:
@@ -23,10 +26,21 @@ class Int8Plan:
         self.train, self.infer = config["training"], config["inference"]
         self.calib, self.throughput = self.infer["calibration"], self.infer["throughput"]
         self.embedded = not config["dataset"]["root"]
-        self.engine = self.infer["engine"]
+        # resolved once, in config too, so that every reader of the key sees the engine that runs
+        self.engine = self.infer["engine"] = self.resolved_engine()
         self.tensorrt = self.engine == "tensorrt"
         # torchvision's weights, fetched on the login node (int8_weights)
         self.torch_home = f"{config['data_dir']}/weights/torch"
+
+    def resolved_engine(self):
+        """auto: TensorRT where the inference system asks SLURM for GPUs, else ONNX Runtime (the
+        preset's choice, so that one file serves a GPU cluster and a CPU one). A system name that is
+        not under systems: is left to system() to refuse, naming the key."""
+        value = self.infer["engine"]
+        if value != "auto":
+            return value
+        sysc = self.config["systems"].get(self.infer["system"] or self.train["systems"][0])
+        return "tensorrt" if sysc and sysc["gpu_request"] != "none" else "onnxruntime"
 
     def calibration_batches(self):
         """'auto' is the study's 50 batches for a real dataset, 4 (100 of 320 images) for the embedded one."""
@@ -198,18 +212,48 @@ class Int8Plan:
         system = self.system()
         request = self.config["systems"][system]["gpu_request"]
         cpu = self.cpu_jobs if not self.tensorrt else {}  # ONNX Runtime: a CPU job, on cpu_jobs' partition where set
+        # TensorRT's timing job: minutes from its estimate, not the profile's default runtime of hours
+        runtime = cpu.get("runtime") or (self.timing_minutes() if measuring else None)
         return dict(
             cpus_per_task=self.infer["threads"],
             slurm_partition=cpu.get("slurm_partition") or self.shape.resource(system, "partition"),
-            **({"runtime": cpu["runtime"]} if "runtime" in cpu else {}),
+            **({"runtime": runtime} if runtime else {}),
             slurm_account=self.shape.resource(system, "account"),
             constraint=self.shape.resource(system, "constraint"),
             qos=self.shape.resource(system, "qos"),
             # the plugin takes gres only as its own resource, never in slurm_extra
-            gres=lambda w: self.gres(w.engine, system, request),
-            gpu=lambda w: 1 if w.engine == "tensorrt" and request == "none" else None,
-            slurm_extra=lambda w: self.slurm_extra(w.engine, system, request, measuring),
+            gres=lambda w: self.gres(self.engine_of(w), system, request),
+            gpu=lambda w: 1 if self.engine_of(w) == "tensorrt" and request == "none" else None,
+            slurm_extra=lambda w: self.slurm_extra(self.engine_of(w), system, request, measuring),
         )
+
+    def engine_of(self, w):
+        """The engine a job runs: its wildcard, else (a job of the stage's engine alone) the config's."""
+        return getattr(w, "engine", None) or self.engine
+
+    def engine_checks(self, route):
+        """The files the engine builds wait for: with TensorRT on a container route, whose python the
+        parse-time check cannot start (its runtime is on the nodes), the report of a job that asked
+        it on a node of inference.system (int8_engine_check); nothing otherwise."""
+        if not self.tensorrt or isinstance(route, str):
+            return []
+        return [f"{self.config['results_dir']}/preflight/int8/{self.system()}.engine.json"]
+
+    def timing_minutes(self):
+        """The TensorRT timing job's time limit: every network and batch size of Fig. 9 times each
+        precision for at least duration_s after two blocks' warm-up of warmup_ms; timing_margin times
+        that (deserializing each pair's engines, runs slower than the least), plus timing_start_min.
+        None for ONNX Runtime, whose runs go by count at a speed no setting tells."""
+        if not self.tensorrt:
+            return None
+        trt = self.infer["tensorrt"]
+        per_precision = trt["duration_s"] + 2 * trt["warmup_ms"] / 1000
+        timed_s = len(self.throughput["models"]) * len(self.batch_sizes()) * 2 * per_precision
+        return math.ceil(timed_s * trt["timing_margin"] / 60) + trt["timing_start_min"]
+
+    def check_resources(self):
+        """The engine check's: an engine job's node and GPU, for the minutes an import takes."""
+        return {**self.resources(), "runtime": CHECK_MIN}
 
     def gres(self, engine, system, request):
         return f"gpu:{self.shape.gpus_of_node(system, 1)}" if engine == "tensorrt" and request == "gres" else None
@@ -225,9 +269,18 @@ class Int8Plan:
         """inference.threads, capped at the cores a local run gave the job."""
         return min(self.infer["threads"], threads) if local else self.infer["threads"]
 
+    def timing_pairs(self):
+        """The timing job's --pair words: each network of Fig. 9, its two engine files and the folder
+        of its records, as the rule's inputs and outputs name them."""
+        words = []
+        for model in self.throughput["models"]:
+            folder = f"{self.config['results_dir']}/int8/{model}/{self.engine}"
+            words += ["--pair", model, f"{folder}/fp32.engine", f"{folder}/int8.engine", f"{folder}/throughput"]
+        return words
+
     def durations(self, w):
         """TensorRT's timed runs by duration too (trtexec's warm-up and duration); ONNX Runtime's by count."""
-        if w.engine != "tensorrt":
+        if self.engine_of(w) != "tensorrt":
             return []
         trt = self.infer["tensorrt"]
         return [f"--warmup-s={trt['warmup_ms'] / 1000}", f"--duration-s={trt['duration_s']}"]
