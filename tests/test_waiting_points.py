@@ -1,4 +1,4 @@
-"""A point that waits for its nodes holds no table (plan/waiting.py, common/waiting.py): on a
+"""A point that waits for its nodes holds no table (plan/waiting.py, common/written_without.py): on a
 partition of two 4-GPU nodes, one drained (sinfo faked, as in test_cluster_limits.py), the 8-GPU
 point is planned waiting (systems.<name>.nodes_down: wait), and no table, figure or the verdict
 depends on it; each is written from the points that finished, naming it, and written again once it
@@ -16,7 +16,7 @@ import yaml
 from helpers import REPO, SNAKEMAKE, interpreter, write_config
 from test_cluster_limits import fake_sinfo
 
-from workflow_scripts.common import waiting as waiting_note
+from workflow_scripts.common import written_without as waiting_note
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.plan.sweep import Sweep
 from workflow_scripts.plan.waiting import Waiting, run_files

@@ -15,5 +15,5 @@
 `guessing`        whether a classifier's score is what guessing gets
 `failed_runs`     the sweep's failed runs, and how to run only them again
 `workflow_lock`   one workflow at a time in a working directory
-`waiting`         the points a table was written without while they wait for their nodes
+`written_without` the points a table was written without while they wait for their nodes
 """

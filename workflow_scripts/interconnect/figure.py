@@ -12,7 +12,7 @@ import json
 import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
-from ..common import waiting
+from ..common import written_without as waiting
 from ..common.plotting import empty_figure, plt, save_png, set_footer
 from .prediction import RESNET50_PARAMETERS
 

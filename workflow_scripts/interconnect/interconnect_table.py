@@ -11,7 +11,7 @@ import json
 
 import pandas as pd
 
-from ..common import waiting
+from ..common import written_without as waiting
 from ..common.errors import StageError, run_main
 from ..common.output import write_table
 from .bandwidth_rows import COLUMNS, load, rows
@@ -37,7 +37,7 @@ SHOWN = ["system", "gpus", "scope", "collective", "bytes", "source", "backend", 
 
 
 def build(points, still_waiting=()):
-    """waiting: the points still waiting for their nodes (common/waiting.py), named in the notes."""
+    """waiting: the points still waiting for their nodes (common/written_without.py), named in the notes."""
     table, notes = [], []
     for p in points:
         for source in ("torch", "nccl_tests"):

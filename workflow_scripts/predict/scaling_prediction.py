@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..common import waiting
+from ..common import written_without as waiting
 from ..common.errors import StageError, run_main
 from ..common.output import write_table
 from ..common.plotting import set_footer

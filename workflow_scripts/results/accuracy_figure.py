@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..common import waiting
+from ..common import written_without as waiting
 from ..common.plotting import empty_figure, plt, save_png, set_footer
 
 TITLE = "Fig. 35: accuracy vs elapsed training time (long test)"

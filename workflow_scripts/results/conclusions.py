@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from ..common import waiting
+from ..common import written_without as waiting
 from ..common.atomic import atomic_file
 from ..common.errors import StageError, run_main
 from . import conclusions_predicted
@@ -167,7 +167,7 @@ def _cell(x):
 
 
 def markdown(df, spec, waiting_points=()):
-    """waiting_points: those the tables were written without (common/waiting.py), named first: a
+    """waiting_points: those the tables were written without (common/written_without.py), named first: a
     finding decided at the nearest point that exists may be decided again once they have run."""
     kinds = list(dict.fromkeys(df.tolerance_kind))
     lines = [f"# {TITLE}", "", HOW, ""]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..common import waiting
+from ..common import written_without as waiting
 from ..common.output import write_table
 from . import guards
 from . import runs as run_records

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..common import input_bound, waiting
+from ..common import input_bound
+from ..common import written_without as waiting
 from ..common.errors import StageError, run_main
 from ..common.output import write_table
 from ..interconnect import prediction
