@@ -1,6 +1,6 @@
-"""ILSVRC2012's other forms made from a small tree, as image-net.org lays them out: the train tar of
-per-synset tars, the val tar and the devkit (meta.mat, validation ground truth). And the tree a user
-gets by extracting the archives."""
+"""ILSVRC2012's other forms made from a small tree, as image-net.org and Hugging Face lay them out:
+the train tar of per-synset tars, the val tar and the devkit (meta.mat, validation ground truth);
+imagenet-1k's parquet shards. And the tree a user gets by extracting the archives."""
 
 import io
 import random
@@ -81,3 +81,40 @@ def extract(archives, out):
     with tarfile.open(archives / "ILSVRC2012_devkit_t12.tar.gz") as tar:
         tar.extractall(out, filter="data")
     return out, out / DEVKIT_DATA / "ILSVRC2012_validation_ground_truth.txt"
+
+
+def make_parquet(tree, out, rows_per_group=4, shards=2, mislabel=None):
+    """imagenet-1k's parquet shards of the embedded `tree` in `out`: train-*-of-*.parquet and
+    validation-*.parquet, columns image {bytes, path} and label (the sorted WNIDs' positions), the
+    class names in the schema's huggingface metadata, rows in shuffled order. mislabel: a shard number whose labels are
+    shifted by one class."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tree, out = Path(tree), Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    wnids = sorted(p.name for p in (tree / "train").iterdir())
+    label = {w: i for i, w in enumerate(wnids)}
+    train = [(p, label[p.parent.name]) for p in sorted((tree / "train").rglob("*.JPEG"))]
+    random.Random(6).shuffle(train)
+    val_wnids = (tree / "imagenet_2012_validation_synset_labels.txt").read_text().split()
+    val = [(p, label[val_wnids[int(p.stem[-8:]) - 1]]) for p in sorted((tree / "val").glob("*.JPEG"))]
+    # the class names as the tree's own LOC_synset_mapping.txt has them, so the copies can be compared whole
+    words = dict(ln.split(None, 1) for ln in (tree / "LOC_synset_mapping.txt").read_text().splitlines())
+    label_feature = {"names": [words[w].strip() for w in wnids], "_type": "ClassLabel"}
+    meta = json.dumps({"info": {"features": {"image": {"_type": "Image"}, "label": label_feature}}})
+    for split, items in (("train", train), ("validation", val)):
+        n = shards if split == "train" else 1
+        for s in range(n):
+            part = items[s::n]
+            labels = [(lab + 1) % len(wnids) if mislabel == s and split == "train" else lab for _, lab in part]
+            table = pa.table(
+                {
+                    "image": pa.array([{"bytes": p.read_bytes(), "path": p.name} for p, _ in part]),
+                    "label": pa.array(labels, pa.int64()),
+                }
+            ).replace_schema_metadata({"huggingface": meta})
+            pq.write_table(table, out / f"{split}-{s:05d}-of-{n:05d}.parquet", row_group_size=rows_per_group)
+    return out
