@@ -112,7 +112,10 @@ def make_parquet(tree, out, rows_per_group=4, shards=2, mislabel=None):
             labels = [(lab + 1) % len(wnids) if mislabel == s and split == "train" else lab for _, lab in part]
             table = pa.table(
                 {
-                    "image": pa.array([{"bytes": p.read_bytes(), "path": p.name} for p, _ in part]),
+                    # imagenet-1k's paths: the ILSVRC2012 name with the image's synset added
+                    "image": pa.array(
+                        [{"bytes": p.read_bytes(), "path": f"{p.stem}_{wnids[lab]}.JPEG"} for p, lab in part]
+                    ),
                     "label": pa.array(labels, pa.int64()),
                 }
             ).replace_schema_metadata({"huggingface": meta})

@@ -2,11 +2,13 @@
 validation-*.parquet (in dataset.root or its data/), columns image {bytes, path} and label, read
 through pyarrow in place.
 
-Each image gets the name a tree would give it (train/<wnid>/<path>, val/<path>, from the image's
-own `path`) and the tree's order, so the copies are a tree's. The label column is trusted only
-after a check: imagenet-1k's classes are the sorted WNIDs, and the WNID is in every train image's
-path, so a shard whose labels are in another order (another release's, a shard from elsewhere) is
-refused, naming the shard and the first class that differs, rather than converted mislabelled.
+imagenet-1k names each image <its ILSVRC2012 name>_<wnid>.JPEG (n01440764_10026_n01440764.JPEG,
+ILSVRC2012_val_00000001_n01751748.JPEG); each image gets back the name a tree gives it
+(train/<wnid>/n01440764_10026.JPEG, val/ILSVRC2012_val_00000001.JPEG) and the tree's order, so the
+copies are a tree's. The label column is trusted only after a check: imagenet-1k's classes are the
+sorted WNIDs, and the WNID is in every image's path, so a shard whose labels are in another order
+(another release's, a shard from elsewhere) is refused, naming the shard and the first class that
+differs, rather than converted mislabelled.
 
 A parquet shard can be read only a row group at a time, so the converters, which read in the
 index's shuffled order, keep the last row groups read (Reader) and read a group again where the
@@ -23,7 +25,9 @@ from ..common.errors import StageError
 from . import layout
 
 SPLITS = {"train": "train-*.parquet", "val": "validation-*.parquet"}
-WNID = re.compile(r"^(n\d{8})_")
+# <name>[_<wnid>].<ext>: imagenet-1k's paths carry the synset last; a tree's name carries it first (train)
+HF_NAME = re.compile(r"^(?P<stem>.+?)(?:_(?P<wnid>n\d{8}))?(?P<ext>\.[A-Za-z]+)$")
+TRAIN_WNID = re.compile(r"^(n\d{8})_")
 # Row groups a Reader keeps: imagenet-1k's of about a hundred images each are about 11 MB
 CACHED_GROUPS = 64
 
@@ -81,7 +85,15 @@ def _rows(path, pf):
         for r, (name, label) in enumerate(zip(names, t.column("label").to_pylist())):
             if not name or label is None:
                 raise StageError(f"{path}, row group {g}, row {r}: an image without its path or label")
-            yield g, r, PurePosixPath(name).name, label
+            yield g, r, *_split_name(path, g, r, PurePosixPath(name).name), label
+
+
+def _split_name(path, g, r, name):
+    """(the image's ILSVRC2012 name, the WNID its path names or None)."""
+    m = HF_NAME.match(name)
+    if not m:
+        raise StageError(f"{path}, row group {g}, row {r}: image path {name!r} is not <name>.JPEG")
+    return m["stem"] + m["ext"], m["wnid"]
 
 
 def _class_names(pf):
@@ -97,14 +109,14 @@ def _train(files):
     for s, path in enumerate(files):
         pf = _open(path)
         names = names or _class_names(pf)
-        for g, r, name, label in _rows(path, pf):
-            m = WNID.match(name)
-            if not m:
+        for g, r, name, named, label in _rows(path, pf):
+            m = TRAIN_WNID.match(name)
+            if (named or m) is None or (named and m and named != m.group(1)):
                 raise StageError(
-                    f"{path}, row group {g}, row {r}: image path {name!r} names no synset (<wnid>_<n>.JPEG), which the "
-                    f"check of the label order needs"
+                    f"{path}, row group {g}, row {r}: image path {name!r} names no one synset "
+                    f"(<wnid>_<n>_<wnid>.JPEG), which the check of the label order needs"
                 )
-            rows.append((s, g, r, name, label, m.group(1)))
+            rows.append((s, g, r, name, label, named or m.group(1)))
     return rows, names
 
 
@@ -142,13 +154,15 @@ def discover(root, found):
     ]
     val = []
     for s, path in enumerate(found["val"]):
-        for g, r, name, label in _rows(path, _open(path)):
+        for g, r, name, named, label in _rows(path, _open(path)):
             if not layout.VAL_NAME.match(PurePosixPath(name).stem):
                 raise StageError(f"{path}, row group {g}, row {r}: val image {name!r} is not ILSVRC2012_val_%08d.JPEG")
-            if not 0 <= label < len(synsets):
+            if not 0 <= label < len(synsets) or (named and synsets[label] != named):
                 raise StageError(
-                    f"{path}, row group {g}, row {r}: {name} is labelled {label}, and the train shards have "
-                    f"{len(synsets)} classes"
+                    f"{path}, row group {g}, row {r}: {name} is labelled {label} "
+                    f"({synsets[label] if 0 <= label < len(synsets) else 'no class'}, of the train shards' "
+                    f"{len(synsets)} sorted WNIDs), its path names {named or 'no synset'}. Fix: download the shard "
+                    f"again from Hugging Face's imagenet-1k"
                 )
             val.append(layout.Item(f"val/{name}", synsets[label], f"{s}:{g}:{r}"))
     val.sort(key=lambda it: it.relpath)
