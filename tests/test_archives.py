@@ -13,8 +13,6 @@ from helpers.imagenet_forms import extract, make_archives
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.data import embedded, sources
 
-pytestmark = pytest.mark.stage
-
 CONVERTERS = (
     ("tensorflow", "tfrecord", ["--train-shards", "3", "--val-shards", "2"]),
     ("mxnet", "recordio", []),
@@ -69,6 +67,7 @@ def tree(tmp_path_factory):
     return embedded.make(root, seed=7, **QUIRKY)  # CMYK, PNG and grayscale members among them
 
 
+@pytest.mark.stage
 def test_the_archives_copies_are_the_extracted_trees_byte_for_byte(tree, tmp_path):
     archives = make_archives(tree, tmp_path / "archives")
     extracted, truth = extract(archives, tmp_path / "extracted")
@@ -95,6 +94,7 @@ def test_the_archives_copies_are_the_extracted_trees_byte_for_byte(tree, tmp_pat
     assert "words of n10000000" in (from_archives / "index" / "synset_words.txt").read_text()
 
 
+@pytest.mark.stage
 def test_a_truncated_inner_tar_is_refused_naming_the_archive_and_member(tree, tmp_path):
     archives = make_archives(tree, tmp_path / "archives", damage="truncated")
     proc = _index(tmp_path / "index", "--root", archives, check=False)
@@ -103,6 +103,7 @@ def test_a_truncated_inner_tar_is_refused_naming_the_archive_and_member(tree, tm
     assert not (tmp_path / "index").exists()
 
 
+@pytest.mark.stage
 def test_an_undecodable_member_is_a_reject_named_by_archive_and_member(tree, tmp_path):
     archives = make_archives(tree, tmp_path / "archives", damage="undecodable")
     proc = _index(tmp_path / "index", "--root", archives, check=False)  # 1 of 50: over the default 1 %
@@ -115,6 +116,7 @@ def test_an_undecodable_member_is_a_reject_named_by_archive_and_member(tree, tmp
     assert reject["relpath"].startswith("train/n10000001/") and "member n10000001.tar/" in reject["reason"]
 
 
+@pytest.mark.stage
 def test_a_changed_archive_reindexes_and_one_still_being_written_is_waited_for(tree, tmp_path):
     archives = make_archives(tree, tmp_path / "archives")
     form, files = sources.check(archives)
@@ -126,6 +128,7 @@ def test_a_changed_archive_reindexes_and_one_still_being_written_is_waited_for(t
     assert proc.returncode == 2 and f"{archives / 'ILSVRC2012_img_val.tar'} changed" in proc.stderr
 
 
+@pytest.mark.stage
 def test_an_archive_missing_or_named_elsewhere(tree, tmp_path):
     archives = make_archives(tree, tmp_path / "archives")
     elsewhere = tmp_path / "kept" / "devkit.tar.gz"
@@ -137,3 +140,18 @@ def test_an_archive_missing_or_named_elsewhere(tree, tmp_path):
     assert form == "archives" and elsewhere in files
     lay = sources.discover(archives, val_subset=True, keys={"devkit": str(elsewhere)})
     assert len(lay.train) == 30 and len(lay.val) == 20 and lay.val[0].relpath == "val/ILSVRC2012_val_00000001.JPEG"
+
+
+@pytest.mark.unit
+def test_an_archive_key_without_a_root_is_refused_and_only_set_keys_reach_the_index(tmp_path):
+    from helpers import CONFIG, validated, with_overrides
+
+    from workflow_scripts.plan import config_checks
+    from workflow_scripts.plan.data_plan import DataPlan
+    from workflow_scripts.plan.sweep import ConfigProblem
+
+    c = validated(with_overrides(CONFIG, dataset__devkit=str(tmp_path / "devkit.tar.gz")))
+    with pytest.raises(ConfigProblem, match="config dataset.devkit names an archive but dataset.root is empty"):
+        config_checks.check_config(c)
+    assert DataPlan(c).archive_args() == [f"--devkit={tmp_path / 'devkit.tar.gz'}"]
+    assert DataPlan(validated(CONFIG)).archive_args() == []
