@@ -136,7 +136,10 @@ def _devkit(path):
 
 
 def discover(root, found, val_subset=False):
-    """The Layout of the archives `found` (paths()), in a tree's order with its names."""
+    """The Layout of the archives `found` (paths()), in a tree's order with its names. The devkit
+    first: it is small, and a problem with the labels is named before the train tar's hundreds of
+    thousands of headers are read."""
+    labels, words = _devkit(found["devkit"])
     train = _train(found["train_tar"])
     synsets = sorted(train)
     items = [
@@ -146,7 +149,6 @@ def discover(root, found, val_subset=False):
     ]
     if not items:
         raise StageError(f"{found['train_tar']}: its per-synset tars hold no .JPEG members. {REFETCH}")
-    labels, words = _devkit(found["devkit"])
     numbers, val = [], []
     for name, offset, size in sorted(_val(found["val_tar"])):
         m = layout.VAL_NAME.match(PurePosixPath(name).stem)

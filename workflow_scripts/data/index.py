@@ -92,7 +92,8 @@ def _probed(lay, split, threads):
     read in the order they lie there, so that each is read through once."""
     items = getattr(lay, split)
     if lay.form == "tree":
-        yield from ordered_map(lambda item: _probe_file(lay.root)(split, item), items, threads, f"index {split}")
+        probe = _probe_file(lay.root)
+        yield from ordered_map(lambda item: probe(split, item), items, threads, f"index {split}")
         return
     reader = sources.reader(lay.form, lay.root, lay.source)
     try:
