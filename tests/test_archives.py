@@ -138,6 +138,10 @@ def test_an_archive_missing_or_named_elsewhere(tree, tmp_path):
         sources.check(archives)
     form, files = sources.check(archives, keys={"devkit": str(elsewhere)})
     assert form == "archives" and elsewhere in files
+    with pytest.raises(
+        StageError, match="dataset.val_labels = .* the devkit's ground truth: the file would not be read"
+    ):
+        sources.check(archives, val_labels=str(tmp_path / "labels.txt"), keys={"devkit": str(elsewhere)})
     lay = sources.discover(archives, val_subset=True, keys={"devkit": str(elsewhere)})
     assert len(lay.train) == 30 and len(lay.val) == 20 and lay.val[0].relpath == "val/ILSVRC2012_val_00000001.JPEG"
 

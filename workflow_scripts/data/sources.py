@@ -9,6 +9,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from ..common.errors import StageError
 from . import archives, layout, listing, parquet, tree
 
 
@@ -32,6 +33,7 @@ def check(root, val_labels="", val_subset=False, keys=None):
     """The parse-time check of dataset.root (cheap: no member list is read): the form, and the files
     whose size and mtime stand for the dataset (each archive or shard, else the label files in use)."""
     form, found = form_of(root, keys)
+    _no_label_file(form, root, val_labels)
     if form == "archives":
         return form, list(found.values())
     if form == "parquet":
@@ -52,8 +54,19 @@ def fingerprint(root, form, files, cache_path=None):
     return h.hexdigest()
 
 
+def _no_label_file(form, root, val_labels):
+    """A val label file given for a form that carries its own labels would be ignored: refused."""
+    if val_labels and form != "tree":
+        own = "the devkit's ground truth" if form == "archives" else "the shards' label column"
+        raise StageError(
+            f"config dataset.val_labels = {val_labels}, but dataset.root {root} holds the {form} form, whose val "
+            f"labels are {own}: the file would not be read. Fix: unset dataset.val_labels"
+        )
+
+
 def discover(root, val_labels="", val_subset=False, keys=None):
     form, found = form_of(root, keys)
+    _no_label_file(form, root, val_labels)
     if form == "archives":
         return archives.discover(root, found, val_subset)
     if form == "parquet":
