@@ -46,13 +46,15 @@ rule index_dataset:
         py=PY["workflow"],
         root=lambda w, input: input.dataset or DATASET_ROOT,
         val_labels=config["dataset"]["val_labels"],
+        # image-net.org's archives where they are not in dataset.root (data/archives.py)
+        archives=DATA_PLAN.archive_args(),
         shuffle_seed=CONV["shuffle_seed"],
         max_rejects=CONV["max_reject_fraction"],
         # not on the command line: its change reruns the index (rules/common.smk, DATASET_CONTENTS)
         contents=DATASET_CONTENTS,
     shell:
         "{params.py:q} -m workflow_scripts.data.index --root {params.root:q} --out {output:q} "
-        "--val-labels={params.val_labels:q} --val-subset={resources.val_subset} --settle-s {resources.settle_s} --shuffle-seed {params.shuffle_seed} "
+        "--val-labels={params.val_labels:q} {params.archives:q} --val-subset={resources.val_subset} --settle-s {resources.settle_s} --shuffle-seed {params.shuffle_seed} "
         "--max-reject-fraction {params.max_rejects} --threads {threads} --cpus-per-task {resources.cpus_per_task} > {log:q} 2>&1"
 
 

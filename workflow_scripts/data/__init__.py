@@ -6,6 +6,10 @@
 `image_records`   what an ILSVRC2012 file really is, and the bytes a record stores for it
 `index`           the index: every image found, checked, labelled and put in order
 `convert`         what the three converters share: the index, parallel encoding, the manifest
+`sources`         which form the dataset is held in, and the bytes of each image from it:
+`tree`            an extracted tree (ILSVRC2012's raw layout, Kaggle's)
+`archives`        image-net.org's tar files, read in place, never extracted
+`parquet`         Hugging Face's imagenet-1k parquet shards
 `tfrecord`        TensorFlow's TFRecord shards and DALI's index files
 `recordio`        MXNet's RecordIO, as im2rec writes it
 `lmdb_caffe2`     the LMDB in Caffe2's format, which PyTorch reads

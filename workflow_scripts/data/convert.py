@@ -24,7 +24,7 @@ from ..common.atomic import atomic_dir, write_json
 from ..common.errors import StageError
 from ..common.parallel import ordered_map
 from ..common.schema import default as config_default
-from . import image_records, verify
+from . import image_records, sources, verify
 
 SPLITS = ("train", "val")
 
@@ -61,14 +61,12 @@ class Index:
 
     def records(self, split, enc, threads):
         rows = self.rows(split)
+        # a tree's files, or where an archive or shard holds them (sources.py)
+        reader = sources.reader(self.summary.get("form", "tree"), self.root, self.summary.get("source"))
 
         def load(pos_row):
             pos, row = pos_row
-            path = self.root / row["relpath"]
-            try:
-                data = path.read_bytes()
-            except OSError as exc:
-                raise StageError(f"{path}: cannot read ({exc}); was the dataset changed after indexing?")
+            data = reader.read(split, row.get("location", ""), row["relpath"])
             probe = image_records.Probe(row["format"], row["mode"], int(row["width"]), int(row["height"]))
             data, w, h, action = image_records.encode(data, probe, enc)
             return Record(
@@ -83,7 +81,13 @@ class Index:
                 action,
             )
 
-        return len(rows), ordered_map(load, enumerate(rows), threads, f"{split}")
+        def loaded():
+            try:
+                yield from ordered_map(load, enumerate(rows), threads, f"{split}")
+            finally:
+                reader.close()
+
+        return len(rows), loaded()
 
 
 def _counting(records, stats, largest):

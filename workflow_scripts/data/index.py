@@ -1,8 +1,10 @@
-"""Index stage: find every image of the raw layout, check it decodes, label it, fix the order.
+"""Index stage: find every image of the dataset (a tree, image-net.org's archives or Hugging Face's
+parquet shards: sources.py), check it decodes, label it, fix the order.
 
 Writes, atomically, to one directory shared by the three format converters:
   synsets.txt   one wnid per line; line number (0-based) = class label
-  train.tsv     relpath, label, synset, format, mode, width, height, bytes (shuffled, seeded)
+  train.tsv     relpath, label, synset, format, mode, width, height, bytes (shuffled, seeded), and
+                in an archive or parquet form where its bytes lie (location)
   val.tsv       the same, in file order
   rejects.tsv   split, relpath, reason for each file that does not decode
   summary.json  counts, where labels came from, the dataset root
@@ -19,7 +21,7 @@ from ..common.atomic import atomic_dir, write_json
 from ..common.errors import StageError, run_main
 from ..common.parallel import ordered_map
 from ..common.schema import default as config_default
-from . import image_records, layout, listing
+from . import image_records, layout, listing, sources
 
 COLUMNS = ("relpath", "label", "synset", "format", "mode", "width", "height", "bytes")
 SPLITS = ("train", "val")
@@ -32,7 +34,7 @@ def shown(relpath):
 
 
 def _probe_file(root):
-    def probe(item):
+    def probe(split, item):
         path = root / item.relpath
         if shown(item.relpath) != item.relpath:
             # Every format's record and index line is UTF-8 text: such a name cannot be stored.
@@ -48,20 +50,34 @@ def _probe_file(root):
     return probe
 
 
-def _synset_words(root):
+def _probe_member(lay, reader):
+    """probe() of an image inside an archive or shard: a reject names it there."""
+
+    def probe(split, item):
+        data = reader.read(split, item.location, item.relpath)
+        pr = image_records.probe(data)
+        if not pr.ok:
+            pr = image_records.Probe(reason=f"{pr.reason} (in {sources.named(lay, split, item)})")
+        return item, pr, len(data)
+
+    return probe
+
+
+def _synset_words(lay):
     """Human-readable class names where the dataset has them (Kaggle's LOC_synset_mapping.txt, at
-    the top of its tree, or the devkit's synset_words.txt), looked for where the label files are;
-    TFRecord's image/class/text falls back to the wnid."""
-    for folder in layout.label_folders(root):
+    the top of its tree, or the devkit's synset_words.txt, looked for where the label files are;
+    else the devkit's meta.mat or Hugging Face's class names); TFRecord's image/class/text falls
+    back to the wnid."""
+    for folder in layout.label_folders(lay.root):
         for name in ("LOC_synset_mapping.txt", "synset_words.txt"):
             path = folder / name
             if path.is_file():
                 return dict(ln.split(None, 1) for ln in path.read_text().splitlines() if ln.strip())
-    return {}
+    return lay.words
 
 
-def build(root, out, val_labels="", seed=0, max_reject_fraction=0.01, threads=1, val_subset=False):
-    lay = layout.discover(root, val_labels, val_subset)
+def build(root, out, val_labels="", seed=0, max_reject_fraction=0.01, threads=1, val_subset=False, keys=None):
+    lay = sources.discover(root, val_labels, val_subset, keys)
     # The output's scratch directory is made first: an unwritable data_dir fails now, not after
     # every image was probed.
     with atomic_dir(out) as tmp:
@@ -71,17 +87,35 @@ def build(root, out, val_labels="", seed=0, max_reject_fraction=0.01, threads=1,
         print(f"rejected {split} {relpath}: {reason}")
 
 
+def _probed(lay, split, threads):
+    """(item, probe, bytes) of each image of a split in the layout's order; an archive's or shard's
+    read in the order they lie there, so that each is read through once."""
+    items = getattr(lay, split)
+    if lay.form == "tree":
+        probe = _probe_file(lay.root)
+        yield from ordered_map(lambda item: probe(split, item), items, threads, f"index {split}")
+        return
+    reader = sources.reader(lay.form, lay.root, lay.source)
+    try:
+        order = sorted(range(len(items)), key=lambda i: tuple(map(int, items[i].location.split(":"))))
+        probe = _probe_member(lay, reader)
+        results = [None] * len(items)
+        for i, result in zip(order, ordered_map(lambda i: probe(split, items[i]), order, threads, f"index {split}")):
+            results[i] = result
+        yield from results
+    finally:
+        reader.close()
+
+
 def _probe_all(lay, threads, max_reject_fraction):
     label_of = {wnid: i for i, wnid in enumerate(lay.synsets)}
     rows, rejects = {}, []
     for split in SPLITS:
-        items = getattr(lay, split)
         rows[split] = []
-        for item, pr, nbytes in ordered_map(_probe_file(lay.root), items, threads, f"index {split}"):
+        for item, pr, nbytes in _probed(lay, split, threads):
             if pr.ok:
-                rows[split].append(
-                    (item.relpath, label_of[item.synset], item.synset, pr.fmt, pr.mode, pr.width, pr.height, nbytes)
-                )
+                row = (item.relpath, label_of[item.synset], item.synset, pr.fmt, pr.mode, pr.width, pr.height, nbytes)
+                rows[split].append(row + ((item.location,) if lay.form != "tree" else ()))
             else:
                 rejects.append((split, shown(item.relpath), pr.reason))
     total = len(lay.train) + len(lay.val)
@@ -96,12 +130,13 @@ def _probe_all(lay, threads, max_reject_fraction):
 
 
 def _write(tmp, lay, rows, rejects, seed):
-    words = _synset_words(lay.root)
+    words = _synset_words(lay)
     random.Random(seed).shuffle(rows["train"])
     (tmp / "synsets.txt").write_text("".join(f"{w}\n" for w in lay.synsets))
     (tmp / "synset_words.txt").write_text("".join(f"{w}\t{words.get(w, w).strip()}\n" for w in lay.synsets))
+    columns = COLUMNS + (("location",) if lay.form != "tree" else ())
     for split in SPLITS:
-        _write_tsv(tmp / f"{split}.tsv", COLUMNS, rows[split])
+        _write_tsv(tmp / f"{split}.tsv", columns, rows[split])
     _write_tsv(tmp / "rejects.tsv", ("split", "relpath", "reason"), rejects)
     write_json(
         tmp / "summary.json",
@@ -113,6 +148,8 @@ def _write(tmp, lay, rows, rejects, seed):
             "images": {s: len(rows[s]) for s in SPLITS},
             "rejected": {s: sum(r[0] == s for r in rejects) for s in SPLITS},
             "non_rgb_jpeg": {s: sum(r[3] != "JPEG" or r[4] != "RGB" for r in rows[s]) for s in SPLITS},
+            # where the converters read the bytes from, other than files under root (sources.py)
+            **({"form": lay.form, "source": lay.source} if lay.form != "tree" else {}),
         },
     )
     print(f"validation labels: {lay.val_source}")
@@ -125,10 +162,10 @@ def _write_tsv(path, header, rows):
         w.writerows(rows)
 
 
-def label_files(root, val_labels="", val_subset=False):
-    """The val label files the index reads (the one used and those that must agree with it)."""
-    found, others = layout.check(root, val_labels, val_subset)
-    return [f for f in (found, *others) if f]
+def label_files(root, val_labels="", val_subset=False, keys=None):
+    """The files whose change the index waits out (dataset.settle_s): the val label files it reads,
+    or the archives or shards themselves."""
+    return sources.check(root, val_labels, val_subset, keys)[1]
 
 
 def main():
@@ -144,6 +181,10 @@ def main():
         help="config dataset.val_subset: 1 where val/ is a subset of ILSVRC2012's and its positional label file was "
         "cut to it",
     )
+    # config dataset.train_tar, val_tar, devkit: image-net.org's archives, where they are not in --root
+    ap.add_argument("--train-tar", default=config_default("dataset.train_tar"))
+    ap.add_argument("--val-tar", default=config_default("dataset.val_tar"))
+    ap.add_argument("--devkit", default=config_default("dataset.devkit"))
     ap.add_argument("--shuffle-seed", type=int, default=config_default("conversion.shuffle_seed"))
     ap.add_argument("--max-reject-fraction", type=float, default=config_default("conversion.max_reject_fraction"))
     ap.add_argument(
@@ -155,12 +196,13 @@ def main():
     )
     cpus.add_job_threads(ap)
     a = ap.parse_args()
-    labels = label_files(a.root, a.val_labels, a.val_subset)
+    keys = {key: getattr(a, key) for key in sources.archives.KEYS}
+    labels = label_files(a.root, a.val_labels, a.val_subset, keys)
     still = listing.settling(layout.image_root(a.root), a.settle_s, labels)
     if still:
         raise StageError(still)
     threads = cpus.job_threads(a)
-    build(a.root, a.out, a.val_labels, a.shuffle_seed, a.max_reject_fraction, threads, bool(a.val_subset))
+    build(a.root, a.out, a.val_labels, a.shuffle_seed, a.max_reject_fraction, threads, bool(a.val_subset), keys)
 
 
 if __name__ == "__main__":

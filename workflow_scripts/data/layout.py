@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common.errors import StageError
@@ -41,6 +41,8 @@ GENERATED = "dlscale_generated.json"
 class Item:
     relpath: str  # relative to the dataset root, '/'-separated
     synset: str
+    # where an archive or parquet form holds the bytes (data/archives.py, data/parquet.py); "" in a tree
+    location: str = ""
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,9 @@ class Layout:
     train: list  # of Item
     val: list  # of Item
     val_source: str  # how val labels were found, for the manifest
+    form: str = "tree"  # tree | archives | parquet: which module reads the bytes (data/sources.py)
+    source: dict = field(default_factory=dict)  # what that module needs beyond the root
+    words: dict = field(default_factory=dict)  # class texts the source itself carries (meta.mat, HF's names)
 
 
 def _images_in(folder):
@@ -145,7 +150,7 @@ def _generated_for_its_tree(path):
         return False
 
 
-def check_labels_whole(path, labels, numbers, val_subset=False):
+def check_labels_whole(path, labels, numbers, val_subset=False, positional=None):
     """The whole label file against the images, before anything is converted. One labelled by
     position (TensorFlow's, the devkit's) must have the full set's 50,000 lines, since one line
     added or lost shifts every label after it and a val folder missing its last images hides it;
@@ -156,7 +161,7 @@ def check_labels_whole(path, labels, numbers, val_subset=False):
     if not numbers:
         return
     have, top = len(labels), max(numbers)
-    if _positional(path):
+    if _positional(path) if positional is None else positional:
         if have == FULL_VAL:
             return
         if val_subset or _generated_for_its_tree(path):
@@ -211,6 +216,9 @@ def discover(root, val_labels="", val_subset=False):
     if not train:
         raise StageError(f"{train_dir} holds synset folders but no .JPEG files")
     val, source = _val_items(root, root / "val", label_file)
+    words = {}
+    if label_file is not None and (label_file.parent / DEVKIT_META).is_file() and _holds_ids(label_file):
+        words = devkit_meta(label_file.parent / DEVKIT_META)[1]
     if agreeing:
         source += f" (also found, and in agreement: {', '.join(map(str, agreeing))})"
     unknown = sorted({it.synset for it in val} - set(synsets))
@@ -219,7 +227,7 @@ def discover(root, val_labels="", val_subset=False):
             f"validation labels name synsets with no train folder: "
             f"{', '.join(unknown[:10])}{' ...' if len(unknown) > 10 else ''} ({source})"
         )
-    return Layout(root, synsets, train, val, source)
+    return Layout(root, synsets, train, val, source, words=words)
 
 
 def _val_items(root, val_dir, label_file):
@@ -305,15 +313,28 @@ def _read_label_file(path):
     return {i + 1: wnid for i, wnid in enumerate(lines)}
 
 
-def devkit_synsets(meta):
-    """The devkit's meta.mat -> {ILSVRC2012_ID: WNID} (its 'synsets' struct array)."""
-    from scipy.io import loadmat  # only a devkit label file needs it
+def devkit_meta(meta, name=None):
+    """The devkit's meta.mat (a path or an open file; `name` for messages) -> ({ILSVRC2012_ID: WNID},
+    {WNID: words}) from its 'synsets' struct array."""
+    from scipy.io import loadmat  # only a devkit needs it
 
     try:
         synsets = loadmat(meta, squeeze_me=True, struct_as_record=False)["synsets"]
-    except (OSError, ValueError, KeyError, NotImplementedError) as exc:
-        raise StageError(f"{meta}: cannot read the devkit's synsets (ILSVRC2012_ID, WNID): {exc}") from None
-    return {int(s.ILSVRC2012_ID): str(s.WNID) for s in synsets}
+        ids = {int(s.ILSVRC2012_ID): str(s.WNID) for s in synsets}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, NotImplementedError) as exc:
+        raise StageError(f"{name or meta}: cannot read the devkit's synsets (ILSVRC2012_ID, WNID): {exc}") from None
+    return ids, {str(s.WNID): str(getattr(s, "words", "") or s.WNID) for s in synsets}
+
+
+def devkit_synsets(meta):
+    """The devkit's meta.mat -> {ILSVRC2012_ID: WNID}."""
+    return devkit_meta(meta)[0]
+
+
+def _holds_ids(path):
+    """Whether a label file is the devkit's ground truth (ILSVRC2012_IDs, not synsets)."""
+    with open(path, errors="replace") as f:
+        return f.readline().strip().isdigit()
 
 
 def _read_devkit_ground_truth(path, lines):
@@ -325,7 +346,11 @@ def _read_devkit_ground_truth(path, lines):
             f"{path} holds ILSVRC2012_IDs (the devkit's ground truth), which name synsets only through the "
             f"devkit's {DEVKIT_META}: put it beside the file ({meta}), as the devkit's data/ folder has it"
         )
-    ids = devkit_synsets(meta)
+    return devkit_labels(path, lines, devkit_synsets(meta), meta)
+
+
+def devkit_labels(path, lines, ids, meta):
+    """{image number: WNID} of the ground truth's `lines` (ILSVRC2012_IDs), through meta.mat's `ids`."""
     labels = {}
     for n, ln in enumerate(lines, start=1):
         if not ln.isdigit() or int(ln) not in ids:

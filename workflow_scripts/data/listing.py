@@ -81,6 +81,6 @@ def settling(root, settle_s, label_files=(), now=None):
         return None
     return (
         f"dataset.root {root}: {newest} changed {now - when:.0f} s ago, so the tree may still be being written "
-        f"(extracted or copied); the index reads it only once nothing in its image folders or label files has "
-        f"changed for dataset.settle_s = {settle_s:g} s. Run again once it is complete, or set dataset.settle_s: 0"
+        f"(extracted or copied); the index reads it only once nothing in its image folders, label files or archives "
+        f"has changed for dataset.settle_s = {settle_s:g} s. Run again once it is complete, or set dataset.settle_s: 0"
     )

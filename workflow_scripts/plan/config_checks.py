@@ -179,8 +179,14 @@ def check_config(config):
     for key in ("data_dir", "log_dir", "results_dir"):
         check_path(key, config[key], file_pattern=True)
         check_writable(key, config[key])
-    for key in ("root", "val_labels"):
+    for key in ("root", "val_labels", "train_tar", "val_tar", "devkit"):
         check_path(f"dataset.{key}", config["dataset"][key])
+    named = [key for key in ("train_tar", "val_tar", "devkit") if config["dataset"][key]]
+    if named and not config["dataset"]["root"]:
+        raise ConfigProblem(
+            f"config dataset.{named[0]} names an archive but dataset.root is empty, which means the embedded "
+            f"default. Fix: set dataset.root too, to the folder holding the archives (the others are looked for there)"
+        )
     if config["training"]["cuda_cache_dir"]:
         check_path("training.cuda_cache_dir", config["training"]["cuda_cache_dir"])
         check_writable("training.cuda_cache_dir", config["training"]["cuda_cache_dir"])

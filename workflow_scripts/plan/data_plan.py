@@ -6,7 +6,7 @@ import os
 
 from workflow_scripts.common import frameworks
 from workflow_scripts.common.errors import StageError
-from workflow_scripts.data import convert, layout, listing
+from workflow_scripts.data import convert, sources
 from workflow_scripts.plan.sweep import FORMAT_OF, ConfigProblem
 
 # The interpreter a format's jobs run with (its reader): the first framework that reads it, in the
@@ -32,19 +32,29 @@ class DataPlan:
         self.root = f"{self.data}/embedded/ILSVRC2012" if self.embedded else config["dataset"]["root"]
 
     def contents(self):
-        """The names under dataset.root and its label files, digested: a param of the index, which
-        reruns when an image is added, removed or renamed there (data/listing.py); "" for the
-        embedded dataset. A wrong path or a missing val label file is a ConfigProblem now, not an
-        error hours into a cluster job."""
+        """The names under dataset.root and its label files (or its archives' or parquet shards' sizes
+        and mtimes), digested: a param of the index, which reruns when an image is added, removed or
+        renamed there (data/listing.py) or an archive changes; "" for the embedded dataset. A wrong
+        path or a missing val label file or archive is a ConfigProblem now, not an error hours into a
+        cluster job."""
         if self.embedded:
             return ""
         dataset = self.config["dataset"]
         try:
-            found, agreeing = layout.check(self.root, dataset["val_labels"], dataset["val_subset"])
+            form, files = sources.check(
+                self.root, dataset["val_labels"], dataset["val_subset"], sources.archive_keys(dataset)
+            )
         except StageError as exc:
             raise ConfigProblem(str(exc)) from None
-        labels = [f for f in (found, *agreeing) if f]
-        return listing.fingerprint(layout.image_root(self.root), labels, f"{self.data}/.dataset-listing.json")
+        return sources.fingerprint(self.root, form, files, f"{self.data}/.dataset-listing.json")
+
+    def archive_args(self):
+        """The index's words of config dataset.train_tar, val_tar and devkit: only those set."""
+        return [
+            f"--{key.replace('_', '-')}={path}"
+            for key, path in sources.archive_keys(self.config["dataset"]).items()
+            if path
+        ]
 
     def check_earlier_copies(self):
         """A copy converted by an earlier version of the workflow is named with the one command that
