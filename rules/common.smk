@@ -101,8 +101,8 @@ if not IN_SLURM_JOB:
     parse_time(DATA_PLAN.check_earlier_copies)
 
 
-ACCURACY = TRAIN["long_test"]
-LONG_TEST_GPUS = PLAN.accuracy_gpus()
+LONG_TEST_CONFIG = TRAIN["long_test"]
+LONG_TEST_GPUS = PLAN.long_test_gpus()
 parse_time(PLAN.check_long_test)
 if not IN_SLURM_JOB:
     # Where sinfo answers: partitions that can hold every point, GPU types their nodes have.
@@ -139,7 +139,7 @@ SHAPE = JobShape(config, PLAN, SBATCH_EXTRA)
 POINTS = PointJobs(config, PLAN, COMMANDS, SHAPE, DATA_PLAN, TRAIN_ENV, workflow)
 # What a job of several processes at a sweep point asks SLURM for (plan/slurm_job.py).
 POINT_RESOURCES = per_job(SHAPE.point_resources, SWEEP[0])
-ACCURACY_RESOURCES = per_job(SHAPE.accuracy_resources, SWEEP[0])
+LONG_TEST_RESOURCES = per_job(SHAPE.long_test_resources, SWEEP[0])
 
 
 if not IN_SLURM_JOB:

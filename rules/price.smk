@@ -24,7 +24,7 @@ PRICE_JOBS = plan_price.done(
     [
         *plan_price.training_jobs(PRICE_READER, SWEEP, POINT_RESOURCES, PLAN.point_group, measured=PREFLIGHT_MEASURED),
         *plan_price.long_test_jobs(
-            PRICE_READER, LONG_TEST, ACCURACY_RESOURCES, ACCURACY["max_jobs"], PREFLIGHT_MEASURED
+            PRICE_READER, LONG_TEST, LONG_TEST_RESOURCES, LONG_TEST_CONFIG["max_jobs"], PREFLIGHT_MEASURED
         ),
         *plan_price.measured_checks(
             PRICE_READER.jobs("preflight", PREFLIGHT_PRICED, POINT_RESOURCES), PREFLIGHT_MEASURED

@@ -95,13 +95,13 @@ use rule train as long_test_run with:
         f"{LOGS}/train/{{system}}/accuracy/{{framework}}_{{precision}}_{{gpus}}gpu.bench.tsv"
     # Each job resumes the last one's checkpoint (train/checkpoint.py): up to max_jobs jobs, and
     # training.retries attempts that saved nothing.
-    retries: TRAIN["retries"] + ACCURACY["max_jobs"] - 1
+    retries: TRAIN["retries"] + LONG_TEST_CONFIG["max_jobs"] - 1
     resources:
-        **ACCURACY_RESOURCES,
+        **LONG_TEST_RESOURCES,
         attempt=lambda w, attempt: attempt,
         hang_start_s=TRAIN["hang_start_s"],
         hang_idle_s=TRAIN["hang_idle_s"],
     params:
         # results_dir (output = <results_dir>/runs/<system>/accuracy/<run>/summary.json)
         results_dir=lambda w, output: Path(output[0]).parents[4],
-        args=POINTS.accuracy_args,
+        args=POINTS.long_test_args,

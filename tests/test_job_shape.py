@@ -46,8 +46,8 @@ def test_a_system_without_gpu_requests_asks_for_none():
 
 
 def test_the_long_test_takes_its_own_time_limit_else_the_systems():
-    assert shape().accuracy_resources("pernode", 4)["runtime"] == 60
-    assert shape(training__long_test__time_min=600).accuracy_resources("pernode", 4)["runtime"] == 600
+    assert shape().long_test_resources("pernode", 4)["runtime"] == 60
+    assert shape(training__long_test__time_min=600).long_test_resources("pernode", 4)["runtime"] == 600
 
 
 def test_nccl_env_and_a_named_interface_reach_every_rank():

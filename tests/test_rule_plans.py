@@ -167,7 +167,7 @@ def test_parse_time_raises_a_config_problem_as_the_error_it_is_given():
 def preflight(**overrides):
     p = plans(**overrides)
     inputs = InputPlan(p.config, p.sweep, p.commands)
-    return PreflightPlan(p.config, p.sweep, p.sweep.sweep(), p.sweep.accuracy_gpus(), p.commands.env_keys, inputs)
+    return PreflightPlan(p.config, p.sweep, p.sweep.sweep(), p.sweep.long_test_gpus(), p.commands.env_keys, inputs)
 
 
 def test_preflight_checks_one_node_and_two_where_a_run_crosses_nodes():
@@ -233,7 +233,7 @@ def test_a_message_range_that_is_empty_is_refused_naming_the_keys():
 
 def int8(**overrides):
     p = plans(**overrides)
-    return Int8Plan(p.config, p.sweep, p.shape, p.data.cpu_job_resources(), p.sweep.accuracy_gpus(), lambda f: False)
+    return Int8Plan(p.config, p.sweep, p.shape, p.data.cpu_job_resources(), p.sweep.long_test_gpus(), lambda f: False)
 
 
 def test_the_embedded_default_scores_the_pipeline_weights_with_onnx_runtimes_settings():

@@ -97,7 +97,7 @@ SMALL = {
 def cluster_config(work, **overrides):
     """The embedded dataset on this cluster: one system of 1-task nodes, runs of 2 (both nodes); no
     job asks for more CPUs than a node has (a local run caps threads at --cores, SLURM does not).
-    Without the scale-out whitepaper's long test (tests/test_accuracy.py runs it locally): it would
+    Without the scale-out whitepaper's long test (tests/test_long_test.py runs it locally): it would
     add minutes of training to this run. The interpreters are bare ones, as a cluster's module or
     image has them: every job, and every rank on both nodes, finds the stage modules from the
     workflow's folder, the working directory being `work`."""

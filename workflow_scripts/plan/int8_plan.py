@@ -97,7 +97,7 @@ class Int8Plan:
         system = t["systems"][0]
         paths = sorted(self.sweep.run_inputs(system, "pytorch"), key=lambda i: i == "synthetic")
         if (paths[0] == "synthetic" or not self.embedded) and self.long_test_gpus:
-            return self.sweep.accuracy_run_dir(system, "pytorch", precision, max(self.long_test_gpus))
+            return self.sweep.long_test_run_dir(system, "pytorch", precision, max(self.long_test_gpus))
         # Otherwise synthetic weights are still quantized: the verdict table says their accuracy means
         # nothing (no better than guessing). A point left out, or waiting for its nodes, has trained
         # nothing yet: the largest that has, so that the stage and the verdict do not wait; the next

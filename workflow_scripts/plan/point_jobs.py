@@ -74,7 +74,7 @@ class PointJobs:
         """The trainer's command line of a sweep (short test) run (plan/commands.py)."""
         return self.commands.sweep_run(w.system, w.framework, w.precision, self.run_input(w))
 
-    def accuracy_args(self, w):
+    def long_test_args(self, w):
         """The trainer's command line of a long-test run (plan/commands.py)."""
         return self.commands.long_test_run(w.system, w.framework, w.precision, w.gpus)
 

@@ -103,7 +103,7 @@ class JobShape:
             "slurm_extra": self.slurm_extra(system, gpus),
         }
 
-    def accuracy_resources(self, system, gpus):
+    def long_test_resources(self, system, gpus):
         """The long test's jobs: its own time limit (training.long_test.time_min), else the system's."""
         own = self.config["training"]["long_test"]["time_min"]
         return {**self.point_resources(system, gpus), "runtime": own or self.resource(system, "time_min", None)}

@@ -132,10 +132,10 @@ class Sweep:
         suffix = self.input_suffix(system, framework, path) + repeat_suffix(repeat)
         return f"{self.results}/runs/{system}/{framework}_{precision}_{gpus}gpu{suffix}"
 
-    def accuracy_run_dir(self, system, framework, precision, gpus):
+    def long_test_run_dir(self, system, framework, precision, gpus):
         return f"{self.results}/runs/{system}/accuracy/{framework}_{precision}_{gpus}gpu"
 
-    def accuracy_gpus(self):
+    def long_test_gpus(self):
         """training.long_test.gpus: auto is the embedded default's long test (2 processes, its 3 short
         epochs) and none on a real dataset, where a long test is hours of a cluster: one runs there
         only where the config asks for it (docs/long-test.md)."""
@@ -196,8 +196,8 @@ class Sweep:
         """The scale-out whitepaper's long test, beside the sweep: the same systems, frameworks and
         precisions at its GPU counts, on real data through each framework's default input path."""
         return self._points(
-            self.accuracy_gpus(),
+            self.long_test_gpus(),
             "training.long_test.gpus",
-            lambda s, f, p, g, i, r: self.accuracy_run_dir(s, f, p, g),
+            lambda s, f, p, g, i, r: self.long_test_run_dir(s, f, p, g),
             lambda s, f: [self.effective_input(s, f, "auto")],
         )

@@ -28,7 +28,7 @@ from helpers import (
 from workflow_scripts.train import long_test
 
 FRAMEWORKS = CONFIG["training"]["frameworks"]
-ACCURACY = CONFIG["training"]["long_test"]
+LONG_TEST = CONFIG["training"]["long_test"]
 
 
 def run_of(work, framework, gpus=LONG_TEST_GPUS[0]):
@@ -111,7 +111,7 @@ def test_epoch_times_add_up_to_the_summary(pipeline_run, framework):
 def test_default_reaches_its_target_and_stops_there(pipeline_run, framework):
     run = run_of(pipeline_run, framework)
     recs, lt = epochs_of(run), summary_of(run)["long_test"]
-    target = ACCURACY["target_top1"]
+    target = LONG_TEST["target_top1"]
     first = next(r for r in recs if r["top1"] is not None and r["top1"] >= target)
     assert lt["reached"] is True and lt["target_top1"] == target
     assert lt["epoch_reached"] == first["epoch"] == recs[-1]["epoch"] == lt["epochs_run"]
@@ -121,7 +121,7 @@ def test_default_reaches_its_target_and_stops_there(pipeline_run, framework):
     # The step schedule: lr scaled to the global batch, divided by 10 from each milestone on.
     lr = CONFIG["training"]["lr"] * CONFIG["training"]["batch_per_gpu"][framework] * 2 / 256
     for r in recs:
-        assert r["lr"] == pytest.approx(lr * ACCURACY["decay"] ** sum(r["epoch"] > m for m in ACCURACY["milestones"]))
+        assert r["lr"] == pytest.approx(lr * LONG_TEST["decay"] ** sum(r["epoch"] > m for m in LONG_TEST["milestones"]))
     # Both ranks stopped together, holding the same weights.
     digests = [json.loads((run / f"rank{r}.json").read_text())["weights_sha256"] for r in (0, 1)]
     assert digests[0] == digests[1] and set(digests[0]) == {"after_step_1", "final"}
@@ -207,12 +207,12 @@ def test_table_has_one_row_per_long_test_run_with_the_runs_numbers(pipeline_run)
         s = summary_of(run)
         lt = s["long_test"]
         assert (row.gpus, row.nodes, row.epochs_run, row.epoch_reached) == (2, 1, lt["epochs_run"], lt["epoch_reached"])
-        assert bool(row.reached) is True and row.target_top1 == ACCURACY["target_top1"]
+        assert bool(row.reached) is True and row.target_top1 == LONG_TEST["target_top1"]
         for key in ("time_to_target_s", "final_top1", "final_top5", "train_s", "eval_s", "elapsed_s"):
             assert getattr(row, key) == pytest.approx(lt[key]), key
         assert row.train_images_per_s == pytest.approx(s["images_timed"] / lt["train_s"])
         assert row.jobs == 1 and pd.isna(row.resumed_at) and lt["resumed"] is False
-        assert str(row.milestones) == " ".join(f"{m:g}" for m in ACCURACY["milestones"]) and row.lr == pytest.approx(
+        assert str(row.milestones) == " ".join(f"{m:g}" for m in LONG_TEST["milestones"]) and row.lr == pytest.approx(
             0.0125
         )
         assert row.git_commit and s["provenance"]["code"]["commit"].startswith(row.git_commit)
@@ -241,9 +241,9 @@ def test_editing_a_long_test_key_reruns_only_the_long_test(pipeline_run):
         "conclusions": 1,
     }
     try:
-        pipeline_config(pipeline_run, training__long_test__target_top1=ACCURACY["target_top1"] + 1)
+        pipeline_config(pipeline_run, training__long_test__target_top1=LONG_TEST["target_top1"] + 1)
         assert planned_jobs(pipeline_run) == long_test_jobs
-        pipeline_config(pipeline_run, training__long_test__milestones=[1] if ACCURACY["milestones"] != [1] else [2])
+        pipeline_config(pipeline_run, training__long_test__milestones=[1] if LONG_TEST["milestones"] != [1] else [2])
         assert planned_jobs(pipeline_run) == long_test_jobs
         # and the sweep's own keys rerun only the sweep
         pipeline_config(pipeline_run, training__steps=PIPELINE_CONFIG["training"]["steps"] + 1)
@@ -258,7 +258,7 @@ def test_editing_a_long_test_key_reruns_only_the_long_test(pipeline_run):
     "key, value, why",
     [
         ("training__long_test__milestones", [3, 2], "config training.long_test.milestones = [3, 2]"),
-        ("training__long_test__milestones", [ACCURACY["epochs"]], "before the last epoch"),
+        ("training__long_test__milestones", [LONG_TEST["epochs"]], "before the last epoch"),
         ("training__long_test__gpus", [3], "config training.long_test.gpus = 3 cannot be placed on system 'local'"),
         ("training__long_test__target_top1", 120, "target_top1"),
     ],
