@@ -299,7 +299,7 @@ rule int8_throughput_run:
         f"{LOGS}/int8/throughput_{INFER_SYSTEM}_{ENGINE}.bench.tsv"
     conda:
         "../envs/torch.yaml"
-    threads: POINTS.alone_threads(INFER["threads"])
+    threads: POINTS.threads_to_run_alone(INFER["threads"])
     resources:
         **INT8_TIMED_RESOURCES,
     params:

@@ -24,7 +24,7 @@ from helpers import REPO, TRAINERS, interpreter, snakemake, trainer_command, tra
 
 from workflow_scripts.cluster import container_env, launcher
 from workflow_scripts.cluster import interpreter as interpreter_words
-from workflow_scripts.preflight import seams
+from workflow_scripts.preflight import owners
 
 STAND_IN = '''#!{python}
 """A stand-in for `apptainer exec [options] IMAGE PROGRAM ARGS...`: the environment as Apptainer
@@ -148,11 +148,11 @@ def test_preflight_says_not_bound_where_the_container_cannot_see_the_data(tmp_pa
     (data / "manifest.json").write_text(json.dumps({"format": "lmdb", "files": {}}))
     runtime, sif = stand_in(tmp_path, hidden=[str(tmp_path / "data")])
     python = [str(runtime), "exec", f"--bind={REPO}", f"--env=PYTHONPATH={REPO}", str(sif), sys.executable]
-    status, _, cause, fix = seams.dataset_check(data, "quick", python)
+    status, _, cause, fix = owners.dataset_check(data, "quick", python)
     assert status == "failed" and cause.startswith(f"not bound: {data / 'manifest.json'} is not visible"), cause
     assert str(sif) in cause and "--forcerun" not in fix and str(data) in fix, fix
     bound = [*python[:2], f"--bind={tmp_path / 'data'}", *python[2:]]
-    assert seams.dataset_check(data, "quick", bound)[0] == "ok"
+    assert owners.dataset_check(data, "quick", bound)[0] == "ok"
 
 
 GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "cpus_per_task": 1}}

@@ -152,7 +152,7 @@ def test_hyperthreads_count_as_half_a_core_and_preflight_warns_below_the_rule(
     from types import SimpleNamespace
 
     from workflow_scripts.preflight import check_rows, rank
-    from workflow_scripts.preflight.seams import thread_counts
+    from workflow_scripts.preflight.owners import thread_counts
 
     _hyperthreaded_node(tmp_path, 40)
     half = per_task // 2

@@ -260,7 +260,7 @@ def test_the_first_kernel_check_names_the_route_with_code_for_the_gpu(gpu):
 def test_preflights_kernel_row_names_the_other_pytorch_route():
     """In preflight's rank, torch 2.14.1 is the build that failed: the fix names the other route."""
     code = (
-        "import torch\nfrom workflow_scripts.preflight.seams import classify\n"
+        "import torch\nfrom workflow_scripts.preflight.owners import classify\n"
         f"print(classify(RuntimeError({V100_KERNEL!r}), 'pytorch', 'envs_gpu.pytorch')[1])"
     )
     proc = subprocess.run([interpreter("pytorch"), "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)

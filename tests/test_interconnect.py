@@ -231,7 +231,7 @@ def test_three_ranks_use_the_all_reduce_bus_factor_of_three(tmp_path):
 
 @pytest.mark.pipeline
 def test_standalone_tools_give_the_pipelines_figures(pipeline_run, tmp_path):
-    """What the lead runs on a bare GPU host: rows.py and prediction.py on the raw JSON alone."""
+    """What the lead runs on a bare GPU host: rows.py and efficiency_bounds.py on the raw JSON alone."""
     raw = pipeline_run / "results" / "interconnect" / "local" / "2gpu" / "torch.json"
     proc = subprocess.run(
         [
@@ -261,7 +261,7 @@ def test_standalone_tools_give_the_pipelines_figures(pipeline_run, tmp_path):
         [
             interpreter("pytorch"),
             "-m",
-            "workflow_scripts.interconnect.prediction",
+            "workflow_scripts.interconnect.efficiency_bounds",
             "--raw",
             str(raw),
             "--baseline-summary",

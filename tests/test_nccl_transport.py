@@ -18,7 +18,7 @@ from helpers import REPO, interpreter, snakemake, write_config
 
 from workflow_scripts.cluster import nccl_log, provenance
 from workflow_scripts.interconnect import bandwidth_rows as ic_rows
-from workflow_scripts.interconnect.prediction import library_note
+from workflow_scripts.interconnect.efficiency_bounds import library_note
 from workflow_scripts.preflight import gate, node, preflight_job
 from workflow_scripts.preflight.check_rows import FAILED, NA, OK
 

@@ -341,7 +341,7 @@ def test_a_truncated_lmdb_is_named_with_its_fix(passed, tmp_path):
 def test_a_missing_kernel_is_classified_as_the_builds_architecture():
     """The text PyTorch raises for a build without the GPU's architecture (MXNet cu117 on sm_90 says
     the same through CUDA) becomes the named cause and its fix, not a bare traceback."""
-    from workflow_scripts.preflight.seams import classify
+    from workflow_scripts.preflight.owners import classify
 
     cause, fix = classify(RuntimeError("CUDA error: no kernel image is available for execution on the device"))
     assert "no kernel image for this GPU" in cause and "sm" not in fix and "container" in fix

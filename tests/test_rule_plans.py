@@ -17,7 +17,7 @@ from workflow_scripts.plan.data_plan import DataPlan, conda_env, folders_of
 from workflow_scripts.plan.input_plan import InputPlan
 from workflow_scripts.plan.int8_plan import Int8Plan
 from workflow_scripts.plan.interconnect_plan import InterconnectPlan
-from workflow_scripts.plan.point_jobs import PointJobs, alone_threads, per_job
+from workflow_scripts.plan.point_jobs import PointJobs, per_job, threads_to_run_alone
 from workflow_scripts.plan.preflight_plan import PreflightPlan
 from workflow_scripts.plan.slurm_job import JobShape
 from workflow_scripts.plan.sweep import ConfigProblem, Sweep
@@ -132,10 +132,10 @@ def test_a_long_test_run_has_no_job_group():
 
 
 def test_a_measuring_job_takes_every_local_core_and_through_slurm_its_own_count():
-    assert alone_threads(2, local=True, cores=6) == 6
-    assert alone_threads(8, local=True, cores=6) == 8
-    assert alone_threads(2, local=True, cores=None) == 2  # a dry run without --cores
-    assert alone_threads(2, local=False, cores=6) == 2
+    assert threads_to_run_alone(2, local=True, cores=6) == 6
+    assert threads_to_run_alone(8, local=True, cores=6) == 8
+    assert threads_to_run_alone(2, local=True, cores=None) == 2  # a dry run without --cores
+    assert threads_to_run_alone(2, local=False, cores=6) == 2
     assert plans().points.point_threads(Wildcards(gpus="4")) == 6
 
 

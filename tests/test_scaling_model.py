@@ -14,7 +14,7 @@ import sys
 import pytest
 import yaml
 
-from workflow_scripts.interconnect.prediction import bounds
+from workflow_scripts.interconnect.efficiency_bounds import bounds
 from workflow_scripts.predict import brookhaven_busbw as bb
 from workflow_scripts.predict import collective_model as cm
 from workflow_scripts.predict import link_least_squares as lls

@@ -138,7 +138,7 @@ def scope_for(configured, sharing):
     """(the scope a run clears, why it is not the configured one or ""). A node-wide drop empties
     every process's cache on the node: only a run that holds its nodes alone may do it. sharing:
     slurm.job_sharing's answer for the run's job, None outside SLURM (a local run, which the
-    workflow runs alone: plan/point_jobs.py, alone_threads)."""
+    workflow runs alone: plan/point_jobs.py, threads_to_run_alone)."""
     if configured != "node" or sharing is None or sharing["exclusive"]:
         return configured, ""
     return "dataset", (

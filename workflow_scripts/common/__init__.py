@@ -12,7 +12,7 @@
 `metrics`         a run's per-iteration timing log and its summary (images/s, stability)
 `timing`          per-call timings of a repeated operation, warm-up excluded
 `input_bound`     whether a point's input can feed its GPUs (real against synthetic data)
-`guessing`        whether a classifier's score is what guessing gets
+`chance_level`    whether a classifier's score is what guessing gets
 `failed_runs`     the sweep's failed runs, and how to run only them again
 `workflow_lock`   one workflow at a time in a working directory
 `written_without` the points a table was written without while they wait for their nodes

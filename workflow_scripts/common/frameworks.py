@@ -26,7 +26,7 @@ class Framework:
     fp16_gradient_bytes: int  # bytes a gradient element all-reduces in an fp16 run (its mixed precision's)
     conda: str  # its environment's conda file, as the rules name it
     container: str  # NVIDIA's image with code for current GPUs, named by a fix (cluster/kernel_check.py)
-    threads: str  # the module of its thread rule: counts(), decode(), SPARE_ON_GPU (preflight/seams.py)
+    threads: str  # the module of its thread rule: counts(), decode(), SPARE_ON_GPU (preflight/owners.py)
 
     @property
     def horovod(self):

@@ -7,7 +7,7 @@ with the workflow's own interpreter.
 
     `split`            the val set split into calibration and scored images
     `val_images`       val images as the networks see them, from the LMDB
-    `files`            the stage's TSV lists of images, written whole or not at all
+    `image_lists`      the stage's TSV lists of images, written whole or not at all
     `networks`         the study's seven networks by config name
     `models`           those networks and where their weights come from
     `fetch_weights`    torchvision's weights fetched where snakemake runs, before any job needs them

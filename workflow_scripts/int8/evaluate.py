@@ -14,7 +14,7 @@ from ..cluster import cpus
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
 from . import engines, val_images
-from .files import write_tsv
+from .image_lists import write_tsv
 
 
 def top5(logits):

@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 
 from ..common.atomic import atomic_file
+from ..common.chance_level import describe, no_better_than_guessing
 from ..common.errors import StageError, run_main
-from ..common.guessing import describe, no_better_than_guessing
 from .networks import NETWORKS
 
 ACCURACY = (
@@ -100,7 +100,7 @@ def accuracy_rows(root, engine, models):
             "calibration_method": cache["method"],
             "calibration_images": cache["calibration_images"],
             "scored_images": n,
-            # the model's outputs: what guessing is measured against (common/guessing.py)
+            # the model's outputs: what guessing is measured against (common/chance_level.py)
             "classes": ev["fp32"].get("classes", ""),
             "activations": cache["activations"],
             "weights": w["source"] + (f" {w['file']}" if "file" in w else ""),

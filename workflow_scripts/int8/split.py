@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..common.atomic import write_json
 from ..common.errors import StageError, run_main
-from .files import read_tsv, write_tsv
+from .image_lists import read_tsv, write_tsv
 
 COLUMNS = ("position", "relpath", "label", "synset")
 KEY = "inference.calibration.batches"

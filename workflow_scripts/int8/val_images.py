@@ -15,7 +15,7 @@ from torchvision.transforms import v2 as T
 from ..common.errors import StageError
 from ..common.parallel import ordered_map
 from ..data.lmdb_dataset import LMDBImageNet
-from .files import read_tsv
+from .image_lists import read_tsv
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 

@@ -7,5 +7,5 @@ paper, section III and Fig. 2), and what it predicts for the training runs' scal
     `bandwidth_rows`       the table's rows from the stage's raw JSON
     `interconnect_table`   the stage's table
     `figure`               bus bandwidth by message size, as the Brookhaven paper's Fig. 2
-    `prediction`           what the all-reduce alone predicts for a training run's scaling
+    `efficiency_bounds`    what the all-reduce alone predicts for a training run's scaling
 """

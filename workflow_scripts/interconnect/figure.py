@@ -14,7 +14,7 @@ from matplotlib.ticker import FuncFormatter
 
 from ..common import written_without as waiting
 from ..common.plotting import empty_figure, plt, save_png, set_footer
-from .prediction import RESNET50_PARAMETERS
+from .efficiency_bounds import RESNET50_PARAMETERS
 
 TITLE = "Interconnect: bus bandwidth by message size"
 PANEL = {"all_reduce": "all-reduce", "broadcast": "broadcast"}

@@ -10,7 +10,7 @@ from workflow_scripts.common import frameworks
 from workflow_scripts.plan.sweep import FORMAT_OF, TRAINER_OF, repeat_of, repeat_suffix
 
 
-def alone_threads(fallback, local, cores):
+def threads_to_run_alone(fallback, local, cores):
     """Cores a measuring job (a training or long-test run, the interconnect measurement, a preflight
     check, an INT8 timed run) asks the local scheduler for: all of them (`cores`, None in a dry run
     without --cores), so that it never runs beside another job of the workflow, whatever the system
@@ -39,14 +39,14 @@ class PointJobs:
         self.data, self.train_env, self.workflow = data, train_env, workflow
         self.logs = config["log_dir"]
 
-    def alone_threads(self, fallback):
-        """alone_threads of the way this workflow runs its jobs."""
-        return alone_threads(fallback, self.workflow.local_exec, self.workflow.resource_settings.cores)
+    def threads_to_run_alone(self, fallback):
+        """threads_to_run_alone of the way this workflow runs its jobs."""
+        return threads_to_run_alone(fallback, self.workflow.local_exec, self.workflow.resource_settings.cores)
 
     def point_threads(self, w):
-        """A measuring job at a sweep point (training, interconnect, preflight): alone_threads; through
+        """A measuring job at a sweep point (training, interconnect, preflight): threads_to_run_alone; through
         SLURM one core per process (cpus_per_task sets each task's CPUs)."""
-        return self.alone_threads(int(w.gpus))
+        return self.threads_to_run_alone(int(w.gpus))
 
     def run_input(self, w):
         """The input path of a training job, from its run directory's name."""

@@ -8,7 +8,7 @@ import csv
 from dataclasses import dataclass
 
 from ..common.errors import StageError
-from ..interconnect import prediction as ic
+from ..interconnect import efficiency_bounds as ic
 from . import collective_model as cm
 from . import link_least_squares as lls
 from . import step_model as sm

@@ -19,7 +19,7 @@ Plain Python, as collective_model.py.
 
 from dataclasses import dataclass
 
-from ..interconnect.prediction import verdict
+from ..interconnect.efficiency_bounds import verdict
 
 # A measured efficiency within this of a bound counts as on it: the bounds are computed from
 # medians and the efficiency from means, so exact equality means nothing.

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from ..common.errors import StageError, run_main
-from ..interconnect.prediction import verdict
+from ..interconnect.efficiency_bounds import verdict
 from . import step_messages as msg
 from .brookhaven_busbw import BROOKHAVEN_COLUMNS, brookhaven_rows
 from .collective_model import Link, System

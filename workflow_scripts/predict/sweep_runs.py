@@ -12,7 +12,7 @@ from ..common import frameworks
 from ..common.errors import StageError
 from ..common.metrics import STABLE_CV
 from ..common.schema import default as config_default
-from ..interconnect import prediction as ic
+from ..interconnect import efficiency_bounds as ic
 from . import step_messages as msg
 from . import step_model as sm
 

@@ -8,8 +8,8 @@ training runs are, before the sweep queues hours of jobs (rules/preflight.smk).
     `fw_mxnet`        MXNet's
     `fw_pytorch`      PyTorch's
     `horovod_ranks`   what the two Horovod frameworks share in preflight
-    `markers`         per-rank progress markers, so a hung check says where it hung
-    `seams`           where preflight asks the module that owns an answer (kernel failures, threads, data)
+    `phase_markers`   per-rank progress markers, so a hung check says where it hung
+    `owners`          where preflight asks the module that owns an answer (kernel failures, threads, data)
     `input_task`      the input check's decode threads, once on a pair's first node
     `input_rows`      the input check's rows (judged by common/input_bound)
     `check_rows`      one checked item: what, where, its status, figure, cause and fix

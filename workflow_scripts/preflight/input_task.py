@@ -20,7 +20,7 @@ from ..cluster.rank_env import detect
 from ..common import frameworks
 from ..common.atomic import write_json
 from ..common.input_bound import cpu_decoding
-from .seams import decode_threads
+from .owners import decode_threads
 
 
 def rank_share(launch, ranks, allowed=None, node_cpus=None, env=None, root=cpus.CPU_ROOT):

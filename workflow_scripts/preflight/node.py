@@ -22,7 +22,7 @@ from pathlib import Path
 from ..cluster import page_cache, provenance
 from ..common.atomic import write_json
 from .check_rows import FAILED, NA, OK, row
-from .seams import dataset_check
+from .owners import dataset_check
 
 CACHE_FIX = (
     "fix or empty config training.cache_clear_command (empty: /proc/sys/vm/drop_caches where writable, "

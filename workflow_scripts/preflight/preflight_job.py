@@ -40,7 +40,7 @@ from ..common import input_bound, schema
 from ..common.atomic import write_json
 from ..common.errors import run_main
 from ..train.measuring_job import MeasuringJob, host
-from . import markers
+from . import phase_markers as markers
 from .check_rows import FAILED, NA, OK, WARN, merge, read_all, row
 
 HANG_FIX = (

@@ -8,7 +8,7 @@ The framework sees a GPU per task (of the system's type) and runs a tiny conv ne
 backward on it per precision; an all-reduce over all ranks through the framework's own path gives
 the right sum, and one of --allreduce-elements float32 values is timed; the CPUs this task may run on and
 the threads the trainer will start; on a node's first task, the telemetry sources. Each phase is
-marked (markers.py) before it starts. Writes DIR/rank<r>.json (rows); exits 1 if a check failed,
+marked (phase_markers.py) before it starts. Writes DIR/rank<r>.json (rows); exits 1 if a check failed,
 so that the launcher stops the other ranks rather than leaving them in a collective.
 """
 
@@ -26,8 +26,8 @@ from ..common import frameworks
 from ..common.atomic import write_json
 from ..train.harness import gpu_problem
 from .check_rows import FAILED, NA, OK, WARN, row
-from .markers import Markers
-from .seams import classify, spare_cores, thread_counts
+from .owners import classify, spare_cores, thread_counts
+from .phase_markers import Markers
 
 RESNET50_GRADIENTS = 25_557_032  # ResNet-50's trainable parameters: one step's fp32 gradients
 

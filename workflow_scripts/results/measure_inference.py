@@ -1,7 +1,7 @@
 """The verdict table's measures read from the INT8 stage's tables: INT8's speed-up over FP32 by batch
 size (Fig. 9) and the accuracy it loses (Table III)."""
 
-from ..common.guessing import describe, no_better_than_guessing
+from ..common.chance_level import describe, no_better_than_guessing
 from .guards import int8_caveats
 from .verdict_rules import Unmeasured, col, compare, result
 

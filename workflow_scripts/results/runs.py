@@ -10,7 +10,7 @@ import pandas as pd
 from ..cluster import netif
 from ..common import frameworks
 from ..common.input_bound import wait_share
-from ..interconnect.prediction import gradient_bytes
+from ..interconnect.efficiency_bounds import gradient_bytes
 from . import guards
 
 # Settings that legitimately differ between the points of one sweep; everything else in a run's

@@ -6,7 +6,7 @@ efficiency):
 writes training_throughput, scaling, fp16_vs_fp32, system_comparison, input_paths,
 storage_throughput and network_throughput (.csv and .md) from the sweep's run directories; with
 the interconnect stage's all-reduces, scaling also holds what communication alone predicts
-(interconnect/prediction.py).
+(interconnect/efficiency_bounds.py).
 
 training_throughput has one row per run (each repeat of a point its own); the comparisons have
 one row per point: the mean over its completed repeats with the lowest and highest beside it
@@ -25,7 +25,7 @@ from ..common import input_bound
 from ..common import written_without as waiting
 from ..common.errors import StageError, run_main
 from ..common.output import write_table
-from ..interconnect import prediction
+from ..interconnect import efficiency_bounds as prediction
 from . import guards, input_marks
 from . import runs as run_records
 from .point_tables import (

@@ -10,9 +10,9 @@ The measured efficiency (t1 / t_N with the same batch per GPU) lies between them
 communication is what a run loses; below the no-overlap bound something else costs time too.
 Plain Python, so that it also runs on a bare GPU host:
 
-    python3 -m workflow_scripts.interconnect.prediction --raw OUT/x.json \\
+    python3 -m workflow_scripts.interconnect.efficiency_bounds --raw OUT/x.json \\
         --baseline-step-s 0.0452 [--step-s 0.0466] [--gradient-bytes 102228128]
-    python3 -m workflow_scripts.interconnect.prediction --raw OUT/x.json \\
+    python3 -m workflow_scripts.interconnect.efficiency_bounds --raw OUT/x.json \\
         --baseline-summary RUN_1GPU/summary.json --summary RUN_2GPU/summary.json
 """
 
