@@ -2,15 +2,7 @@
 # whitepaper's long test, Fig. 35), and the captions `snakemake --report report.html` shows them with.
 
 
-TRAINING_TABLES = [
-    "training_throughput",
-    "scaling",
-    "fp16_vs_fp32",
-    "system_comparison",
-    "input_paths",
-    "storage_throughput",
-    "network_throughput",
-]
+TRAINING_TABLES = training_outputs.TABLES  # named once, with their writers (results/training_outputs.py)
 # The points each output is written without while they wait for their nodes (rules/common.smk).
 TRAINING_WAITING = json.dumps(WAITING.waiting((SWEEP, run_files), (IC_ALLREDUCE, interconnect_files)))
 LONG_TEST_WAITING = json.dumps(WAITING.waiting((LONG_TEST, run_files)))
@@ -20,14 +12,7 @@ EVERY_WAITING = json.dumps(EVERY_WAITING_POINTS)
 # The INT8 stage's tables, where its weights come from a run still waiting: the verdict does not wait
 # for them either, and says which findings they will decide.
 INT8_HELD = ["int8_accuracy", "int8_throughput"] if INT8_PLAN.weights_waiting() else []
-TRAINING_FIGURES = [
-    "fig2_scaling",
-    "fig4_6_system_comparison",
-    "fig5_fp16_vs_fp32",
-    "fig_input_paths",
-    "fig7_storage",
-    "fig8_network",
-]
+TRAINING_FIGURES = training_outputs.FIGURES
 
 
 rule training_tables:
@@ -38,7 +23,9 @@ rule training_tables:
         preflight=PREFLIGHT_INPUT_RESULTS,
     output:
         **{
-            t: report(f"{RESULTS}/{t}.csv", caption=f"../report/{t}.rst", category="Training", subcategory="Tables")
+            t: report(
+                f"{RESULTS}/{t}.csv", caption=training_outputs.caption(t), category="Training", subcategory="Tables"
+            )
             for t in TRAINING_TABLES
         },
         markdown=[f"{RESULTS}/{t}.md" for t in TRAINING_TABLES],
@@ -67,7 +54,10 @@ rule training_figures:
     output:
         **{
             f: report(
-                f"{RESULTS}/figures/{f}.png", caption=f"../report/{f}.rst", category="Training", subcategory="Figures"
+                f"{RESULTS}/figures/{f}.png",
+                caption=training_outputs.caption(f),
+                category="Training",
+                subcategory="Figures",
             )
             for f in TRAINING_FIGURES
         },

@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..common import written_without as waiting
 from ..common.plotting import empty_figure, plt, save_png, set_footer
+from . import training_outputs as names
 from .point_tables import at
 from .published import PUBLISHED
 from .telemetry_tables import network_panel_note, storage_panel_note
@@ -174,25 +175,32 @@ def main():
     a = ap.parse_args()
     set_footer(waiting.figure_line(a.waiting))
     t, out = Path(a.tables), Path(a.out_dir)
-    scaling(pd.read_csv(t / "scaling.csv"), out / "fig2_scaling.png")
-    system_comparison(pd.read_csv(t / "system_comparison.csv"), out / "fig4_6_system_comparison.png")
-    fp16_vs_fp32(pd.read_csv(t / "fp16_vs_fp32.csv"), out / "fig5_fp16_vs_fp32.png")
-    input_paths(pd.read_csv(t / "input_paths.csv"), out / "fig_input_paths.png")
-    runs = pd.read_csv(t / "training_throughput.csv")
+
+    def table(name):
+        return pd.read_csv(t / f"{name}.csv")
+
+    def png(name):
+        return out / f"{name}.png"
+
+    scaling(table(names.SCALING), png(names.FIG2))
+    system_comparison(table(names.SYSTEMS), png(names.FIG4_6))
+    fp16_vs_fp32(table(names.FP16_VS_FP32), png(names.FIG5))
+    input_paths(table(names.INPUT_PATHS), png(names.FIG_INPUT_PATHS))
+    runs = table(names.THROUGHPUT)
     _series(
         runs,
-        pd.read_csv(t / "storage_throughput.csv"),
+        table(names.STORAGE),
         ["read_MBps"],
-        out / "fig7_storage.png",
+        png(names.FIG7),
         "Fig. 7: storage read throughput during training",
         "read MB/s",
         storage_panel_note,
     )
     _series(
         runs,
-        pd.read_csv(t / "network_throughput.csv"),
+        table(names.NETWORK),
         ["send_MBps", "recv_MBps"],
-        out / "fig8_network.png",
+        png(names.FIG8),
         "Fig. 8: network throughput during training (one node)",
         "MB/s",
         network_panel_note,

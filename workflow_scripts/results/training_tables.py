@@ -28,6 +28,7 @@ from ..common.output import write_table
 from ..interconnect import efficiency_bounds as prediction
 from . import guards, input_marks
 from . import runs as run_records
+from . import training_outputs as names
 from .point_tables import (
     FP16_SHOWN,
     GUARDS,
@@ -313,7 +314,7 @@ def write_throughput(runs, out, notes):
     table = throughput(runs)
     write_table(
         table,
-        out / "training_throughput.csv",
+        out / f"{names.THROUGHPUT}.csv",
         "Training throughput, one row per run",
         TIMING + " isolated: whether anything else used the run's nodes in its timed window (docs/training.md"
         "#isolation). input_bound: whether the run's input fell short of its GPUs (input_capacity: its images/s a "
@@ -332,7 +333,7 @@ def write_scaling(runs, raws, out, notes):
     predicted = ["## What the interconnect predicts, run by run", "", *(f"- {x}" for x in sentences)]
     write_table(
         scaled,
-        out / "scaling.csv",
+        out / f"{names.SCALING}.csv",
         "Scaling: speedup and efficiency (Fig. 2)",
         "speedup = images/s at N GPUs / images/s at the baseline (the smallest GPU count run; the study's "
         "is 1 GPU); efficiency = measured / ideal, ideal = baseline images/s x N / baseline GPUs (the "
@@ -359,7 +360,7 @@ def write_comparisons(runs, out, notes):
     """FP16 against FP32, system against system, each input path against synthetic data."""
     write_comparison(
         fp16_vs_fp32(runs),
-        out / "fp16_vs_fp32.csv",
+        out / f"{names.FP16_VS_FP32}.csv",
         "FP16 vs FP32 (Fig. 5)",
         "fp16_gain_percent = (FP16 images/s / FP32 images/s - 1) x 100, same system, framework and GPUs. "
         "As they ran: " + (ran_as_note(runs) or "no completed run.") + " ",
@@ -373,7 +374,7 @@ def write_comparisons(runs, out, notes):
     )
     write_comparison(
         system_comparison(runs),
-        out / "system_comparison.csv",
+        out / f"{names.SYSTEMS}.csv",
         "System vs system (Fig. 4, Fig. 6)",
         "a_over_b_percent = (images/s on system a / images/s on system b - 1) x 100, same framework, "
         "precision and GPUs. ",
@@ -385,7 +386,7 @@ def write_comparisons(runs, out, notes):
     )
     write_comparison(
         input_paths(runs),
-        out / "input_paths.csv",
+        out / f"{names.INPUT_PATHS}.csv",
         "Input paths vs synthetic data",
         "Per point, images/s of each input path (training.inputs) and as a share of the same point's "
         "synthetic run (random tensors on the device: the step without I/O). cpu: decoding on the CPU "
@@ -406,7 +407,7 @@ def write_telemetry(runs, out, notes):
     """Storage and network throughput over each run, from its nodes' telemetry."""
     write_table(
         telemetry(runs, ["read_MBps"]),
-        out / "storage_throughput.csv",
+        out / f"{names.STORAGE}.csv",
         "Storage read throughput (Fig. 7)",
         "Per run and node: read MB/s of the file system the dataset was read from, from its own counters "
         "(docs/training.md, telemetry.<node>.csv), sampled every training.telemetry_interval s over the whole run "
@@ -416,7 +417,7 @@ def write_telemetry(runs, out, notes):
     )
     write_table(
         telemetry(runs, ["send_MBps", "recv_MBps"]),
-        out / "network_throughput.csv",
+        out / f"{names.NETWORK}.csv",
         "Network send/receive throughput (Fig. 8)",
         "Per run, node and interface (InfiniBand ports as ib:<hca>/<port>): MB/s sent and received, "
         "sampled every training.telemetry_interval s over the whole run; total_MB integrates it.",
