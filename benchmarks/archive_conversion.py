@@ -27,6 +27,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from benchmarks.conversion import run  # noqa: E402
 from workflow_scripts.cluster import page_cache  # noqa: E402
 from workflow_scripts.data import archives, embedded  # noqa: E402
 
@@ -84,18 +85,6 @@ def extract(packed, tree):
     seconds = time.perf_counter() - start
     files = [p for p in tree.rglob("*") if p.is_file()]
     return seconds, len(files), sum(p.stat().st_size for p in files)
-
-
-def run(python, module, *args):
-    proc = subprocess.run(
-        [str(REPO / python) if "/" in python else python, "-m", module, *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode:
-        sys.exit(f"{module} failed:\n{proc.stderr[-3000:]}")
-    return proc.stdout + proc.stderr
 
 
 def fmt(xs):

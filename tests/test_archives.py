@@ -8,16 +8,10 @@ import os
 
 import pytest
 from helpers import QUIRKY, run_stage
-from helpers.imagenet_forms import extract, make_archives
+from helpers.imagenet_forms import CONVERTERS, convert_all, extract, make_archives
 
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.data import embedded, sources
-
-CONVERTERS = (
-    ("tensorflow", "tfrecord", ["--train-shards", "3", "--val-shards", "2"]),
-    ("mxnet", "recordio", []),
-    ("pytorch", "lmdb_caffe2", []),
-)
 
 
 def _index(out, *args, check=True):
@@ -37,18 +31,7 @@ def _index(out, *args, check=True):
 
 def _convert(work, *index_args):
     _index(work / "index", *index_args)
-    for env, module, extra in CONVERTERS:
-        run_stage(
-            env,
-            f"workflow_scripts.data.{module}",
-            "--index",
-            work / "index",
-            "--out",
-            work / module,
-            "--threads",
-            "2",
-            *extra,
-        )
+    convert_all(work / "index", work)
     return work
 
 

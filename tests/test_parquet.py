@@ -6,19 +6,13 @@ import json
 
 import pytest
 from helpers import QUIRKY, run_stage
-from helpers.imagenet_forms import make_parquet
+from helpers.imagenet_forms import CONVERTERS, convert_all, make_parquet
 
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.data import embedded, sources
 
 pytestmark = pytest.mark.stage
 pytest.importorskip("pyarrow")  # envs/workflow.txt, tf-mxnet.txt and torch.txt have it
-
-CONVERTERS = (
-    ("tensorflow", "tfrecord", ["--train-shards", "3", "--val-shards", "2"]),
-    ("mxnet", "recordio", []),
-    ("pytorch", "lmdb_caffe2", []),
-)
 
 
 @pytest.fixture(scope="module")
@@ -31,18 +25,7 @@ def _convert(work, root, *args):
     run_stage(
         "workflow", "workflow_scripts.data.index", "--root", root, "--out", work / "index", "--threads", "2", *args
     )
-    for env, module, extra in CONVERTERS:
-        run_stage(
-            env,
-            f"workflow_scripts.data.{module}",
-            "--index",
-            work / "index",
-            "--out",
-            work / module,
-            "--threads",
-            "2",
-            *extra,
-        )
+    convert_all(work / "index", work)
     return work
 
 

@@ -121,3 +121,21 @@ def make_parquet(tree, out, rows_per_group=4, shards=2, mislabel=None):
             ).replace_schema_metadata({"huggingface": meta})
             pq.write_table(table, out / f"{split}-{s:05d}-of-{n:05d}.parquet", row_group_size=rows_per_group)
     return out
+
+
+# The three converters as the rules run them (rules/data.smk), on a small index: its shards few
+CONVERTERS = (
+    ("tensorflow", "tfrecord", ["--train-shards", "3", "--val-shards", "2"]),
+    ("mxnet", "recordio", []),
+    ("pytorch", "lmdb_caffe2", []),
+)
+
+
+def convert_all(index, out):
+    """Each converter of `index` into out/<module>, through its framework's interpreter."""
+    from . import run_stage  # the package's, which imports this module's siblings
+
+    for env, module, extra in CONVERTERS:
+        run_stage(
+            env, f"workflow_scripts.data.{module}", "--index", index, "--out", out / module, "--threads", "2", *extra
+        )
