@@ -73,8 +73,13 @@ def test_an_interpreter_that_does_not_run_is_refused_naming_the_key(tmp_path):
 
 @pytest.mark.stage
 def test_the_faked_a100_r535_cluster_submits_nothing_when_its_route_lacks_tensorrt(tmp_path):
+    """A run stops when the workflow is parsed, before any job is submitted, naming the route and
+    the install that fits its driver; a dry run (a plan, as `snakemake price`) names the same and
+    plans on, as it does for environments still to build (plan/unbuilt_envs.py)."""
     env = cluster(tmp_path, "a100_r535", tensorrt=None)
-    code, said = snakemake_slurm(tmp_path, env, "-n", "all", check=False)
+    code, planned = snakemake_slurm(tmp_path, env, "-n", "all", check=False)
+    assert code == 0 and "tensorrt does not import" in planned and "the plan goes on" in planned, planned[-2000:]
+    code, said = snakemake_slurm(tmp_path, env, "all", check=False)
     assert code != 0 and not submitted(said), said[-2000:]
     assert "config systems.a100_r535.envs.pytorch" in said and "tensorrt does not import" in said, said[-2000:]
     assert "bash envs/tensorrt.sh" in said and "tensorrt-cu12" in said and "tensorrt-cu13" not in said, said[-2000:]

@@ -53,9 +53,13 @@ def check(engine, key, value, words, repo, run=subprocess.run, unbuilt=None):
             f"not run here ({r['error']}): point {key} at the route's python"
         )
     why = engine_imports.missing(r)
-    if why:
-        raise ConfigProblem(
-            f"config {key} = {value!r} runs the INT8 stage's TensorRT jobs (inference.engine: tensorrt), but in "
-            f"{shown} {why}; {engine_imports.fix(value, r['torch_cuda'])}; or set inference.engine: onnxruntime"
-        )
+    if not why:
+        return None
+    problem = (
+        f"config {key} = {value!r} runs the INT8 stage's TensorRT jobs (inference.engine: tensorrt), but in "
+        f"{shown} {why}; {engine_imports.fix(value, r['torch_cuda'])}; or set inference.engine: onnxruntime"
+    )
+    if unbuilt is None:
+        raise ConfigProblem(problem)
+    unbuilt.note_lacking(problem)  # a dry run and the price plan on; a run stops at the parse's end
     return None

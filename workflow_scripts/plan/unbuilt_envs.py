@@ -29,6 +29,12 @@ class Unbuilt:
         """planning: plans_only's answer for this invocation."""
         self.planning = planning
         self.missing = {}  # config key -> (interpreter path, why it cannot be used, the setup command)
+        self.lacking = []  # what a built interpreter still lacks (TensorRT in an INT8 route), each with its fix
+
+    def note_lacking(self, problem):
+        """A built interpreter without a package a stage needs (plan/tensorrt_check.py): a plan names
+        it and goes on, a run refuses it with the interpreters still to build."""
+        self.lacking.append(problem)
 
     def note(self, key, path, problem, setup):
         self.missing.setdefault(key, (path, problem, setup))
@@ -46,17 +52,28 @@ class Unbuilt:
         )
 
     def settle(self):
-        """None where all are there; else, planning, the line to print; else a ConfigProblem."""
-        if not self.missing:
+        """None where all are there; else, planning, the lines to print; else a ConfigProblem."""
+        if not self.missing and not self.lacking:
             return None
-        where = "; DLSCALE_ENVS_DIR=<folder> builds them off the clone" if self.command() == GPU_SETUP else ""
         if self.planning:
-            return (
-                f"dlscale: environments still to build: {self.names()}: the plan goes on without them, a run "
-                f"refuses them; build them with '{self.command()}'{where} (docs/gpu-environments.md)"
+            return "\n".join(
+                [*self._to_build(), *(f"dlscale: {p}: the plan goes on, a run refuses it" for p in self.lacking)]
             )
-        problems = "; ".join(f"config {key}: {problem}" for key, (_, problem, _) in self.missing.items())
-        raise ConfigProblem(
-            f"{problems}: run '{self.command()}'{where}, or point each key at an interpreter (or a container) "
-            f"that has the packages of envs/ (a dry run and `snakemake price` plan without them)"
-        )
+        problems = []
+        if self.missing:
+            where = "; DLSCALE_ENVS_DIR=<folder> builds them off the clone" if self.command() == GPU_SETUP else ""
+            problems.append(
+                "; ".join(f"config {key}: {problem}" for key, (_, problem, _) in self.missing.items())
+                + f": run '{self.command()}'{where}, or point each key at an interpreter (or a container) that has "
+                f"the packages of envs/ (a dry run and `snakemake price` plan without them)"
+            )
+        raise ConfigProblem("; and ".join([*problems, *self.lacking]))
+
+    def _to_build(self):
+        if not self.missing:
+            return []
+        where = "; DLSCALE_ENVS_DIR=<folder> builds them off the clone" if self.command() == GPU_SETUP else ""
+        return [
+            f"dlscale: environments still to build: {self.names()}: the plan goes on without them, a run "
+            f"refuses them; build them with '{self.command()}'{where} (docs/gpu-environments.md)"
+        ]
