@@ -27,7 +27,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from benchmarks.conversion import run  # noqa: E402
+from benchmarks.conversion import add_sample_arguments, run  # noqa: E402
 from workflow_scripts.cluster import page_cache  # noqa: E402
 from workflow_scripts.data import archives, embedded  # noqa: E402
 
@@ -94,11 +94,7 @@ def fmt(xs):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--images", type=int, default=8000, help="train images (val adds 1/8 of that)")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--workdir", default="", help="keep the sample here instead of a temp dir")
-    ap.add_argument("--dry-run", action="store_true", help="check the arguments, print them and stop")
+    add_sample_arguments(ap, images=8000)
     a = ap.parse_args(argv)
     if a.dry_run:
         print(vars(a))

@@ -26,14 +26,20 @@ from workflow_scripts.data import embedded  # noqa: E402
 FORMATS = {"tfrecord": "tensorflow", "recordio": "mxnet", "lmdb_caffe2": "pytorch"}
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--images", type=int, default=2000, help="train images (val adds 1/8 of that)")
+def add_sample_arguments(ap, images):
+    """The flags the conversion benchmarks share: the sample's size, the threads, the repeats, where
+    the sample is kept, and a dry run that checks them."""
+    ap.add_argument("--images", type=int, default=images, help="train images (val adds 1/8 of that)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--quality", type=int, default=93, help="JPEG quality of the sample")
     ap.add_argument("--workdir", default="", help="keep the sample here instead of a temp dir")
     ap.add_argument("--dry-run", action="store_true", help="check the arguments, print them and stop")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_sample_arguments(ap, images=2000)
+    ap.add_argument("--quality", type=int, default=93, help="JPEG quality of the sample")
     a = ap.parse_args(argv)
     if a.dry_run:
         print(vars(a))
