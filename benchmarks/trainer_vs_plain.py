@@ -13,14 +13,14 @@ schema's defaults), with --out and, for real data, --data replaced. The plain lo
 (benchmarks/plain_loop.py, none of the pipeline's code) runs the same model, batch, precision, 16-bit
 type, fp32 math and torch.compile mode as the trainer resolves them on this GPU.
 
-An item's name: [plain-|real-|check-]POINT[@CPUS][+VARIANT]
+An item's name: [plain-|real-|check-]POINT[@CPUS][+VARIANT...]
   POINT      preset-fp32, preset-fp16, defaults-fp16
   plain-     the plain loop (else the pipeline's trainer on synthetic data)
   real-      the trainer on --data through the point's input path (DALI on a GPU)
   check-     preflight's input check of the point (preflight/preflight_job.py --only-input), judged
              as preflight's data table judges it
   @CPUS      the process bound to CPUs 0..CPUS-1 (taskset): a node's share of CPUs per GPU
-  +VARIANT   trainer words added (VARIANTS below), e.g. +lag0
+  +VARIANT   config values or trainer words (VARIANTS below), one or more, e.g. +lag1+threads4
 Items run in the order given, each --repeats times, the repeats of a list alternated (a, b, a, b);
 an item whose estimate no longer fits --budget-s is recorded as skipped. Writes OUT/results.json,
 OUT/results.md, and prints the table.
@@ -61,20 +61,24 @@ POINTS = {
     "preset-fp16": (("config.yaml", "presets/study.yaml"), {}, "fp16"),
     "defaults-fp16": (("config.yaml",), DEFAULTS, "fp16"),
 }
+# A variant is config values (applied to the point's config: the trainer's words and preflight's
+# check follow from it) or, for what no config key sets, the trainer's words.
 VARIANTS = {
-    "lag0": ["--loss-lag", "0"],
-    "lag1": ["--loss-lag", "1"],
+    "lag0": {"training.pytorch.loss_lag": 0},
+    "lag1": {"training.pytorch.loss_lag": 1},
     "tel0": ["--telemetry-interval", "0"],
-    "compile-default": ["--compile", "default"],
-    "compile-auto": ["--compile", "auto"],
+    "compile-default": {"training.pytorch.compile": "default"},
+    "compile-auto": {"training.pytorch.compile": "auto"},
     "ddp1": ["--ddp-one-rank"],
-    "mixed": ["--dali-decoder", "mixed"],
-    "mixed99": ["--dali-decoder", "mixed", "--hw-decoder-load", "0.99"],
+    "mixed": {"training.pytorch.dali_decoder": "mixed"},
+    "mixed99": {"training.pytorch.dali_decoder": "mixed", "training.pytorch.hw_decoder_load": 0.99},
     "read-every": [],  # the plain loop's --read-loss every
+    "pools2x": {"training.pytorch.dali_pinned_mb": 2048, "training.pytorch.dali_device_mb": 4096},
+    "prefetch8": {"training.pytorch.prefetch": 8},
+    "batch256": {"training.batch_per_gpu.pytorch": 128},  # x fp16's factor 2
 }
-for n in (2, 3, 4, 5, 8, 10, 11, 12, 13, 15):
-    VARIANTS[f"threads{n}"] = ["--loader-workers", str(n)]
-    VARIANTS[f"mixed-threads{n}"] = ["--dali-decoder", "mixed", "--loader-workers", str(n)]
+for n in range(1, 16):
+    VARIANTS[f"threads{n}"] = {"training.pytorch.loader_workers": n}
 EST_S = {"plain": 30, "synthetic": 30, "real": 35, "check": 60}
 
 
@@ -122,7 +126,7 @@ def override(config, word):
     node[leaf] = yaml.safe_load(value)
 
 
-def config_of(point):
+def config_of(point, variants=()):
     files, overlay, _ = POINTS[point]
     config = {}
     for f in files:
@@ -131,13 +135,17 @@ def config_of(point):
     merge(config, ONE_GPU)
     for word in OVERRIDES:
         override(config, word)
+    for name in variants:
+        if isinstance(VARIANTS[name], dict):
+            for key, value in VARIANTS[name].items():
+                override(config, f"{key}={json.dumps(value)}")
     schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
     return with_defaults(config, schema, schema)
 
 
-def trainer_words(point, data_source):
+def trainer_words(point, data_source, variants=()):
     """The sweep rule's trainer words for the point's run on synthetic data or on its input path."""
-    config = config_of(point)
+    config = config_of(point, variants)
     sweep = Sweep(config, True)
     commands = TrainerCommands(config, sweep, {(SYSTEM, FRAMEWORK): "envs.pytorch"})
     path = "synthetic" if data_source == "synthetic" else sweep.effective_input(SYSTEM, FRAMEWORK, "auto")
@@ -149,11 +157,19 @@ def parse_item(name):
     for prefix in ("plain", "real", "check"):
         if name.startswith(prefix + "-"):
             kind, name = prefix, name[len(prefix) + 1 :]
-    name, _, variant = name.partition("+")
+    name, *variants = name.split("+")
     point, _, cpus = name.partition("@")
-    if point not in POINTS or (variant and variant not in VARIANTS):
+    if point not in POINTS or any(v not in VARIANTS for v in variants):
         raise SystemExit(f"item {name!r}: points {', '.join(POINTS)}; variants {', '.join(VARIANTS)}")
-    return {"kind": kind, "point": point, "cpus": int(cpus) if cpus else None, "variant": variant}
+    return {"kind": kind, "point": point, "cpus": int(cpus) if cpus else None, "variant": "+".join(variants)}
+
+
+def variants_of(item):
+    return tuple(item["variant"].split("+")) if item["variant"] else ()
+
+
+def words_of(item):
+    return [w for v in variants_of(item) if isinstance(VARIANTS[v], list) for w in VARIANTS[v]]
 
 
 def pinned(cpus):
@@ -182,7 +198,7 @@ def resolved(words):
 
 
 def plain_command(item, out):
-    args, s = resolved(trainer_words(item["point"], "synthetic"))
+    args, s = resolved(trainer_words(item["point"], "synthetic", variants_of(item)))
     amp = str(s.amp_dtype).replace("torch.", "") if s.amp_dtype else "bfloat16"
     return [
         *pinned(item["cpus"]),
@@ -206,7 +222,7 @@ def plain_command(item, out):
         "--steps",
         str(args.steps),
         "--read-loss",
-        "every" if item["variant"] == "read-every" else "never",
+        "every" if "read-every" in variants_of(item) else "never",
         "--out",
         str(out),
     ]
@@ -214,8 +230,10 @@ def plain_command(item, out):
 
 def trainer_command(item, run_dir, data):
     real = item["kind"] == "real"
-    words = with_data(trainer_words(item["point"], "real" if real else "synthetic"), data if real else None)
-    words += VARIANTS[item["variant"]] if item["variant"] else []
+    words = with_data(
+        trainer_words(item["point"], "real" if real else "synthetic", variants_of(item)), data if real else None
+    )
+    words += words_of(item)
     return [*pinned(item["cpus"]), PY, "-m", "workflow_scripts.train.pytorch_ddp", *words, "--out", str(run_dir)]
 
 
@@ -223,7 +241,7 @@ def check_command(item, out, data):
     """Preflight's input check of the point, as its rule runs it on a node of the point's CPUs."""
     from benchmarks import input_check_run
 
-    config = config_of(item["point"])
+    config = config_of(item["point"], variants_of(item))
     config["training"]["precisions"] = [POINTS[item["point"]][2]]
     return [*pinned(item["cpus"]), *input_check_run.command(config, SYSTEM, FRAMEWORK, data, out, PY)]
 
@@ -347,11 +365,17 @@ def table(results):
     ratios = []
     for name, mean in means.items():
         item = parse_item(name)
-        if item["kind"] in ("synthetic", "real") and not item["variant"]:
-            at = f"@{item['cpus']}" if item["cpus"] else ""
-            for ref, what in ((f"plain-{item['point']}{at}", "plain loop"), (f"{item['point']}{at}", "synthetic")):
-                if ref in means and ref != name:
-                    ratios.append(f"- {name}: {mean / means[ref]:.1%} of {what} ({ref}, mean {means[ref]:,.0f})")
+        at = f"@{item['cpus']}" if item["cpus"] else ""
+        if item["kind"] == "synthetic" and not item["variant"]:
+            refs = [(f"plain-{item['point']}{at}", "plain loop")]
+        elif item["kind"] == "real":  # the same step on synthetic data: at the same CPUs, else on all
+            refs = [(f"{item['point']}{at}", "synthetic"), (item["point"], "synthetic")][: 2 if at else 1]
+        else:
+            refs = []
+        for ref, what in refs:
+            if ref in means:
+                ratios.append(f"- {name}: {mean / means[ref]:.1%} of {what} ({ref}, mean {means[ref]:,.0f})")
+                break
     return "\n".join(rows + [""] + ratios)
 
 

@@ -38,6 +38,7 @@ CASES = [
     ("gpu_dali_split_alone", "cuda", 1, REAL + ["--ddp-graph", "split"]),
     ("gpu_gpu_input", "cuda", 1, REAL + ["--input", "gpu"]),
     ("gpu_cpu_input", "cuda", 1, REAL + ["--input", "cpu"]),
+    ("gpu_dali_lag1", "cuda", 1, REAL + ["--loss-lag", "1"]),
     ("gpu_dali_small", "cuda", 1, ["--data", "LMDB", "--batch-per-gpu", "64", "--image-size", "112"]),
     (
         "gpu_dali_asked",
@@ -103,3 +104,9 @@ def test_a_synthetic_run_reads_its_loss_one_step_behind_whatever_the_input_says(
     reaches it, --input auto or not (docs/decisions.md#loss_lag). On a CPU, read at once."""
     assert resolved["gpu_synthetic"]["loss_lag"] == resolved["gpu_synthetic_dali"]["loss_lag"] == 1
     assert resolved["cpu_synthetic"]["loss_lag"] == resolved["cpu"]["loss_lag"] == 0
+
+
+def test_a_loss_lag_given_overrides_the_input_paths_rule(resolved):
+    """DALI's runs read each loss at their step's end under auto; training.pytorch.loss_lag 1 (the
+    flag --loss-lag 1) reads it one step behind there too."""
+    assert resolved["gpu_dali"]["loss_lag"] == 0 and resolved["gpu_dali_lag1"]["loss_lag"] == 1

@@ -39,6 +39,17 @@ def test_fp16_doubles_the_batch_and_only_pytorch_gets_its_own_flags():
     )
 
 
+def test_loss_lag_reaches_pytorchs_runs_only_where_set():
+    """training.pytorch.loss_lag is newer than runs on disk: at its default (auto) no word, so those
+    runs keep their params; set, every PyTorch run (and preflight's check, from the same words) is
+    told it, and no other framework is."""
+    assert "--loss-lag" not in commands().sweep_run("g", "pytorch", "fp16", "dali")
+    c = commands(training__pytorch__loss_lag=1)
+    assert value(c.sweep_run("g", "pytorch", "fp16", "dali"), "--loss-lag") == "1"
+    assert value(c.sweep_run("g", "pytorch", "fp32", "synthetic"), "--loss-lag") == "1"
+    assert "--loss-lag" not in c.sweep_run("g", "mxnet", "fp16", "cpu")
+
+
 def test_a_gpu_systems_runs_must_find_a_gpu_and_name_their_interpreter_key():
     args = commands().sweep_run("g", "mxnet", "fp16", "cpu")
     assert "--require-gpu" in args and value(args, "--env-key") == "envs_gpu.mxnet"

@@ -6,6 +6,8 @@ from ..common import schema as config_schema
 from ..train import trainer_flags
 from .sweep import FORMAT_OF
 
+ADDED_LATER = ("loss_lag",)  # training.pytorch keys newer than runs already on disk
+
 
 def per_rank_batch(training, framework, precision):
     """Images a rank steps through at once: training.batch_per_gpu's, times training.fp16_batch_factor
@@ -22,7 +24,8 @@ class TrainerCommands:
     def pytorch_args(self):
         """training.pytorch as pytorch_ddp's flags: every key of the schema's section,
         --<key-with-dashes> <value> (YAML true/false: on/off), in the schema's order."""
-        return config_schema.argv(self.train["pytorch"], "training.pytorch")
+        # keys added after sweeps were run: silent at their default, so those runs keep their words
+        return config_schema.argv(self.train["pytorch"], "training.pytorch", quiet=ADDED_LATER)
 
     def _args(self, system, framework, precision, path, mode_args):
         t = self.train

@@ -45,14 +45,6 @@ def add_experiment_args(ap):
         "step's loss is read (which waits for the GPU): auto, on with CUDA",
     )
     g.add_argument(
-        "--loss-lag",
-        choices=("auto", "0", "1"),
-        default="auto",
-        help="read each step's loss after the next step is queued (1) or before (0): with 1 the GPU "
-        "does not idle while the CPU reads the loss and launches the next step; auto: "
-        "pytorch_options' rule (docs/decisions.md#loss_lag)",
-    )
-    g.add_argument(
         "--ddp-one-rank",
         action="store_true",
         help="one process: still wrap the model in DistributedDataParallel over a process group of one "
