@@ -5,7 +5,7 @@ docs/interconnect.md ("Its own errors"), made from recorded figures alone, no GP
 
 Our own GPU points come from the table of recorded inputs in docs/benchmarks.md's section "The
 scaling model's errors (issue 52)", where each names the series it was measured in; the study on
-paper's and the Brookhaven paper's from workflow_scripts/predict/published_scaling.yaml; the
+paper's and the Brookhaven paper's from workflow_scripts/predict/paper_figures.yaml; the
 embedded default's from the tables the tests keep (tests/data/conclusions_tables/). Each point is
 set against the interval it was predicted with and, where another point of its workload can give
 the overlap, against its leave-one-out prediction; outside the interval it is a miss.

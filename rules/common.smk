@@ -25,20 +25,20 @@ from workflow_scripts.preflight import gate as preflight_gate  # noqa: E402
 from workflow_scripts.results import training_outputs  # noqa: E402
 
 # fn(*args)'s value; a ConfigProblem becomes the WorkflowError that stops the workflow, naming the key.
-parse_time = config_checks.raising(WorkflowError)
+stop_on_problem = config_checks.raising(WorkflowError)
 
 with open(workflow.source_path("../schemas/config.schema.yaml")) as _schema:
     # A misspelt key in a few lines, not the validator's whole config and schema around it.
-    parse_time(config_checks.unknown_keys, config, yaml.safe_load(_schema))
+    stop_on_problem(config_checks.unknown_keys, config, yaml.safe_load(_schema))
 validate(config, workflow.source_path("../schemas/config.schema.yaml"))
 
 
 # $USER, ${SCRATCH} and ~ in the path keys, as a shell would read them (a folder named $USER otherwise).
-parse_time(config_checks.expand_paths, config)
-parse_time(config_checks.check_config, config)
+stop_on_problem(config_checks.expand_paths, config)
+stop_on_problem(config_checks.check_config, config)
 with open(workflow.source_path("../config.yaml")) as _shipped:
-    parse_time(config_checks.check_not_laptop_settings, config, yaml.safe_load(_shipped))
-SBATCH_EXTRA = {name: parse_time(config_checks.sbatch_words, config, name) for name in config["systems"]}
+    stop_on_problem(config_checks.check_not_laptop_settings, config, yaml.safe_load(_shipped))
+SBATCH_EXTRA = {name: stop_on_problem(config_checks.sbatch_words, config, name) for name in config["systems"]}
 
 DATA = config["data_dir"]
 LOGS = config["log_dir"]
@@ -60,7 +60,7 @@ PATH_BLOCKED = (
 UNBUILT = unbuilt_envs.Unbuilt(unbuilt_envs.plans_only(sys.argv))
 PY = {
     env: interpreter.job_words(
-        parse_time(
+        stop_on_problem(
             config_checks.interpreter_words,
             f"envs.{env}",
             value,
@@ -80,7 +80,7 @@ DATA_PLAN = DataPlan(config)
 EMBEDDED = DATA_PLAN.embedded
 DATASET_ROOT = DATA_PLAN.root
 # A param of the index (data_plan.py); a wrong path or a missing val label file stops the run now.
-DATASET_CONTENTS = parse_time(DATA_PLAN.contents)
+DATASET_CONTENTS = stop_on_problem(DATA_PLAN.contents)
 CONV = config["conversion"]
 # The CPU stages' SLURM partition and time limit (config cpu_jobs), where set.
 CPU_JOB_RESOURCES = DATA_PLAN.cpu_job_resources()
@@ -99,26 +99,26 @@ IN_SLURM_JOB = "SLURM_JOB_ID" in os.environ  # the Snakefile is parsed again ins
 if not IN_SLURM_JOB:
     # a copy converted before a conversion's output was its done.json: named, with the command
     # that marks it, so that it is not converted again (nothing is written while parsing)
-    parse_time(DATA_PLAN.check_earlier_copies)
+    stop_on_problem(DATA_PLAN.check_earlier_copies)
 
 
 LONG_TEST_CONFIG = TRAIN["long_test"]
 LONG_TEST_GPUS = PLAN.long_test_gpus()
-parse_time(PLAN.check_long_test)
+stop_on_problem(PLAN.check_long_test)
 if not IN_SLURM_JOB:
     # Where sinfo answers: partitions that can hold every point, GPU types their nodes have.
-    PLAN.short_now = parse_time(cluster_checks.check_cluster, config, placement, LONG_TEST_GPUS)
+    PLAN.short_now = stop_on_problem(cluster_checks.check_cluster, config, placement, LONG_TEST_GPUS)
     PLAN.max_minutes = cluster_checks.max_minutes(config)
     for line in PLAN.short_lines():
         print(line, file=sys.stderr)
 
 
-SWEEP = parse_time(PLAN.sweep)
-LONG_TEST = parse_time(PLAN.long_test)
+SWEEP = stop_on_problem(PLAN.sweep)
+LONG_TEST = stop_on_problem(PLAN.long_test)
 
 # Every training interpreter the sweep uses exists (or names its container), checked now.
 TRAIN_ENV = {
-    (s, f): parse_time(config_checks.framework_env, config, s, f, REPO, UNBUILT)
+    (s, f): stop_on_problem(config_checks.framework_env, config, s, f, REPO, UNBUILT)
     for s in TRAIN["systems"]
     for f in TRAIN["frameworks"]
 }
@@ -144,7 +144,7 @@ LONG_TEST_RESOURCES = per_job(SHAPE.long_test_resources, SWEEP[0])
 
 
 if not IN_SLURM_JOB:
-    parse_time(cluster_checks.check_horovod_controller, config, LONG_TEST_GPUS, shutil.which("srun") is not None)
+    stop_on_problem(cluster_checks.check_horovod_controller, config, LONG_TEST_GPUS, shutil.which("srun") is not None)
 
 
 # One workflow at a time in this directory (workflow_scripts/common/workflow_lock.py): taken by the
@@ -164,7 +164,7 @@ def stop_on_term():
 def settle_unbuilt():
     """The interpreters every stage noted as not built yet: named in one line where the invocation
     only plans, else the stop of the workflow."""
-    line = parse_time(UNBUILT.settle)
+    line = stop_on_problem(UNBUILT.settle)
     if line:
         print(line, file=sys.stderr)
 

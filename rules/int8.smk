@@ -16,22 +16,22 @@ ENGINE = INT8_PLAN.engine
 CALIB = INFER["calibration"]
 THROUGHPUT = INFER["throughput"]
 BATCH_SIZES = INT8_PLAN.batch_sizes()
-for line in parse_time(INT8_PLAN.check):
+for line in stop_on_problem(INT8_PLAN.check):
     print(line, file=sys.stderr)
-INFER_SYSTEM = parse_time(INT8_PLAN.system)
+INFER_SYSTEM = stop_on_problem(INT8_PLAN.system)
 # The jobs that run an engine on inference.system's nodes run its PyTorch route, as its training
 # runs do (systems.<name>.envs.pytorch, else envs_gpu or envs): a GPU generation or driver that needs
 # the CUDA 12 build gets it for INT8 too. Export, calibration and quantization are CPU jobs: envs.pytorch.
-INT8_ENV_KEY, INT8_ENV = parse_time(config_checks.framework_env, config, INFER_SYSTEM, "pytorch", REPO, UNBUILT)
+INT8_ENV_KEY, INT8_ENV = stop_on_problem(config_checks.framework_env, config, INFER_SYSTEM, "pytorch", REPO, UNBUILT)
 INT8_PY = interpreter.job_words(INT8_ENV, REPO, PATH_BLOCKED)
 INT8_ROUTE = config_checks.framework_config(config, INFER_SYSTEM, "pytorch")[1]
 # A container route is asked on a node instead, and the engine builds wait for its answer.
 INT8_ENGINE_CHECKS = INT8_PLAN.engine_checks(INT8_ROUTE)
-ACTIVATIONS = parse_time(INT8_PLAN.activations)
+ACTIVATIONS = stop_on_problem(INT8_PLAN.activations)
 # After the config's own checks: TensorRT and pycuda import in the route, or nothing is submitted
 # (plan/tensorrt_check.py).
 if not IN_SLURM_JOB:
-    parse_time(tensorrt_check.check, ENGINE, INT8_ENV_KEY, INT8_ROUTE, INT8_ENV, REPO, unbuilt=UNBUILT)
+    stop_on_problem(tensorrt_check.check, ENGINE, INT8_ENV_KEY, INT8_ROUTE, INT8_ENV, REPO, unbuilt=UNBUILT)
 INT8_MODELS = list(INFER["models"])
 TORCH_HOME = INT8_PLAN.torch_home
 # What the stage's jobs ask SLURM for (plan/int8_plan.py), named once: the rules and the price

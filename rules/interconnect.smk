@@ -8,8 +8,8 @@ from workflow_scripts.plan.interconnect_plan import InterconnectPlan  # noqa: E4
 
 # What config.yaml's interconnect section means for each sweep point (plan/interconnect_plan.py).
 IC = InterconnectPlan(config, PLAN, REPO, UNBUILT)
-parse_time(IC.check)
-parse_time(IC.note_envs)
+stop_on_problem(IC.check)
+stop_on_problem(IC.note_envs)
 NCCL_TESTS = IC.nccl_tests
 IC_POINTS = IC.points()
 # The measurements scaling.csv's predictions read: the all-reduces at each system and GPU count > 1.
@@ -41,7 +41,7 @@ rule interconnect_collectives:
         cuda_cache=TRAIN["cuda_cache_dir"],
         # The launcher runs on the host (it calls srun); the ranks in the system's PyTorch environment.
         launcher=PY["workflow"],
-        py=lambda w: parse_time(IC.python, w),
+        py=lambda w: stop_on_problem(IC.python, w),
         launch=POINTS.geometry_args,
         args=IC.args,
         device=IC.device,

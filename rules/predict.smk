@@ -1,7 +1,7 @@
 # What the interconnect and the sweep predict past the largest machine run (docs/interconnect.md,
 # "Predicting past the largest machine measured"): the all-reduce model fitted to the interconnect
 # table and the sweep's runs, for every GPU count up to prediction.max_gpus; and the same model on
-# the study's own hardware, from workflow_scripts/predict/published_scaling.yaml alone.
+# the study's own hardware, from workflow_scripts/predict/paper_figures.yaml alone.
 
 from workflow_scripts.plan.prediction_args import prediction_args
 
@@ -45,7 +45,7 @@ rule scaling_prediction:
 
 rule study_on_paper:
     input:
-        str(REPO / "workflow_scripts" / "predict" / "published_scaling.yaml"),
+        str(REPO / "workflow_scripts" / "predict" / "paper_figures.yaml"),
     output:
         csv=report(
             f"{RESULTS}/study_on_paper.csv",

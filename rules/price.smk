@@ -51,7 +51,7 @@ PRICE_JOBS = plan_price.done(
     os.path.exists,
 )
 if not IN_SLURM_JOB and not plan_price.targets_only_price(sys.argv, [*(r.name for r in workflow.rules), "price"]):
-    parse_time(plan_price.check_budget, PRICE_JOBS, config["budget_gpu_hours"])
+    stop_on_problem(plan_price.check_budget, PRICE_JOBS, config["budget_gpu_hours"])
 
 
 rule price:

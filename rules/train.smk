@@ -86,7 +86,7 @@ use rule train as long_test_run with:
         data=POINTS.dataset_of,
         checked=POINTS.checked_of,
         preflight=lambda w: ancient(PREFLIGHT.passed(w)),
-        fits=lambda w: parse_time(cluster_checks.long_test_inputs, config, LONG_TEST, workflow.local_exec),
+        fits=lambda w: stop_on_problem(cluster_checks.long_test_inputs, config, LONG_TEST, workflow.local_exec),
     output:
         f"{RESULTS}/runs/{{system}}/accuracy/{{framework}}_{{precision}}_{{gpus}}gpu/summary.json",
     log:

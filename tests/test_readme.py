@@ -9,7 +9,7 @@ a test runs it. Relative links of README.md and docs/ must name an existing file
 file or folder of the checkout, and it names every package (folder) of workflow_scripts/, one line
 each, not their modules: those are each package's own map, its `__init__.py` docstring, which must
 name every module, data file and subpackage of the package in backticks (`sweep`,
-`published_v100.yaml`). So a package added fails here until the README places it, and a module
+`study_v100_figures.yaml`). So a package added fails here until the README places it, and a module
 added, renamed or moved fails until its package's docstring does."""
 
 import ast

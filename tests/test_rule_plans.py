@@ -154,11 +154,11 @@ def test_the_long_test_is_asked_whether_it_fits_only_through_slurm(tmp_path):
     assert long_test_inputs(config, "not asked", local=True) == []
 
 
-def test_parse_time_raises_a_config_problem_as_the_error_it_is_given():
-    parse_time = config_checks.raising(KeyError)
-    assert parse_time(max, 1, 3) == 3
+def test_stop_on_problem_raises_a_config_problem_as_the_error_it_is_given():
+    stop_on_problem = config_checks.raising(KeyError)
+    assert stop_on_problem(max, 1, 3) == 3
     with pytest.raises(KeyError, match="config x"):
-        parse_time(config_checks.check_path, "x", "a\nb")
+        stop_on_problem(config_checks.check_path, "x", "a\nb")
 
 
 # --- preflight_plan ---

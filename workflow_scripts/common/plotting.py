@@ -1,6 +1,6 @@
 """What the figure modules share: a headless matplotlib, whole-file PNG output, and a figure that
 says why it has nothing to show. (The study's published figures, which only results/ draws, are
-results/published.py's.)"""
+results/study_figures.py's.)"""
 
 import textwrap
 

@@ -1,7 +1,7 @@
 """Parse-time checks of config.yaml beyond its schema: each refuses, naming the key, what would
 otherwise fail mid-run (a path no job can carry, an output directory nobody can write, a system
 that is not defined, an interpreter that is not there). The rules turn a ConfigProblem into
-Snakemake's WorkflowError (rules/common.smk, parse_time)."""
+Snakemake's WorkflowError (rules/common.smk, stop_on_problem)."""
 
 import difflib
 import os
@@ -322,13 +322,13 @@ def framework_env(config, system, framework, repo, unbuilt=None):
 
 
 def raising(error):
-    """parse_time(fn, *args): fn's value, a ConfigProblem raised as `error` (the rules pass
+    """stop_on_problem(fn, *args): fn's value, a ConfigProblem raised as `error` (the rules pass
     Snakemake's WorkflowError, which stops the workflow naming the key, without a traceback)."""
 
-    def parse_time(fn, *args, **kwargs):
+    def stop_on_problem(fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except ConfigProblem as problem:
             raise error(str(problem)) from None
 
-    return parse_time
+    return stop_on_problem

@@ -11,6 +11,6 @@
     `scaling_prediction`    what is predicted past the largest machine run
     `prediction_figure`     its figure
     `study_on_paper`        the model on the study's own hardware, beside its measured speedups
-    `published_figures`     an entry of `published_scaling.yaml` (the source documents' figures)
+    `paper_entries`         an entry of `paper_figures.yaml` (the source documents' figures)
     `brookhaven_busbw`      the model's bus bandwidth against the Brookhaven paper's measured one
 """

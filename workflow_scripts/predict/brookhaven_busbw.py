@@ -1,11 +1,11 @@
 """The model's bus bandwidth against the Brookhaven paper's measured all-reduce bandwidths, from
-published_scaling.yaml: on each system the paper timed, its measured busbw beside the links' stated
+paper_figures.yaml: on each system the paper timed, its measured busbw beside the links' stated
 GB/s and the busbw the model (collective_model.py) gives on links of that stated speed."""
 
 import math
 
 from .collective_model import GB, Link, System
-from .published_figures import value, where
+from .paper_entries import value, where
 
 BROOKHAVEN_BYTES = 2**30  # the largest size of its Fig. 2
 # one flat ring (NCCL_ALGO=Ring), NCCL's tree (NCCL_ALGO=Tree), Horovod's hierarchical all-reduce

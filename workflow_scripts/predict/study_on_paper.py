@@ -1,5 +1,5 @@
 """The study on paper: the all-reduce model (collective_model.py) run on the study's own hardware
-and set beside the study's measured speedups, from published_scaling.yaml alone. For every
+and set beside the study's measured speedups, from paper_figures.yaml alone. For every
 framework it says how much of the loss at the largest measured point communication explains,
 and the Brookhaven paper's measured bus bandwidths are set beside the links' stated ones
 (brookhaven_busbw.py).
@@ -25,10 +25,10 @@ from ..interconnect.efficiency_bounds import verdict
 from . import step_messages as msg
 from .brookhaven_busbw import BROOKHAVEN_COLUMNS, brookhaven_rows
 from .collective_model import Link, System
-from .published_figures import resolve, value, where
+from .paper_entries import resolve, value, where
 from .step_model import Workload, allreduce_at, bounds, hideable_at, powers_of_two
 
-YAML = Path(__file__).with_name("published_scaling.yaml")
+YAML = Path(__file__).with_name("paper_figures.yaml")
 
 COLUMNS = [
     "setup",
@@ -355,7 +355,7 @@ def markdown(table, brookhaven, doc, command):
     ]
     parts = [
         "# The study on paper",
-        f"Made by `{command}` from `workflow_scripts/predict/published_scaling.yaml` alone. Efficiency is "
+        f"Made by `{command}` from `workflow_scripts/predict/paper_figures.yaml` alone. Efficiency is "
         "speedup / GPUs; the model's interval runs from no overlap to all the all-reduce can hide behind "
         "the backward pass (never its last message; nothing where the gradients go out as one message). "
         "Communication's share: the loss the all-reduce would cause with no overlap, over the measured loss "
@@ -402,7 +402,7 @@ def parse_overrides(items):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--yaml", default=str(YAML), help="default: published_scaling.yaml beside this module")
+    ap.add_argument("--yaml", default=str(YAML), help="default: paper_figures.yaml beside this module")
     ap.add_argument("--out-csv", required=True)
     ap.add_argument("--out-md", required=True)
     ap.add_argument("--brookhaven-csv", help="also write the Brookhaven comparison as CSV")

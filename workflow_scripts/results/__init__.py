@@ -11,7 +11,7 @@
 `time_to_accuracy`        the long test's table
 `accuracy_figure`         the long test's figure (the scale-out whitepaper's Fig. 35)
 `inference_figures`       Fig. 9 and Table III beside the study's own figures
-`published`               reads `published_v100.yaml`, the study's own figures, for the figures
+`study_figures`           reads `study_v100_figures.yaml`, the study's own figures, for the figures
 `conclusions`             the verdict table: the findings of `study_findings.yaml`, each decided
 `conclusions_measure`     how each kind of finding is measured (MEASURE)
 `measure_training`        the measures read from the training tables

@@ -15,7 +15,7 @@ import pandas as pd
 from ..common.output import write_table
 from ..common.plotting import empty_figure, plt, save_png
 from .guards import int8_caveats
-from .published import PUBLISHED
+from .study_figures import STUDY_FIGURES
 
 
 def fig9(throughput, path):
@@ -73,7 +73,7 @@ BESIDE_STUDY_SHOWN = [
 
 
 def beside_study(accuracy):
-    study = pd.DataFrame(PUBLISHED["int8_accuracy"])
+    study = pd.DataFrame(STUDY_FIGURES["int8_accuracy"])
     study["diff_top1"] = study.fp32_top1 - study.int8_top1
     study["diff_top5"] = study.fp32_top5 - study.int8_top5
     cols = ["fp32_top1", "fp32_top5", "int8_top1", "int8_top5", "diff_top1", "diff_top5"]

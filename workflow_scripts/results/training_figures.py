@@ -17,7 +17,7 @@ from ..common import written_without as waiting
 from ..common.plotting import empty_figure, plt, save_png, set_footer
 from . import training_outputs as names
 from .point_tables import at
-from .published import PUBLISHED
+from .study_figures import STUDY_FIGURES
 from .telemetry_tables import network_panel_note, storage_panel_note
 
 
@@ -52,7 +52,7 @@ def scaling(table, path):
         top = t.gpus.max()
         base = t.baseline_gpus.min()
         ax.plot([base, top], [1, top / base], "k--", lw=1, label="ideal")
-        for p in PUBLISHED["speedup"]:
+        for p in STUDY_FIGURES["speedup"]:
             ax.plot(p["gpus"], p["speedup"], "x", ms=8, label=f"study V100-PCIe: {p['framework']} {p['precision']}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
@@ -93,7 +93,7 @@ def fp16_vs_fp32(table, path):
     fig, ax = plt.subplots(figsize=(max(6, len(table) * 0.9), 4.5))
     labels = [f"{r.system} {r.framework} {r.gpus}GPU" for r in table.itertuples()]
     _bars(ax, labels, {"FP32": table.fp32_images_per_s.tolist(), "FP16": table.fp16_images_per_s.tolist()})
-    gain = PUBLISHED["fp16_gain_percent"]
+    gain = STUDY_FIGURES["fp16_gain_percent"]
     ax.set(title=f"{title} (study, V100: FP16 {gain['low']}-{gain['high']}% faster)", ylabel="images/s")
     for x, r in enumerate(table.itertuples()):
         ax.annotate(f"{r.fp16_gain_percent:+.0f}%", (x + 0.2, r.fp16_images_per_s), ha="center", fontsize=8)

@@ -1,4 +1,4 @@
-"""An entry of published_scaling.yaml, as the study on paper and the Brookhaven comparison read it:
+"""An entry of paper_figures.yaml, as the study on paper and the Brookhaven comparison read it:
 its figure, following {ref: a.b.c} to the one it repeats, and where that figure comes from."""
 
 
