@@ -7,7 +7,7 @@
     python3 -m benchmarks.trainer_vs_plain --data LMDB --items real-preset-fp16@12 --out OUT
 
 A point is a config the pipeline runs: `preset` is config.yaml + presets/study.yaml, `defaults` is
-config.yaml at a GPU's size (DEFAULTS below); its precision picks the run. The trainer's command
+config.yaml at a GPU's size (study_points.DEFAULTS); its precision picks the run. The trainer's command
 line is the one the sweep's rule gives that run (plan/commands.py, from the config with the
 schema's defaults), with --out and, for real data, --data replaced. The plain loop
 (benchmarks/plain_loop.py, none of the pipeline's code) runs the same model, batch, precision, 16-bit
@@ -20,14 +20,13 @@ An item's name: [plain-|real-|check-]POINT[@CPUS][+VARIANT...]
   check-     preflight's input check of the point (preflight/preflight_job.py --only-input), judged
              as preflight's data table judges it
   @CPUS      the process bound to CPUs 0..CPUS-1 (taskset): a node's share of CPUs per GPU
-  +VARIANT   config values or trainer words (VARIANTS below), one or more, e.g. +lag1+threads4
+  +VARIANT   config values or trainer words (study_points.VARIANTS), one or more, e.g. +lag1+threads4
 Items run in the order given, each --repeats times, the repeats of a list alternated (a, b, a, b);
 an item whose estimate no longer fits --budget-s is recorded as skipped. Writes OUT/results.json,
 OUT/results.md, and prints the table.
 """
 
 import argparse
-import copy
 import json
 import os
 import shlex
@@ -37,139 +36,25 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.multicast import MULTICAST_OFF as SAFE_ENV  # noqa: E402
-from workflow_scripts.plan.commands import TrainerCommands  # noqa: E402
-from workflow_scripts.plan.sweep import Sweep  # noqa: E402
+from benchmarks.study_points import (  # noqa: E402
+    FRAMEWORK,
+    OVERRIDES,
+    POINTS,
+    SYSTEM,
+    VARIANTS,
+    config_of,
+    parse_item,
+    trainer_words,
+    words_of,
+)
 
 PY = sys.executable
-SYSTEM, FRAMEWORK = "local", "pytorch"
-# config.yaml is the CPU laptop's default; on a GPU the trainer's own size: 224 px, 128 a GPU
-# (fp16's factor 2: 256), the scale-out whitepaper's 10 + 100 steps.
-DEFAULTS = {"training": {"image_size": 224, "batch_per_gpu": {"pytorch": 128}, "warmup_steps": 10, "steps": 100}}
-# Every point on a system of one GPU that asks SLURM for it, as a cluster's runs are (their words
-# then say --require-gpu, and input auto is dali), one run at a time.
-ONE_GPU = {"systems": {SYSTEM: {"gpus_per_node": 1, "max_nodes": 1, "gpu_request": "gpus-per-node"}}}
-ONE_GPU["training"] = {"gpus": [1]}
-POINTS = {
-    "preset-fp32": (("config.yaml", "presets/study.yaml"), {}, "fp32"),
-    "preset-fp16": (("config.yaml", "presets/study.yaml"), {}, "fp16"),
-    "defaults-fp16": (("config.yaml",), DEFAULTS, "fp16"),
-}
-# A variant is config values (applied to the point's config: the trainer's words and preflight's
-# check follow from it) or, for what no config key sets, the trainer's words.
-VARIANTS = {
-    "lag0": {"training.pytorch.loss_lag": 0},
-    "lag1": {"training.pytorch.loss_lag": 1},
-    "tel0": ["--telemetry-interval", "0"],
-    "compile-default": {"training.pytorch.compile": "default"},
-    "compile-auto": {"training.pytorch.compile": "auto"},
-    "ddp1": ["--ddp-one-rank"],
-    "mixed": {"training.pytorch.dali_decoder": "mixed"},
-    "mixed99": {"training.pytorch.dali_decoder": "mixed", "training.pytorch.hw_decoder_load": 0.99},
-    "read-every": [],  # the plain loop's --read-loss every
-    "pools2x": {"training.pytorch.dali_pinned_mb": 2048, "training.pytorch.dali_device_mb": 4096},
-    "prefetch8": {"training.pytorch.prefetch": 8},
-    "batch256": {"training.batch_per_gpu.pytorch": 128},  # x fp16's factor 2
-}
-for n in range(1, 16):
-    VARIANTS[f"threads{n}"] = {"training.pytorch.loader_workers": n}
 EST_S = {"plain": 30, "synthetic": 30, "real": 35, "check": 60}
-
-
-def merge(base, over):
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(base.get(k), dict):
-            merge(base[k], v)
-        else:
-            base[k] = copy.deepcopy(v)
-    return base
-
-
-def with_defaults(instance, spec, root):
-    """`instance` with the schema's defaults filled in where a key is missing, as Snakemake's
-    validate() fills them when the workflow is parsed (no jsonschema needed on a GPU node)."""
-    if "$ref" in spec:
-        spec = {**root["$defs"][spec["$ref"].split("/")[-1]], **{k: v for k, v in spec.items() if k != "$ref"}}
-    if not isinstance(instance, dict):
-        return instance
-    props = spec.get("properties", {})
-    for key, sub in props.items():
-        if key not in instance and "default" in sub:
-            instance[key] = copy.deepcopy(sub["default"])
-        if key in instance:
-            with_defaults(instance[key], sub, root)
-    extra = spec.get("additionalProperties")
-    if isinstance(extra, dict):
-        for key in instance:
-            if key not in props:
-                with_defaults(instance[key], extra, root)
-    return instance
-
-
-# --set KEY=VALUE words, applied to every point's config after its files (a smaller run to try the
-# script on a CPU: training.image_size=32 ...)
-OVERRIDES = []
-
-
-def override(config, word):
-    key, _, value = word.partition("=")
-    *parents, leaf = key.split(".")
-    node = config
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[leaf] = yaml.safe_load(value)
-
-
-def config_of(point, variants=()):
-    files, overlay, _ = POINTS[point]
-    config = {}
-    for f in files:
-        merge(config, yaml.safe_load((REPO / f).read_text()))
-    merge(config, overlay)
-    merge(config, ONE_GPU)
-    for word in OVERRIDES:
-        override(config, word)
-    for name in variants:
-        if isinstance(VARIANTS[name], dict):
-            for key, value in VARIANTS[name].items():
-                override(config, f"{key}={json.dumps(value)}")
-    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
-    return with_defaults(config, schema, schema)
-
-
-def trainer_words(point, data_source, variants=()):
-    """The sweep rule's trainer words for the point's run on synthetic data or on its input path."""
-    config = config_of(point, variants)
-    sweep = Sweep(config, True)
-    commands = TrainerCommands(config, sweep, {(SYSTEM, FRAMEWORK): "envs.pytorch"})
-    path = "synthetic" if data_source == "synthetic" else sweep.effective_input(SYSTEM, FRAMEWORK, "auto")
-    return commands.sweep_run(SYSTEM, FRAMEWORK, POINTS[point][2], path)
-
-
-def parse_item(name):
-    kind = "synthetic"
-    for prefix in ("plain", "real", "check"):
-        if name.startswith(prefix + "-"):
-            kind, name = prefix, name[len(prefix) + 1 :]
-    name, *variants = name.split("+")
-    point, _, cpus = name.partition("@")
-    if point not in POINTS or any(v not in VARIANTS for v in variants):
-        raise SystemExit(f"item {name!r}: points {', '.join(POINTS)}; variants {', '.join(VARIANTS)}")
-    return {"kind": kind, "point": point, "cpus": int(cpus) if cpus else None, "variant": "+".join(variants)}
-
-
-def variants_of(item):
-    return tuple(item["variant"].split("+")) if item["variant"] else ()
-
-
-def words_of(item):
-    return [w for v in variants_of(item) if isinstance(VARIANTS[v], list) for w in VARIANTS[v]]
 
 
 def pinned(cpus):
@@ -198,7 +83,7 @@ def resolved(words):
 
 
 def plain_command(item, out):
-    args, s = resolved(trainer_words(item["point"], "synthetic", variants_of(item)))
+    args, s = resolved(trainer_words(item["point"], "synthetic", item["variants"]))
     amp = str(s.amp_dtype).replace("torch.", "") if s.amp_dtype else "bfloat16"
     return [
         *pinned(item["cpus"]),
@@ -222,7 +107,7 @@ def plain_command(item, out):
         "--steps",
         str(args.steps),
         "--read-loss",
-        "every" if "read-every" in variants_of(item) else "never",
+        "every" if "read-every" in item["variants"] else "never",
         "--out",
         str(out),
     ]
@@ -231,7 +116,7 @@ def plain_command(item, out):
 def trainer_command(item, run_dir, data):
     real = item["kind"] == "real"
     words = with_data(
-        trainer_words(item["point"], "real" if real else "synthetic", variants_of(item)), data if real else None
+        trainer_words(item["point"], "real" if real else "synthetic", item["variants"]), data if real else None
     )
     words += words_of(item)
     return [*pinned(item["cpus"]), PY, "-m", "workflow_scripts.train.pytorch_ddp", *words, "--out", str(run_dir)]
@@ -241,7 +126,7 @@ def check_command(item, out, data):
     """Preflight's input check of the point, as its rule runs it on a node of the point's CPUs."""
     from benchmarks import input_check_run
 
-    config = config_of(item["point"], variants_of(item))
+    config = config_of(item["point"], item["variants"])
     config["training"]["precisions"] = [POINTS[item["point"]][2]]
     return [*pinned(item["cpus"]), *input_check_run.command(config, SYSTEM, FRAMEWORK, data, out, PY)]
 
@@ -366,7 +251,7 @@ def table(results):
     for name, mean in means.items():
         item = parse_item(name)
         at = f"@{item['cpus']}" if item["cpus"] else ""
-        if item["kind"] == "synthetic" and not item["variant"]:
+        if item["kind"] == "synthetic" and not item["variants"]:
             refs = [(f"plain-{item['point']}{at}", "plain loop")]
         elif item["kind"] == "real":  # the same step on synthetic data: at the same CPUs, else on all
             refs = [(f"{item['point']}{at}", "synthetic"), (item["point"], "synthetic")][: 2 if at else 1]
