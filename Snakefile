@@ -33,7 +33,7 @@ include: "rules/price.smk"
 
 
 # Every stage has noted the interpreters it needs: those not built yet are named, or refused, here.
-settle_unbuilt()
+main_process.settle_unbuilt(UNBUILT, stop_on_problem)
 
 
 # Seconds of work on files the jobs already wrote (gate files, the val split, tables, figures, the
@@ -80,8 +80,8 @@ rule all:
 # which Snakemake's own TERM would wait for (cluster/workflow_stop.py); its scheduler has set its
 # handler by now, so this one replaces it.
 onstart:
-    take_workflow_lock()
-    stop_on_term()
+    main_process.take_workflow_lock(workflow, WorkflowError)
+    main_process.stop_on_term(workflow)
 
 
 # The tables written without a point whose nodes were down: say whether it has run since, so that

@@ -12,9 +12,9 @@ from snakemake.utils import validate
 
 # The stage modules, importable even from a snakemake installed outside envs/setup.sh's .venv.
 sys.path.insert(0, workflow.basedir)
-from workflow_scripts.cluster import interpreter, workflow_stop  # noqa: E402
+from workflow_scripts.cluster import interpreter  # noqa: E402
 from workflow_scripts.common import frameworks, workflow_lock  # noqa: E402
-from workflow_scripts.plan import cluster_checks, config_checks, unbuilt_envs  # noqa: E402
+from workflow_scripts.plan import cluster_checks, config_checks, main_process, unbuilt_envs  # noqa: E402
 from workflow_scripts.plan.commands import TrainerCommands  # noqa: E402
 from workflow_scripts.plan.data_plan import FRAMEWORK_OF_FORMAT, DataPlan, conda_env, folders_of  # noqa: E402
 from workflow_scripts.plan.point_jobs import PointJobs, per_job  # noqa: E402
@@ -56,7 +56,7 @@ PATH_BLOCKED = (
     and not workflow.deployment_settings.conda_not_block_search_path_envvars
 )
 # Interpreters not built yet (the GPU environments before `setup.sh --gpu`): a dry run or the price
-# plans on and names them, a run stops once the Snakefile has included every stage (settle_unbuilt).
+# plans on and names them, a run stops once the Snakefile has included every stage (plan/main_process.settle_unbuilt).
 UNBUILT = unbuilt_envs.Unbuilt(unbuilt_envs.plans_only(sys.argv))
 PY = {
     env: interpreter.job_words(
@@ -152,29 +152,3 @@ if not IN_SLURM_JOB:
 # nor in a cluster job, which parses this file again on its node), held until it exits.
 if workflow.is_main_process and (_holder := workflow_lock.running_here()):
     print(f"dlscale: this workflow is already running in this directory: {_holder}", file=sys.stderr)
-
-
-def stop_on_term():
-    """Through SLURM, a TERM stops the workflow and cancels its jobs (cluster/workflow_stop.py), where
-    Snakemake's own would wait for every job queued or still being submitted."""
-    if workflow.is_main_process and workflow.non_local_exec:
-        workflow_stop.install(lambda line: print(line, file=sys.stderr, flush=True))
-
-
-def settle_unbuilt():
-    """The interpreters every stage noted as not built yet: named in one line where the invocation
-    only plans, else the stop of the workflow."""
-    line = stop_on_problem(UNBUILT.settle)
-    if line:
-        print(line, file=sys.stderr)
-
-
-def take_workflow_lock():
-    if not workflow.is_main_process:
-        return
-    try:
-        line = workflow_lock.take()
-    except workflow_lock.Busy as exc:
-        raise WorkflowError(str(exc)) from None
-    if line:
-        print(line, file=sys.stderr)

@@ -26,4 +26,6 @@ Snakemake; docs/architecture.md says how a run flows through them.
     `tensorrt_check`      whether the INT8 stage's GPU route imports TensorRT, asked at parse time
     `prediction_args`     the scaling prediction's command line
     `price`               what the sweep costs before it is submitted (`snakemake price`)
+    `main_process`        what only the main process does: the directory's lock, TERM through
+                          SLURM, the interpreters not built yet named or refused
 """
