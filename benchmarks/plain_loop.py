@@ -42,6 +42,36 @@ def cv(values):
     return statistics.pstdev(values) / statistics.fmean(values) if len(values) > 1 else 0.0
 
 
+def build(batch, image_size, precision, amp_dtype, fp32_math, compile, dev):
+    """(step(x, y) -> the loss on the device, x, y): the model, optimizer and loss scaler, and a
+    batch of random data on `dev` in the step's layout."""
+    cuda = dev.type == "cuda"
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = fp32_math == "tf32"
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50().to(dev, memory_format=torch.channels_last)
+    net = model if compile == "off" or not cuda else torch.compile(model, mode=compile, dynamic=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4, fused=cuda)
+    amp = getattr(torch, amp_dtype) if precision == "fp16" else None
+    scaler = torch.amp.GradScaler(dev.type, enabled=amp == torch.float16)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    x = torch.randn(batch, 3, image_size, image_size, device=dev).contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (batch,), device=dev)
+
+    def step(x, y):
+        if compile == "reduce-overhead" and cuda:
+            torch.compiler.cudagraph_mark_step_begin()
+        with torch.autocast(dev.type, dtype=amp or torch.float32, enabled=amp is not None):
+            loss = loss_fn(net(x), y)
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss.detach()
+
+    return step, x, y
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, required=True)
@@ -59,36 +89,16 @@ def main():
     started = time.perf_counter()
     cuda = torch.cuda.is_available()  # without one (trying the script), host clocks and no compile
     dev = torch.device("cuda" if cuda else "cpu")
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = a.fp32_math == "tf32"
-    torch.manual_seed(0)
-    model = torchvision.models.resnet50().to(dev, memory_format=torch.channels_last)
-    net = model if a.compile == "off" or not cuda else torch.compile(model, mode=a.compile, dynamic=False)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4, fused=cuda)
-    amp = getattr(torch, a.amp_dtype) if a.precision == "fp16" else None
-    scaler = torch.amp.GradScaler(dev.type, enabled=amp == torch.float16)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    x = torch.randn(a.batch, 3, a.image_size, a.image_size, device=dev).contiguous(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (a.batch,), device=dev)
-
-    def step():
-        if a.compile == "reduce-overhead" and cuda:
-            torch.compiler.cudagraph_mark_step_begin()
-        with torch.autocast(dev.type, dtype=amp or torch.float32, enabled=amp is not None):
-            loss = loss_fn(net(x), y)
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        return loss.detach()
+    step, x, y = build(a.batch, a.image_size, a.precision, a.amp_dtype, a.fp32_math, a.compile, dev)
+    amp = a.amp_dtype if a.precision == "fp16" else None
 
     for _ in range(a.warmup):
-        step().item()
+        step(x, y).item()
     warm_s = time.perf_counter() - started
     marks, losses = [], []
     for _ in range(a.steps):
         marks.append(mark(cuda))
-        loss = step()
+        loss = step(x, y)
         if a.read_loss == "every":
             losses.append(loss.item())
     marks.append(mark(cuda))
@@ -104,7 +114,7 @@ def main():
         "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
         "torch": torch.__version__,
         **{k: getattr(a, k) for k in ("batch", "image_size", "precision", "fp32_math", "compile", "read_loss")},
-        "amp_dtype": a.amp_dtype if amp is not None else "float32",
+        "amp_dtype": amp or "float32",
         "warmup_steps": a.warmup,
         "timed_steps": a.steps,
         "warmup_s": warm_s,

@@ -37,6 +37,7 @@ VARIANTS = {
     "compile-default": {"training.pytorch.compile": "default"},
     "compile-auto": {"training.pytorch.compile": "auto"},
     "ddp1": ["--ddp-one-rank"],
+    "cpu": {"training.pytorch.dali_decoder": "cpu"},
     "mixed": {"training.pytorch.dali_decoder": "mixed"},
     "mixed99": {"training.pytorch.dali_decoder": "mixed", "training.pytorch.hw_decoder_load": 0.99},
     "read-every": [],  # the plain loop's --read-loss every
@@ -46,6 +47,8 @@ VARIANTS = {
 }
 for n in range(1, 16):
     VARIANTS[f"threads{n}"] = {"training.pytorch.loader_workers": n}
+for n in range(1, 5):
+    VARIANTS[f"run{n}"] = {"training.pytorch.dali_run_batches": n}
 
 
 def merge(base, over):

@@ -116,10 +116,12 @@ def test_default_argv_unchanged(tmp_path):
     """The default config's words for the keys that existed before the generic mapping, as they
     were and first: a changed order or word would be a params change and rerun every PyTorch run a
     user already has (a new key, appended, reruns them once, as any new option must). tf32 left
-    training.pytorch for training.fp32_math, which covers all three frameworks."""
+    training.pytorch for training.fp32_math, which covers all three frameworks. dali_decoder's
+    default became auto (issue 60: the hardware decoder where a rank has few CPUs), which reruns
+    them once as well, as a new default must."""
     write_config(tmp_path)
     assert " ".join(pytorch_argv(tmp_path)).startswith(
-        "--amp-dtype auto --channels-last auto --compile auto --hw-decoder-load 0.9 --dali-decoder cpu --prefetch 0 "
+        "--amp-dtype auto --channels-last auto --compile auto --hw-decoder-load 0.9 --dali-decoder auto --prefetch 0 "
         "--dali-pinned-mb auto --dali-device-mb auto --loader-workers 0 --bucket-cap-mb 25 "
         "--input-lanes 1 --jpeg-decoder torchvision --ddp-graph auto --broadcast-buffers off --grad-compression none"
     )

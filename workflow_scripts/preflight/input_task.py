@@ -50,9 +50,14 @@ def threads_at(framework, path, settings, launch, **where):
 def path_threads(framework, path, settings, launch):
     """One input path's record: its threads at each number of ranks a node, and whether more of them
     decode more."""
+    decoder = settings["decoder"]
+    if framework == "pytorch" and decoder == "auto":  # as the trainer resolves it for the check's run
+        from ..train.pytorch_options import dali_decoder
+
+        decoder = dali_decoder(decoder, rank_share(launch, min(settings["ranks_per_node"])).per_rank)
     return {
         "threads_at": threads_at(framework, path, settings, launch),
-        "cpu_decoding": cpu_decoding(framework, path, settings["decoder"], settings["device"]),
+        "cpu_decoding": cpu_decoding(framework, path, decoder, settings["device"]),
     }
 
 

@@ -15,16 +15,19 @@ default: docs/decisions.md#dali_decoder):
 
 Without a GPU the whole pipeline runs on the CPU (libjpeg-turbo): that is how the tests check it.
 
-One pipeline per rank, prefetching `depth` batches with `threads` CPU threads:
+One pipeline per rank, prefetching `depth` runs with `threads` CPU threads; each run prepares
+`run_batches` of the step's batches at once and hands them out one by one (views of the run's
+output, nothing copied): DALI pays a fixed cost each run, about 15 ms on an H200 whether it
+decodes 128 images or 256 (docs/decisions.md#dali_run_batches).
 
   readers.caffe2   the data stage's LMDB train split; shard `rank` of `world_size` (contiguous
                    ranges of records, each rank moving to the next range every epoch), shuffled
                    in a buffer of up to SHUFFLE_BUFFER records. The data stage stored the split
                    in a random order (conversion.shuffle_seed), so a contiguous range is a random
                    subset; DistributedSampler's new global permutation every epoch is what this
-                   does not do. The last batch of a shard's epoch is padded by the reader and
+                   does not do. The last run of a shard's epoch is padded by the reader and
                    dropped by the iterator: no sample is seen twice in an epoch, as with
-                   drop_last in the other paths.
+                   drop_last in the other paths (a run of several batches drops up to one run).
   decode + crop    decoders.image_random_crop: RandomResizedCrop's parameters (area 0.08-1 of
                    the image, aspect ratio log-uniform in 3/4-4/3, sides rounded, position
                    uniform over the whole pixels, up to 10 attempts), decoding only that region
@@ -68,7 +71,7 @@ from ..common import schema
 from ..common.errors import StageError
 from .augment import MEAN, RATIO, SCALE, STD
 
-DECODERS = tuple(schema.section("training.pytorch")["dali_decoder"]["enum"])
+DECODERS = tuple(d for d in schema.section("training.pytorch")["dali_decoder"]["enum"] if d != "auto")
 
 READER = "lmdb"  # the reader's name: the iterator reads the epoch size from it
 SHUFFLE_BUFFER = 4096  # records held for shuffling: about 450 MB of ILSVRC JPEGs per rank
@@ -170,8 +173,8 @@ class DALIBatches:
     """Training batches (images, labels) on `device` from the LMDB split at `path`, as
     gpu_input.GPUBatches gives them: next() -> (x, y), x float32 (N, 3, size, size) (channels_last
     memory when asked), y int64 (N,); epoch after epoch for as long as asked. The tensors are
-    DALI's output buffers, handed over without a copy and ordered on the caller's current CUDA
-    stream."""
+    views of DALI's output buffers, handed over without a copy and ordered on the caller's current
+    CUDA stream; a run's buffers live until its last batch is handed over and dropped."""
 
     def __init__(
         self,
@@ -191,6 +194,7 @@ class DALIBatches:
         pinned_mb=0,
         device_mb=0,
         size_hint=0,
+        run_batches=1,
     ):
         self.device = torch.device(device)
         gpu = self.device.type == "cuda"
@@ -202,6 +206,7 @@ class DALIBatches:
             "decoder": "mixed" if mixed else "cpu",
             "threads": threads,
             "prefetch": depth,
+            "run_batches": run_batches,
             "hw_decoder_load": hw_decoder_load if mixed else None,
             "size_hint": list(hint_sides(size_hint, path)) if mixed else None,
         }
@@ -220,7 +225,7 @@ class DALIBatches:
             shuffle,
             decoder,
             tuple(self.config["size_hint"] or (0, 0)),
-            batch_size=batch,
+            batch_size=batch * run_batches,
             num_threads=threads,
             device_id=index,
             seed=seed,
@@ -230,26 +235,36 @@ class DALIBatches:
         self.it = DALIGenericIterator(
             [self.pipe], ["x", "y"], reader_name=READER, last_batch_policy=LastBatchPolicy.DROP, auto_reset=True
         )
+        self.batch, self.run_batches, self.queued = batch, run_batches, []
         self.epochs, self.times = 0, []
 
     def __next__(self):
         t = time.perf_counter()
+        if not self.queued:
+            self.queued = self._run()
+        x, y = self.queued.pop(0)
+        self.times.append(time.perf_counter() - t)
+        return x, y
+
+    def _run(self):
+        """The next run's output as the step's batches, in order."""
         try:
             out = next(self.it)
         except StopIteration:  # an epoch ended; auto_reset has started the next
             self.epochs += 1
             out = next(self.it)
-        self.times.append(time.perf_counter() - t)
-        x, y = out[0]["x"], out[0]["y"]
+        x, y = out[0]["x"], out[0]["y"].view(-1)
         if self.channels_last:
             x = x.permute(0, 3, 1, 2)  # NHWC memory seen as NCHW: PyTorch's channels_last
-        return x, y.view(-1)
+        b = self.batch
+        return [(x[i * b : (i + 1) * b], y[i * b : (i + 1) * b]) for i in range(self.run_batches)]
 
     def __iter__(self):
         return self
 
     def stats(self, skip=0):
-        """The pipeline's settings, and the mean seconds a next() call took after `skip` batches."""
+        """The pipeline's settings, and the mean seconds a next() call (one step's batch) took after
+        `skip` batches."""
         times = self.times[skip:]
         return {
             **self.config,
@@ -260,3 +275,4 @@ class DALIBatches:
 
     def close(self):
         self.it = self.pipe = None
+        self.queued = []

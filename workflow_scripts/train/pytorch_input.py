@@ -24,7 +24,7 @@ from ..common.errors import PermanentError, StageError, global_batch_problem
 from ..data.lmdb_dataset import LMDBImageNet
 from . import gpu_input, long_test
 from .augment import MEAN, RATIO, SCALE, STD
-from .pytorch_options import loader_workers
+from .pytorch_options import dali_decoder, loader_workers
 
 LOADER_PREFETCH = 4  # batches each DataLoader worker prepares ahead
 
@@ -103,9 +103,12 @@ def build_input(args, s, launch, classes, per_rank=None):
     lmdb = LMDBImageNet(train, transform=cpu_transform(args.image_size) if s.input == "cpu" else None)
     if len(lmdb) < args.batch_per_gpu * launch.world_size:
         raise PermanentError(global_batch_problem(train, len(lmdb), args.batch_per_gpu, launch.world_size))
-    workers = loader_workers(args, s, per_rank or cpus.of(launch).per_rank)
+    share = per_rank or cpus.of(launch).per_rank
+    workers = loader_workers(args, s, share)
     seed = input_seed(args.seed, launch.rank)
     if s.input == "dali":
+        # a run no larger than the rank's shard holds (else its epoch would hold no run)
+        shard_batches = len(lmdb) // (args.batch_per_gpu * launch.world_size)
         dali = dali_input_module().DALIBatches(
             train,
             device,
@@ -118,8 +121,9 @@ def build_input(args, s, launch, classes, per_rank=None):
             depth=s.prefetch,
             threads=workers,
             hw_decoder_load=s.hw_decoder_load,
-            decoder=s.dali_decoder,
+            decoder=dali_decoder(s.dali_decoder, share),
             size_hint=s.dali_size_hint,
+            run_batches=max(1, min(s.dali_run_batches, shard_batches)),
             pinned_mb=s.dali_pools_mb[0],
             device_mb=s.dali_pools_mb[1],
         )

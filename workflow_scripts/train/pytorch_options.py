@@ -12,7 +12,13 @@ INPUTS = ("auto", "cpu", "gpu", "dali")
 # The defaults behind the 'auto' and 0 rules of training.pytorch (schemas/config.schema.yaml
 # states them; why these: docs/decisions.md).
 GPU_DECODE_WORKERS = 4  # input gpu's workers only read bytes (docs/decisions.md#loader_workers)
-DALI_SPARE_CORES = 4  # of a rank's cores, left to the training thread and CUDA's (docs/decisions.md#loader_workers)
+DALI_SPARE_CORES = 2  # of a rank's cores, left to the training thread and DALI's own (docs/decisions.md#loader_workers)
+# DALI pays a fixed cost each run of its pipeline: on a GPU it runs at least this many images at once,
+# split into the step's batches (docs/decisions.md#dali_run_batches).
+DALI_RUN_IMAGES = 256
+# dali_decoder auto: libjpeg-turbo where a rank has this many CPUs, the hardware decoder below
+# (docs/decisions.md#dali_decoder).
+DALI_CPU_DECODER_MIN_CPUS = 12
 # Input paths whose loss is read at the end of its own step under loss_lag auto; every other path,
 # and synthetic data (no input path), reads it one step behind (docs/decisions.md#loss_lag).
 LOSS_AT_STEP_END = ("dali",)
@@ -65,6 +71,7 @@ class Settings:
     loss_lag: int = 0  # steps queued past the one whose loss is read
     prefetch: int = GPU_PREFETCH  # input gpu, dali: batches prepared ahead (0: synthetic data, none)
     dali_pools_mb: tuple = (0, 0)  # input dali on a GPU: (pinned, device) MiB allocated before training
+    dali_run_batches: int = 1  # input dali: the step's batches one run of DALI's pipeline prepares
     # the input paths' own options, as given (each one path's; recorded with the run's args)
     dali_decoder: str = _given("dali_decoder")
     hw_decoder_load: float = _given("hw_decoder_load")
@@ -152,6 +159,9 @@ def resolve(args, device, nodes=1, distributed=True):
         if synthetic or source == "cpu"
         else args.prefetch or (DALI_PREFETCH if source == "dali" else GPU_PREFETCH),
         dali_pools_mb=pools if cuda and source == "dali" and not synthetic else (0, 0),
+        dali_run_batches=run_batches(args.dali_run_batches, cuda, args.batch_per_gpu)
+        if source == "dali" and not synthetic
+        else 1,
         dali_decoder=args.dali_decoder,
         hw_decoder_load=args.hw_decoder_load,
         jpeg_decoder=args.jpeg_decoder,
@@ -191,6 +201,22 @@ def configure_backends(s):
     torch.backends.cudnn.benchmark = True  # fixed shapes: pick each convolution's fastest algorithm once
     torch.backends.cuda.matmul.allow_tf32 = s.tf32
     torch.backends.cudnn.allow_tf32 = s.tf32
+
+
+def run_batches(given, cuda, batch):
+    """DALI's run in step batches: `given`, or for auto at least DALI_RUN_IMAGES images on a GPU."""
+    if given != "auto":
+        return int(given)
+    return -(-DALI_RUN_IMAGES // batch) if cuda else 1
+
+
+def dali_decoder(given, per_rank):
+    """Where DALI decodes for a rank of `per_rank` CPUs: `given`, or for auto the CPUs' libjpeg-turbo
+    where the rank has DALI_CPU_DECODER_MIN_CPUS, else the hardware decoder (dali_input falls back
+    to the CPU without a GPU)."""
+    if given != "auto":
+        return given
+    return "cpu" if per_rank >= DALI_CPU_DECODER_MIN_CPUS else "mixed"
 
 
 def loader_workers(args, s, per_rank):
