@@ -40,6 +40,8 @@ CASES = [
     ("gpu_cpu_input", "cuda", 1, REAL + ["--input", "cpu"]),
     ("gpu_dali_lag1", "cuda", 1, REAL + ["--loss-lag", "1"]),
     ("gpu_dali_small", "cuda", 1, ["--data", "LMDB", "--batch-per-gpu", "64", "--image-size", "112"]),
+    ("gpu_dali_128", "cuda", 1, ["--data", "LMDB", "--batch-per-gpu", "128", "--image-size", "224"]),
+    ("gpu_dali_runs3", "cuda", 1, REAL + ["--dali-run-batches", "3"]),
     (
         "gpu_dali_asked",
         "cuda",
@@ -110,3 +112,59 @@ def test_a_loss_lag_given_overrides_the_input_paths_rule(resolved):
     """DALI's runs read each loss at their step's end under auto; training.pytorch.loss_lag 1 (the
     flag --loss-lag 1) reads it one step behind there too."""
     assert resolved["gpu_dali"]["loss_lag"] == 0 and resolved["gpu_dali_lag1"]["loss_lag"] == 1
+
+
+def test_dali_runs_at_least_its_images_at_once_on_a_gpu(resolved):
+    """dali_run_batches auto: on a GPU one run of DALI's pipeline prepares enough of the step's
+    batches for pytorch_options.DALI_RUN_IMAGES images (docs/decisions.md#dali_run_batches); on a
+    CPU, and for synthetic data, one; a number given is taken as it is."""
+    runs = {name: resolved[name]["dali_run_batches"] for name in resolved}
+    assert (runs["gpu_dali"], runs["gpu_dali_128"], runs["gpu_dali_small"], runs["gpu_dali_runs3"]) == (1, 2, 4, 3)
+    assert runs["cpu"] == runs["gpu_synthetic"] == runs["gpu_synthetic_dali"] == 1
+
+
+def test_dali_decoder_auto_follows_a_ranks_cpus():
+    """auto: libjpeg-turbo in DALI's threads where a rank has pytorch_options.DALI_CPU_DECODER_MIN_CPUS
+    CPUs or more, the hardware decoder below (docs/decisions.md#dali_decoder); a decoder asked for
+    is kept at any count."""
+    code = (
+        "import json; from workflow_scripts.train.pytorch_options import dali_decoder as d, "
+        "DALI_CPU_DECODER_MIN_CPUS as m; "
+        "print(json.dumps([d('auto', m), d('auto', 2 * m), d('auto', m - 1), d('auto', 1), "
+        "d('cpu', 1), d('mixed', 64)]))"
+    )
+    proc = subprocess.run([interpreter("pytorch"), "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout) == ["cpu", "cpu", "mixed", "mixed", "cpu", "mixed"]
+
+
+DECODER_AUTO = """
+import json, pathlib, sys
+from workflow_scripts.cluster.rank_env import Launch
+from workflow_scripts.preflight import input_task
+from workflow_scripts.train.pytorch_options import DALI_CPU_DECODER_MIN_CPUS as least
+shared = {"allowed": set(range(4 * least)), "node_cpus": 4 * least, "env": {}, "root": pathlib.Path(sys.argv[1])}
+settings = {"device": "gpu", "decode_threads": 0, "loader_workers": 0, "decoder": "auto"}
+out = {}
+for name, decoder, ranks in (("one", "auto", [1, 8]), ("eight", "auto", [8]), ("asked", "cpu", [8])):
+    asked = {**settings, "decoder": decoder, "ranks_per_node": ranks}
+    out[name] = input_task.path_threads("pytorch", "dali", asked, Launch(source="env"), **shared)["cpu_decoding"]
+print(json.dumps(out))
+"""
+
+
+def test_dali_decoder_auto_decodes_on_the_cpu_where_the_check_ran_with_enough_cpus(tmp_path):
+    """decoder auto: the check's run decodes in DALI's CPU threads where a rank has
+    pytorch_options.DALI_CPU_DECODER_MIN_CPUS (4 times that on the node, at 1 rank), so its rate at
+    other counts follows the threads; with fewer (8 ranks) it uses the hardware decoder, whose rate
+    the threads do not set; a decoder asked for is kept. In PyTorch's interpreter, as preflight runs
+    it."""
+    proc = subprocess.run(
+        [interpreter("pytorch"), "-c", DECODER_AUTO, str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout) == {"one": True, "eight": False, "asked": True}

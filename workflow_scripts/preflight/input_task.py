@@ -47,16 +47,17 @@ def threads_at(framework, path, settings, launch, **where):
     }
 
 
-def path_threads(framework, path, settings, launch):
+def path_threads(framework, path, settings, launch, **where):
     """One input path's record: its threads at each number of ranks a node, and whether more of them
-    decode more."""
+    decode more (PyTorch's DALI decoder auto as the trainer resolves it for the check's own run, at
+    the fewest ranks a node)."""
     decoder = settings["decoder"]
-    if framework == "pytorch" and decoder == "auto":  # as the trainer resolves it for the check's run
+    if framework == "pytorch" and decoder == "auto":
         from ..train.pytorch_options import dali_decoder
 
-        decoder = dali_decoder(decoder, rank_share(launch, min(settings["ranks_per_node"])).per_rank)
+        decoder = dali_decoder(decoder, rank_share(launch, min(settings["ranks_per_node"]), **where).per_rank)
     return {
-        "threads_at": threads_at(framework, path, settings, launch),
+        "threads_at": threads_at(framework, path, settings, launch, **where),
         "cpu_decoding": cpu_decoding(framework, path, decoder, settings["device"]),
     }
 

@@ -17,8 +17,8 @@ Without a GPU the whole pipeline runs on the CPU (libjpeg-turbo): that is how th
 
 One pipeline per rank, prefetching `depth` runs with `threads` CPU threads; each run prepares
 `run_batches` of the step's batches at once and hands them out one by one (views of the run's
-output, nothing copied): DALI pays a fixed cost each run, about 15 ms on an H200 whether it
-decodes 128 images or 256 (docs/decisions.md#dali_run_batches).
+output, nothing copied): DALI pays a fixed cost each run, whatever its size
+(docs/decisions.md#dali_run_batches).
 
   readers.caffe2   the data stage's LMDB train split; shard `rank` of `world_size` (contiguous
                    ranges of records, each rank moving to the next range every epoch), shuffled

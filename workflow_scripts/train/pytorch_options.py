@@ -12,7 +12,8 @@ INPUTS = ("auto", "cpu", "gpu", "dali")
 # The defaults behind the 'auto' and 0 rules of training.pytorch (schemas/config.schema.yaml
 # states them; why these: docs/decisions.md).
 GPU_DECODE_WORKERS = 4  # input gpu's workers only read bytes (docs/decisions.md#loader_workers)
-DALI_SPARE_CORES = 2  # of a rank's cores, left to the training thread and DALI's own (docs/decisions.md#loader_workers)
+# of a rank's cores, left to the training thread, CUDA's and DALI's own (docs/decisions.md#loader_workers)
+DALI_SPARE_CORES = 4
 # DALI pays a fixed cost each run of its pipeline: on a GPU it runs at least this many images at once,
 # split into the step's batches (docs/decisions.md#dali_run_batches).
 DALI_RUN_IMAGES = 256
@@ -98,6 +99,7 @@ class Settings:
             "loss_lag": self.loss_lag,
             "prefetch": self.prefetch,
             "dali_pools_mb": list(self.dali_pools_mb),
+            "dali_run_batches": self.dali_run_batches,
         }
 
 

@@ -4,8 +4,8 @@ Prints JSON:  dali_input_check.py LMDB_DIR WORK_DIR
 
   labels      per record of the train LMDB (LMDB order): sha256 of its JPEG bytes, its label; what
               dali_input.read gives per shard of 2 over one epoch (bytes' sha256, label, DALI's
-              source of the sample); DALIBatches' labels, unshuffled (one rank) and shuffled
-              (each rank of 2, two epochs)
+              source of the sample); DALIBatches' labels, unshuffled (one rank; also in runs of
+              two batches over two epochs) and shuffled (each rank of 2, two epochs)
   crops       decode_crop on a lossless PNG whose pixels encode their own coordinates: each crop's
               box, next to torchvision's RandomResizedCrop.get_params on an image of the same size
   augment     DALIBatches over an LMDB written by the data stage's writer, of horizontal ramps
@@ -94,6 +94,8 @@ def batch_labels(n, **kw):
 
 N = len(records)
 out["unshuffled"] = batch_labels(N // 5, batch=5, seed=3, shuffle=False)
+# runs of two batches, over two epochs: the same batches, split out of each run
+out["unshuffled_runs"] = batch_labels(2 * (N // 5), batch=5, seed=3, shuffle=False, run_batches=2)
 out["ranks"] = [
     batch_labels(
         2 * (N // 2 // 3), batch=3, seed=pytorch_input.input_seed(0, r), rank=r, world_size=2, channels_last=True
