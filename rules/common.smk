@@ -22,7 +22,7 @@ from workflow_scripts.plan.slurm_job import JobShape  # noqa: E402
 from workflow_scripts.plan.sweep import FORMAT_OF, Sweep  # noqa: E402
 from workflow_scripts.plan.waiting import Waiting, interconnect_files, run_files  # noqa: E402
 from workflow_scripts.preflight import gate as preflight_gate  # noqa: E402
-from workflow_scripts.results import training_outputs  # noqa: E402
+from workflow_scripts.results import stage_outputs, training_outputs  # noqa: E402
 
 # fn(*args)'s value; a ConfigProblem becomes the WorkflowError that stops the workflow, naming the key.
 stop_on_problem = config_checks.raising(WorkflowError)

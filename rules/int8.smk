@@ -260,8 +260,12 @@ rule int8_accuracy:
         caches=expand(rules.int8_quantize.output.cache, model=INT8_MODELS),
         infos=expand(rules.int8_export.output.info, model=INT8_MODELS),
     output:
-        csv=f"{RESULTS}/int8_accuracy.csv",
-        md=f"{RESULTS}/int8_accuracy.md",
+        csv=report(
+            f"{RESULTS}/{stage_outputs.INT8_ACCURACY}.csv",
+            caption=stage_outputs.caption(stage_outputs.INT8_ACCURACY),
+            category="Inference",
+        ),
+        md=f"{RESULTS}/{stage_outputs.INT8_ACCURACY}.md",
     log:
         f"{LOGS}/int8/accuracy.log",
     benchmark:
@@ -331,8 +335,12 @@ rule int8_throughput:
             bs=BATCH_SIZES,
         ),
     output:
-        csv=f"{RESULTS}/int8_throughput.csv",
-        md=f"{RESULTS}/int8_throughput.md",
+        csv=report(
+            f"{RESULTS}/{stage_outputs.INT8_THROUGHPUT}.csv",
+            caption=stage_outputs.caption(stage_outputs.INT8_THROUGHPUT),
+            category="Inference",
+        ),
+        md=f"{RESULTS}/{stage_outputs.INT8_THROUGHPUT}.md",
     log:
         f"{LOGS}/int8/throughput.log",
     benchmark:

@@ -95,8 +95,12 @@ rule interconnect_table:
         torch=[p["torch"] for p in TABLE_IC_POINTS],
         nccl_tests=[p["nccl_tests"] for p in TABLE_IC_POINTS if p["nccl_tests"]],
     output:
-        csv=report(f"{RESULTS}/interconnect.csv", caption="../report/interconnect.rst", category="Interconnect"),
-        markdown=f"{RESULTS}/interconnect.md",
+        csv=report(
+            f"{RESULTS}/{stage_outputs.INTERCONNECT}.csv",
+            caption=stage_outputs.caption(stage_outputs.INTERCONNECT),
+            category="Interconnect",
+        ),
+        markdown=f"{RESULTS}/{stage_outputs.INTERCONNECT}.md",
     log:
         f"{LOGS}/results/interconnect_table.log",
     benchmark:
@@ -117,8 +121,8 @@ rule interconnect_figure:
         rules.interconnect_table.output.csv,
     output:
         report(
-            f"{RESULTS}/figures/interconnect_busbw.png",
-            caption="../report/interconnect_busbw.rst",
+            f"{RESULTS}/figures/{stage_outputs.FIG_INTERCONNECT}.png",
+            caption=stage_outputs.figure_caption(stage_outputs.FIG_INTERCONNECT),
             category="Interconnect",
         ),
     log:

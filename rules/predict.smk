@@ -12,14 +12,14 @@ rule scaling_prediction:
         runs=TABLE_RUNS,
     output:
         csv=report(
-            f"{RESULTS}/scaling_prediction.csv",
-            caption="../report/scaling_prediction.rst",
+            f"{RESULTS}/{stage_outputs.SCALING_PREDICTION}.csv",
+            caption=stage_outputs.caption(stage_outputs.SCALING_PREDICTION),
             category="Interconnect",
         ),
-        markdown=f"{RESULTS}/scaling_prediction.md",
+        markdown=f"{RESULTS}/{stage_outputs.SCALING_PREDICTION}.md",
         figure=report(
-            f"{RESULTS}/figures/scaling_prediction.png",
-            caption="../report/fig_scaling_prediction.rst",
+            f"{RESULTS}/figures/{stage_outputs.FIG_SCALING_PREDICTION}.png",
+            caption=stage_outputs.figure_caption(stage_outputs.FIG_SCALING_PREDICTION),
             category="Interconnect",
         ),
     log:
@@ -48,11 +48,11 @@ rule study_on_paper:
         str(REPO / "workflow_scripts" / "predict" / "paper_figures.yaml"),
     output:
         csv=report(
-            f"{RESULTS}/study_on_paper.csv",
-            caption="../report/study_on_paper.rst",
+            f"{RESULTS}/{stage_outputs.STUDY_ON_PAPER}.csv",
+            caption=stage_outputs.caption(stage_outputs.STUDY_ON_PAPER),
             category="Interconnect",
         ),
-        markdown=f"{RESULTS}/study_on_paper.md",
+        markdown=f"{RESULTS}/{stage_outputs.STUDY_ON_PAPER}.md",
     log:
         f"{LOGS}/results/study_on_paper.log",
     benchmark:

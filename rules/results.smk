@@ -83,12 +83,16 @@ rule inference_figures:
         throughput=rules.int8_throughput.output.csv,
     output:
         fig9=report(
-            f"{RESULTS}/figures/fig9_int8_throughput.png",
-            caption="../report/fig9_int8_throughput.rst",
+            f"{RESULTS}/figures/{stage_outputs.FIG9}.png",
+            caption=stage_outputs.figure_caption(stage_outputs.FIG9),
             category="Inference",
         ),
-        table=report(f"{RESULTS}/int8_vs_study.csv", caption="../report/int8_vs_study.rst", category="Inference"),
-        markdown=f"{RESULTS}/int8_vs_study.md",
+        table=report(
+            f"{RESULTS}/{stage_outputs.INT8_VS_STUDY}.csv",
+            caption=stage_outputs.caption(stage_outputs.INT8_VS_STUDY),
+            category="Inference",
+        ),
+        markdown=f"{RESULTS}/{stage_outputs.INT8_VS_STUDY}.md",
     log:
         f"{LOGS}/results/inference_figures.log",
     benchmark:
@@ -108,12 +112,12 @@ rule time_to_accuracy:
         TABLE_LONG_TEST_RUNS,
     output:
         csv=report(
-            f"{RESULTS}/time_to_accuracy.csv",
-            caption="../report/time_to_accuracy.rst",
+            f"{RESULTS}/{stage_outputs.TIME_TO_ACCURACY}.csv",
+            caption=stage_outputs.caption(stage_outputs.TIME_TO_ACCURACY),
             category="Training",
             subcategory="Long test",
         ),
-        markdown=f"{RESULTS}/time_to_accuracy.md",
+        markdown=f"{RESULTS}/{stage_outputs.TIME_TO_ACCURACY}.md",
     log:
         f"{LOGS}/results/time_to_accuracy.log",
     benchmark:
@@ -134,8 +138,8 @@ rule time_to_accuracy_figure:
         rules.time_to_accuracy.output.csv,
     output:
         report(
-            f"{RESULTS}/figures/fig35_time_to_accuracy.png",
-            caption="../report/fig35_time_to_accuracy.rst",
+            f"{RESULTS}/figures/{stage_outputs.FIG35}.png",
+            caption=stage_outputs.figure_caption(stage_outputs.FIG35),
             category="Training",
             subcategory="Long test",
         ),
@@ -177,8 +181,12 @@ rule conclusions:
         # its predicted column: the scaling findings at GPU counts this sweep did not run
         scaling_prediction=rules.scaling_prediction.output.csv,
     output:
-        csv=report(f"{RESULTS}/conclusions.csv", caption="../report/conclusions.rst", category="Conclusions"),
-        markdown=f"{RESULTS}/conclusions.md",
+        csv=report(
+            f"{RESULTS}/{stage_outputs.CONCLUSIONS}.csv",
+            caption=stage_outputs.caption(stage_outputs.CONCLUSIONS),
+            category="Conclusions",
+        ),
+        markdown=f"{RESULTS}/{stage_outputs.CONCLUSIONS}.md",
     log:
         f"{LOGS}/results/conclusions.log",
     benchmark:

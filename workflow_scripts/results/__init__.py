@@ -5,6 +5,8 @@
 `input_marks`             which runs were input-bound
 `training_tables`         the training tables (Fig. 2, 4-8's numbers)
 `training_outputs`        the training tables' and figures' names, which the rules declare
+`stage_outputs`           the names of the INT8, interconnect, prediction, long-test and verdict
+                          outputs, which the rules declare
 `point_tables`            the tables that compare points: FP16 vs FP32, systems, input paths
 `telemetry_tables`        the storage and network tables, from the runs' telemetry
 `training_figures`        the training figures

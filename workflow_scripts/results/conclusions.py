@@ -21,19 +21,21 @@ from ..common import written_without as waiting
 from ..common.atomic import atomic_file
 from ..common.errors import StageError, run_main
 from . import conclusions_predicted
+from . import stage_outputs as stage
+from . import training_outputs as training
 from .conclusions_measure import MEASURE, Unmeasured
 
 FINDINGS = Path(__file__).with_name("study_findings.yaml")
 TABLES = [
-    "scaling",
-    "training_throughput",
-    "fp16_vs_fp32",
-    "system_comparison",
-    "storage_throughput",
-    "network_throughput",
-    "int8_accuracy",
-    "int8_throughput",
-    "time_to_accuracy",
+    training.SCALING,
+    training.THROUGHPUT,
+    training.FP16_VS_FP32,
+    training.SYSTEMS,
+    training.STORAGE,
+    training.NETWORK,
+    stage.INT8_ACCURACY,
+    stage.INT8_THROUGHPUT,
+    stage.TIME_TO_ACCURACY,
 ]
 HOLDS, FAILS, UNMEASURED = "holds", "does not hold", "not measured by this sweep"
 # No verdict on a figure this tool cannot vouch for (results/guards.py), nor on an interval over the
@@ -41,7 +43,7 @@ HOLDS, FAILS, UNMEASURED = "holds", "does not hold", "not measured by this sweep
 NOT_DECIDED, INCONCLUSIVE = "not decided", "inconclusive"
 VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_DECIDED, UNMEASURED)
 # The one kind of finding a CPU's figure may decide: accuracy does not depend on the device.
-DEVICE_INDEPENDENT = {"int8_accuracy"}
+DEVICE_INDEPENDENT = {stage.INT8_ACCURACY}
 TITLE = "The study's conclusions on this cluster"
 HOW = (
     "One row per finding of the study (the PMBS18 paper, sections IV-VI, and its slides) and of the scale-out "

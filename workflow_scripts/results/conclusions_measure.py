@@ -14,6 +14,8 @@ measured at (same: whether that is the study's), the device, whether the finding
 and the caveats. By table: measure_training.py, measure_nodes.py (telemetry), measure_inference.py.
 """
 
+from . import stage_outputs as stage
+from . import training_outputs as training
 from .measure_inference import int8_accuracy, int8_speedup
 from .measure_nodes import send_doubling, send_fp16, storage_doubling
 from .measure_training import best_scaling, fp16_gain, scaling, stability, system_gap, time_to_accuracy
@@ -23,15 +25,15 @@ __all__ = ["MEASURE", "Unmeasured"]
 
 # quantity -> (its function, the table it reads)
 MEASURE = {
-    "scaling": (scaling, "scaling"),
-    "best_scaling": (best_scaling, "scaling"),
-    "stability": (stability, "training_throughput"),
-    "system_gap": (system_gap, "system_comparison"),
-    "fp16_gain": (fp16_gain, "fp16_vs_fp32"),
-    "storage_doubling": (storage_doubling, "storage_throughput"),
-    "send_doubling": (send_doubling, "network_throughput"),
-    "send_fp16": (send_fp16, "network_throughput"),
-    "int8_speedup": (int8_speedup, "int8_throughput"),
-    "int8_accuracy": (int8_accuracy, "int8_accuracy"),
-    "time_to_accuracy": (time_to_accuracy, "time_to_accuracy"),
+    "scaling": (scaling, training.SCALING),
+    "best_scaling": (best_scaling, training.SCALING),
+    "stability": (stability, training.THROUGHPUT),
+    "system_gap": (system_gap, training.SYSTEMS),
+    "fp16_gain": (fp16_gain, training.FP16_VS_FP32),
+    "storage_doubling": (storage_doubling, training.STORAGE),
+    "send_doubling": (send_doubling, training.NETWORK),
+    "send_fp16": (send_fp16, training.NETWORK),
+    "int8_speedup": (int8_speedup, stage.INT8_THROUGHPUT),
+    "int8_accuracy": (int8_accuracy, stage.INT8_ACCURACY),
+    "time_to_accuracy": (time_to_accuracy, stage.TIME_TO_ACCURACY),
 }

@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..common.output import write_table
 from ..common.plotting import empty_figure, plt, save_png
+from . import stage_outputs as names
 from .guards import int8_caveats
 from .study_figures import STUDY_FIGURES
 
@@ -89,10 +90,10 @@ def main():
     ap.add_argument("--out-dir", required=True)
     a = ap.parse_args()
     out = Path(a.out_dir)
-    fig9(pd.read_csv(a.throughput), out / "figures" / "fig9_int8_throughput.png")
+    fig9(pd.read_csv(a.throughput), out / "figures" / f"{names.FIG9}.png")
     write_table(
         beside_study(pd.read_csv(a.accuracy)),
-        out / "int8_vs_study.csv",
+        out / f"{names.INT8_VS_STUDY}.csv",
         "Table III: FP32 vs INT8 accuracy, this run beside the study",
         "Top-1 / top-5 in percent over the scored validation images (those not used for calibration); "
         "diff = FP32 - INT8 in percentage points. *_study: the study's published V100 TensorRT figures "

@@ -2,19 +2,20 @@
 size (Fig. 9) and the accuracy it loses (Table III)."""
 
 from ..common.chance_level import describe, no_better_than_guessing
+from . import stage_outputs as names
 from .guards import int8_caveats
 from .verdict_rules import Unmeasured, col, compare, result
 
 
 def int8_speedup(t, f, tol):
-    rows = t["int8_throughput"]
+    rows = t[names.INT8_THROUGHPUT]
     rows = rows[rows.model == "resnet50"]
     small = f["batches"] == "below_64"
     rows = rows[rows.batch_size < 64] if small else rows[rows.batch_size >= 64]
     if rows.empty:
         raise Unmeasured(
             f"no ResNet-50 batch size {'below' if small else 'of'} 64{'' if small else ' or more'} in "
-            f"int8_throughput.csv; set inference.throughput.batch_sizes (and resnet50 in "
+            f"{names.INT8_THROUGHPUT}.csv; set inference.throughput.batch_sizes (and resnet50 in "
             f"inference.throughput.models)"
         )
     cpu = rows.engine.iloc[0] != "tensorrt"
@@ -45,9 +46,9 @@ def _int8_interval(r):
 
 
 def int8_accuracy(t, f, tol):
-    rows = t["int8_accuracy"]
+    rows = t[names.INT8_ACCURACY]
     if rows.empty:
-        raise Unmeasured("int8_accuracy.csv has no network; set inference.models")
+        raise Unmeasured(f"{names.INT8_ACCURACY}.csv has no network; set inference.models")
     diff = rows[f"diff_{f['metric']}"].abs()
     worst = rows.loc[diff.idxmax()]
     allowed = f["bound"] + 100.0 / rows.scored_images.min()
