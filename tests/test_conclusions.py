@@ -200,6 +200,7 @@ def _run(
         "framework": framework,
         "precision": precision,
         "input": "cpu",
+        "repeat": 1,
         "nodes": nodes,
         "gpus": gpus,
         "status": "ok",
@@ -271,7 +272,8 @@ def test_a_run_whose_eviction_did_not_take_decides_no_cold_read_finding(tables, 
 
         return change
 
-    row = {"system": "local", "framework": "mxnet", "precision": "fp32", "input": "cpu", "metric": "read_MBps"}
+    row = {"system": "local", "framework": "mxnet", "precision": "fp32", "input": "cpu", "repeat": 1}
+    row["metric"] = "read_MBps"
     doctor(
         tables,
         "storage_throughput",
@@ -374,6 +376,7 @@ def test_disk_read_doubles(tables, peak_2nodes, verdict):
         "framework": "mxnet",
         "precision": "fp32",
         "input": "cpu",
+        "repeat": 1,
         "metric": "read_MBps",
         "device": "nfs:/data",
     }
@@ -542,11 +545,9 @@ def test_conclusions_lead_the_report_and_are_part_of_all(tmp_path):
     rules = "\n".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk")))
     categories = set(re.findall(r'category="([^"]+)"', rules))
     assert min(categories, key=str.casefold) == "Conclusions", sorted(categories, key=str.casefold)
-    assert re.search(
-        r'report\(f"\{RESULTS\}/conclusions.csv", caption="\.\./report/conclusions.rst", '
-        r'category="Conclusions"\)',
-        rules,
-    )
+    # the one output of that category is the verdict table's, declared by rule conclusions
+    conclusions_rule = rules.split("rule conclusions:", 1)[1].split("\nrule ", 1)[0]
+    assert rules.count('category="Conclusions"') == conclusions_rule.count('category="Conclusions"') == 1
     write_config(tmp_path)
     out = snakemake(tmp_path, "all", "-n", "--quiet", "rules").stdout
     assert re.search(r"^conclusions\s+1$", out, re.MULTILINE), out
@@ -789,3 +790,15 @@ def test_a_point_on_another_gpu_model_than_its_baseline_is_named():
         "device changed: h100/tensorflow_fp32_4gpu (cpu) ran on NVIDIA H100 80GB HBM3, its 1-GPU baseline on " in said
     )
     assert "Tesla V100-SXM2-32GB" in said
+
+
+@pytest.mark.unit
+def test_a_table_written_before_its_runs_kept_their_repeats_is_refused_naming_the_command(tables):
+    """A per-run table without its input and repeat columns (an earlier version's) is named, with
+    the command that writes it again from the runs; it is not read as if each point ran once."""
+    doctor(tables, "storage_throughput", lambda df: df.drop(columns=["repeat"]))
+    earlier = r"storage_throughput\.csv: written by an earlier version.*no repeat column.*--forcerun training_tables"
+    with pytest.raises(mod.StageError, match=earlier):
+        mod.load_tables(tables)
+    doctor(tables, "storage_throughput", lambda df: df.assign(repeat=1))
+    assert set(mod.load_tables(tables)) == set(mod.TABLES)

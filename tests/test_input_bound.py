@@ -314,6 +314,7 @@ def run_dir(root, gpus, images_per_s, input_wait_s, data_source="real"):
         "precision": "fp32",
         "gpus": gpus,
         "input": "synthetic" if data_source == "synthetic" else "cpu",
+        "repeat": 1,
         "nodes": 1,
         "gpu_request": "gpus-per-node",
         "run_dir": str(d),

@@ -161,6 +161,8 @@ def test_scaling_without_the_interconnect_says_so(pipeline_run, tmp_path):
             "framework": f,
             "precision": "fp32",
             "gpus": g,
+            "input": "auto",
+            "repeat": 1,
             "nodes": 1,
             "run_dir": str(pipeline_run / "results" / "runs" / "local" / f"{f}_fp32_{g}gpu"),
         }

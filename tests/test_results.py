@@ -200,7 +200,8 @@ def test_table_of_runs_with_different_settings_says_so(pipeline_run, tmp_path):
     """A sweep run and the long test's run of PyTorch side by side: their modes differ."""
     runs = pipeline_run / "results" / "runs" / "local"
     points = [
-        {"system": "local", "framework": "pytorch", "precision": "fp32", "gpus": g, "nodes": 1, "run_dir": str(d)}
+        {"system": "local", "framework": "pytorch", "precision": "fp32", "gpus": g, "input": "auto", "repeat": 1}
+        | {"nodes": 1, "run_dir": str(d)}
         for g, d in ((1, runs / "pytorch_fp32_1gpu"), (2, runs / "accuracy" / "pytorch_fp32_2gpu"))
     ]
     proc = subprocess.run(

@@ -92,7 +92,8 @@ def run_dir(root, framework, gpus, images_per_s):
         },
     }
     (d / "summary.json").write_text(json.dumps(summary))
-    return {"system": "dgx", "framework": framework, "precision": "fp32", "gpus": gpus, "nodes": 1, "run_dir": str(d)}
+    point = {"system": "dgx", "framework": framework, "precision": "fp32", "gpus": gpus, "input": "auto", "repeat": 1}
+    return {**point, "nodes": 1, "run_dir": str(d)}
 
 
 @pytest.mark.stage

@@ -79,6 +79,12 @@ COLUMNS = [
 ]
 
 
+# The columns a per-run table has had since its runs were kept per input path and repeat: a table
+# without them was written by an earlier version of the workflow and is refused, never read as if
+# each point had run once (the verdict would average what it cannot tell apart).
+RUN_COLUMNS = {name: ("input", "repeat") for name in (training.THROUGHPUT, training.STORAGE, training.NETWORK)}
+
+
 def load_tables(directory, held=()):
     """held: tables not read, which wait for a point still waiting for its nodes."""
     out = {}
@@ -88,6 +94,12 @@ def load_tables(directory, held=()):
             out[name] = pd.read_csv(path)
         except (OSError, pd.errors.EmptyDataError) as exc:
             raise StageError(f"{path}: the table the conclusions read cannot be read ({exc})")
+        missing = [c for c in RUN_COLUMNS.get(name, ()) if c not in out[name]]
+        if missing:
+            raise StageError(
+                f"{path}: written by an earlier version of this workflow (no {', '.join(missing)} column); "
+                "write it again from the runs, which stay as they are: snakemake --forcerun training_tables"
+            )
     return out
 
 

@@ -10,7 +10,7 @@ from .verdict_rules import MULTI_NODE_KEYS, Unmeasured, compare, result, sweep_k
 
 def _run_nodes(t, cold=False):
     """The runs' nodes, device and caveats; cold: with the cache caveat of a cold-read figure."""
-    runs = _with_repeat(t["training_throughput"])
+    runs = t["training_throughput"]
     runs = runs[runs.status == "ok"]
     if cold and "cache_not_emptied" in runs:
         runs = runs.assign(
@@ -26,15 +26,9 @@ def _run_nodes(t, cold=False):
 RUN_KEY = ["system", "framework", "precision", "gpus", "input", "repeat"]
 
 
-def _with_repeat(df):
-    """Rows of a table made before the repeats were kept: each point ran once."""
-    return df.assign(repeat=(df["repeat"].fillna(1) if "repeat" in df else 1)).astype({"repeat": int})
-
-
 def _per_run(table, t, metric, agg, cold=False):
     """One value per point of a telemetry table: agg over its nodes of the per-node sum over devices,
     run by run, then the mean over the point's repeats (their caveats together)."""
-    table = _with_repeat(table)
     df = table[(table.metric == metric) & (table.device != "lo")]
     per_node = df.groupby(RUN_KEY + ["node"]).agg(value=(agg[0], "sum")).reset_index()
     per_run = per_node.groupby(RUN_KEY).value.agg(agg[1]).reset_index()

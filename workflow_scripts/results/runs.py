@@ -311,9 +311,9 @@ COLUMNS = [
 
 
 def load(points):
-    """All sweep points, every column present even when no run succeeded (a point made before the
-    input axis existed ran its framework's default path: 'auto')."""
-    return pd.DataFrame([{"input": "auto", "repeat": 1, **record(p)} for p in points]).reindex(columns=COLUMNS)
+    """All sweep points (plan/sweep.py's, each with its input path and repeat), every column present
+    even when no run succeeded."""
+    return pd.DataFrame([record(p) for p in points]).reindex(columns=COLUMNS)
 
 
 def _differing(arg_dicts):
