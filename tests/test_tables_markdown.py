@@ -60,8 +60,9 @@ def test_an_undeclared_column_is_named(tmp_path):
         write_table(df, tmp_path / "t.csv", "T", "how", columns=["system", "images_per_s"])
 
 
-def run_dir(root, framework, gpus, images_per_s):
-    """A run directory holding what results/runs.py reads of a finished run's summary.json."""
+def run_dir(root, framework, gpus, images_per_s, **more):
+    """A run directory holding what results/runs.py reads of a finished run's summary.json (and
+    `more` of its keys)."""
     d = root / f"{framework}_fp32_{gpus}gpu"
     d.mkdir(parents=True)
     summary = {
@@ -91,7 +92,7 @@ def run_dir(root, framework, gpus, images_per_s):
             },
         },
     }
-    (d / "summary.json").write_text(json.dumps(summary))
+    (d / "summary.json").write_text(json.dumps({**summary, **more}))
     point = {"system": "dgx", "framework": framework, "precision": "fp32", "gpus": gpus, "input": "auto", "repeat": 1}
     return {**point, "nodes": 1, "run_dir": str(d)}
 
@@ -187,3 +188,32 @@ def test_interconnect_shows_the_readers_columns(tmp_path):
     assert header(md) == interconnect_tables.SHOWN
     assert "`rank_hosts` gpu01 gpu01" in footnote(md) and "`device` 2x NVIDIA H100" in footnote(md)
     assert list(pd.read_csv(tmp_path / "ic.csv").columns) == interconnect_tables.COLUMNS
+
+
+@pytest.mark.stage
+def test_a_trainers_own_figure_becomes_a_column_of_the_runs_with_nothing_else_changed(tmp_path):
+    """An adapter's figures() (train/loop.py) reaches training_throughput.csv as a column of its own,
+    after the runs' columns, empty for a run without it; a figure named as one of the runs' own
+    columns is refused, naming the run and the adapter method."""
+    runs = tmp_path / "runs"
+    points = [
+        run_dir(runs, "pytorch", 1, 350.0, figures={"max_memory_allocated_gb": 3.25}),
+        run_dir(runs, "mxnet", 1, 300.0, figures={}),
+    ]
+    out = tmp_path / "results"
+    run_stage("workflow", "workflow_scripts.results.training_tables", "--points", json.dumps(points), "--out-dir", out)
+    csv = pd.read_csv(out / "training_throughput.csv")
+    assert list(csv.columns) == training_tables.RUN_COLUMNS + ["max_memory_allocated_gb"]
+    memory = csv.set_index("framework")["max_memory_allocated_gb"]
+    assert memory["pytorch"] == 3.25 and pd.isna(memory["mxnet"])
+    clash = [run_dir(tmp_path / "clash", "pytorch", 1, 350.0, figures={"images_per_s": 1.0})]
+    proc = run_stage(
+        "workflow",
+        "workflow_scripts.results.training_tables",
+        "--points",
+        json.dumps(clash),
+        "--out-dir",
+        tmp_path / "clash_out",
+        check=False,
+    )
+    assert proc.returncode != 0 and "figures images_per_s are named as the runs' own columns" in proc.stderr

@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..cluster import netif
 from ..common import frameworks
+from ..common.errors import StageError
 from ..common.input_bound import wait_share
 from ..interconnect.efficiency_bounds import gradient_bytes
 from . import guards
@@ -228,7 +229,24 @@ def record(point):
         "gradient_bytes_from": grad_from,
         **provenance(s),
     }
-    return {**row, "caveats": guards.join(guards.run_caveats(row))}
+    return {**row, **run_figures(s, point["run_dir"]), "caveats": guards.join(guards.run_caveats(row))}
+
+
+def run_figures(s, run_dir):
+    """The trainer's own per-run figures (its adapter's figures(): train/loop.py), as columns."""
+    figures = s.get("figures") or {}
+    clash = sorted(set(figures) & set(COLUMNS))
+    if clash:
+        raise StageError(
+            f"{run_dir}/summary.json: the trainer's figures {', '.join(clash)} are named as the runs' own "
+            "columns; rename them in its adapter's figures()"
+        )
+    return figures
+
+
+def figure_columns(runs):
+    """The columns of load()'s rows that trainers' figures() added, in their order."""
+    return [c for c in runs.columns if c not in COLUMNS]
 
 
 def epoch_turnover(s, args):
@@ -313,7 +331,8 @@ COLUMNS = [
 def load(points):
     """All sweep points (plan/sweep.py's, each with its input path and repeat), every column present
     even when no run succeeded."""
-    return pd.DataFrame([record(p) for p in points]).reindex(columns=COLUMNS)
+    rows = pd.DataFrame([record(p) for p in points])
+    return rows.reindex(columns=COLUMNS + [c for c in rows.columns if c not in COLUMNS])
 
 
 def _differing(arg_dicts):

@@ -95,7 +95,8 @@ THROUGHPUT_SHOWN = KEY + [
 
 
 def throughput(runs):
-    return runs.reindex(columns=RUN_COLUMNS).sort_values(KEY + ["gpus", "repeat"], kind="stable")
+    columns = RUN_COLUMNS + run_records.figure_columns(runs)
+    return runs.reindex(columns=columns).sort_values(KEY + ["gpus", "repeat"], kind="stable")
 
 
 SCALING_COLUMNS = KEY + [

@@ -81,7 +81,8 @@ def result(text, value, point, same, device, holds, note="", caveats=(), cpu=Fal
 
 
 def col(r, name, default=None):
-    """A column of a table row that tables made before it existed lack."""
+    """A cell of a table row, or `default` where it is empty or the row's table has no such column
+    (a column only some points or some tables carry: an interval's bounds, a ratio's own cell)."""
     value = getattr(r, name, default)
     return default if value is None or (isinstance(value, float) and math.isnan(value)) else value
 

@@ -125,6 +125,12 @@ class Adapter:
         """The framework's own summary keys."""
         return {}
 
+    def figures(self, run):
+        """The framework's own per-run figures, {name: number or None} (e.g. its peak device memory):
+        each becomes a column of the training tables' per-run rows (results/runs.py) with nothing
+        else changed; a name must not be one of those rows' own columns."""
+        return {}
+
     def math(self, run):
         """(fp16's 16-bit type as it ran, which operations TF32 covers in fp32): harness.math_record's."""
         raise NotImplementedError
@@ -273,6 +279,7 @@ def main(adapter):
             "math": math,
             **loop.summary(),
             **adapter.summary(run),
+            "figures": adapter.figures(run),
             **extra,
         }
     )

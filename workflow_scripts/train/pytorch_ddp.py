@@ -270,8 +270,11 @@ class PyTorch(loop.Adapter):
             "pytorch": s.describe(),
             "execution_mode": s.execution_mode(),
             "gpu_input": self.data.stats(run.args.warmup_steps + s.prefetch),
-            "max_memory_allocated_gb": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None,
         }
+
+    def figures(self, run):
+        cuda = self.cuda
+        return {"max_memory_allocated_gb": torch.cuda.max_memory_allocated(self.device) / 2**30 if cuda else None}
 
     def math(self, run):
         return self.s.describe()["amp_dtype"], "matrix products and convolutions"
