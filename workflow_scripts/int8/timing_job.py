@@ -1,4 +1,4 @@
-"""Fig. 9's timed runs of one system in one job (rules/int8.smk, int8_throughput_run): every network
+"""Fig. 9's timed runs of one system in one job (rules/int8_results.smk, int8_throughput_run): every network
 of inference.throughput.models at every batch size, one pair after another in one process, each
 timed as throughput.py times a pair (both precisions in ABBA blocks, each block after its own
 warm-up) and written to its own record (<out_dir>/bs<N>.json) with its own isolation over its

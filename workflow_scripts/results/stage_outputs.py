@@ -1,6 +1,6 @@
 """The tables and figures of the stages after training (INT8, the interconnect, the scaling
 prediction, the long test and the verdict), each named once, as training_outputs.py names the
-training stage's: the rules (int8.smk, interconnect.smk, predict.smk, results.smk) declare
+training stage's: the rules (int8_results.smk, interconnect.smk, predict.smk, results.smk) declare
 <name>.csv / .md and figures/<name>.png by these names, each a report item with its caption
 report/<name>.rst; the writers that choose their own file names and the verdict table's readers use
 the same. Plain Python, no pandas: the rules import it when the workflow is parsed."""
