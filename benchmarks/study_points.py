@@ -44,6 +44,11 @@ VARIANTS = {
     "pools2x": {"training.pytorch.dali_pinned_mb": 2048, "training.pytorch.dali_device_mb": 4096},
     "prefetch8": {"training.pytorch.prefetch": 8},
     "batch256": {"training.batch_per_gpu.pytorch": 128},  # x fp16's factor 2
+    "block": ["--loss-wait", "block"],
+    "copy": ["--dali-copy"],
+    "warm50": {"training.warmup_steps": 50},
+    "steps300": {"training.steps": 300},
+    "spy": [],  # trainer_vs_plain runs the trainer under py-spy (PY_SPY: its path)
 }
 for n in range(1, 16):
     VARIANTS[f"threads{n}"] = {"training.pytorch.loader_workers": n}

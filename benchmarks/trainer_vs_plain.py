@@ -119,7 +119,31 @@ def trainer_command(item, run_dir, data):
         trainer_words(item["point"], "real" if real else "synthetic", item["variants"]), data if real else None
     )
     words += words_of(item)
-    return [*pinned(item["cpus"]), PY, "-m", "workflow_scripts.train.pytorch_ddp", *words, "--out", str(run_dir)]
+    cmd = [*pinned(item["cpus"]), PY, "-m", "workflow_scripts.train.pytorch_ddp", *words, "--out", str(run_dir)]
+    return spied(cmd, run_dir) if "spy" in item["variants"] else cmd
+
+
+def spied(cmd, run_dir):
+    """cmd under py-spy: every thread's Python and native stacks sampled 100 times a second, without
+    pausing the process, into RUN_DIR.spy.txt (collapsed stacks: where the host's time went)."""
+    spy = os.environ.get("PY_SPY", "py-spy")
+    out = f"{run_dir}.spy.txt"
+    return [
+        spy,
+        "record",
+        "--native",
+        "--nonblocking",
+        "--threads",
+        "--idle",
+        "-r",
+        "100",
+        "-f",
+        "raw",
+        "-o",
+        out,
+        "--",
+        *cmd,
+    ]
 
 
 def check_command(item, out, data):
@@ -158,6 +182,7 @@ def run_summary(run_dir):
         "isolated": s.get("isolated"),
         "device": s.get("device"),
         "last_loss": s.get("last_loss"),
+        "timed_cpu": s.get("timed_cpu"),
     }
 
 
@@ -278,6 +303,11 @@ def other_text(r):
         bits.append(f"lag {r['loss_lag']}")
     if r.get("median_step_ms"):
         bits.append(f"median {r['median_step_ms']:.1f} ms")
+    cpu = r.get("timed_cpu")
+    if cpu:
+        most = sorted(cpu["by_thread"].items(), key=lambda kv: -kv[1])[:4]
+        top = ", ".join(f"{k} {v:.1f}" for k, v in most)
+        bits.append(f"cores {cpu['cores']:.1f} ({top})")
     bits.append(f"{r['wall_s']:.0f} s")
     return " ".join(bits)
 

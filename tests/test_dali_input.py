@@ -240,3 +240,21 @@ def test_fetching_ahead_and_reading_losses_late_change_when_not_which(lmdb, tmp_
         assert all(0 <= x["input_wait_s"] <= x["wall_s"] for x in timed), name
         assert 0 <= summary["input_wait_s_timed"] / summary["seconds_timed"] <= 1, name
     assert losses["plain"] == losses["ahead"] == losses["lag"]
+
+
+def test_copying_dali_output_changes_no_batch_and_the_run_says_where_its_cpus_went(lmdb, tmp_path):
+    """--dali-copy hands the step copies of DALI's output instead of views of its buffers: the same
+    batches, so the same losses. Each run records its threads' CPU use over the timed steps
+    (thread_cpu): the training thread as 'main', every group's share in cores, their sum the total."""
+    summaries, losses = {}, {}
+    for name, copy in (("views", False), ("copies", True)):
+        proc = _train(lmdb, tmp_path / name, steps=3, loader_workers=1, ranks=1, dali_copy=copy)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        summaries[name] = json.loads((tmp_path / name / "summary.json").read_text())
+        losses[name] = [json.loads(x)["loss"] for x in (tmp_path / name / "steps.jsonl").read_text().splitlines()]
+        assert summaries[name]["gpu_input"]["copy"] is copy
+    assert losses["views"] == losses["copies"] and len(losses["views"]) == 4
+    cpu = summaries["copies"]["timed_cpu"]
+    assert cpu["seconds"] > 0 and "main" in cpu["by_thread"]
+    assert cpu["cores"] == pytest.approx(sum(cpu["by_thread"].values()), abs=0.01)
+    assert all(v >= 0 for v in cpu["by_thread"].values()) and cpu["by_thread"]["main"] > 0

@@ -17,7 +17,9 @@ from workflow_scripts.train import harness, pytorch_ddp as p
 out = {}
 for name, device, nodes, argv in json.loads(sys.argv[1]):
     args = p.add_experiment_args(p.add_args(harness.arg_parser("x"))).parse_args(argv + ["--out", "unused"])
-    out[name] = p.resolve(args, torch.device(device), nodes=nodes, distributed=not name.endswith("_alone")).describe()
+    cpus = int(name.rsplit("_cpus", 1)[1]) if "_cpus" in name else None
+    distributed = not name.endswith("_alone")
+    out[name] = p.resolve(args, torch.device(device), nodes=nodes, distributed=distributed, cpus=cpus).describe()
 print(json.dumps(out))
 """
 
@@ -39,6 +41,11 @@ CASES = [
     ("gpu_gpu_input", "cuda", 1, REAL + ["--input", "gpu"]),
     ("gpu_cpu_input", "cuda", 1, REAL + ["--input", "cpu"]),
     ("gpu_dali_lag1", "cuda", 1, REAL + ["--loss-lag", "1"]),
+    ("gpu_dali_cpus13", "cuda", 1, REAL),
+    ("gpu_dali_cpus14", "cuda", 1, REAL),
+    ("gpu_dali_cpus16", "cuda", 1, REAL),
+    ("gpu_dali_lag0_cpus16", "cuda", 1, REAL + ["--loss-lag", "0"]),
+    ("cpu_cpus16", "cpu", 1, REAL),
     ("gpu_dali_small", "cuda", 1, ["--data", "LMDB", "--batch-per-gpu", "64", "--image-size", "112"]),
     ("gpu_dali_128", "cuda", 1, ["--data", "LMDB", "--batch-per-gpu", "128", "--image-size", "224"]),
     ("gpu_dali_runs3", "cuda", 1, REAL + ["--dali-run-batches", "3"]),
@@ -106,6 +113,15 @@ def test_a_synthetic_run_reads_its_loss_one_step_behind_whatever_the_input_says(
     reaches it, --input auto or not (docs/decisions.md#loss_lag). On a CPU, read at once."""
     assert resolved["gpu_synthetic"]["loss_lag"] == resolved["gpu_synthetic_dali"]["loss_lag"] == 1
     assert resolved["cpu_synthetic"]["loss_lag"] == resolved["cpu"]["loss_lag"] == 0
+
+
+def test_dali_reads_its_loss_one_step_behind_from_the_rule_s_cpus_a_rank(resolved):
+    """loss_lag auto with DALI: one step behind where the rank has pytorch_options.LAG_MIN_CPUS (14)
+    CPUs or more, at the step's end below and where the CPUs are not known; always at once on a CPU;
+    a value given wins (docs/decisions.md#loss_lag)."""
+    lags = {k: resolved[k]["loss_lag"] for k in ("gpu_dali_cpus13", "gpu_dali_cpus14", "gpu_dali_cpus16")}
+    assert lags == {"gpu_dali_cpus13": 0, "gpu_dali_cpus14": 1, "gpu_dali_cpus16": 1}
+    assert resolved["gpu_dali_lag0_cpus16"]["loss_lag"] == resolved["cpu_cpus16"]["loss_lag"] == 0
 
 
 def test_a_loss_lag_given_overrides_the_input_paths_rule(resolved):

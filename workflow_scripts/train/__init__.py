@@ -11,6 +11,7 @@ The ranks:
     `long_test_fit`        whether a long test's epochs can fit its jobs
     `rendezvous`           Horovod's Gloo rendezvous server, for ranks that srun or the launcher start
     `input_capacity`       a framework's input path alone: images/s it can hand a rank
+    `thread_cpu`           the CPU cores each group of a rank's threads used over the timed steps
 
 Per framework, its adapter and what only it uses:
 

@@ -174,7 +174,9 @@ class DALIBatches:
     gpu_input.GPUBatches gives them: next() -> (x, y), x float32 (N, 3, size, size) (channels_last
     memory when asked), y int64 (N,); epoch after epoch for as long as asked. The tensors are
     views of DALI's output buffers, handed over without a copy and ordered on the caller's current
-    CUDA stream; a run's buffers live until its last batch is handed over and dropped."""
+    CUDA stream; a run's buffers live until its last batch is handed over and dropped. copy (the
+    trainer's --dali-copy, benchmarks only): views of a copy made on that stream instead, DALI's
+    buffers let go at once (measured no faster: docs/benchmarks.md, the fourth series)."""
 
     def __init__(
         self,
@@ -195,6 +197,7 @@ class DALIBatches:
         device_mb=0,
         size_hint=0,
         run_batches=1,
+        copy=False,
     ):
         self.device = torch.device(device)
         gpu = self.device.type == "cuda"
@@ -207,6 +210,7 @@ class DALIBatches:
             "threads": threads,
             "prefetch": depth,
             "run_batches": run_batches,
+            "copy": copy,
             "hw_decoder_load": hw_decoder_load if mixed else None,
             "size_hint": list(hint_sides(size_hint, path)) if mixed else None,
         }
@@ -254,6 +258,9 @@ class DALIBatches:
             self.epochs += 1
             out = next(self.it)
         x, y = out[0]["x"], out[0]["y"].view(-1)
+        if self.config["copy"]:  # on the current stream, behind DALI's output; DALI's buffers go now
+            x, y = x.clone(), y.clone()
+            del out
         if self.channels_last:
             x = x.permute(0, 3, 1, 2)  # NHWC memory seen as NCHW: PyTorch's channels_last
         b = self.batch

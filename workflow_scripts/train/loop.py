@@ -30,7 +30,8 @@ Where the frameworks differ, as capabilities of their adapters:
                while the host reads, logs and launches. Each logged step still spans one loss
                read to the next, and the steps after which the clock restarts (and the last) are
                read at once (nothing queued past them). PyTorch on CUDA, except on the inputs
-               that pytorch_options.LOSS_AT_STEP_END names (docs/decisions.md#loss_lag).
+               that pytorch_options.LOSS_AT_STEP_END names on a rank of fewer than LAG_MIN_CPUS
+               CPUs (docs/decisions.md#loss_lag).
                Not TensorFlow or MXNet: they read each step's loss before the next, as their own
                benchmarks' loops do (tf_cnn_benchmarks' session run fetches the loss every step,
                MXNet's Module.fit reads a metric every batch: docs/decisions.md#loss_lag).
@@ -50,7 +51,7 @@ import time
 
 from ..cluster.rank_env import setup_horovod
 from ..common.errors import StageError
-from . import checkpoint, harness, long_test
+from . import checkpoint, harness, long_test, thread_cpu
 
 
 class Adapter:
@@ -178,6 +179,7 @@ class Loop:
         self.waits = []  # seconds spent taking batches from the input, per batch taken
         self.counted = 0  # of them, those already logged with a step
         self.ahead = [] if adapter.fetch_ahead else None
+        self.cpu_marks = [None, None]  # thread_cpu snapshots at the timed steps' start and end
 
     def fetch(self):
         t = time.perf_counter()
@@ -229,7 +231,10 @@ class Loop:
                 # skip them rather than rescanning them during timed steps.
                 gc.collect()
                 gc.freeze()
+                if step == warmup - 1:  # before the clock restarts: outside the timed steps
+                    self.cpu_marks[0] = thread_cpu.snapshot()
                 run.log.start()
+        self.cpu_marks[1] = thread_cpu.snapshot()
         return {}
 
     def train_step(self, step):
@@ -249,6 +254,8 @@ class Loop:
             # the waits logged with the timed steps, each inside its step's wall time: at most the
             # time timed
             "input_wait_s_timed": sum(s.get("input_wait_s", 0.0) for s in self.run.log.steps if s["phase"] == "timed"),
+            # the process's threads' CPU use over the timed steps (None: mode accuracy, no /proc)
+            "timed_cpu": thread_cpu.cores(*self.cpu_marks),
         }
 
 

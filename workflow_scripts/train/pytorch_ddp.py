@@ -50,6 +50,20 @@ def add_experiment_args(ap):
         help="one process: still wrap the model in DistributedDataParallel over a process group of one "
         "(NCCL on a GPU), so that DDP's hooks and graph cuts run where only one GPU is at hand",
     )
+    g.add_argument(
+        "--loss-wait",
+        choices=("spin", "block"),
+        default="spin",
+        help="how the host waits for a step's loss on a GPU: spin (CUDA's default for an event: a core "
+        "busy while it waits) or block (the thread sleeps until the GPU signals: the core is free for "
+        "the input's threads)",
+    )
+    g.add_argument(
+        "--dali-copy",
+        action="store_true",
+        help="DALI: copy each run's output into the trainer's own tensors on the GPU and let DALI's "
+        "buffers go at once, rather than handing views of them to the step",
+    )
     return ap
 
 
@@ -143,9 +157,10 @@ class PyTorch(loop.Adapter):
                 world_size=launch.world_size,
                 init_method=f"tcp://{launch.master_addr}:{launch.master_port}",
             )
-        self.s = resolve(args, device, nodes=launch.num_nodes, distributed=self.ddp)
+        self.s = resolve(args, device, nodes=launch.num_nodes, distributed=self.ddp, cpus=run.cpus.per_rank)
         self.fetch_ahead = args.fetch_ahead == "on" or (args.fetch_ahead == "auto" and cuda)
         self.loss_lag = self.s.loss_lag
+        self.blocking = args.loss_wait == "block"
         configure_backends(self.s)
         torch.manual_seed(args.seed)
 
@@ -178,7 +193,7 @@ class PyTorch(loop.Adapter):
             torch.cuda.set_device(self.device)
         else:  # as start() does
             torch.set_num_threads(run.cpus.per_rank)
-        self.s = s = resolve(run.args, self.device, distributed=False)
+        self.s = s = resolve(run.args, self.device, distributed=False, cpus=run.cpus.per_rank)
         configure_backends(s)
         torch.manual_seed(run.args.seed)
         self.build_input(run, harness.classes_of(run.args.data), None)
@@ -217,7 +232,7 @@ class PyTorch(loop.Adapter):
         # behind the next step's too and wait for that step as well.
         host = torch.empty((), dtype=loss.dtype, pin_memory=True)
         host.copy_(loss.detach(), non_blocking=True)
-        done = torch.cuda.Event(enable_timing=True)
+        done = torch.cuda.Event(enable_timing=True, blocking=self.blocking)
         done.record()
 
         def read():

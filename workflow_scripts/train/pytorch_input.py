@@ -126,6 +126,7 @@ def build_input(args, s, launch, classes, per_rank=None):
             run_batches=max(1, min(s.dali_run_batches, shard_batches)),
             pinned_mb=s.dali_pools_mb[0],
             device_mb=s.dali_pools_mb[1],
+            copy=getattr(args, "dali_copy", False),
         )
         return Input(classes, len(lmdb), workers, lambda: next(dali), dali.close, dali.stats)
     ds = gpu_input.RawJPEGs(lmdb) if raw else lmdb

@@ -20,9 +20,11 @@ DALI_RUN_IMAGES = 256
 # dali_decoder auto: libjpeg-turbo where a rank has this many CPUs, the hardware decoder below
 # (docs/decisions.md#dali_decoder).
 DALI_CPU_DECODER_MIN_CPUS = 12
-# Input paths whose loss is read at the end of its own step under loss_lag auto; every other path,
-# and synthetic data (no input path), reads it one step behind (docs/decisions.md#loss_lag).
+# Input paths whose loss is read at the end of its own step under loss_lag auto where a rank has
+# fewer than LAG_MIN_CPUS CPUs; every other path, those paths from LAG_MIN_CPUS up, and synthetic
+# data (no input path) read it one step behind (docs/decisions.md#loss_lag).
 LOSS_AT_STEP_END = ("dali",)
+LAG_MIN_CPUS = 14
 DALI_PREFETCH, GPU_PREFETCH = 4, 2  # batches queued ahead of the step (docs/decisions.md#prefetch)
 # DALI's pinned and device pools allocated before training, MiB at POOL_REFERENCE = batch 256 at
 # 224 px, scaled with batch x pixels (docs/decisions.md#dali_pools).
@@ -103,9 +105,10 @@ class Settings:
         }
 
 
-def resolve(args, device, nodes=1, distributed=True):
+def resolve(args, device, nodes=1, distributed=True, cpus=None):
     """distributed: the model is wrapped in DDP (several ranks, or --ddp-one-rank); without DDP there
-    is no DDP graph for ddp_graph to split."""
+    is no DDP graph for ddp_graph to split. cpus: the CPUs the rank has (cluster/cpus.py), which
+    loss_lag auto reads."""
     cuda = device.type == "cuda"
 
     def on(value):
@@ -151,10 +154,7 @@ def resolve(args, device, nodes=1, distributed=True):
         ddp_graph=graph,
         grad_compression=args.grad_compression,
         broadcast_buffers=args.broadcast_buffers == "on",
-        # Synthetic data takes no input path, so no path's rule either.
-        loss_lag=int(cuda and (synthetic or source not in LOSS_AT_STEP_END))
-        if args.loss_lag == "auto"
-        else int(args.loss_lag),
+        loss_lag=auto_loss_lag(cuda, synthetic, source, cpus) if args.loss_lag == "auto" else int(args.loss_lag),
         # Only the gpu and dali paths queue batches of their own (the cpu path's DataLoader has its
         # own prefetch_factor): the others record none.
         prefetch=0
@@ -170,6 +170,16 @@ def resolve(args, device, nodes=1, distributed=True):
         input_lanes=args.input_lanes,
         dali_size_hint=args.dali_size_hint,
     )
+
+
+def auto_loss_lag(cuda, synthetic, source, cpus):
+    """loss_lag auto: 1 on a GPU, 0 on a CPU; 0 also for an input path of LOSS_AT_STEP_END on a
+    rank of fewer than LAG_MIN_CPUS CPUs (cpus None: not known, taken as fewer), where its threads
+    fell behind a step the host no longer waited for. Synthetic data takes no input path, so no
+    path's rule either."""
+    if not cuda:
+        return 0
+    return int(synthetic or source not in LOSS_AT_STEP_END or (cpus or 0) >= LAG_MIN_CPUS)
 
 
 def compile_mode(choice, cuda, source, graph, capability=None):
