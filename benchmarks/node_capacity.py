@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from workflow_scripts.cluster import cpu_bind, gpu_identity
 from workflow_scripts.train import pytorch_options
@@ -28,7 +29,9 @@ def more(words):
 def settings(cpus, gpus):
     """(name, data, input_capacity flags) of the DALI settings the photos plan weighs."""
     share = max(1, cpus // gpus)
-    default = max(1, share - pytorch_options.DALI_SPARE_CORES)
+    default = pytorch_options.loader_workers(
+        SimpleNamespace(loader_workers=0, decode_threads=0), SimpleNamespace(input="dali"), share
+    )
     spare1 = max(1, share - 1)
     return [
         ("dali_cpu", "lmdb", ["--dali-decoder", "cpu", "--threads", str(default)]),

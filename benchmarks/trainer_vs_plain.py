@@ -171,6 +171,7 @@ def run_summary(run_dir):
         "slow_steps": sum(w > 1.06 * statistics.median(walls) for w in walls),
         "loss_lag": s.get("loss_lag"),
         "fetch_ahead": s.get("fetch_ahead"),
+        "drained_batches": s.get("drained_batches"),
         "input_wait_s_timed": s.get("input_wait_s_timed"),
         "seconds_timed": s.get("seconds_timed"),
         "wait_share": (s.get("input_wait_s_timed") or 0) / s["seconds_timed"] if s.get("seconds_timed") else None,
@@ -301,6 +302,11 @@ def other_text(r):
         bits.append(",".join(f"{k} {v}" for k, v in r["threads"].items()))
     if r.get("loss_lag") is not None:
         bits.append(f"lag {r['loss_lag']}")
+    if r.get("drained_batches") is not None:
+        bits.append(f"drained {r['drained_batches']}")
+    dali = r.get("gpu_input") or {}
+    if dali.get("decoder"):
+        bits.append(f"{dali['decoder']}" + (f" {dali['hw_share']:.2f}" if dali.get("hw_share") is not None else ""))
     if r.get("median_step_ms"):
         bits.append(f"median {r['median_step_ms']:.1f} ms")
     cpu = r.get("timed_cpu")

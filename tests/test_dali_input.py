@@ -176,22 +176,29 @@ def test_bad_dali_options_are_named(lmdb, tmp_path):
 def test_gpu_pipeline_decodes_where_asked_and_augments_on_the_gpu():
     """The GPU pipeline's graph (defined without a GPU; CI has none): --dali-decoder cpu decodes in
     DALI's CPU threads and hands the crops to the GPU, mixed decodes on the GPU (hardware engine +
-    nvJPEG); either way resize and normalize run on the GPU, and the rest of the graph is the same."""
+    nvJPEG), split sends each image to one of the two by a coin of its own and merges their crops on
+    the GPU; either way resize and normalize run on the GPU, and the rest of the graph is the same."""
     got = run_script("pytorch", "dali_placement.py")
     ops = {decoder: dict(graph) for decoder, graph in got.items()}
     assert ops["cpu"]["decoders__ImageRandomCrop"] == "cpu"
     assert ops["mixed"]["decoders__ImageRandomCrop"] == "mixed"
-    for decoder in ("cpu", "mixed"):
+    split = got["split"]
+    decoders = [device for name, device in split if name == "decoders__ImageRandomCrop"]
+    assert sorted(decoders) == ["cpu", "mixed"] and ops["split"]["_conditional__Merge"] == "gpu", split
+    assert [name for name, _ in split if not name.startswith("_conditional")] == [
+        name for name, _ in got["cpu"][:1] + [("random__CoinFlip", "")] + got["cpu"][1:2] * 2 + got["cpu"][2:]
+    ]
+    for decoder in ("cpu", "mixed", "split"):
         assert ops[decoder]["Resize"] == ops[decoder]["CropMirrorNormalize"] == "gpu", got
         assert ops[decoder]["readers__Caffe2"] == "cpu"
     assert [name for name, _ in got["cpu"]] == [name for name, _ in got["mixed"]]
 
 
 def test_dali_threads_leave_cores_to_the_training_thread():
-    """With no --loader-workers, DALI gets a rank's share of the cores less 4 (at least 1): its CPU
-    decoding beside the training thread measured best so on an H100
-    (docs/decisions.md#loader_workers); the DataLoader paths keep theirs (share - 1; at most 4 for
-    input gpu). Asked of the trainer's own rule for machines of 16 and 32 cores (CI has 2)."""
+    """With no --loader-workers, DALI gets a rank's share of the cores less the 2 its trainer uses,
+    at most 12 (at least 1): sized to what the trainer leaves (docs/decisions.md#loader_workers); the
+    DataLoader paths keep theirs (share - 1; at most 4 for input gpu). Asked of the trainer's own
+    rule for machines of 16, 14, 12, 6 and 32 cores (CI has 2)."""
     code = """
 import json, os, sys
 from types import SimpleNamespace as NS
@@ -199,7 +206,7 @@ from workflow_scripts.cluster import cpus
 from workflow_scripts.train import pytorch_options
 args = NS(loader_workers=0, decode_threads=0)
 out = {}
-for cores, ranks in ((16, 1), (32, 2), (16, 8), (2, 1)):
+for cores, ranks in ((16, 1), (14, 1), (12, 1), (6, 1), (32, 2), (16, 8), (2, 1)):
     share = cpus.CPUs(allowed=cores, cores=cores, bound=False, local_size=ranks).per_rank
     out[f"{cores}/{ranks}"] = {i: pytorch_options.loader_workers(args, NS(input=i), share)
                                for i in ("dali", "cpu", "gpu")}
@@ -210,6 +217,9 @@ print(json.dumps(out))
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got == {
         "16/1": {"dali": 12, "cpu": 15, "gpu": 4},
+        "14/1": {"dali": 12, "cpu": 13, "gpu": 4},
+        "12/1": {"dali": 10, "cpu": 11, "gpu": 4},
+        "6/1": {"dali": 4, "cpu": 5, "gpu": 4},
         "32/2": {"dali": 12, "cpu": 15, "gpu": 4},
         "16/8": {"dali": 1, "cpu": 1, "gpu": 1},
         "2/1": {"dali": 1, "cpu": 1, "gpu": 1},

@@ -22,8 +22,9 @@ from workflow_scripts.train import pytorch_options as o
 ap = o.add_args(argparse.ArgumentParser())
 flags = {a.option_strings[0]: {"dest": a.dest, "default": a.default, "choices": list(a.choices or []) or None,
                                "help": a.help} for a in ap._actions if a.option_strings and a.dest != "help"}
-consts = {k: getattr(o, k) for k in ("DALI_PREFETCH", "GPU_PREFETCH", "DALI_SPARE_CORES", "GPU_DECODE_WORKERS",
-                                     "DALI_POOLS_MB")}
+consts = {k: getattr(o, k) for k in ("DALI_PREFETCH", "GPU_PREFETCH", "DALI_TRAINER_CORES", "DALI_MAX_THREADS",
+                                     "DALI_CPU_DECODER_MIN_CPUS", "DALI_HW_SHARE",
+                                     "GPU_DECODE_WORKERS", "DALI_POOLS_MB")}
 print(json.dumps({"flags": flags, "consts": consts}))
 """
 # Figures of a measurement: a share, a rate, a duration, a run count or citation, a CV, or the word.
@@ -72,7 +73,9 @@ def test_descriptions_state_the_code_rules(trainer):
     c, d = trainer["consts"], {k: s["description"] for k, s in schema.section(SECTION).items()}
     assert f"0: {c['DALI_PREFETCH']} with dali, {c['GPU_PREFETCH']} with gpu" in d["prefetch"]
     assert f"at most {c['GPU_DECODE_WORKERS']} with input gpu" in d["loader_workers"]
-    assert f"cores per GPU - {c['DALI_SPARE_CORES']}" in d["loader_workers"]
+    assert f"cores per GPU - {c['DALI_TRAINER_CORES']}, at most {c['DALI_MAX_THREADS']}" in d["loader_workers"]
+    assert f"auto: cpu where a rank has {c['DALI_CPU_DECODER_MIN_CPUS']} CPUs or more" in d["dali_decoder"]
+    assert f"auto: {c['DALI_HW_SHARE']}" in d["dali_hw_share"]
     assert f"auto: {c['DALI_POOLS_MB'][0]} at batch 256" in d["dali_pinned_mb"]
     assert f"auto: {c['DALI_POOLS_MB'][1]} at batch 256" in d["dali_device_mb"]
     # the epoch-turnover guard's threshold is DALI's default queue (results/guards.py says why)

@@ -140,18 +140,18 @@ def test_dali_runs_at_least_its_images_at_once_on_a_gpu(resolved):
 
 
 def test_dali_decoder_auto_follows_a_ranks_cpus():
-    """auto: libjpeg-turbo in DALI's threads where a rank has pytorch_options.DALI_CPU_DECODER_MIN_CPUS
-    CPUs or more, the hardware decoder below (docs/decisions.md#dali_decoder); a decoder asked for
-    is kept at any count."""
+    """auto: libjpeg-turbo alone where a rank has pytorch_options.DALI_CPU_DECODER_MIN_CPUS CPUs or
+    more, split below, the GPU's decoder taking DALI_HW_SHARE of the JPEGs
+    (docs/decisions.md#dali_decoder); a decoder or share asked for is kept at any count."""
     code = (
         "import json; from workflow_scripts.train.pytorch_options import dali_decoder as d, "
-        "DALI_CPU_DECODER_MIN_CPUS as m; "
-        "print(json.dumps([d('auto', m), d('auto', 2 * m), d('auto', m - 1), d('auto', 1), "
-        "d('cpu', 1), d('mixed', 64)]))"
+        "dali_hw_share as h, DALI_CPU_DECODER_MIN_CPUS as m, DALI_HW_SHARE as share; "
+        "print(json.dumps([[d('auto', m), d('auto', 2 * m), d('auto', m - 1), d('auto', 1), "
+        "d('cpu', 1), d('mixed', 64)], [h('auto') == share, h(0.3), h(1)]]))"
     )
     proc = subprocess.run([interpreter("pytorch"), "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout) == ["cpu", "cpu", "mixed", "mixed", "cpu", "mixed"]
+    assert json.loads(proc.stdout) == [["cpu", "cpu", "split", "split", "cpu", "mixed"], [True, 0.3, 1.0]]
 
 
 DECODER_AUTO = """
@@ -172,9 +172,9 @@ print(json.dumps(out))
 def test_dali_decoder_auto_decodes_on_the_cpu_where_the_check_ran_with_enough_cpus(tmp_path):
     """decoder auto: the check's run decodes in DALI's CPU threads where a rank has
     pytorch_options.DALI_CPU_DECODER_MIN_CPUS (4 times that on the node, at 1 rank), so its rate at
-    other counts follows the threads; with fewer (8 ranks) it uses the hardware decoder, whose rate
-    the threads do not set; a decoder asked for is kept. In PyTorch's interpreter, as preflight runs
-    it."""
+    other counts follows the threads; with fewer (8 ranks) it splits with the GPU's decoder, which
+    takes most of the JPEGs, so the threads do not set its rate; a decoder asked for is kept. In
+    PyTorch's interpreter, as preflight runs it."""
     proc = subprocess.run(
         [interpreter("pytorch"), "-c", DECODER_AUTO, str(tmp_path)],
         cwd=REPO,

@@ -28,10 +28,11 @@ MEASURED, PREDICTED = "measured", "predicted"
 
 
 def cpu_decoding(framework, path, decoder, device):
-    """Whether the path decodes its JPEGs on the rank's CPU threads (so more threads decode more)."""
+    """Whether the path decodes its JPEGs on the rank's CPU threads alone (so more threads decode
+    more); DALI's split is not: the GPU's decoder takes most of its JPEGs."""
     if framework != "pytorch" or device != "gpu":
         return True
-    return path == "cpu" or (path == "dali" and decoder != "mixed")
+    return path == "cpu" or (path == "dali" and decoder == "cpu")
 
 
 def capacity_per_rank(entry, ranks):

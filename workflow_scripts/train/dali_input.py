@@ -12,6 +12,9 @@ default: docs/decisions.md#dali_decoder):
           (the rest; all of them on older GPUs). Its decoding costs the SMs little, but it issues
           a copy and a colour conversion per JPEG on a dozen streams, hundreds of small GPU
           operations a batch, each waiting behind the step's kernels.
+  split   each JPEG to one of the two, drawn per image: `hw_share` of them to mixed, the rest to
+          the CPU threads; for a rank whose threads alone decode too few (the share auto rule:
+          pytorch_options.dali_hw_share).
 
 Without a GPU the whole pipeline runs on the CPU (libjpeg-turbo): that is how the tests check it.
 
@@ -72,6 +75,7 @@ from ..common.errors import StageError
 from .augment import MEAN, RATIO, SCALE, STD
 
 DECODERS = tuple(d for d in schema.section("training.pytorch")["dali_decoder"]["enum"] if d != "auto")
+ON_GPU = ("mixed", "split")  # the decoders that need a GPU: without one, the cpu decoder
 
 READER = "lmdb"  # the reader's name: the iterator reads the epoch size from it
 SHUFFLE_BUFFER = 4096  # records held for shuffling: about 450 MB of ILSVRC JPEGs per rank
@@ -141,6 +145,30 @@ def training_pipeline(
     return x, (y.gpu() if gpu else y)
 
 
+@pipeline_def(enable_conditionals=True)
+def split_pipeline(path, shard, shards, size, channels_last, hw_decoder_load, hw_share, shuffle=True, size_hint=(0, 0)):
+    """Decoder split, on a GPU: each image's JPEG to the GPU's decoder with probability hw_share,
+    else to the CPU threads; both branches' crops meet on the GPU before resizing."""
+    jpegs, labels = read(path, shard, shards, shuffle)
+    if fn.random.coin_flip(probability=hw_share, dtype=types.BOOL):
+        images = decode_crop(jpegs, "mixed", hw_decoder_load, size_hint)
+    else:
+        images = decode_crop(jpegs, "cpu").gpu()
+    x = finish(images, size, fn.random.coin_flip(probability=0.5), channels_last)
+    return x, fn.cast(labels, dtype=types.INT64).gpu()
+
+
+def pipeline(path, rank, world_size, size, channels_last, gpu, decoder, hw_decoder_load, hw_share, shuffle, hint, **kw):
+    """The rank's pipeline for `decoder` as it runs on this device (kw: DALI's own arguments)."""
+    if decoder == "split":
+        return split_pipeline(
+            path, rank, world_size, size, channels_last, hw_decoder_load, hw_share, shuffle, hint, **kw
+        )
+    return training_pipeline(
+        path, rank, world_size, size, channels_last, hw_decoder_load, gpu, shuffle, decoder, hint, **kw
+    )
+
+
 def hint_sides(hint, path):
     """(width, height) for the hardware decoder's buffers: hint an integer (both sides; 0: none) or
     'largest', the widest and tallest image of the split, as the data stage's manifest (beside
@@ -198,15 +226,21 @@ class DALIBatches:
         size_hint=0,
         run_batches=1,
         copy=False,
+        hw_share=0.0,
     ):
         self.device = torch.device(device)
         gpu = self.device.type == "cuda"
         self.channels_last = channels_last
         if decoder not in DECODERS:
             raise ValueError(f"decoder {decoder!r}: one of {', '.join(DECODERS)}")
-        mixed = gpu and decoder == "mixed"
+        # split at a share of 0 or 1 is one decoder, without DALI's conditional branches
+        if decoder == "split" and hw_share in (0, 1):
+            decoder = "mixed" if hw_share else "cpu"
+        decoder = decoder if gpu else "cpu"
+        mixed = decoder in ON_GPU
         self.config = {
-            "decoder": "mixed" if mixed else "cpu",
+            "decoder": decoder,
+            "hw_share": hw_share if decoder == "split" else None,
             "threads": threads,
             "prefetch": depth,
             "run_batches": run_batches,
@@ -218,16 +252,17 @@ class DALIBatches:
         if gpu:
             preallocate(pinned_mb, device_mb, index)
             self.config.update(pinned_mb=pinned_mb, device_mb=device_mb)
-        self.pipe = training_pipeline(
+        self.pipe = pipeline(
             str(path),
             rank,
             world_size,
             size,
             channels_last,
-            hw_decoder_load,
             gpu,
-            shuffle,
             decoder,
+            hw_decoder_load,
+            hw_share,
+            shuffle,
             tuple(self.config["size_hint"] or (0, 0)),
             batch_size=batch * run_batches,
             num_threads=threads,

@@ -35,6 +35,12 @@ Where the frameworks differ, as capabilities of their adapters:
                Not TensorFlow or MXNet: they read each step's loss before the next, as their own
                benchmarks' loops do (tf_cnn_benchmarks' session run fetches the loss every step,
                MXNet's Module.fit reads a metric every batch: docs/decisions.md#loss_lag).
+  drain_input  at the end of the warm-up, before the clock restarts, the batches the input has
+               queued are taken and dropped until one has to be waited for: the timed steps then
+               start with its queue empty and time what the input delivers beside the step, not
+               batches it prepared during the warm-up, which hid a slow input from a short check
+               (docs/decisions.md#drain_input). PyTorch on CUDA with input dali or gpu. Not
+               TensorFlow or MXNet, whose prefetch the loop does not see.
   device_s     the step's time on the device, from an event before its first kernel to one
                after its loss copy: PyTorch on CUDA only; the other two have no such event
                outside their profilers.
@@ -53,6 +59,11 @@ from ..cluster.rank_env import setup_horovod
 from ..common.errors import StageError
 from . import checkpoint, harness, long_test, thread_cpu
 
+# drain_input: a take that lasts longer than this waited for the input (a queued batch is handed
+# over in well under a millisecond); at most DRAIN_MAX batches are dropped.
+DRAIN_WAIT_S = 0.002
+DRAIN_MAX = 256
+
 
 class Adapter:
     """What a framework supplies. main calls, in this order: add_args, versions, gpus, start,
@@ -65,6 +76,7 @@ class Adapter:
     description = ""  # --help's first line
     fetch_ahead = False  # capabilities (module docstring); set in start() where they depend on the device
     loss_lag = 0
+    drain_input = False
 
     def add_args(self, ap):
         return ap
@@ -180,6 +192,7 @@ class Loop:
         self.counted = 0  # of them, those already logged with a step
         self.ahead = [] if adapter.fetch_ahead else None
         self.cpu_marks = [None, None]  # thread_cpu snapshots at the timed steps' start and end
+        self.drained = None  # batches dropped by drain_input
 
     def fetch(self):
         t = time.perf_counter()
@@ -232,10 +245,26 @@ class Loop:
                 gc.collect()
                 gc.freeze()
                 if step == warmup - 1:  # before the clock restarts: outside the timed steps
+                    self.drain()
                     self.cpu_marks[0] = thread_cpu.snapshot()
                 run.log.start()
         self.cpu_marks[1] = thread_cpu.snapshot()
         return {}
+
+    def drain(self):
+        """drain_input (module docstring): drops the batch taken ahead and the input's queued ones
+        until a take waits; the last one is dropped too, so the first timed step takes its own."""
+        if not self.adapter.drain_input:
+            return
+        if self.ahead:
+            self.ahead.clear()
+        self.drained = 0
+        while self.drained < DRAIN_MAX:
+            t = time.perf_counter()
+            self.adapter.next_batch()
+            self.drained += 1
+            if time.perf_counter() - t > DRAIN_WAIT_S:
+                break
 
     def train_step(self, step):
         """One step launched and read at once: the long test's, which logs it itself."""
@@ -251,6 +280,7 @@ class Loop:
         return {
             "fetch_ahead": self.ahead is not None,
             "loss_lag": self.adapter.loss_lag,
+            "drained_batches": self.drained,
             # the waits logged with the timed steps, each inside its step's wall time: at most the
             # time timed
             "input_wait_s_timed": sum(s.get("input_wait_s", 0.0) for s in self.run.log.steps if s["phase"] == "timed"),

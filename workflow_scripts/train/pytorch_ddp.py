@@ -64,6 +64,14 @@ def add_experiment_args(ap):
         help="DALI: copy each run's output into the trainer's own tensors on the GPU and let DALI's "
         "buffers go at once, rather than handing views of them to the step",
     )
+    g.add_argument(
+        "--drain-input",
+        choices=("auto", "off"),
+        default="auto",
+        help="drop the batches the input queued during the warm-up before the timed steps start "
+        "(the loop's drain_input): auto, on with CUDA for input dali and gpu; off: keep them (the "
+        "timed steps then draw on batches prepared before the clock started)",
+    )
     return ap
 
 
@@ -160,6 +168,7 @@ class PyTorch(loop.Adapter):
         self.s = resolve(args, device, nodes=launch.num_nodes, distributed=self.ddp, cpus=run.cpus.per_rank)
         self.fetch_ahead = args.fetch_ahead == "on" or (args.fetch_ahead == "auto" and cuda)
         self.loss_lag = self.s.loss_lag
+        self.drain_input = args.drain_input == "auto" and cuda and self.s.input in ("dali", "gpu")
         self.blocking = args.loss_wait == "block"
         configure_backends(self.s)
         torch.manual_seed(args.seed)

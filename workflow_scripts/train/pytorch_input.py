@@ -24,7 +24,7 @@ from ..common.errors import PermanentError, StageError, global_batch_problem
 from ..data.lmdb_dataset import LMDBImageNet
 from . import gpu_input, long_test
 from .augment import MEAN, RATIO, SCALE, STD
-from .pytorch_options import dali_decoder, loader_workers
+from .pytorch_options import dali_decoder, dali_hw_share, loader_workers
 
 LOADER_PREFETCH = 4  # batches each DataLoader worker prepares ahead
 
@@ -122,6 +122,7 @@ def build_input(args, s, launch, classes, per_rank=None):
             threads=workers,
             hw_decoder_load=s.hw_decoder_load,
             decoder=dali_decoder(s.dali_decoder, share),
+            hw_share=dali_hw_share(s.dali_hw_share),
             size_hint=s.dali_size_hint,
             run_batches=max(1, min(s.dali_run_batches, shard_batches)),
             pinned_mb=s.dali_pools_mb[0],

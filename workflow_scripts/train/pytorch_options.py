@@ -12,14 +12,18 @@ INPUTS = ("auto", "cpu", "gpu", "dali")
 # The defaults behind the 'auto' and 0 rules of training.pytorch (schemas/config.schema.yaml
 # states them; why these: docs/decisions.md).
 GPU_DECODE_WORKERS = 4  # input gpu's workers only read bytes (docs/decisions.md#loader_workers)
-# of a rank's cores, left to the training thread, CUDA's and DALI's own (docs/decisions.md#loader_workers)
-DALI_SPARE_CORES = 4
+# DALI's threads: a rank's cores less what the trainer beside it uses (its training thread, CUDA's and
+# DALI's own), at most DALI_MAX_THREADS, beyond which more decoded no more
+# (docs/decisions.md#loader_workers).
+DALI_TRAINER_CORES = 2
+DALI_MAX_THREADS = 12
 # DALI pays a fixed cost each run of its pipeline: on a GPU it runs at least this many images at once,
 # split into the step's batches (docs/decisions.md#dali_run_batches).
 DALI_RUN_IMAGES = 256
-# dali_decoder auto: libjpeg-turbo where a rank has this many CPUs, the hardware decoder below
-# (docs/decisions.md#dali_decoder).
+# dali_decoder auto: libjpeg-turbo alone where a rank has this many CPUs; below, split, the GPU's
+# decoder taking DALI_HW_SHARE of the JPEGs (docs/decisions.md#dali_decoder).
 DALI_CPU_DECODER_MIN_CPUS = 12
+DALI_HW_SHARE = 0.8
 # Input paths whose loss is read at the end of its own step under loss_lag auto where a rank has
 # fewer than LAG_MIN_CPUS CPUs; every other path, those paths from LAG_MIN_CPUS up, and synthetic
 # data (no input path) read it one step behind (docs/decisions.md#loss_lag).
@@ -77,6 +81,7 @@ class Settings:
     dali_run_batches: int = 1  # input dali: the step's batches one run of DALI's pipeline prepares
     # the input paths' own options, as given (each one path's; recorded with the run's args)
     dali_decoder: str = _given("dali_decoder")
+    dali_hw_share: object = _given("dali_hw_share")  # "auto" or a share 0..1
     hw_decoder_load: float = _given("hw_decoder_load")
     jpeg_decoder: str = _given("jpeg_decoder")
     input_lanes: int = _given("input_lanes")
@@ -165,6 +170,7 @@ def resolve(args, device, nodes=1, distributed=True, cpus=None):
         if source == "dali" and not synthetic
         else 1,
         dali_decoder=args.dali_decoder,
+        dali_hw_share=args.dali_hw_share,
         hw_decoder_load=args.hw_decoder_load,
         jpeg_decoder=args.jpeg_decoder,
         input_lanes=args.input_lanes,
@@ -223,12 +229,17 @@ def run_batches(given, cuda, batch):
 
 
 def dali_decoder(given, per_rank):
-    """Where DALI decodes for a rank of `per_rank` CPUs: `given`, or for auto the CPUs' libjpeg-turbo
-    where the rank has DALI_CPU_DECODER_MIN_CPUS, else the hardware decoder (dali_input falls back
-    to the CPU without a GPU)."""
+    """Where DALI decodes for a rank of `per_rank` CPUs: `given`, or for auto libjpeg-turbo alone
+    where the rank has DALI_CPU_DECODER_MIN_CPUS, else split (dali_input takes the CPU without a
+    GPU)."""
     if given != "auto":
         return given
-    return "cpu" if per_rank >= DALI_CPU_DECODER_MIN_CPUS else "mixed"
+    return "cpu" if per_rank >= DALI_CPU_DECODER_MIN_CPUS else "split"
+
+
+def dali_hw_share(given):
+    """Decoder split's share of the JPEGs for the GPU's decoder: `given`, or DALI_HW_SHARE for auto."""
+    return DALI_HW_SHARE if given == "auto" else float(given)
 
 
 def loader_workers(args, s, per_rank):
@@ -236,6 +247,6 @@ def loader_workers(args, s, per_rank):
     if args.loader_workers or args.decode_threads:
         return args.loader_workers or args.decode_threads
     if s.input == "dali":
-        return max(1, per_rank - DALI_SPARE_CORES)
+        return max(1, min(per_rank - DALI_TRAINER_CORES, DALI_MAX_THREADS))
     rule = max(1, per_rank - 1)
     return min(rule, GPU_DECODE_WORKERS) if s.input == "gpu" else rule

@@ -4,9 +4,9 @@ the rank's share of the node. Preflight reads it through the framework registry
 
 from types import SimpleNamespace
 
-from .pytorch_options import DALI_SPARE_CORES, loader_workers
+from .pytorch_options import DALI_TRAINER_CORES, loader_workers
 
-SPARE_ON_GPU = DALI_SPARE_CORES  # preflight's PyTorch path on a GPU is DALI (counts)
+SPARE_ON_GPU = DALI_TRAINER_CORES  # preflight's PyTorch path on a GPU is DALI (counts)
 
 
 def counts(mine, gpu):

@@ -23,8 +23,22 @@ def placement(pipe):
 
 out = {}
 for decoder in dali_input.DECODERS:
-    pipe = dali_input.training_pipeline(
-        "/nonexistent", 0, 1, 32, False, 0.9, True, True, decoder, batch_size=2, num_threads=1, device_id=None, seed=0
+    pipe = dali_input.pipeline(
+        "/nonexistent",
+        0,
+        1,
+        32,
+        False,
+        True,
+        decoder,
+        0.9,
+        0.25,
+        True,
+        (0, 0),
+        batch_size=2,
+        num_threads=1,
+        device_id=None,
+        seed=0,
     )
     out[decoder] = placement(pipe)
 print(json.dumps(out))
