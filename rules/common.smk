@@ -13,7 +13,7 @@ from snakemake.utils import validate
 # The stage modules, importable even from a snakemake installed outside envs/setup.sh's .venv.
 sys.path.insert(0, workflow.basedir)
 from workflow_scripts.cluster import interpreter  # noqa: E402
-from workflow_scripts.common import frameworks, workflow_lock  # noqa: E402
+from workflow_scripts.common import frameworks, schema, workflow_lock  # noqa: E402
 from workflow_scripts.plan import cluster_checks, config_checks, main_process, unbuilt_envs  # noqa: E402
 from workflow_scripts.plan.commands import TrainerCommands  # noqa: E402
 from workflow_scripts.plan.data_plan import FRAMEWORK_OF_FORMAT, DataPlan, conda_env, folders_of  # noqa: E402
@@ -27,10 +27,10 @@ from workflow_scripts.results import stage_outputs, training_outputs  # noqa: E4
 # fn(*args)'s value; a ConfigProblem becomes the WorkflowError that stops the workflow, naming the key.
 stop_on_problem = config_checks.raising(WorkflowError)
 
-with open(workflow.source_path("../schemas/config.schema.yaml")) as _schema:
-    # A misspelt key in a few lines, not the validator's whole config and schema around it.
-    stop_on_problem(config_checks.unknown_keys, config, yaml.safe_load(_schema))
-validate(config, workflow.source_path("../schemas/config.schema.yaml"))
+# A misspelt key in a few lines, not the validator's whole config and schema around it.
+stop_on_problem(config_checks.unknown_keys, config, schema.schema())
+with schema.validation_file() as _validated:  # the framework lists the registry's (common/schema.py)
+    validate(config, str(_validated))
 
 
 # $USER, ${SCRATCH} and ~ in the path keys, as a shell would read them (a folder named $USER otherwise).

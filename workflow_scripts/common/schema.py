@@ -2,14 +2,24 @@
 its type, default, choices and description give the rules' argv words, a trainer's argparse
 flags and the docs' option tables, so adding an option is a schema entry plus its use.
 
-A key `some_key` is the flag `--some-key`; YAML booleans are the words on and off."""
+A key `some_key` is the flag `--some-key`; YAML booleans are the words on and off.
+
+The lists of framework names are the registry's (common/frameworks.py): an object keyed by framework
+says `x-each-framework: SPEC`, and gets SPEC for every registered framework it does not spell out;
+an enum of framework names says `x-frameworks: true`, and holds the registry's names."""
 
 import argparse
+import contextlib
+import copy
 import functools
+import json
 import re
+import tempfile
 from pathlib import Path
 
 import yaml
+
+from . import frameworks
 
 # Beside the package in the repository: an editable install, a checkout bound into a container
 # and put on its PYTHONPATH, and an image's copy all keep this layout.
@@ -18,7 +28,36 @@ SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 @functools.cache
 def schema():
-    return yaml.safe_load(SCHEMA.read_text())
+    return with_frameworks(yaml.safe_load(SCHEMA.read_text()), frameworks.NAMES)
+
+
+def with_frameworks(node, names):
+    """`node` (the schema, or part of it) with its framework lists made the registry's `names`."""
+    if isinstance(node, list):
+        return [with_frameworks(item, names) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: with_frameworks(value, names) for key, value in node.items()}
+    if out.get("x-frameworks"):
+        out["enum"] = list(names)
+    each = out.get("x-each-framework")
+    if each is not None:
+        props = out.setdefault("properties", {})
+        props.update({name: copy.deepcopy(each) for name in names if name not in props})
+    return out
+
+
+@contextlib.contextmanager
+def validation_file():
+    """A file of the schema as schema() holds it, for Snakemake's validate(), which reads a file:
+    SCHEMA itself where the registry adds nothing to it, else a copy for as long as it is used."""
+    if schema() == yaml.safe_load(SCHEMA.read_text()):
+        yield SCHEMA
+        return
+    with tempfile.NamedTemporaryFile("w", prefix="config.schema.", suffix=".json") as f:
+        json.dump(schema(), f)
+        f.flush()
+        yield Path(f.name)
 
 
 def section(dotted):
