@@ -12,6 +12,7 @@
             TF32, bf16), per-step loss within a tolerance fixed beforehand
 """
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -329,14 +330,22 @@ def part_check(a, work):
         tr = pytorch_ddp.Trainer(m, settings, lr, 0.9, 1e-4)
         return [tr.step(x, y).item() for _ in range(K)]
 
+    def plain(device, **over):
+        """A plain run's settings as the trainer resolves them (its flags' defaults, eager,
+        contiguous, IEEE fp32), with `over` replaced."""
+        words = ["--out", str(work), "--batch-per-gpu", str(B), "--data-source", "synthetic"]
+        words += ["--compile", "off", "--channels-last", "off", "--fp32-math", "strict"]
+        args = pytorch_options.add_args(harness.arg_parser("gpu_parts")).parse_args(words)
+        return dataclasses.replace(pytorch_options.resolve(args, torch.device(device), distributed=False), **over)
+
     torch.set_num_threads(os.cpu_count())
-    cpu = losses(pytorch_options.Settings(torch.device("cpu")), x_cpu, labels)
+    cpu = losses(plain("cpu"), x_cpu, labels)
     out["cpu_fp32"] = cpu
     runs = {
-        "gpu_fp32_strict_cpu_inputs": (pytorch_options.Settings(dev), x_cpu.to(dev)),
-        "gpu_fp32_strict": (pytorch_options.Settings(dev), x_gpu),
-        "gpu_tf32_cl": (pytorch_options.Settings(dev, channels_last=True, tf32=True), x_gpu),
-        "gpu_bf16_cl": (pytorch_options.Settings(dev, amp_dtype=torch.bfloat16, channels_last=True, tf32=True), x_gpu),
+        "gpu_fp32_strict_cpu_inputs": (plain(dev), x_cpu.to(dev)),
+        "gpu_fp32_strict": (plain(dev), x_gpu),
+        "gpu_tf32_cl": (plain(dev, channels_last=True, tf32=True), x_gpu),
+        "gpu_bf16_cl": (plain(dev, amp_dtype=torch.bfloat16, channels_last=True, tf32=True), x_gpu),
     }
     ok = True
     for name, (settings, x) in runs.items():

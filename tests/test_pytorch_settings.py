@@ -184,3 +184,16 @@ def test_dali_decoder_auto_decodes_on_the_cpu_where_the_check_ran_with_enough_cp
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout) == {"one": True, "eight": False, "asked": True}
+
+
+def test_settings_declare_no_default_of_their_own():
+    """pytorch_options.Settings is what resolve() made of the flags, whose defaults are the schema's:
+    a field with a default of its own would be a second home for it."""
+    code = (
+        "import dataclasses, json; from workflow_scripts.train.pytorch_options import Settings; "
+        "print(json.dumps([f.name for f in dataclasses.fields(Settings) "
+        "if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING]))"
+    )
+    proc = subprocess.run([interpreter("pytorch"), "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout) == []

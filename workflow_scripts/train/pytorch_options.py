@@ -55,37 +55,32 @@ def add_args(ap):
     return ap
 
 
-def _given(key):
-    """training.pytorch.<key>'s default, from the schema (its one home): what Settings holds where a
-    caller (benchmarks/gpu_parts.py) gives no value."""
-    return schema.default(f"training.pytorch.{key}")
-
-
 @dataclass(frozen=True)
 class Settings:
-    """The options as resolved for this device (what 'auto' became)."""
+    """The options as resolved for this device (what 'auto' became): resolve() makes them, every
+    field from the flags, whose defaults are the schema's; none has a default of its own."""
 
     device: torch.device
-    amp_dtype: torch.dtype = None  # None: fp32
-    channels_last: bool = False
-    compile: str = ""  # torch.compile mode; "": eager
-    input: str = "cpu"  # cpu | gpu | dali | synthetic (no input path ran)
-    tf32: bool = False
-    bucket_cap_mb: float = _given("bucket_cap_mb")
-    ddp_graph: str = "whole"  # as resolved (auto: by node count)
-    grad_compression: str = _given("grad_compression")
-    broadcast_buffers: bool = _given("broadcast_buffers")
-    loss_lag: int = 0  # steps queued past the one whose loss is read
-    prefetch: int = GPU_PREFETCH  # input gpu, dali: batches prepared ahead (0: synthetic data, none)
-    dali_pools_mb: tuple = (0, 0)  # input dali on a GPU: (pinned, device) MiB allocated before training
-    dali_run_batches: int = 1  # input dali: the step's batches one run of DALI's pipeline prepares
+    amp_dtype: torch.dtype  # None: fp32
+    channels_last: bool
+    compile: str  # torch.compile mode; "": eager
+    input: str  # cpu | gpu | dali | synthetic (no input path ran)
+    tf32: bool
+    bucket_cap_mb: float
+    ddp_graph: str  # as resolved (auto: by node count)
+    grad_compression: str
+    broadcast_buffers: bool
+    loss_lag: int  # steps queued past the one whose loss is read
+    prefetch: int  # input gpu, dali: batches prepared ahead (0: synthetic data, none)
+    dali_pools_mb: tuple  # input dali on a GPU: (pinned, device) MiB allocated before training
+    dali_run_batches: int  # input dali: the step's batches one run of DALI's pipeline prepares
     # the input paths' own options, as given (each one path's; recorded with the run's args)
-    dali_decoder: str = _given("dali_decoder")
-    dali_hw_share: object = _given("dali_hw_share")  # "auto" or a share 0..1
-    hw_decoder_load: float = _given("hw_decoder_load")
-    jpeg_decoder: str = _given("jpeg_decoder")
-    input_lanes: int = _given("input_lanes")
-    dali_size_hint: object = _given("dali_size_hint")  # 0, an integer, or "largest"
+    dali_decoder: str
+    dali_hw_share: object  # "auto" or a share 0..1
+    hw_decoder_load: float
+    jpeg_decoder: str
+    input_lanes: int
+    dali_size_hint: object  # 0, an integer, or "largest"
 
     def execution_mode(self):
         """How the step runs, for a table to tell when it changed between GPU counts."""
