@@ -1,6 +1,6 @@
 """The scaling prediction's command line from config.yaml's prediction section (rules/predict.smk):
 every key in schema order, a key of intra_node or inter_node as --intra-node-KEY, null as the word
-null, a bucket size per framework as FRAMEWORK=MIB,... (predict/scaling_prediction.py's flags).
+null, a bucket size per framework as FRAMEWORK=MIB,... (predict/prediction_settings.py's flags).
 Every key is passed, so an edit of any reruns the stage and no other."""
 
 from ..common import schema

@@ -9,6 +9,7 @@
     `link_least_squares`    a link's bandwidth and latency by least squares, and leave-one-out
     `sweep_runs`            the sweep's runs as the prediction reads them
     `scaling_prediction`    what is predicted past the largest machine run
+    `prediction_settings`   its settings: config.yaml's prediction section as flags
     `prediction_figure`     its figure
     `study_on_paper`        the model on the study's own hardware, beside its measured speedups
     `paper_entries`         an entry of `paper_figures.yaml` (the source documents' figures)
