@@ -27,8 +27,14 @@ SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 
 @functools.cache
+def as_written():
+    """schemas/config.schema.yaml as the file says it."""
+    return yaml.safe_load(SCHEMA.read_text())
+
+
+@functools.cache
 def schema():
-    return with_frameworks(yaml.safe_load(SCHEMA.read_text()), frameworks.NAMES)
+    return with_frameworks(as_written(), frameworks.NAMES)
 
 
 def with_frameworks(node, names):
@@ -51,7 +57,7 @@ def with_frameworks(node, names):
 def validation_file():
     """A file of the schema as schema() holds it, for Snakemake's validate(), which reads a file:
     SCHEMA itself where the registry adds nothing to it, else a copy for as long as it is used."""
-    if schema() == yaml.safe_load(SCHEMA.read_text()):
+    if schema() == as_written():
         yield SCHEMA
         return
     with tempfile.NamedTemporaryFile("w", prefix="config.schema.", suffix=".json") as f:

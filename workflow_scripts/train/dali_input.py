@@ -75,7 +75,6 @@ from ..common.errors import StageError
 from .augment import MEAN, RATIO, SCALE, STD
 
 DECODERS = tuple(d for d in schema.section("training.pytorch")["dali_decoder"]["enum"] if d != "auto")
-ON_GPU = ("mixed", "split")  # the decoders that need a GPU: without one, the cpu decoder
 
 READER = "lmdb"  # the reader's name: the iterator reads the epoch size from it
 SHUFFLE_BUFFER = 4096  # records held for shuffling: about 450 MB of ILSVRC JPEGs per rank
@@ -137,7 +136,7 @@ def training_pipeline(
     path, shard, shards, size, channels_last, hw_decoder_load, gpu, shuffle=True, decoder="cpu", size_hint=(0, 0)
 ):
     jpegs, labels = read(path, shard, shards, shuffle)
-    images = decode_crop(jpegs, "mixed" if gpu and decoder == "mixed" else "cpu", hw_decoder_load, size_hint)
+    images = decode_crop(jpegs, decoder, hw_decoder_load, size_hint)
     if gpu and decoder == "cpu":
         images = images.gpu()  # the crops, before resizing: fewer bytes than the 224 px floats
     x = finish(images, size, fn.random.coin_flip(probability=0.5), channels_last)
@@ -236,8 +235,8 @@ class DALIBatches:
         # split at a share of 0 or 1 is one decoder, without DALI's conditional branches
         if decoder == "split" and hw_share in (0, 1):
             decoder = "mixed" if hw_share else "cpu"
-        decoder = decoder if gpu else "cpu"
-        mixed = decoder in ON_GPU
+        decoder = decoder if gpu else "cpu"  # mixed and split need a GPU
+        mixed = decoder != "cpu"
         self.config = {
             "decoder": decoder,
             "hw_share": hw_share if decoder == "split" else None,
