@@ -55,7 +55,7 @@ for n in range(1, 16):
     VARIANTS[f"threads{n}"] = {"training.pytorch.loader_workers": n}
 for n in (0, 10, 17, 25, 33, 50, 67, 80, 100):  # decoder split, that percentage on the GPU
     VARIANTS[f"share{n}"] = {"training.pytorch.dali_decoder": "split", "training.pytorch.dali_hw_share": n / 100}
-for n in range(1, 5):
+for n in range(1, 9):
     VARIANTS[f"run{n}"] = {"training.pytorch.dali_run_batches": n}
 
 

@@ -167,6 +167,23 @@ def test_the_check_runs_the_sweeps_runs_on_synthetic_and_on_each_real_input_for_
     )
 
 
+def test_input_steps_auto_times_more_steps_on_a_system_that_requests_gpus():
+    """preflight.input_steps auto: input_plan.INPUT_STEPS_GPU where the system requests GPUs,
+    INPUT_STEPS_CPU where it does not (each step there takes seconds); a number given is kept on both."""
+    from workflow_scripts.plan.input_plan import INPUT_STEPS_CPU, INPUT_STEPS_GPU
+
+    plan, sweep, _ = gpu_plan(preflight__input_steps="auto")
+    gpu = plan.settings("g", "pytorch", sweep.sweep())
+    assert gpu["input_steps"] == INPUT_STEPS_GPU != INPUT_STEPS_CPU
+    assert flag(gpu["runs"]["fp16"]["real"]["dali"], "--steps") == str(INPUT_STEPS_GPU)
+    plan.config["systems"]["g"]["gpu_request"] = "none"
+    cpu = plan.settings("g", "pytorch", sweep.sweep())
+    assert cpu["device"] == "cpu" and cpu["input_steps"] == INPUT_STEPS_CPU
+    assert flag(cpu["runs"]["fp16"]["synthetic"], "--steps") == str(INPUT_STEPS_CPU)
+    plan, sweep, _ = gpu_plan(preflight__input_steps=5)
+    assert plan.settings("g", "pytorch", sweep.sweep())["input_steps"] == 5
+
+
 def test_no_steps_no_runs_and_no_dataset_no_check():
     plan, sweep, _ = gpu_plan(preflight__input_steps=0)
     assert plan.settings("g", "mxnet", sweep.sweep())["runs"] == {}

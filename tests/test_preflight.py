@@ -15,6 +15,8 @@ import time
 import pytest
 from helpers import CONFIG, REPO, SNAKEMAKE, copy_of_run, interpreter, planned_jobs, snakemake, write_config
 
+from workflow_scripts.plan.input_plan import INPUT_STEPS_CPU
+
 GPU_SYSTEM = {"gpu": {"gpus_per_node": 2, "max_nodes": 1, "gpu_request": "gpus-per-node", "cpus_per_task": 1}}
 # Checks that need no dataset and no data stage: the sweep on synthetic input, no long test.
 NO_DATA = dict(training__inputs=["synthetic"], training__long_test__gpus=[])
@@ -134,7 +136,7 @@ def test_preflight_checks_the_data_once_converted(passed, tmp_path):
     for fw in CONFIG["training"]["frameworks"]:
         result = json.loads((work / "results" / "preflight" / "local" / fw / "2gpu.input.json").read_text())
         [(precision, runs)] = result["input_check"]["runs"].items()
-        assert precision == "fp32" and runs["synthetic"]["steps"] == CONFIG["preflight"]["input_steps"], runs
+        assert precision == "fp32" and runs["synthetic"]["steps"] == INPUT_STEPS_CPU, runs
         real = runs["real"]["cpu"]
         assert real["error"] == "" and (real["gpus"], real["ranks_per_node"]) == (2, 2), real
         assert set(real["threads_at"]) == {"1", "2"} and real["input_wait_share"] is not None, real

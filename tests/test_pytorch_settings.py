@@ -135,7 +135,7 @@ def test_dali_runs_at_least_its_images_at_once_on_a_gpu(resolved):
     batches for pytorch_options.DALI_RUN_IMAGES images (docs/decisions.md#dali_run_batches); on a
     CPU, and for synthetic data, one; a number given is taken as it is."""
     runs = {name: resolved[name]["dali_run_batches"] for name in resolved}
-    assert (runs["gpu_dali"], runs["gpu_dali_128"], runs["gpu_dali_small"], runs["gpu_dali_runs3"]) == (1, 2, 4, 3)
+    assert (runs["gpu_dali"], runs["gpu_dali_128"], runs["gpu_dali_small"], runs["gpu_dali_runs3"]) == (2, 4, 8, 3)
     assert runs["cpu"] == runs["gpu_synthetic"] == runs["gpu_synthetic_dali"] == 1
 
 

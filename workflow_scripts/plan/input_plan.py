@@ -13,6 +13,11 @@ Outside Snakemake (a benchmark), on a config with the schema's defaults filled i
 
 from .sweep import TRAINER_OF
 
+# preflight.input_steps auto: the timed steps of each of the check's runs on a system that requests GPUs
+# (enough to span several of DALI's runs of its pipeline) and on one that does not, where each step
+# takes seconds (docs/decisions.md#input_steps).
+INPUT_STEPS_GPU, INPUT_STEPS_CPU = 30, 2
+
 
 class InputPlan:
     def __init__(self, config, sweep, commands):
@@ -30,10 +35,20 @@ class InputPlan:
         }
         return [{"gpus": g, "nodes": n, "ranks_per_node": g // n} for g, n in sorted(found)]
 
+    def on_gpus(self, system):
+        return self.config["systems"][system]["gpu_request"] != "none"
+
+    def steps(self, system):
+        """preflight.input_steps on `system`: as given, or for auto by whether it requests GPUs."""
+        given = self.preflight["input_steps"]
+        if given != "auto":
+            return given
+        return INPUT_STEPS_GPU if self.on_gpus(system) else INPUT_STEPS_CPU
+
     def runs(self, system, framework, inputs):
         """{precision: {synthetic: words, real: {path: words}}}: the check's trainer command lines, back
         to back on one node; none with preflight.input_steps 0."""
-        steps, c = self.preflight["input_steps"], self.commands
+        steps, c = self.steps(system), self.commands
         return {
             p: {
                 "synthetic": c.preflight_synthetic_run(system, framework, p, steps),
@@ -55,7 +70,7 @@ class InputPlan:
             "inputs": inputs,
             "precisions": t["precisions"],
             "decoder": t["pytorch"]["dali_decoder"] if pytorch else "cpu",
-            "device": "cpu" if self.config["systems"][system]["gpu_request"] == "none" else "gpu",
+            "device": "gpu" if self.on_gpus(system) else "cpu",
             "decode_threads": t["decode_threads"],
             "loader_workers": t["pytorch"]["loader_workers"] if pytorch else 0,
             "ranks_per_node": sorted({c["ranks_per_node"] for c in counts}),
@@ -63,5 +78,5 @@ class InputPlan:
             # the trainer (workflow_scripts.train.<it>) and its runs
             "trainer": TRAINER_OF[framework],
             "runs": self.runs(system, framework, inputs),
-            "input_steps": self.preflight["input_steps"],
+            "input_steps": self.steps(system),
         }

@@ -19,7 +19,7 @@ DALI_TRAINER_CORES = 2
 DALI_MAX_THREADS = 12
 # DALI pays a fixed cost each run of its pipeline: on a GPU it runs at least this many images at once,
 # split into the step's batches (docs/decisions.md#dali_run_batches).
-DALI_RUN_IMAGES = 256
+DALI_RUN_IMAGES = 512
 # dali_decoder auto: libjpeg-turbo alone where a rank has this many CPUs; below, split, the GPU's
 # decoder taking DALI_HW_SHARE of the JPEGs (docs/decisions.md#dali_decoder).
 DALI_CPU_DECODER_MIN_CPUS = 12
