@@ -9,7 +9,7 @@ from pathlib import Path
 
 from workflow_scripts.cluster import slurm
 from workflow_scripts.common import frameworks
-from workflow_scripts.plan.sweep import FORMAT_OF, ConfigProblem
+from workflow_scripts.plan.sweep import FORMAT_OF, ConfigProblem, requests_gpus
 from workflow_scripts.train import long_test_fit
 
 
@@ -21,7 +21,7 @@ def check_partition(config, placement, system, gpus, key="training.gpus"):
     if not sysc["partition"]:
         return None
     nodes, per_node = placement(system, gpus, key)
-    gpus_per_node = per_node if sysc["gpu_request"] != "none" else 0
+    gpus_per_node = per_node if requests_gpus(sysc) else 0
     shape = (sysc["partition"], nodes, per_node, sysc["cpus_per_task"], gpus_per_node, sysc["mem_mb"])
     never = slurm.placement_problem(*shape, now=False)
     if never:
@@ -55,7 +55,7 @@ def check_gpu_type(config, system):
     """Where sinfo answers, a gpu_type the partition's nodes do not list among their GRES types:
     sbatch would refuse every job of the system, or leave it waiting. Without sinfo nothing is asked."""
     sysc = config["systems"][system]
-    if not (sysc["partition"] and sysc["gpu_type"]) or sysc["gpu_request"] == "none":
+    if not (sysc["partition"] and sysc["gpu_type"]) or not requests_gpus(sysc):
         return
     problem = slurm.gpu_type_problem(sysc["partition"], sysc["gpu_type"])
     if problem:

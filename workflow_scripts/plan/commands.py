@@ -4,7 +4,7 @@ framework and precision use, so editing another framework's setting does not rer
 
 from ..common import schema as config_schema
 from ..train import trainer_flags
-from .sweep import FORMAT_OF
+from .sweep import FORMAT_OF, requests_gpus
 
 ADDED_LATER = ("loss_lag", "dali_hw_share")  # training.pytorch keys newer than runs already on disk
 
@@ -43,7 +43,7 @@ class TrainerCommands:
             *mode_args,
             *trainer_flags.shared(t),
         ]
-        if self.config["systems"][system]["gpu_request"] != "none":
+        if requests_gpus(self.config["systems"][system]):
             # No silent CPU fallback: the trainer stops before training without a GPU per task.
             args += ["--require-gpu", "--env-key", self.env_keys[system, framework]]
         if framework == "pytorch":

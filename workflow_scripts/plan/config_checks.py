@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from workflow_scripts.cluster import interpreter, mounts
-from workflow_scripts.plan.sweep import ConfigProblem
+from workflow_scripts.plan.sweep import ConfigProblem, requests_gpus
 from workflow_scripts.train import job_stop
 
 # Keys that were renamed or removed: a config that still has one is told what replaced it, not
@@ -206,7 +206,7 @@ def check_config(config):
     for system, sysc in config["systems"].items():
         # Without --cpus-per-task SLURM gives each task one CPU, and its bound ranks' decoding and
         # framework threads (cluster/cpus.py) all run on it: a GPU run then measures its input, not the GPU.
-        if sysc["gpu_request"] != "none" and sysc["cpus_per_task"] == 0:
+        if requests_gpus(sysc) and sysc["cpus_per_task"] == 0:
             raise ConfigProblem(
                 f"config systems.{system}.cpus_per_task = 0 with gpu_request {sysc['gpu_request']}: "
                 f"SLURM would give each GPU's task one CPU for its decoding and framework threads. "
@@ -308,7 +308,7 @@ def framework_config(config, system, framework):
     sysc = config["systems"][system]
     if framework in sysc.get("envs", {}):
         return f"systems.{system}.envs.{framework}", sysc["envs"][framework]
-    if sysc["gpu_request"] != "none":
+    if requests_gpus(sysc):
         return f"envs_gpu.{framework}", config["envs_gpu"][framework]
     return f"envs.{framework}", config["envs"][framework]
 
@@ -316,7 +316,7 @@ def framework_config(config, system, framework):
 def framework_env(config, system, framework, repo, unbuilt=None):
     """(config key, interpreter words) of framework_config, checked (unbuilt: interpreter_words')."""
     key, value = framework_config(config, system, framework)
-    gpu = config["systems"][system]["gpu_request"] != "none"
+    gpu = requests_gpus(config["systems"][system])
     setup = "bash envs/setup.sh --gpu" if gpu else "bash envs/setup.sh"
     return key, interpreter_words(key, value, repo, setup, unbuilt, data_folders(config))
 

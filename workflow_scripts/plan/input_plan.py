@@ -11,7 +11,7 @@ Outside Snakemake (a benchmark), on a config with the schema's defaults filled i
     settings = InputPlan(config, sweep, commands).settings(system, framework, sweep.sweep())
 """
 
-from .sweep import TRAINER_OF
+from .sweep import TRAINER_OF, requests_gpus
 
 # preflight.input_steps auto: the timed steps of each of the check's runs on a system that requests GPUs
 # (enough to span several of DALI's runs of its pipeline) and on one that does not, where each step
@@ -35,15 +35,12 @@ class InputPlan:
         }
         return [{"gpus": g, "nodes": n, "ranks_per_node": g // n} for g, n in sorted(found)]
 
-    def on_gpus(self, system):
-        return self.config["systems"][system]["gpu_request"] != "none"
-
     def steps(self, system):
         """preflight.input_steps on `system`: as given, or for auto by whether it requests GPUs."""
         given = self.preflight["input_steps"]
         if given != "auto":
             return given
-        return INPUT_STEPS_GPU if self.on_gpus(system) else INPUT_STEPS_CPU
+        return INPUT_STEPS_GPU if requests_gpus(self.config["systems"][system]) else INPUT_STEPS_CPU
 
     def runs(self, system, framework, inputs):
         """{precision: {synthetic: words, real: {path: words}}}: the check's trainer command lines, back
@@ -70,7 +67,7 @@ class InputPlan:
             "inputs": inputs,
             "precisions": t["precisions"],
             "decoder": t["pytorch"]["dali_decoder"] if pytorch else "cpu",
-            "device": "gpu" if self.on_gpus(system) else "cpu",
+            "device": "gpu" if requests_gpus(self.config["systems"][system]) else "cpu",
             "decode_threads": t["decode_threads"],
             "loader_workers": t["pytorch"]["loader_workers"] if pytorch else 0,
             "ranks_per_node": sorted({c["ranks_per_node"] for c in counts}),

@@ -10,7 +10,7 @@ import shlex
 from workflow_scripts.common import schema as config_schema
 from workflow_scripts.int8 import build_engine
 from workflow_scripts.plan import config_checks
-from workflow_scripts.plan.sweep import ConfigProblem
+from workflow_scripts.plan.sweep import ConfigProblem, requests_gpus
 from workflow_scripts.plan.waiting import Waiting, run_files
 
 CHECK_MIN = 10  # the engine check imports two packages: minutes at most, even from a cold image
@@ -40,7 +40,7 @@ class Int8Plan:
         if value != "auto":
             return value
         sysc = self.config["systems"].get(self.infer["system"] or self.train["systems"][0])
-        return "tensorrt" if sysc and sysc["gpu_request"] != "none" else "onnxruntime"
+        return "tensorrt" if sysc and requests_gpus(sysc) else "onnxruntime"
 
     def calibration_batches(self):
         """'auto' is the study's 50 batches for a real dataset, 4 (100 of 320 images) for the embedded one."""

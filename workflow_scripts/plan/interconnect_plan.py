@@ -8,7 +8,7 @@ from workflow_scripts.cluster import interpreter
 from workflow_scripts.common.errors import StageError
 from workflow_scripts.interconnect import nccl_tests
 from workflow_scripts.plan import config_checks
-from workflow_scripts.plan.sweep import ConfigProblem
+from workflow_scripts.plan.sweep import ConfigProblem, requests_gpus
 
 
 class InterconnectPlan:
@@ -26,7 +26,7 @@ class InterconnectPlan:
         can carry (docs/decisions.md#interconnect_max_bytes)."""
         if self.ic["max_bytes"] != "auto":
             return self.ic["max_bytes"]
-        return 2**30 if self.config["systems"][system]["gpu_request"] != "none" else 2**27
+        return 2**30 if requests_gpus(self.config["systems"][system]) else 2**27
 
     def check(self):
         """A message range that is empty, or an nccl-tests build without a collective's binary, is a
@@ -112,7 +112,7 @@ class InterconnectPlan:
 
     def device(self, w):
         """A system that requests GPUs must measure them: no silent fall-back to the CPU."""
-        return "cuda" if self.config["systems"][w.system]["gpu_request"] != "none" else "auto"
+        return "cuda" if requests_gpus(self.config["systems"][w.system]) else "auto"
 
     def nccl_logs(self, w, tool):
         """Where NCCL's debug files of a measurement go (tool: torch or nccl_tests)."""

@@ -6,7 +6,7 @@ are called by Snakemake with a job's wildcards."""
 import json
 
 from workflow_scripts.common import input_bound
-from workflow_scripts.plan.sweep import FORMAT_OF
+from workflow_scripts.plan.sweep import FORMAT_OF, requests_gpus
 
 
 class PreflightPlan:
@@ -98,7 +98,7 @@ class PreflightPlan:
             "--allreduce-elements",
             pre["allreduce_elements"],
         ]
-        if sysc["gpu_request"] != "none":
+        if requests_gpus(sysc):
             args += ["--require-gpu", f"--gpu-type={sysc['gpu_type']}"]
         if self.reads_data(w.system, w.framework):
             args += ["--data-later"]

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from workflow_scripts.plan.sweep import ConfigProblem
+from workflow_scripts.plan.sweep import ConfigProblem, requests_gpus
 
 MEASURED, SIMILAR, LIMIT = "measured (this job's last run)", "measured (like runs)", "time limit"
 PREFLIGHT = "preflight (its step rate and first kernel)"
@@ -97,7 +97,7 @@ class Reader:
         sysc = self.config["systems"].get(system) if system else None
         per_node, per_job, exclusive = gpus_asked(r)
         nodes = int(r.get("nodes") or 1)
-        if exclusive and sysc and sysc["gpu_request"] != "none":
+        if exclusive and sysc and requests_gpus(sysc):
             gpus = nodes * sysc["gpus_per_node"]
         else:
             gpus = nodes * per_node + per_job

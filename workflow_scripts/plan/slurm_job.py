@@ -5,6 +5,7 @@ with. rules/common.smk hands these to the rules as functions of a job's wildcard
 import shlex
 
 from ..common import schema
+from .sweep import requests_gpus
 
 
 class JobShape:
@@ -19,7 +20,7 @@ class JobShape:
     def gpus_of_node(self, system, per_node):
         """'4' or 'v100:4': one node's GPU request, or None for a system without GPU requests."""
         sysc = self._system(system)
-        if sysc["gpu_request"] == "none":
+        if not requests_gpus(sysc):
             return None
         return f"{sysc['gpu_type']}:{per_node}" if sysc["gpu_type"] else str(per_node)
 

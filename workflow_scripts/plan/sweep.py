@@ -22,6 +22,11 @@ class ConfigProblem(ValueError):
     """A config the workflow cannot run as written; the message names the key."""
 
 
+def requests_gpus(system_config):
+    """Whether a system (an entry of config systems) asks SLURM or the machine for GPUs."""
+    return system_config["gpu_request"] != "none"
+
+
 def repeat_suffix(repeat):
     """A point's first run keeps the plain name (a config of one repeat has the run directories it
     always had); the others end in _rep<k>."""
@@ -79,7 +84,7 @@ class Sweep:
         """The input path `requested` means for this framework on this system, or None where the
         framework has no such path (the point is left out of the sweep)."""
         if requested == "auto":
-            gpu = self.config["systems"][system]["gpu_request"] != "none"
+            gpu = requests_gpus(self.config["systems"][system])
             return REGISTRY[framework].gpu_input if gpu else "cpu"
         return requested if requested in INPUT_PATHS[framework] else None
 
@@ -100,7 +105,7 @@ class Sweep:
         value = self.train["repeats"]
         if value != "auto":
             return value
-        return 3 if self.config["systems"][system]["gpu_request"] != "none" else 1
+        return 3 if requests_gpus(self.config["systems"][system]) else 1
 
     def runs_per_job(self, system):
         """How many of a point's runs share one SLURM allocation, one after another (each its own
