@@ -167,15 +167,22 @@ def test_the_check_runs_the_sweeps_runs_on_synthetic_and_on_each_real_input_for_
     )
 
 
-def test_input_steps_auto_times_more_steps_on_a_system_that_requests_gpus():
-    """preflight.input_steps auto: input_plan.INPUT_STEPS_GPU where the system requests GPUs,
-    INPUT_STEPS_CPU where it does not (each step there takes seconds); a number given is kept on both."""
+def test_input_steps_auto_times_the_sweeps_own_steps_on_a_system_that_requests_gpus():
+    """preflight.input_steps auto: where the system requests GPUs, the sweep's timed steps (training.steps)
+    if it times steps, input_plan.INPUT_STEPS_GPU if it times epochs; INPUT_STEPS_CPU where it does not
+    (each step there takes seconds); a number given is kept on both."""
     from workflow_scripts.plan.input_plan import INPUT_STEPS_CPU, INPUT_STEPS_GPU
 
-    plan, sweep, _ = gpu_plan(preflight__input_steps="auto")
+    plan, sweep, _ = gpu_plan(preflight__input_steps="auto", training__mode="steps", training__steps=37)
     gpu = plan.settings("g", "pytorch", sweep.sweep())
-    assert gpu["input_steps"] == INPUT_STEPS_GPU != INPUT_STEPS_CPU
-    assert flag(gpu["runs"]["fp16"]["real"]["dali"], "--steps") == str(INPUT_STEPS_GPU)
+    assert gpu["input_steps"] == 37
+    assert (
+        flag(gpu["runs"]["fp16"]["real"]["dali"], "--steps")
+        == flag(gpu["runs"]["fp16"]["synthetic"], "--steps")
+        == "37"
+    )
+    plan, sweep, _ = gpu_plan(preflight__input_steps="auto", training__mode="epochs", training__steps=37)
+    assert plan.settings("g", "pytorch", sweep.sweep())["input_steps"] == INPUT_STEPS_GPU != INPUT_STEPS_CPU
     plan.config["systems"]["g"]["gpu_request"] = "none"
     cpu = plan.settings("g", "pytorch", sweep.sweep())
     assert cpu["device"] == "cpu" and cpu["input_steps"] == INPUT_STEPS_CPU

@@ -13,10 +13,11 @@ Outside Snakemake (a benchmark), on a config with the schema's defaults filled i
 
 from .sweep import TRAINER_OF, requests_gpus
 
-# preflight.input_steps auto: the timed steps of each of the check's runs on a system that requests GPUs
-# (enough to span several of DALI's runs of its pipeline) and on one that does not, where each step
-# takes seconds (docs/decisions.md#input_steps).
-INPUT_STEPS_GPU, INPUT_STEPS_CPU = 30, 2
+# preflight.input_steps auto on a system that requests GPUs: the sweep's own timed steps (training.steps)
+# where it times steps, since the input's start-up (its first runs, timed from an empty queue) costs a
+# short check more than the longer runs it predicts; INPUT_STEPS_GPU where the sweep times epochs.
+# INPUT_STEPS_CPU without GPUs, where each step takes seconds (docs/decisions.md#input_steps).
+INPUT_STEPS_GPU, INPUT_STEPS_CPU = 100, 2
 
 
 class InputPlan:
@@ -36,11 +37,14 @@ class InputPlan:
         return [{"gpus": g, "nodes": n, "ranks_per_node": g // n} for g, n in sorted(found)]
 
     def steps(self, system):
-        """preflight.input_steps on `system`: as given, or for auto by whether it requests GPUs."""
+        """preflight.input_steps on `system`: as given, or for auto by whether it requests GPUs and how
+        the sweep's runs are timed."""
         given = self.preflight["input_steps"]
         if given != "auto":
             return given
-        return INPUT_STEPS_GPU if requests_gpus(self.config["systems"][system]) else INPUT_STEPS_CPU
+        if not requests_gpus(self.config["systems"][system]):
+            return INPUT_STEPS_CPU
+        return self.train["steps"] if self.train["mode"] == "steps" else INPUT_STEPS_GPU
 
     def runs(self, system, framework, inputs):
         """{precision: {synthetic: words, real: {path: words}}}: the check's trainer command lines, back
