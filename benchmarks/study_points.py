@@ -46,6 +46,7 @@ VARIANTS = {
     "batch256": {"training.batch_per_gpu.pytorch": 128},  # x fp16's factor 2
     "block": ["--loss-wait", "block"],
     "copy": ["--dali-copy"],
+    "fastidct": ["--dali-fast-idct"],
     "warm50": {"training.warmup_steps": 50},
     "steps300": {"training.steps": 300},
     "keep-queue": ["--drain-input", "off"],

@@ -95,11 +95,12 @@ def read(path, shard=0, shards=1, shuffle=True):
     return jpegs, labels
 
 
-def decode_crop(jpegs, device, hw_decoder_load=None, size_hint=(0, 0)):
+def decode_crop(jpegs, device, hw_decoder_load=None, size_hint=(0, 0), fast_idct=False):
     """The RandomResizedCrop region of each JPEG, decoded to RGB (HWC uint8). device: 'mixed'
     (GPU) or 'cpu'; hw_decoder_load None: DALI's own share for the hardware decoder; size_hint:
-    (width, height) the hardware decoder allocates for up front, (0, 0) DALI's own."""
-    extra = {}
+    (width, height) the hardware decoder allocates for up front, (0, 0) DALI's own; fast_idct:
+    libjpeg-turbo's faster, less exact integer IDCT where the CPU decodes."""
+    extra = {"use_fast_idct": True} if fast_idct else {}
     if device == "mixed":
         if hw_decoder_load is not None:
             extra["hw_decoder_load"] = hw_decoder_load
@@ -133,10 +134,20 @@ def finish(images, size, mirror, channels_last=False):
 
 @pipeline_def
 def training_pipeline(
-    path, shard, shards, size, channels_last, hw_decoder_load, gpu, shuffle=True, decoder="cpu", size_hint=(0, 0)
+    path,
+    shard,
+    shards,
+    size,
+    channels_last,
+    hw_decoder_load,
+    gpu,
+    shuffle=True,
+    decoder="cpu",
+    size_hint=(0, 0),
+    fast_idct=False,
 ):
     jpegs, labels = read(path, shard, shards, shuffle)
-    images = decode_crop(jpegs, decoder, hw_decoder_load, size_hint)
+    images = decode_crop(jpegs, decoder, hw_decoder_load, size_hint, fast_idct)
     if gpu and decoder == "cpu":
         images = images.gpu()  # the crops, before resizing: fewer bytes than the 224 px floats
     x = finish(images, size, fn.random.coin_flip(probability=0.5), channels_last)
@@ -145,26 +156,30 @@ def training_pipeline(
 
 
 @pipeline_def(enable_conditionals=True)
-def split_pipeline(path, shard, shards, size, channels_last, hw_decoder_load, hw_share, shuffle=True, size_hint=(0, 0)):
+def split_pipeline(
+    path, shard, shards, size, channels_last, hw_decoder_load, hw_share, shuffle=True, size_hint=(0, 0), fast_idct=False
+):
     """Decoder split, on a GPU: each image's JPEG to the GPU's decoder with probability hw_share,
     else to the CPU threads; both branches' crops meet on the GPU before resizing."""
     jpegs, labels = read(path, shard, shards, shuffle)
     if fn.random.coin_flip(probability=hw_share, dtype=types.BOOL):
         images = decode_crop(jpegs, "mixed", hw_decoder_load, size_hint)
     else:
-        images = decode_crop(jpegs, "cpu").gpu()
+        images = decode_crop(jpegs, "cpu", fast_idct=fast_idct).gpu()
     x = finish(images, size, fn.random.coin_flip(probability=0.5), channels_last)
     return x, fn.cast(labels, dtype=types.INT64).gpu()
 
 
-def pipeline(path, rank, world_size, size, channels_last, gpu, decoder, hw_decoder_load, hw_share, shuffle, hint, **kw):
+def pipeline(
+    path, rank, world_size, size, channels_last, gpu, decoder, hw_decoder_load, hw_share, shuffle, hint, fast_idct, **kw
+):
     """The rank's pipeline for `decoder` as it runs on this device (kw: DALI's own arguments)."""
     if decoder == "split":
         return split_pipeline(
-            path, rank, world_size, size, channels_last, hw_decoder_load, hw_share, shuffle, hint, **kw
+            path, rank, world_size, size, channels_last, hw_decoder_load, hw_share, shuffle, hint, fast_idct, **kw
         )
     return training_pipeline(
-        path, rank, world_size, size, channels_last, hw_decoder_load, gpu, shuffle, decoder, hint, **kw
+        path, rank, world_size, size, channels_last, hw_decoder_load, gpu, shuffle, decoder, hint, fast_idct, **kw
     )
 
 
@@ -226,6 +241,7 @@ class DALIBatches:
         run_batches=1,
         copy=False,
         hw_share=0.0,
+        fast_idct=False,
     ):
         self.device = torch.device(device)
         gpu = self.device.type == "cuda"
@@ -244,6 +260,7 @@ class DALIBatches:
             "prefetch": depth,
             "run_batches": run_batches,
             "copy": copy,
+            "fast_idct": fast_idct,
             "hw_decoder_load": hw_decoder_load if mixed else None,
             "size_hint": list(hint_sides(size_hint, path)) if mixed else None,
         }
@@ -263,6 +280,7 @@ class DALIBatches:
             hw_share,
             shuffle,
             tuple(self.config["size_hint"] or (0, 0)),
+            fast_idct,
             batch_size=batch * run_batches,
             num_threads=threads,
             device_id=index,

@@ -65,6 +65,12 @@ def add_experiment_args(ap):
         "buffers go at once, rather than handing views of them to the step",
     )
     g.add_argument(
+        "--dali-fast-idct",
+        action="store_true",
+        help="DALI: libjpeg-turbo's fast integer IDCT where the CPU decodes (DALI's use_fast_idct): "
+        "less exact pixels for less CPU a JPEG",
+    )
+    g.add_argument(
         "--drain-input",
         choices=("auto", "off"),
         default="auto",

@@ -128,6 +128,7 @@ def build_input(args, s, launch, classes, per_rank=None):
             pinned_mb=s.dali_pools_mb[0],
             device_mb=s.dali_pools_mb[1],
             copy=getattr(args, "dali_copy", False),
+            fast_idct=getattr(args, "dali_fast_idct", False),
         )
         return Input(classes, len(lmdb), workers, lambda: next(dali), dali.close, dali.stats)
     ds = gpu_input.RawJPEGs(lmdb) if raw else lmdb
