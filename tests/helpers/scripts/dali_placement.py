@@ -35,6 +35,7 @@ for decoder in dali_input.DECODERS:
         0.25,
         True,
         (0, 0),
+        fast_idct=False,
         batch_size=2,
         num_threads=1,
         device_id=None,
