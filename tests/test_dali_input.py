@@ -65,6 +65,39 @@ def test_batches_carry_the_lmdb_labels(got):
         )
 
 
+def _halves(labels, rank, world, batch, epochs):
+    """The labels dual's batches hold, unshuffled: each batch the next `batch`/2 records of the
+    rank's two halves of its shard (shards 2 rank and 2 rank + 1 of 2 world, contiguous), as long
+    as both last; every epoch each half moves to the next shard."""
+    n, shards, h = len(labels), 2 * world, batch // 2
+    start = [k * n // shards for k in range(shards + 1)]
+    out = []
+    for epoch in range(epochs):
+        a, b = ((2 * rank + i + epoch) % shards for i in (0, 1))
+        steps = min(start[a + 1] - start[a], start[b + 1] - start[b]) // h
+        out += [
+            labels[start[a] + h * i : start[a] + h * (i + 1)] + labels[start[b] + h * i : start[b] + h * (i + 1)]
+            for i in range(steps)
+        ]
+    return out
+
+
+def test_two_pipelines_a_rank_give_each_batch_half_from_each_half_of_the_shard(got):
+    """dual (--dali-dual): one pipeline decodes on the CPU, the other on the GPU (here both on the
+    CPU, as without a GPU): each batch is half of each, from the two halves of the rank's shard;
+    where one half holds a record fewer (30 records in 4 shards: 7, 8, 7, 8) both give the batches
+    of the smaller and move on together, so no record comes twice in an epoch."""
+    labels = [label for _, label in got["records"]]
+    one = got["dual"]
+    assert (one["decoder"], one["dual_threads"]) == ("dual", [1, 1])
+    assert (one["x_shape"], one["channels_last"]) == ([6, 3, 32, 32], True)
+    assert one["labels"] == _halves(labels, 0, 1, 6, 2) and one["epochs"] == 1
+    ranks = got["dual_ranks"]
+    for r, ran in enumerate(ranks):
+        assert ran["labels"] == _halves(labels, r, 2, 4, 2), r
+        assert ran["epochs"] == 1
+
+
 def _ks(x, y):
     grid = np.sort(np.concatenate([x, y]))
     cdf = [np.searchsorted(np.sort(v), grid, side="right") / len(v) for v in (x, y)]
@@ -271,12 +304,13 @@ def test_copying_dali_output_changes_no_batch_and_the_run_says_where_its_cpus_we
     assert all(v >= 0 for v in cpu["by_thread"].values()) and cpu["by_thread"]["main"] > 0
 
 
-def test_fast_idct_is_passed_to_dalis_cpu_decoder(lmdb, tmp_path):
-    """--dali-fast-idct (a benchmark's lever) reaches DALI's CPU decoder: DALI accepts it, the run
-    trains and its summary says so."""
-    proc = _train(lmdb, tmp_path, steps=2, loader_workers=1, ranks=1, dali_fast_idct=True)
+def test_benchmark_levers_reach_dali(lmdb, tmp_path):
+    """--dali-fast-idct and --dali-dual (benchmarks' levers) reach DALI: it accepts DALI's fast IDCT,
+    builds the two pipelines with the threads asked, the run trains and its summary says so."""
+    proc = _train(lmdb, tmp_path, steps=2, loader_workers=3, ranks=1, batch_per_gpu=4, dali_fast_idct=True, dali_dual=1)
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["gpu_input"]["fast_idct"] is True and summary["gpu_input"]["decoder"] == "cpu"
+    dali = summary["gpu_input"]
+    assert dali["fast_idct"] is True and (dali["decoder"], dali["dual_threads"], dali["threads"]) == ("dual", [2, 1], 3)
     losses = [json.loads(x)["loss"] for x in (tmp_path / "steps.jsonl").read_text().splitlines()]
     assert len(losses) == 3 and all(math.isfinite(x) for x in losses)

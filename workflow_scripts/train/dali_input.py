@@ -23,6 +23,14 @@ One pipeline per rank, prefetching `depth` runs with `threads` CPU threads; each
 output, nothing copied): DALI pays a fixed cost each run, whatever its size
 (docs/decisions.md#dali_run_batches).
 
+  dual             (the trainer's --dali-dual, a benchmark's lever) two pipelines a rank instead,
+                   each with its own executor and threads: one decodes in libjpeg-turbo, the
+                   other on the GPU (mixed). Each reads half of the rank's shard (shard 2 rank + h
+                   of 2 world_size: every record still once an epoch) and gives half of every
+                   batch; the halves are joined on the GPU, a copy. DALI's iterators count every
+                   shard's epoch as the smallest shard's, so halves a record apart give the same
+                   runs an epoch; should one still end first, the other's rest is dropped.
+
   readers.caffe2   the data stage's LMDB train split; shard `rank` of `world_size` (contiguous
                    ranges of records, each rank moving to the next range every epoch), shuffled
                    in a buffer of up to SHUFFLE_BUFFER records. The data stage stored the split
@@ -79,6 +87,7 @@ DECODERS = tuple(d for d in schema.section("training.pytorch")["dali_decoder"]["
 READER = "lmdb"  # the reader's name: the iterator reads the epoch size from it
 SHUFFLE_BUFFER = 4096  # records held for shuffling: about 450 MB of ILSVRC JPEGs per rank
 CROP_ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 times
+DUAL_SEED_STEP = 1 << 20  # dual: the GPU half's seed, apart from the CPU half's and the other ranks'
 
 
 def read(path, shard=0, shards=1, shuffle=True):
@@ -242,6 +251,7 @@ class DALIBatches:
         copy=False,
         hw_share=0.0,
         fast_idct=False,
+        dual=0,
     ):
         self.device = torch.device(device)
         gpu = self.device.type == "cuda"
@@ -261,36 +271,55 @@ class DALIBatches:
             "run_batches": run_batches,
             "copy": copy,
             "fast_idct": fast_idct,
-            "hw_decoder_load": hw_decoder_load if mixed else None,
+            "hw_decoder_load": hw_decoder_load if mixed or dual else None,
             "size_hint": list(hint_sides(size_hint, path)) if mixed else None,
         }
         index = self.device.index if self.device.index is not None else (torch.cuda.current_device() if gpu else None)
         if gpu:
             preallocate(pinned_mb, device_mb, index)
             self.config.update(pinned_mb=pinned_mb, device_mb=device_mb)
-        self.pipe = pipeline(
-            str(path),
-            rank,
-            world_size,
-            size,
-            channels_last,
-            gpu,
-            decoder,
-            hw_decoder_load,
-            hw_share,
-            shuffle,
-            tuple(self.config["size_hint"] or (0, 0)),
-            fast_idct,
-            batch_size=batch * run_batches,
-            num_threads=threads,
-            device_id=index,
-            seed=seed,
-            prefetch_queue_depth=depth,
-        )
-        self.pipe.build()
-        self.it = DALIGenericIterator(
-            [self.pipe], ["x", "y"], reader_name=READER, last_batch_policy=LastBatchPolicy.DROP, auto_reset=True
-        )
+        # (decoder, shard, shards, threads, seed) of each pipeline
+        parts = [(decoder, rank, world_size, threads, seed)]
+        if dual:
+            if batch % 2:
+                raise StageError(f"--dali-dual: the batch ({batch} a GPU) must be even, half from each pipeline")
+            hint = list(hint_sides(size_hint, path)) if gpu else None
+            cpu_threads = max(1, threads - dual)
+            self.config.update(decoder="dual", hw_share=0.5, size_hint=hint, dual_threads=[cpu_threads, dual])
+            parts = [
+                ("cpu", 2 * rank, 2 * world_size, cpu_threads, seed),
+                ("mixed" if gpu else "cpu", 2 * rank + 1, 2 * world_size, dual, seed + DUAL_SEED_STEP),
+            ]
+        self.pipes = [
+            pipeline(
+                str(path),
+                shard,
+                shards,
+                size,
+                channels_last,
+                gpu,
+                part_decoder,
+                hw_decoder_load,
+                hw_share,
+                shuffle,
+                tuple(self.config["size_hint"] or (0, 0)),
+                fast_idct,
+                batch_size=batch // len(parts) * run_batches,
+                num_threads=part_threads,
+                device_id=index,
+                seed=part_seed,
+                prefetch_queue_depth=depth,
+            )
+            for part_decoder, shard, shards, part_threads, part_seed in parts
+        ]
+        self.its = []
+        for pipe in self.pipes:
+            pipe.build()
+            self.its.append(
+                DALIGenericIterator(
+                    [pipe], ["x", "y"], reader_name=READER, last_batch_policy=LastBatchPolicy.DROP, auto_reset=True
+                )
+            )
         self.batch, self.run_batches, self.queued = batch, run_batches, []
         self.epochs, self.times = 0, []
 
@@ -302,21 +331,44 @@ class DALIBatches:
         self.times.append(time.perf_counter() - t)
         return x, y
 
+    def _outputs(self):
+        """Each pipeline's next run; where one's epoch has ended (auto_reset has started its next),
+        the others' runs of the old epoch are dropped and every pipeline starts the next together."""
+        outs = []
+        for it in self.its:
+            try:
+                outs.append(next(it)[0])
+            except StopIteration:
+                outs.append(None)
+        if all(out is not None for out in outs):
+            return outs
+        self.epochs += 1
+        for it, out in zip(self.its, outs):
+            if out is not None:
+                for _ in it:  # the rest of its epoch, at most a run
+                    pass
+        return [next(it)[0] for it in self.its]
+
     def _run(self):
         """The next run's output as the step's batches, in order."""
-        try:
-            out = next(self.it)
-        except StopIteration:  # an epoch ended; auto_reset has started the next
-            self.epochs += 1
-            out = next(self.it)
-        x, y = out[0]["x"], out[0]["y"].view(-1)
-        if self.config["copy"]:  # on the current stream, behind DALI's output; DALI's buffers go now
-            x, y = x.clone(), y.clone()
-            del out
-        if self.channels_last:
-            x = x.permute(0, 3, 1, 2)  # NHWC memory seen as NCHW: PyTorch's channels_last
-        b = self.batch
-        return [(x[i * b : (i + 1) * b], y[i * b : (i + 1) * b]) for i in range(self.run_batches)]
+        outs = self._outputs()
+        b, n = self.batch, len(outs)
+        h = b // n
+        if n == 1:
+            x, y = outs[0]["x"], outs[0]["y"].view(-1)
+            if self.config["copy"]:  # on the current stream, behind DALI's output; DALI's buffers go now
+                x, y = x.clone(), y.clone()
+                del outs
+            batches = [(x[i * b : (i + 1) * b], y[i * b : (i + 1) * b]) for i in range(self.run_batches)]
+        else:  # each step's halves joined (NHWC before the view below, so the join keeps its layout)
+            batches = [
+                tuple(torch.cat([o[k][i * h : (i + 1) * h] for o in outs]) for k in ("x", "y"))
+                for i in range(self.run_batches)
+            ]
+            batches = [(x, y.view(-1)) for x, y in batches]
+        if self.channels_last:  # NHWC memory seen as NCHW: PyTorch's channels_last
+            batches = [(x.permute(0, 3, 1, 2), y) for x, y in batches]
+        return batches
 
     def __iter__(self):
         return self
@@ -333,5 +385,5 @@ class DALIBatches:
         }
 
     def close(self):
-        self.it = self.pipe = None
+        self.its = self.pipes = []
         self.queued = []

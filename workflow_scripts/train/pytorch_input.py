@@ -129,6 +129,7 @@ def build_input(args, s, launch, classes, per_rank=None):
             device_mb=s.dali_pools_mb[1],
             copy=getattr(args, "dali_copy", False),
             fast_idct=getattr(args, "dali_fast_idct", False),
+            dual=getattr(args, "dali_dual", 0),
         )
         return Input(classes, len(lmdb), workers, lambda: next(dali), dali.close, dali.stats)
     ds = gpu_input.RawJPEGs(lmdb) if raw else lmdb

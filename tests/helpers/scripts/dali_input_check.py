@@ -5,7 +5,8 @@ Prints JSON:  dali_input_check.py LMDB_DIR WORK_DIR
   labels      per record of the train LMDB (LMDB order): sha256 of its JPEG bytes, its label; what
               dali_input.read gives per shard of 2 over one epoch (bytes' sha256, label, DALI's
               source of the sample); DALIBatches' labels, unshuffled (one rank; also in runs of
-              two batches over two epochs) and shuffled (each rank of 2, two epochs)
+              two batches over two epochs) and shuffled (each rank of 2, two epochs); with two
+              pipelines a rank (dual), unshuffled, one rank and each of two
   crops       decode_crop on a lossless PNG whose pixels encode their own coordinates: each crop's
               box, next to torchvision's RandomResizedCrop.get_params on an image of the same size
   augment     DALIBatches over an LMDB written by the data stage's writer, of horizontal ramps
@@ -89,6 +90,8 @@ def batch_labels(n, **kw):
         "y_dtype": str(got[0][1].dtype),
         "channels_last": x.is_contiguous(memory_format=torch.channels_last),
         "epochs": b.stats()["epochs_completed"],
+        "decoder": b.stats()["decoder"],
+        "dual_threads": b.stats().get("dual_threads"),
     }
 
 
@@ -100,6 +103,13 @@ out["ranks"] = [
     batch_labels(
         2 * (N // 2 // 3), batch=3, seed=pytorch_input.input_seed(0, r), rank=r, world_size=2, channels_last=True
     )
+    for r in range(2)
+]
+# two pipelines a rank (dual), unshuffled: one rank over two epochs; two ranks, whose halves differ by
+# a record, over two epochs each
+out["dual"] = batch_labels(2 * (N // 6), batch=6, seed=3, shuffle=False, dual=1, channels_last=True)
+out["dual_ranks"] = [
+    batch_labels(6, batch=4, seed=pytorch_input.input_seed(0, r), rank=r, world_size=2, shuffle=False, dual=1)
     for r in range(2)
 ]
 
