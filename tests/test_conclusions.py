@@ -651,6 +651,31 @@ def test_no_verdict_on_a_figure_the_tool_cannot_vouch_for(tables, run, change, s
 
 @pytest.mark.unit
 @pytest.mark.parametrize(
+    "four_gpus_ran, says",
+    [
+        # the 1-GPU baseline ran one process, so no DDP graph: DDP is what the 4 GPUs add
+        ("torch.compile reduce-overhead with CUDA graphs, DDP graph whole", None),
+        (
+            "torch.compile default, DDP graph split",
+            "execution mode changed: h100/tensorflow_fp32_4gpu (cpu) ran torch.compile default, DDP graph split, "
+            "its 1-GPU baseline torch.compile reduce-overhead with CUDA graphs",
+        ),
+    ],
+)
+def test_a_baseline_without_ddp_is_compared_by_its_compiled_step(tables, four_gpus_ran, says):
+    runs = [
+        gpu_run("tensorflow", 1, 1000.0, execution_mode="torch.compile reduce-overhead with CUDA graphs"),
+        gpu_run("tensorflow", 4, 3920.0, execution_mode=four_gpus_ran),
+    ]
+    v = sweep_verdict(tables, runs)
+    if says is None:
+        assert v.verdict == mod.HOLDS, v.why
+    else:
+        assert v.verdict == mod.NOT_DECIDED and says in v.why, v.why
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
     "four_gpus, verdict",
     [
         ([3920.0, 3940.0, 3900.0], mod.HOLDS),  # every run above 95.06% (97% less 2% of it)

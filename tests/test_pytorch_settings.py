@@ -19,7 +19,8 @@ for name, device, nodes, argv in json.loads(sys.argv[1]):
     args = p.add_experiment_args(p.add_args(harness.arg_parser("x"))).parse_args(argv + ["--out", "unused"])
     cpus = int(name.rsplit("_cpus", 1)[1]) if "_cpus" in name else None
     distributed = not name.endswith("_alone")
-    out[name] = p.resolve(args, torch.device(device), nodes=nodes, distributed=distributed, cpus=cpus).describe()
+    s = p.resolve(args, torch.device(device), nodes=nodes, distributed=distributed, cpus=cpus)
+    out[name] = {**s.describe(), "execution_mode": s.execution_mode()}
 print(json.dumps(out))
 """
 
@@ -84,6 +85,10 @@ def test_a_ddp_graph_split_keeps_the_graphs_of_a_run_without_ddp(resolved):
     assert resolved["gpu_dali_split"]["compile"] == "default"
     assert resolved["gpu_dali_split_alone"]["compile"] == "reduce-overhead"
     assert resolved["gpu_dali_split_alone"]["ddp_graph"] == "split"
+    # what the run records of how its step ran: a run without DDP has no DDP graph to name
+    assert resolved["gpu_dali_split_alone"]["execution_mode"] == "torch.compile reduce-overhead with CUDA graphs"
+    assert resolved["gpu_dali_split"]["execution_mode"] == "torch.compile default, DDP graph split"
+    assert resolved["gpu_dali"]["execution_mode"] == "torch.compile reduce-overhead with CUDA graphs, DDP graph whole"
 
 
 def test_dali_queue_and_pools(resolved):

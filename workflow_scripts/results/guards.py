@@ -214,8 +214,10 @@ def impossible(efficiency, name):
 
 def mode_changed(base_mode, mode, name, base_gpus):
     """The caveat of a point whose step ran another way than its baseline's (PyTorch's CUDA graphs
-    within a node, not across nodes): its efficiency mixes the scaling with that change, or None."""
-    if base_mode and mode and base_mode != mode:
+    within a node, not across nodes): its efficiency mixes the scaling with that change, or None.
+    A baseline of one process records its compiled step alone, without DDP's part (pytorch_options'
+    execution_mode): DDP itself is what scaling adds, so only the compiled step is compared."""
+    if base_mode and mode and base_mode != mode and not mode.startswith(base_mode + ", DDP graph "):
         return f"execution mode changed: {name} ran {mode}, its {base_gpus}-GPU baseline {base_mode}"
     return None
 

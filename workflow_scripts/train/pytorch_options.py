@@ -67,7 +67,8 @@ class Settings:
     input: str  # cpu | gpu | dali | synthetic (no input path ran)
     tf32: bool
     bucket_cap_mb: float
-    ddp_graph: str  # as resolved (auto: by node count)
+    ddp: bool  # the model is wrapped in DDP (resolve's distributed)
+    ddp_graph: str  # as resolved (auto: by node count); applied only with DDP
     grad_compression: str
     broadcast_buffers: bool
     loss_lag: int  # steps queued past the one whose loss is read
@@ -83,9 +84,11 @@ class Settings:
     dali_size_hint: object  # 0, an integer, or "largest"
 
     def execution_mode(self):
-        """How the step runs, for a table to tell when it changed between GPU counts."""
+        """How the step runs, for a table to tell when it changed between GPU counts: the compiled
+        step and, with DDP, ", DDP graph <how>" (a run of one process has no DDP graph; its DDP runs
+        at more GPUs add that part: guards.mode_changed)."""
         graphs = " with CUDA graphs" if self.compile == "reduce-overhead" and self.device.type == "cuda" else ""
-        return f"torch.compile {self.compile or 'off'}{graphs}, DDP graph {self.ddp_graph}"
+        return f"torch.compile {self.compile or 'off'}{graphs}" + (f", DDP graph {self.ddp_graph}" if self.ddp else "")
 
     def describe(self):
         return {
@@ -151,6 +154,7 @@ def resolve(args, device, nodes=1, distributed=True, cpus=None):
         input="synthetic" if synthetic else source,
         tf32=cuda and args.fp32_math == "tf32",
         bucket_cap_mb=args.bucket_cap_mb,
+        ddp=distributed,
         ddp_graph=graph,
         grad_compression=args.grad_compression,
         broadcast_buffers=args.broadcast_buffers == "on",
