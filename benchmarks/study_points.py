@@ -58,8 +58,9 @@ for n in (0, 10, 17, 25, 33, 50, 67, 80, 100):  # decoder split, that percentage
     VARIANTS[f"share{n}"] = {"training.pytorch.dali_decoder": "split", "training.pytorch.dali_hw_share": n / 100}
 for n in range(1, 9):
     VARIANTS[f"run{n}"] = {"training.pytorch.dali_run_batches": n}
-for n in range(1, 7):  # two DALI pipelines, the GPU's with n of the threads
-    VARIANTS[f"dual{n}"] = ["--dali-dual", str(n)]
+VARIANTS["dual"] = {"training.pytorch.dali_decoder": "dual"}
+for n in range(1, 7):  # decoder dual, the GPU's pipeline with n of the threads
+    VARIANTS[f"dual{n}"] = {"training.pytorch.dali_decoder": "dual", "training.pytorch.dali_gpu_threads": n}
 
 
 def merge(base, over):

@@ -65,6 +65,20 @@ def test_a_gpu_system_without_cpus_per_task_is_refused_with_the_fix():
         config_checks.check_config(c)
 
 
+def test_the_dual_decoder_refuses_an_odd_batch_naming_it():
+    def dual(batch, precisions=("fp32",)):
+        return config(
+            training__pytorch__dali_decoder="dual",
+            training__batch_per_gpu__pytorch=batch,
+            training__precisions=list(precisions),
+        )
+
+    with pytest.raises(ConfigProblem, match="dali_decoder = dual .* PyTorch's fp32 batch is 15 a GPU"):
+        config_checks.check_config(dual(15))
+    config_checks.check_config(dual(16))
+    config_checks.check_config(dual(15, ["fp16"]))  # fp16's batch is doubled: even whatever the fp32 batch
+
+
 def test_sbatch_extra_is_split_as_words_and_an_open_quote_named():
     c = config(systems={"g": dict(GPU, sbatch_extra="--comment 'a b' --mail-type=NONE")})
     assert config_checks.sbatch_words(c, "g") == ["--comment", "a b", "--mail-type=NONE"]

@@ -83,7 +83,7 @@ def _halves(labels, rank, world, batch, epochs):
 
 
 def test_two_pipelines_a_rank_give_each_batch_half_from_each_half_of_the_shard(got):
-    """dual (--dali-dual): one pipeline decodes on the CPU, the other on the GPU (here both on the
+    """dali_decoder dual: one pipeline decodes on the CPU, the other on the GPU (here both on the
     CPU, as without a GPU): each batch is half of each, from the two halves of the rank's shard;
     where one half holds a record fewer (30 records in 4 shards: 7, 8, 7, 8) both give the batches
     of the smaller and move on together, so no record comes twice in an epoch."""
@@ -304,10 +304,21 @@ def test_copying_dali_output_changes_no_batch_and_the_run_says_where_its_cpus_we
     assert all(v >= 0 for v in cpu["by_thread"].values()) and cpu["by_thread"]["main"] > 0
 
 
-def test_benchmark_levers_reach_dali(lmdb, tmp_path):
-    """--dali-fast-idct and --dali-dual (benchmarks' levers) reach DALI: it accepts DALI's fast IDCT,
-    builds the two pipelines with the threads asked, the run trains and its summary says so."""
-    proc = _train(lmdb, tmp_path, steps=2, loader_workers=3, ranks=1, batch_per_gpu=4, dali_fast_idct=True, dali_dual=1)
+def test_fast_idct_and_the_dual_decoders_threads_reach_dali(lmdb, tmp_path):
+    """--dali-fast-idct (a benchmark's lever) and dali_decoder dual with dali_gpu_threads reach DALI:
+    it accepts DALI's fast IDCT, builds the two pipelines with the threads asked, the run trains
+    and its summary says so."""
+    proc = _train(
+        lmdb,
+        tmp_path,
+        steps=2,
+        loader_workers=3,
+        ranks=1,
+        batch_per_gpu=4,
+        dali_fast_idct=True,
+        dali_decoder="dual",
+        dali_gpu_threads=1,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     dali = summary["gpu_input"]

@@ -23,7 +23,7 @@ ap = o.add_args(argparse.ArgumentParser())
 flags = {a.option_strings[0]: {"dest": a.dest, "default": a.default, "choices": list(a.choices or []) or None,
                                "help": a.help} for a in ap._actions if a.option_strings and a.dest != "help"}
 consts = {k: getattr(o, k) for k in ("DALI_PREFETCH", "GPU_PREFETCH", "DALI_TRAINER_CORES", "DALI_MAX_THREADS",
-                                     "DALI_CPU_DECODER_MIN_CPUS", "DALI_HW_SHARE",
+                                     "DALI_CPU_DECODER_MIN_CPUS", "DALI_HW_SHARE", "DALI_THREADS_PER_GPU_THREAD",
                                      "GPU_DECODE_WORKERS", "DALI_POOLS_MB")}
 print(json.dumps({"flags": flags, "consts": consts}))
 """
@@ -76,6 +76,7 @@ def test_descriptions_state_the_code_rules(trainer):
     assert f"cores per GPU - {c['DALI_TRAINER_CORES']}, at most {c['DALI_MAX_THREADS']}" in d["loader_workers"]
     assert f"auto: cpu where a rank has {c['DALI_CPU_DECODER_MIN_CPUS']} CPUs or more" in d["dali_decoder"]
     assert f"auto: {c['DALI_HW_SHARE']}" in d["dali_hw_share"]
+    assert f"0: one in {c['DALI_THREADS_PER_GPU_THREAD']}, at least 1" in d["dali_gpu_threads"]
     assert f"auto: {c['DALI_POOLS_MB'][0]} at batch 256" in d["dali_pinned_mb"]
     assert f"auto: {c['DALI_POOLS_MB'][1]} at batch 256" in d["dali_device_mb"]
     # the epoch-turnover guard's threshold is DALI's default queue (results/guards.py says why)

@@ -29,7 +29,7 @@ MEASURED, PREDICTED = "measured", "predicted"
 
 def cpu_decoding(framework, path, decoder, device):
     """Whether the path decodes its JPEGs on the rank's CPU threads alone (so more threads decode
-    more); DALI's split is not: the GPU's decoder takes most of its JPEGs."""
+    more); DALI's split and dual are not: the GPU's decoder takes a share of their JPEGs."""
     if framework != "pytorch" or device != "gpu":
         return True
     return path == "cpu" or (path == "dali" and decoder == "cpu")

@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from workflow_scripts.cluster import interpreter, mounts
+from workflow_scripts.plan.commands import per_rank_batch
 from workflow_scripts.plan.sweep import ConfigProblem, requests_gpus
 from workflow_scripts.train import job_stop
 
@@ -214,9 +215,26 @@ def check_config(config):
                 f"SLURM counts them: hardware threads where ThreadsPerCore=2 (e.g. 20, 10 cores' threads, on a "
                 f"node of 40 cores with 2 threads each and 4 GPUs)"
             )
+    check_dual_batches(config["training"])
     clamped = clamp_hang_start(config)
     if clamped:
         print(clamped, file=sys.stderr)
+
+
+def check_dual_batches(training):
+    """dali_decoder dual gives half of every batch from each of its two pipelines: an odd PyTorch
+    batch at any of the sweep's precisions is refused now, not when its runs start."""
+    if training["pytorch"]["dali_decoder"] != "dual" or "pytorch" not in training["frameworks"]:
+        return
+    for precision in training["precisions"]:
+        batch = per_rank_batch(training, "pytorch", precision)
+        if batch % 2:
+            raise ConfigProblem(
+                f"config training.pytorch.dali_decoder = dual gives half of each batch from each of its two "
+                f"pipelines, but PyTorch's {precision} batch is {batch} a GPU (training.batch_per_gpu.pytorch"
+                + (" x training.fp16_batch_factor" if precision == "fp16" else "")
+                + "). Fix: an even batch, or another dali_decoder"
+            )
 
 
 def clamp_hang_start(config):

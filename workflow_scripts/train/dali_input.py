@@ -15,6 +15,12 @@ default: docs/decisions.md#dali_decoder):
   split   each JPEG to one of the two, drawn per image: `hw_share` of them to mixed, the rest to
           the CPU threads; for a rank whose threads alone decode too few (the share auto rule:
           pytorch_options.dali_hw_share).
+  dual    two pipelines a rank, cpu and mixed, each with its own executor and threads (the GPU's
+          `gpu_threads` of them), each reading half of the rank's shard (shard 2 rank + h of
+          2 world_size: every record still once an epoch) and giving half of every batch; the
+          halves are joined on the GPU, a copy. DALI's iterators count every shard's epoch as the
+          smallest shard's, so halves a record apart give the same runs an epoch (should one still
+          end first, the other's rest is dropped). Without a GPU both halves decode on the CPU.
 
 Without a GPU the whole pipeline runs on the CPU (libjpeg-turbo): that is how the tests check it.
 
@@ -22,14 +28,6 @@ One pipeline per rank, prefetching `depth` runs with `threads` CPU threads; each
 `run_batches` of the step's batches at once and hands them out one by one (views of the run's
 output, nothing copied): DALI pays a fixed cost each run, whatever its size
 (docs/decisions.md#dali_run_batches).
-
-  dual             (the trainer's --dali-dual, a benchmark's lever) two pipelines a rank instead,
-                   each with its own executor and threads: one decodes in libjpeg-turbo, the
-                   other on the GPU (mixed). Each reads half of the rank's shard (shard 2 rank + h
-                   of 2 world_size: every record still once an epoch) and gives half of every
-                   batch; the halves are joined on the GPU, a copy. DALI's iterators count every
-                   shard's epoch as the smallest shard's, so halves a record apart give the same
-                   runs an epoch; should one still end first, the other's rest is dropped.
 
   readers.caffe2   the data stage's LMDB train split; shard `rank` of `world_size` (contiguous
                    ranges of records, each rank moving to the next range every epoch), shuffled
@@ -83,6 +81,7 @@ from ..common.errors import StageError
 from .augment import MEAN, RATIO, SCALE, STD
 
 DECODERS = tuple(d for d in schema.section("training.pytorch")["dali_decoder"]["enum"] if d != "auto")
+PIPELINES = ("cpu", "mixed", "split")  # the decoders of one pipeline (pipeline()); dual runs two
 
 READER = "lmdb"  # the reader's name: the iterator reads the epoch size from it
 SHUFFLE_BUFFER = 4096  # records held for shuffling: about 450 MB of ILSVRC JPEGs per rank
@@ -251,7 +250,7 @@ class DALIBatches:
         copy=False,
         hw_share=0.0,
         fast_idct=False,
-        dual=0,
+        gpu_threads=1,
     ):
         self.device = torch.device(device)
         gpu = self.device.type == "cuda"
@@ -261,8 +260,9 @@ class DALIBatches:
         # split at a share of 0 or 1 is one decoder, without DALI's conditional branches
         if decoder == "split" and hw_share in (0, 1):
             decoder = "mixed" if hw_share else "cpu"
-        decoder = decoder if gpu else "cpu"  # mixed and split need a GPU
-        mixed = decoder != "cpu"
+        dual = decoder == "dual"
+        decoder = decoder if gpu or dual else "cpu"  # mixed and split need a GPU (dual: both halves on the CPU)
+        mixed = gpu and decoder != "cpu"
         self.config = {
             "decoder": decoder,
             "hw_share": hw_share if decoder == "split" else None,
@@ -271,7 +271,7 @@ class DALIBatches:
             "run_batches": run_batches,
             "copy": copy,
             "fast_idct": fast_idct,
-            "hw_decoder_load": hw_decoder_load if mixed or dual else None,
+            "hw_decoder_load": hw_decoder_load if mixed else None,
             "size_hint": list(hint_sides(size_hint, path)) if mixed else None,
         }
         index = self.device.index if self.device.index is not None else (torch.cuda.current_device() if gpu else None)
@@ -282,13 +282,15 @@ class DALIBatches:
         parts = [(decoder, rank, world_size, threads, seed)]
         if dual:
             if batch % 2:
-                raise StageError(f"--dali-dual: the batch ({batch} a GPU) must be even, half from each pipeline")
-            hint = list(hint_sides(size_hint, path)) if gpu else None
-            cpu_threads = max(1, threads - dual)
-            self.config.update(decoder="dual", hw_share=0.5, size_hint=hint, dual_threads=[cpu_threads, dual])
+                raise StageError(
+                    f"training.pytorch.dali_decoder dual: the batch ({batch} a GPU) must be even, half from each "
+                    f"pipeline"
+                )
+            cpu_threads = max(1, threads - gpu_threads)
+            self.config.update(hw_share=0.5, dual_threads=[cpu_threads, gpu_threads])
             parts = [
                 ("cpu", 2 * rank, 2 * world_size, cpu_threads, seed),
-                ("mixed" if gpu else "cpu", 2 * rank + 1, 2 * world_size, dual, seed + DUAL_SEED_STEP),
+                ("mixed" if gpu else "cpu", 2 * rank + 1, 2 * world_size, gpu_threads, seed + DUAL_SEED_STEP),
             ]
         self.pipes = [
             pipeline(

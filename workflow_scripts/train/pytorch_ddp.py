@@ -71,15 +71,6 @@ def add_experiment_args(ap):
         "less exact pixels for less CPU a JPEG",
     )
     g.add_argument(
-        "--dali-dual",
-        type=int,
-        default=0,
-        metavar="THREADS",
-        help="DALI: two pipelines a rank, each reading half of its shard and giving half of each batch, "
-        "one decoding in libjpeg-turbo, one on the GPU (mixed) with THREADS of the rank's DALI threads "
-        "(the other the rest); 0: one pipeline (dali_input's docstring)",
-    )
-    g.add_argument(
         "--drain-input",
         choices=("auto", "off"),
         default="auto",

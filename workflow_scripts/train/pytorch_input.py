@@ -24,7 +24,7 @@ from ..common.errors import PermanentError, StageError, global_batch_problem
 from ..data.lmdb_dataset import LMDBImageNet
 from . import gpu_input, long_test
 from .augment import MEAN, RATIO, SCALE, STD
-from .pytorch_options import dali_decoder, dali_hw_share, loader_workers
+from .pytorch_options import dali_decoder, dali_gpu_threads, dali_hw_share, loader_workers
 
 LOADER_PREFETCH = 4  # batches each DataLoader worker prepares ahead
 
@@ -129,7 +129,7 @@ def build_input(args, s, launch, classes, per_rank=None):
             device_mb=s.dali_pools_mb[1],
             copy=getattr(args, "dali_copy", False),
             fast_idct=getattr(args, "dali_fast_idct", False),
-            dual=getattr(args, "dali_dual", 0),
+            gpu_threads=dali_gpu_threads(s.dali_gpu_threads, workers),
         )
         return Input(classes, len(lmdb), workers, lambda: next(dali), dali.close, dali.stats)
     ds = gpu_input.RawJPEGs(lmdb) if raw else lmdb

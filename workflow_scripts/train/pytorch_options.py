@@ -24,6 +24,9 @@ DALI_RUN_IMAGES = 512
 # decoder taking DALI_HW_SHARE of the JPEGs (docs/decisions.md#dali_decoder).
 DALI_CPU_DECODER_MIN_CPUS = 12
 DALI_HW_SHARE = 0.8
+# dali_gpu_threads 0: of dali_decoder dual's threads, one in this many serve the GPU-decoding pipeline
+# (docs/decisions.md#dali_decoder).
+DALI_THREADS_PER_GPU_THREAD = 5
 # Input paths whose loss is read at the end of its own step under loss_lag auto where a rank has
 # fewer than LAG_MIN_CPUS CPUs; every other path, those paths from LAG_MIN_CPUS up, and synthetic
 # data (no input path) read it one step behind (docs/decisions.md#loss_lag).
@@ -78,6 +81,7 @@ class Settings:
     # the input paths' own options, as given (each one path's; recorded with the run's args)
     dali_decoder: str
     dali_hw_share: object  # "auto" or a share 0..1
+    dali_gpu_threads: int  # 0: the rule (dali_gpu_threads())
     hw_decoder_load: float
     jpeg_decoder: str
     input_lanes: int
@@ -170,6 +174,7 @@ def resolve(args, device, nodes=1, distributed=True, cpus=None):
         else 1,
         dali_decoder=args.dali_decoder,
         dali_hw_share=args.dali_hw_share,
+        dali_gpu_threads=args.dali_gpu_threads,
         hw_decoder_load=args.hw_decoder_load,
         jpeg_decoder=args.jpeg_decoder,
         input_lanes=args.input_lanes,
@@ -239,6 +244,12 @@ def dali_decoder(given, per_rank):
 def dali_hw_share(given):
     """Decoder split's share of the JPEGs for the GPU's decoder: `given`, or DALI_HW_SHARE for auto."""
     return DALI_HW_SHARE if given == "auto" else float(given)
+
+
+def dali_gpu_threads(given, threads):
+    """Of dali_decoder dual's `threads`, those of its GPU-decoding pipeline: `given`, or for 0 one in
+    DALI_THREADS_PER_GPU_THREAD, at least 1 (dali_input gives the CPU's pipeline at least 1 more)."""
+    return given or max(1, round(threads / DALI_THREADS_PER_GPU_THREAD))
 
 
 def loader_workers(args, s, per_rank):

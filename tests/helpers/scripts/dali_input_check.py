@@ -107,9 +107,9 @@ out["ranks"] = [
 ]
 # two pipelines a rank (dual), unshuffled: one rank over two epochs; two ranks, whose halves differ by
 # a record, over two epochs each
-out["dual"] = batch_labels(2 * (N // 6), batch=6, seed=3, shuffle=False, dual=1, channels_last=True)
+out["dual"] = batch_labels(2 * (N // 6), batch=6, seed=3, shuffle=False, decoder="dual", channels_last=True)
 out["dual_ranks"] = [
-    batch_labels(6, batch=4, seed=pytorch_input.input_seed(0, r), rank=r, world_size=2, shuffle=False, dual=1)
+    batch_labels(6, batch=4, seed=pytorch_input.input_seed(0, r), rank=r, world_size=2, shuffle=False, decoder="dual")
     for r in range(2)
 ]
 

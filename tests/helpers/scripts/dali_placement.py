@@ -22,7 +22,7 @@ def placement(pipe):
 
 
 out = {}
-for decoder in dali_input.DECODERS:
+for decoder in dali_input.PIPELINES:
     pipe = dali_input.pipeline(
         "/nonexistent",
         0,
