@@ -364,9 +364,10 @@ def main(argv=None):
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(work / "inductor-cache"))
     out.mkdir(parents=True, exist_ok=True)
     start, results = time.perf_counter(), []
-    # the last run of a kind is the best guess of the next one's length: a check's length follows
-    # its input_steps, a first run pays the compile that later ones find in the cache
-    walls = {}
+    # an item's length, guessed from this call's runs of its kind: a first run of a name pays the
+    # compile that its repeats find in the cache, so the two are guessed apart (a repeat from the
+    # kind's last repeat, else EST_S; a first run from the kind's last first run, else EST_S)
+    walls, seen = {}, set()
     meta = {"argv": sys.argv[1:] if argv is None else argv, "date": time.strftime("%Y-%m-%d %H:%M %Z")}
     meta["gpu"] = tool_output(
         "nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,power.limit", "--format=csv,noheader"
@@ -378,7 +379,8 @@ def main(argv=None):
         print(f"photos: {meta['photos']}", flush=True)
     for item in items:
         left = a.budget_s - (time.perf_counter() - start)
-        est = round(walls.get(item["kind"], EST_S[item["kind"]]))
+        again = item["name"] in seen
+        est = round(walls.get((item["kind"], again), EST_S[item["kind"]]))
         if left < est:
             results.append({**item, "status": f"skipped: {left:.0f} s left of --budget-s, about {est} s needed"})
             print(f"{item['name']} #{item['repeat']}: skipped", flush=True)
@@ -386,7 +388,8 @@ def main(argv=None):
         rec = run_item(item, work, out, a.data, timeout=max(60, left + 30))
         results.append(rec)
         if rec.get("status") == "ok":
-            walls[item["kind"]] = rec["wall_s"]
+            walls[item["kind"], again] = rec["wall_s"]
+            seen.add(item["name"])
         rate = rec.get("images_per_s") or 0
         print(f"{item['name']} #{item['repeat']}: {rec['status']} {rate:,.0f} ({rec['wall_s']:.0f} s)", flush=True)
         (out / "results.json").write_text(json.dumps({**meta, "results": results}, indent=1))
