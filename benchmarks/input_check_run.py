@@ -11,10 +11,10 @@ from workflow_scripts.plan.input_plan import InputPlan
 from workflow_scripts.plan.sweep import Sweep
 
 
-def command(config, system, framework, data, out, python):
+def command(config, system, framework, data, out, python, launch=("--nproc-per-node", "1")):
     """The check job's words for `config` (schema defaults filled in) reading the converted copy at
     `data` (its trainers read the config's data_dir/<format>: data's folder), writing
-    `out`/result.json."""
+    `out`/result.json; launch: the launcher's words (its rule's geometry of the node)."""
     config = {**config, "data_dir": str(Path(data).parent)}
     sweep = Sweep(config, True)
     commands = TrainerCommands(config, sweep, {(system, framework): f"envs.{framework}"})
@@ -39,8 +39,7 @@ def command(config, system, framework, data, out, python):
         "--precisions",
         *config["training"]["precisions"],
         "--",
-        "--nproc-per-node",
-        "1",
+        *launch,
     ]
 
 

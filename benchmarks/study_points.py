@@ -3,6 +3,7 @@ config (its config files, the schema's defaults, one GPU), the variants an item 
 sweep rule's trainer words for it."""
 
 import copy
+import re
 import sys
 from pathlib import Path
 
@@ -13,16 +14,24 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from workflow_scripts.plan.commands import TrainerCommands  # noqa: E402
+from workflow_scripts.plan.slurm_job import JobShape  # noqa: E402
 from workflow_scripts.plan.sweep import Sweep  # noqa: E402
 
 SYSTEM, FRAMEWORK = "local", "pytorch"
 # config.yaml is the CPU laptop's default; on a GPU the trainer's own size: 224 px, 128 a GPU
 # (fp16's factor 2: 256), the scale-out whitepaper's 10 + 100 steps.
 DEFAULTS = {"training": {"image_size": 224, "batch_per_gpu": {"pytorch": 128}, "warmup_steps": 10, "steps": 100}}
-# Every point on a system of one GPU that asks SLURM for it, as a cluster's runs are (their words
-# then say --require-gpu, and input auto is dali), one run at a time.
-ONE_GPU = {"systems": {SYSTEM: {"gpus_per_node": 1, "max_nodes": 1, "gpu_request": "gpus-per-node"}}}
-ONE_GPU["training"] = {"gpus": [1]}
+
+
+def node_of(gpus):
+    """Every point on a system of one node of `gpus` GPUs that asks SLURM for them, as a cluster's
+    runs are (their words then say --require-gpu, and input auto is dali), one run at a time."""
+    return {
+        "systems": {SYSTEM: {"gpus_per_node": gpus, "max_nodes": 1, "gpu_request": "gpus-per-node"}},
+        "training": {"gpus": [gpus]},
+    }
+
+
 POINTS = {
     "preset-fp32": (("config.yaml", "presets/study.yaml"), {}, "fp32"),
     "preset-fp16": (("config.yaml", "presets/study.yaml"), {}, "fp16"),
@@ -107,13 +116,13 @@ def set_key(config, key, value):
     node[leaf] = value
 
 
-def config_of(point, variants=()):
+def config_of(point, variants=(), gpus=1):
     files, overlay, _ = POINTS[point]
     config = {}
     for f in files:
         merge(config, yaml.safe_load((REPO / f).read_text()))
     merge(config, overlay)
-    merge(config, ONE_GPU)
+    merge(config, node_of(gpus))
     for word in OVERRIDES:
         key, _, value = word.partition("=")
         set_key(config, key, yaml.safe_load(value))
@@ -125,13 +134,20 @@ def config_of(point, variants=()):
     return with_defaults(config, schema, schema)
 
 
-def trainer_words(point, data_source, variants=()):
+def trainer_words(point, data_source, variants=(), gpus=1):
     """The sweep rule's trainer words for the point's run on synthetic data or on its input path."""
-    config = config_of(point, variants)
+    config = config_of(point, variants, gpus)
     sweep = Sweep(config, True)
     commands = TrainerCommands(config, sweep, {(SYSTEM, FRAMEWORK): "envs.pytorch"})
     path = "synthetic" if data_source == "synthetic" else sweep.effective_input(SYSTEM, FRAMEWORK, "auto")
     return commands.sweep_run(SYSTEM, FRAMEWORK, POINTS[point][2], path)
+
+
+def launcher_words(point, variants=(), gpus=1):
+    """The sweep rule's launcher words for the point at `gpus` GPUs of one node (its geometry and
+    the ranks' communication settings: plan/slurm_job.py)."""
+    config = config_of(point, variants, gpus)
+    return JobShape(config, Sweep(config, True), {}).geometry_args(SYSTEM, gpus)
 
 
 def parse_item(name):
@@ -141,9 +157,18 @@ def parse_item(name):
             kind, name = prefix, name[len(prefix) + 1 :]
     name, *variants = name.split("+")
     point, _, cpus = name.partition("@")
-    if point not in POINTS or any(v not in VARIANTS for v in variants):
-        raise SystemExit(f"item {name!r}: points {', '.join(POINTS)}; variants {', '.join(VARIANTS)}")
-    return {"kind": kind, "point": point, "cpus": int(cpus) if cpus else None, "variants": tuple(variants)}
+    point, gpus = re.fullmatch(r"(.+?)(?:x(\d+))?", point).groups()
+    if point not in POINTS or any(v not in VARIANTS for v in variants) or gpus == "0":
+        raise SystemExit(
+            f"item {name!r}: points {', '.join(POINTS)}, each with xGPUS or not; variants {', '.join(VARIANTS)}"
+        )
+    return {
+        "kind": kind,
+        "point": point,
+        "gpus": int(gpus) if gpus else None,
+        "cpus": int(cpus) if cpus else None,
+        "variants": tuple(variants),
+    }
 
 
 def words_of(item):

@@ -1,5 +1,5 @@
 """The pipeline's PyTorch trainer beside a plain loop of the same settings, in one call, on one GPU
-(docs/benchmarks.md, "The study's settings on one GPU").
+or several of one node (docs/benchmarks.md, "The study's settings on one GPU").
 
     python3 -m benchmarks.trainer_vs_plain --list
     python3 -m benchmarks.trainer_vs_plain --dry-run --items preset-fp16                      # the commands
@@ -13,13 +13,16 @@ schema's defaults), with --out and, for real data, --data replaced. The plain lo
 (benchmarks/plain_loop.py, none of the pipeline's code) runs the same model, batch, precision, 16-bit
 type, fp32 math and torch.compile mode as the trainer resolves them on this GPU.
 
-An item's name: [plain-|real-|check-]POINT[@CPUS][+VARIANT...]
+An item's name: [plain-|real-|check-]POINT[xGPUS][@CPUS][+VARIANT...]
   POINT      preset-fp32, preset-fp16, defaults-fp16
   plain-     the plain loop (else the pipeline's trainer on synthetic data)
   real-      the trainer on --data through the point's input path (DALI on a GPU)
   check-     preflight's input check of the point (preflight/preflight_job.py --only-input), judged
              as preflight's data table judges it
-  @CPUS      the process bound to CPUs 0..CPUS-1 (taskset): a node's share of CPUs per GPU
+  xGPUS      the point at GPUS GPUs of one node: the trainer (and the check) under the project's
+             launcher with the sweep rule's geometry words, the plain loop under torchrun with DDP
+             as the trainer resolves it; without xGPUS one GPU, the trainer started directly
+  @CPUS      a node's share of CPUs per GPU: the processes bound to CPUs 0..GPUS x CPUS - 1 (taskset)
   +VARIANT   config values or trainer words (study_points.VARIANTS), one or more, e.g. +lag1+threads4
 Items run in the order given, each --repeats times, the repeats of a list alternated (a, b, a, b);
 an item whose estimate no longer fits --budget-s is recorded as skipped. Writes OUT/results.json,
@@ -48,6 +51,7 @@ from benchmarks.study_points import (  # noqa: E402
     SYSTEM,
     VARIANTS,
     config_of,
+    launcher_words,
     parse_item,
     trainer_words,
     words_of,
@@ -57,7 +61,8 @@ PY = sys.executable
 EST_S = {"plain": 30, "synthetic": 30, "real": 35, "check": 75}
 
 
-def pinned(cpus):
+def pinned(item):
+    cpus = item["cpus"] and item["cpus"] * (item.get("gpus") or 1)
     return ["taskset", "-c", f"0-{cpus - 1}"] if cpus else []
 
 
@@ -70,8 +75,9 @@ def with_data(words, data):
     return out + (["--data", str(data)] if data else [])
 
 
-def resolved(words):
-    """What the trainer resolves its words to on this machine's GPU (pytorch_options.Settings)."""
+def resolved(words, gpus=1):
+    """What the trainer resolves its words to on this machine's GPU (pytorch_options.Settings), as a
+    rank of a run of `gpus` GPUs of one node."""
     import torch
 
     from benchmarks.gpu_parts import trainer_parser
@@ -79,15 +85,22 @@ def resolved(words):
 
     args = trainer_parser().parse_args([*words, "--out", "/nonexistent"])
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-    return args, resolve(args, device)
+    return args, resolve(args, device, distributed=gpus > 1)
 
 
 def plain_command(item, out):
-    args, s = resolved(trainer_words(item["point"], "synthetic", item["variants"]))
+    gpus = item["gpus"] or 1
+    args, s = resolved(trainer_words(item["point"], "synthetic", item["variants"], gpus), gpus)
     amp = str(s.amp_dtype).replace("torch.", "") if s.amp_dtype else "bfloat16"
+    ddp = []
+    if item["gpus"]:
+        launch = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}"]
+        ddp = ["--ddp-graph", s.ddp_graph, "--bucket-cap-mb", str(s.bucket_cap_mb)]
+        ddp += ["--broadcast-buffers", "on" if s.broadcast_buffers else "off"]
     return [
-        *pinned(item["cpus"]),
+        *pinned(item),
         PY,
+        *(launch if item["gpus"] else []),
         "-m",
         "benchmarks.plain_loop",
         "--batch",
@@ -108,6 +121,7 @@ def plain_command(item, out):
         str(args.steps),
         "--read-loss",
         "every" if "read-every" in item["variants"] else "never",
+        *ddp,
         "--out",
         str(out),
     ]
@@ -115,11 +129,16 @@ def plain_command(item, out):
 
 def trainer_command(item, run_dir, data):
     real = item["kind"] == "real"
+    gpus = item["gpus"] or 1
     words = with_data(
-        trainer_words(item["point"], "real" if real else "synthetic", item["variants"]), data if real else None
+        trainer_words(item["point"], "real" if real else "synthetic", item["variants"], gpus), data if real else None
     )
     words += words_of(item)
-    cmd = [*pinned(item["cpus"]), PY, "-m", "workflow_scripts.train.pytorch_ddp", *words, "--out", str(run_dir)]
+    launch = []
+    if item["gpus"]:
+        launch = [PY, "-m", "workflow_scripts.cluster.launcher"]
+        launch += [*launcher_words(item["point"], item["variants"], gpus), "--"]
+    cmd = [*pinned(item), *launch, PY, "-m", "workflow_scripts.train.pytorch_ddp", *words, "--out", str(run_dir)]
     return spied(cmd, run_dir) if "spy" in item["variants"] else cmd
 
 
@@ -150,9 +169,11 @@ def check_command(item, out, data):
     """Preflight's input check of the point, as its rule runs it on a node of the point's CPUs."""
     from benchmarks import input_check_run
 
-    config = config_of(item["point"], item["variants"])
+    gpus = item["gpus"] or 1
+    config = config_of(item["point"], item["variants"], gpus)
     config["training"]["precisions"] = [POINTS[item["point"]][2]]
-    return [*pinned(item["cpus"]), *input_check_run.command(config, SYSTEM, FRAMEWORK, data, out, PY)]
+    launch = launcher_words(item["point"], item["variants"], gpus) if item["gpus"] else ["--nproc-per-node", "1"]
+    return [*pinned(item), *input_check_run.command(config, SYSTEM, FRAMEWORK, data, out, PY, launch)]
 
 
 def run_summary(run_dir):
@@ -277,16 +298,26 @@ def table(results):
     for name, mean in means.items():
         item = parse_item(name)
         at = f"@{item['cpus']}" if item["cpus"] else ""
+        point = item["point"] + (f"x{item['gpus']}" if item["gpus"] else "")
         if item["kind"] == "synthetic" and not item["variants"]:
-            refs = [(f"plain-{item['point']}{at}", "plain loop")]
+            refs = [(f"plain-{point}{at}", "plain loop")]
         elif item["kind"] == "real":  # the same step on synthetic data: at the same CPUs, else on all
-            refs = [(f"{item['point']}{at}", "synthetic"), (item["point"], "synthetic")][: 2 if at else 1]
+            refs = [(f"{point}{at}", "synthetic"), (point, "synthetic")][: 2 if at else 1]
         else:
             refs = []
         for ref, what in refs:
             if ref in means:
                 ratios.append(f"- {name}: {mean / means[ref]:.1%} of {what} ({ref}, mean {means[ref]:,.0f})")
                 break
+        if (item["gpus"] or 1) > 1 and item["kind"] in ("synthetic", "plain", "real"):
+            prefix = "" if item["kind"] == "synthetic" else item["kind"] + "-"
+            tail = at + "".join("+" + v for v in item["variants"])
+            ones = [f"{prefix}{item['point']}{g}{tail}" for g in ("x1", "")]
+            one = next((r for r in ones if r in means), None)
+            if one:
+                n = item["gpus"]
+                eff = mean / (n * means[one])
+                ratios.append(f"- {name}: scaling {eff:.1%} of {n} x {one} (mean {means[one]:,.0f})")
     return "\n".join(rows + [""] + ratios)
 
 
