@@ -70,6 +70,8 @@ for n in range(1, 9):
 VARIANTS["dual"] = {"training.pytorch.dali_decoder": "dual"}
 for n in range(1, 7):  # decoder dual, the GPU's pipeline with n of the threads
     VARIANTS[f"dual{n}"] = {"training.pytorch.dali_decoder": "dual", "training.pytorch.dali_gpu_threads": n}
+for k in range(2, 9):  # decoder dual, every batch in k parts, one of them decoded on the GPU
+    VARIANTS[f"parts{k}"] = {"training.pytorch.dali_decoder": "dual", "training.pytorch.dali_dual_parts": k}
 
 
 def merge(base, over):

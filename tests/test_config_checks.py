@@ -65,10 +65,11 @@ def test_a_gpu_system_without_cpus_per_task_is_refused_with_the_fix():
         config_checks.check_config(c)
 
 
-def test_the_dual_decoder_refuses_an_odd_batch_naming_it():
-    def dual(batch, precisions=("fp32",)):
+def test_the_dual_decoder_refuses_a_batch_its_parts_do_not_divide_naming_it():
+    def dual(batch, precisions=("fp32",), parts=2):
         return config(
             training__pytorch__dali_decoder="dual",
+            training__pytorch__dali_dual_parts=parts,
             training__batch_per_gpu__pytorch=batch,
             training__precisions=list(precisions),
         )
@@ -77,6 +78,9 @@ def test_the_dual_decoder_refuses_an_odd_batch_naming_it():
         config_checks.check_config(dual(15))
     config_checks.check_config(dual(16))
     config_checks.check_config(dual(15, ["fp16"]))  # fp16's batch is doubled: even whatever the fp32 batch
+    with pytest.raises(ConfigProblem, match=r"in 3 equal parts \(training.pytorch.dali_dual_parts\).*batch is 64"):
+        config_checks.check_config(dual(64, parts=3))
+    config_checks.check_config(dual(64, parts=4))
 
 
 def test_sbatch_extra_is_split_as_words_and_an_open_quote_named():

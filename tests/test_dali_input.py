@@ -65,20 +65,17 @@ def test_batches_carry_the_lmdb_labels(got):
         )
 
 
-def _halves(labels, rank, world, batch, epochs):
-    """The labels dual's batches hold, unshuffled: each batch the next `batch`/2 records of the
-    rank's two halves of its shard (shards 2 rank and 2 rank + 1 of 2 world, contiguous), as long
-    as both last; every epoch each half moves to the next shard."""
-    n, shards, h = len(labels), 2 * world, batch // 2
-    start = [k * n // shards for k in range(shards + 1)]
+def _parts(labels, rank, world, batch, epochs, k=2):
+    """The labels dual's batches hold, unshuffled: each batch the next `batch`/k records of each of
+    the rank's k parts of its shard (shards k rank .. k rank + k - 1 of k world, contiguous), as long
+    as every part lasts; every epoch each part moves to the next shard."""
+    n, shards, h = len(labels), k * world, batch // k
+    start = [s * n // shards for s in range(shards + 1)]
     out = []
     for epoch in range(epochs):
-        a, b = ((2 * rank + i + epoch) % shards for i in (0, 1))
-        steps = min(start[a + 1] - start[a], start[b + 1] - start[b]) // h
-        out += [
-            labels[start[a] + h * i : start[a] + h * (i + 1)] + labels[start[b] + h * i : start[b] + h * (i + 1)]
-            for i in range(steps)
-        ]
+        mine = [(k * rank + j + epoch) % shards for j in range(k)]
+        steps = min(start[s + 1] - start[s] for s in mine) // h
+        out += [sum((labels[start[s] + h * i : start[s] + h * (i + 1)] for s in mine), []) for i in range(steps)]
     return out
 
 
@@ -91,11 +88,28 @@ def test_two_pipelines_a_rank_give_each_batch_half_from_each_half_of_the_shard(g
     one = got["dual"]
     assert (one["decoder"], one["dual_threads"]) == ("dual", [1, 1])
     assert (one["x_shape"], one["channels_last"]) == ([6, 3, 32, 32], True)
-    assert one["labels"] == _halves(labels, 0, 1, 6, 2) and one["epochs"] == 1
+    assert one["labels"] == _parts(labels, 0, 1, 6, 2) and one["epochs"] == 1
     ranks = got["dual_ranks"]
     for r, ran in enumerate(ranks):
-        assert ran["labels"] == _halves(labels, r, 2, 4, 2), r
+        assert ran["labels"] == _parts(labels, r, 2, 4, 2), r
         assert ran["epochs"] == 1
+
+
+def test_dual_in_parts_gives_a_part_of_each_batch_from_each_reader(got):
+    """dali_dual_parts k: every batch is k parts, one from each of k readers over the rank's k parts
+    of its shard, k - 1 of them in the CPU's pipeline and the last in the GPU's; where a reader's
+    shard holds a record fewer (30 records in 4 shards: 7, 8, 7, 8) all give the batches of the
+    smallest and move on together, so no record comes twice in an epoch; where the shards would give
+    different numbers of runs, the readers of one pipeline would drift apart: refused, naming the
+    key."""
+    labels = [label for _, label in got["records"]]
+    four = got["dual_parts"]
+    assert (four["decoder"], four["dual_parts"], four["dual_threads"]) == ("dual", 4, [1, 1])
+    assert four["labels"] == _parts(labels, 0, 1, 8, 2, k=4) and four["epochs"] == 1
+    assert "dali_dual_parts 4: 30 records in 4 shards of 7 and 8, runs of 1 images" in got["dual_parts_drifting"]
+    for r, ran in enumerate(got["dual_parts_ranks"]):
+        assert ran["labels"] == _parts(labels, r, 2, 3, 2, k=3), r
+        assert ran["dual_parts"] == 3 and ran["epochs"] == 1
 
 
 def _ks(x, y):

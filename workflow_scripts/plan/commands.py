@@ -6,7 +6,12 @@ from ..common import schema as config_schema
 from ..train import trainer_flags
 from .sweep import FORMAT_OF, requests_gpus
 
-ADDED_LATER = ("loss_lag", "dali_hw_share", "dali_gpu_threads")  # training.pytorch keys newer than runs already on disk
+ADDED_LATER = (
+    "loss_lag",
+    "dali_hw_share",
+    "dali_gpu_threads",
+    "dali_dual_parts",
+)  # training.pytorch keys newer than runs already on disk
 
 
 def per_rank_batch(training, framework, precision):

@@ -222,18 +222,22 @@ def check_config(config):
 
 
 def check_dual_batches(training):
-    """dali_decoder dual gives half of every batch from each of its two pipelines: an odd PyTorch
-    batch at any of the sweep's precisions is refused now, not when its runs start."""
-    if training["pytorch"]["dali_decoder"] != "dual" or "pytorch" not in training["frameworks"]:
+    """dali_decoder dual gives every batch in dali_dual_parts equal parts, one from each of its
+    readers: a PyTorch batch at any of the sweep's precisions that is not a multiple of them is
+    refused now, not when its runs start."""
+    pt = training["pytorch"]
+    if pt["dali_decoder"] != "dual" or "pytorch" not in training["frameworks"]:
         return
+    parts = pt.get("dali_dual_parts", 2)
     for precision in training["precisions"]:
         batch = per_rank_batch(training, "pytorch", precision)
-        if batch % 2:
+        if batch % parts:
             raise ConfigProblem(
-                f"config training.pytorch.dali_decoder = dual gives half of each batch from each of its two "
-                f"pipelines, but PyTorch's {precision} batch is {batch} a GPU (training.batch_per_gpu.pytorch"
+                f"config training.pytorch.dali_decoder = dual gives each batch in {parts} equal parts "
+                f"(training.pytorch.dali_dual_parts), but PyTorch's {precision} batch is {batch} a GPU "
+                f"(training.batch_per_gpu.pytorch"
                 + (" x training.fp16_batch_factor" if precision == "fp16" else "")
-                + "). Fix: an even batch, or another dali_decoder"
+                + f"). Fix: a batch that is a multiple of {parts}, another dali_dual_parts, or another dali_decoder"
             )
 
 

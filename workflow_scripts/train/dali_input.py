@@ -16,12 +16,12 @@ default: docs/decisions.md#dali_decoder):
           the CPU threads; for a rank whose threads alone decode too few (the share auto rule:
           pytorch_options.dali_hw_share).
   dual    two pipelines a rank, cpu and mixed, each with its own executor and threads (the GPU's
-          `gpu_threads` of them), each reading half of the rank's shard (shard 2 rank + h of
-          2 world_size: every record still once an epoch) and giving half of every batch; the
-          halves are joined on the GPU, a copy. DALI's iterators count every shard's epoch as the
-          smallest shard's, so halves a record apart give the same runs an epoch (should one still
-          end first, the other's rest is dropped). Without a GPU both halves decode on the CPU.
-
+          `gpu_threads` of them). Every batch is `dual_parts` (k) equal parts, each from its own
+          reader over shard k rank + j of k world_size (every record still once an epoch): the
+          GPU's pipeline gives the last part, the CPU's the other k - 1, a reader each; the parts
+          are joined on the GPU, a copy. DALI's iterators count every shard's epoch as the
+          smallest shard's (shards differ by a record at most), so the parts give the same runs an
+          epoch (should one pipeline's still end first, the other's rest is dropped).
 Without a GPU the whole pipeline runs on the CPU (libjpeg-turbo): that is how the tests check it.
 
 One pipeline per rank, prefetching `depth` runs with `threads` CPU threads; each run prepares
@@ -89,16 +89,18 @@ CROP_ATTEMPTS = 10  # torchvision's RandomResizedCrop tries 10 times
 DUAL_SEED_STEP = 1 << 20  # dual: the GPU half's seed, apart from the CPU half's and the other ranks'
 
 
-def read(path, shard=0, shards=1, shuffle=True):
-    """(encoded JPEGs, int32 labels) of one shard of a Caffe2 LMDB, `path` being train/ or val/."""
+def read(path, shard=0, shards=1, shuffle=True, name=READER, fill=SHUFFLE_BUFFER):
+    """(encoded JPEGs, int32 labels) of one shard of a Caffe2 LMDB, `path` being train/ or val/;
+    name: the reader's, which an iterator reads the epoch size from; fill: records held for
+    shuffling."""
     jpegs, labels = fn.readers.caffe2(
         path=str(path),
         shard_id=shard,
         num_shards=shards,
         random_shuffle=shuffle,
-        initial_fill=SHUFFLE_BUFFER,
+        initial_fill=fill,
         pad_last_batch=True,
-        name=READER,
+        name=name,
     )
     return jpegs, labels
 
@@ -163,6 +165,26 @@ def training_pipeline(
     return x, (y.gpu() if gpu else y)
 
 
+@pipeline_def
+def parts_pipeline(path, first, count, shards, size, channels_last, gpu, shuffle=True, fast_idct=False):
+    """dual's CPU pipeline: `count` readers, shards first .. first + count - 1 of `shards`, each
+    decoded by libjpeg-turbo in the pipeline's threads and finished where training_pipeline finishes
+    them; outputs x0, y0, x1, y1, ... The readers share the one shuffle buffer's worth of records."""
+    outputs = []
+    for j in range(count):
+        jpegs, labels = read(path, first + j, shards, shuffle, part_reader(j), max(1, SHUFFLE_BUFFER // count))
+        images = decode_crop(jpegs, "cpu", fast_idct=fast_idct)
+        x = finish(images.gpu() if gpu else images, size, fn.random.coin_flip(probability=0.5), channels_last)
+        y = fn.cast(labels, dtype=types.INT64)
+        outputs += [x, y.gpu() if gpu else y]
+    return tuple(outputs)
+
+
+def part_reader(j):
+    """The name of a parts_pipeline's j-th reader: the first is READER, which the iterator reads."""
+    return READER if j == 0 else f"{READER}{j}"
+
+
 @pipeline_def(enable_conditionals=True)
 def split_pipeline(
     path, shard, shards, size, channels_last, hw_decoder_load, hw_share, shuffle=True, size_hint=(0, 0), fast_idct=False
@@ -219,6 +241,22 @@ def preallocate(pinned_mb, device_mb, device_id):
         backend.PreallocateDeviceMemory(device_mb << 20, device_id)
 
 
+def aligned(pipe, shards, run, parts):
+    """A pipeline of several readers runs them in step, and its iterator ends an epoch by the first
+    (READER) alone: each reader's shard must make as many runs of `run` images (the last padded),
+    or their epochs would drift apart. Shards differ by a record at most, so they do unless a shard
+    size and the next straddle a multiple of `run`; every reader meets every shard (they move on each
+    epoch), so all of them are checked."""
+    n = pipe.reader_meta(READER)["epoch_size"]
+    sizes = [(s + 1) * n // shards - s * n // shards for s in range(shards)]
+    if len({-(-size // run) for size in sizes}) > 1:
+        raise StageError(
+            f"training.pytorch.dali_dual_parts {parts}: {n} records in {shards} shards of {min(sizes)} and "
+            f"{max(sizes)}, runs of {run} images: the shards give different numbers of runs, so the readers "
+            f"of one pipeline would drift apart. Fix: another dali_dual_parts, batch or dali_run_batches"
+        )
+
+
 class DALIBatches:
     """Training batches (images, labels) on `device` from the LMDB split at `path`, as
     gpu_input.GPUBatches gives them: next() -> (x, y), x float32 (N, 3, size, size) (channels_last
@@ -251,6 +289,7 @@ class DALIBatches:
         hw_share=0.0,
         fast_idct=False,
         gpu_threads=1,
+        dual_parts=2,
     ):
         self.device = torch.device(device)
         gpu = self.device.type == "cuda"
@@ -278,48 +317,47 @@ class DALIBatches:
         if gpu:
             preallocate(pinned_mb, device_mb, index)
             self.config.update(pinned_mb=pinned_mb, device_mb=device_mb)
-        # (decoder, shard, shards, threads, seed) of each pipeline
-        parts = [(decoder, rank, world_size, threads, seed)]
+        # (decoder, first shard, readers, shards, threads, seed) of each pipeline
+        pipes = [(decoder, rank, 1, world_size, threads, seed)]
         if dual:
-            if batch % 2:
+            k = dual_parts
+            if k < 2 or batch % k:
                 raise StageError(
-                    f"training.pytorch.dali_decoder dual: the batch ({batch} a GPU) must be even, half from each "
-                    f"pipeline"
+                    f"training.pytorch.dali_dual_parts {k}: the batch ({batch} a GPU) must be a multiple of it, "
+                    f"2 or more, a part of every batch from each reader"
                 )
             cpu_threads = max(1, threads - gpu_threads)
-            self.config.update(hw_share=0.5, dual_threads=[cpu_threads, gpu_threads])
-            parts = [
-                ("cpu", 2 * rank, 2 * world_size, cpu_threads, seed),
-                ("mixed" if gpu else "cpu", 2 * rank + 1, 2 * world_size, gpu_threads, seed + DUAL_SEED_STEP),
+            self.config.update(hw_share=1 / k, dual_parts=k, dual_threads=[cpu_threads, gpu_threads])
+            pipes = [
+                ("parts", k * rank, k - 1, k * world_size, cpu_threads, seed),
+                ("mixed" if gpu else "cpu", k * rank + k - 1, 1, k * world_size, gpu_threads, seed + DUAL_SEED_STEP),
             ]
-        self.pipes = [
-            pipeline(
-                str(path),
-                shard,
-                shards,
-                size,
-                channels_last,
-                gpu,
-                part_decoder,
-                hw_decoder_load,
-                hw_share,
-                shuffle,
-                tuple(self.config["size_hint"] or (0, 0)),
-                fast_idct,
-                batch_size=batch // len(parts) * run_batches,
-                num_threads=part_threads,
-                device_id=index,
-                seed=part_seed,
-                prefetch_queue_depth=depth,
-            )
-            for part_decoder, shard, shards, part_threads, part_seed in parts
-        ]
+        self.part = batch // sum(p[2] for p in pipes)  # images of a batch from each reader
+        kw = {"batch_size": self.part * run_batches, "device_id": index, "prefetch_queue_depth": depth}
+        self.pipes, self.readers = [], []
+        for part_decoder, shard, readers, shards, part_threads, part_seed in pipes:
+            if part_decoder == "parts":
+                made = parts_pipeline(
+                    str(path), shard, readers, shards, size, channels_last, gpu, shuffle, fast_idct,
+                    num_threads=part_threads, seed=part_seed, **kw,
+                )  # fmt: skip
+            else:
+                made = pipeline(
+                    str(path), shard, shards, size, channels_last, gpu, part_decoder, hw_decoder_load, hw_share,
+                    shuffle, tuple(self.config["size_hint"] or (0, 0)), fast_idct,
+                    num_threads=part_threads, seed=part_seed, **kw,
+                )  # fmt: skip
+            self.pipes.append(made)
+            self.readers.append(readers)
         self.its = []
-        for pipe in self.pipes:
+        for pipe, readers in zip(self.pipes, self.readers):
             pipe.build()
+            if readers > 1:
+                aligned(pipe, pipes[0][3], self.part * run_batches, dual_parts)
+            names = [f"{k}{j}" for j in range(readers) for k in ("x", "y")]
             self.its.append(
                 DALIGenericIterator(
-                    [pipe], ["x", "y"], reader_name=READER, last_batch_policy=LastBatchPolicy.DROP, auto_reset=True
+                    [pipe], names, reader_name=READER, last_batch_policy=LastBatchPolicy.DROP, auto_reset=True
                 )
             )
         self.batch, self.run_batches, self.queued = batch, run_batches, []
@@ -354,17 +392,17 @@ class DALIBatches:
     def _run(self):
         """The next run's output as the step's batches, in order."""
         outs = self._outputs()
-        b, n = self.batch, len(outs)
-        h = b // n
-        if n == 1:
-            x, y = outs[0]["x"], outs[0]["y"].view(-1)
+        parts = [(o[f"x{j}"], o[f"y{j}"]) for o, readers in zip(outs, self.readers) for j in range(readers)]
+        b, h = self.batch, self.part
+        if len(parts) == 1:
+            x, y = parts[0][0], parts[0][1].view(-1)
             if self.config["copy"]:  # on the current stream, behind DALI's output; DALI's buffers go now
                 x, y = x.clone(), y.clone()
-                del outs
+                del outs, parts
             batches = [(x[i * b : (i + 1) * b], y[i * b : (i + 1) * b]) for i in range(self.run_batches)]
-        else:  # each step's halves joined (NHWC before the view below, so the join keeps its layout)
+        else:  # each step's parts joined (NHWC before the view below, so the join keeps its layout)
             batches = [
-                tuple(torch.cat([o[k][i * h : (i + 1) * h] for o in outs]) for k in ("x", "y"))
+                tuple(torch.cat([part[k][i * h : (i + 1) * h] for part in parts]) for k in (0, 1))
                 for i in range(self.run_batches)
             ]
             batches = [(x, y.view(-1)) for x, y in batches]

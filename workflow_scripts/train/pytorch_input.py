@@ -130,6 +130,7 @@ def build_input(args, s, launch, classes, per_rank=None):
             copy=getattr(args, "dali_copy", False),
             fast_idct=getattr(args, "dali_fast_idct", False),
             gpu_threads=dali_gpu_threads(s.dali_gpu_threads, workers),
+            dual_parts=s.dali_dual_parts,
         )
         return Input(classes, len(lmdb), workers, lambda: next(dali), dali.close, dali.stats)
     ds = gpu_input.RawJPEGs(lmdb) if raw else lmdb

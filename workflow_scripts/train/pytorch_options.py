@@ -82,6 +82,7 @@ class Settings:
     dali_decoder: str
     dali_hw_share: object  # "auto" or a share 0..1
     dali_gpu_threads: int  # 0: the rule (dali_gpu_threads())
+    dali_dual_parts: int
     hw_decoder_load: float
     jpeg_decoder: str
     input_lanes: int
@@ -175,6 +176,7 @@ def resolve(args, device, nodes=1, distributed=True, cpus=None):
         dali_decoder=args.dali_decoder,
         dali_hw_share=args.dali_hw_share,
         dali_gpu_threads=args.dali_gpu_threads,
+        dali_dual_parts=args.dali_dual_parts,
         hw_decoder_load=args.hw_decoder_load,
         jpeg_decoder=args.jpeg_decoder,
         input_lanes=args.input_lanes,

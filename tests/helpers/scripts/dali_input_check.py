@@ -6,7 +6,8 @@ Prints JSON:  dali_input_check.py LMDB_DIR WORK_DIR
               dali_input.read gives per shard of 2 over one epoch (bytes' sha256, label, DALI's
               source of the sample); DALIBatches' labels, unshuffled (one rank; also in runs of
               two batches over two epochs) and shuffled (each rank of 2, two epochs); with two
-              pipelines a rank (dual), unshuffled, one rank and each of two
+              pipelines a rank (dual), unshuffled, one rank and each of two, in halves
+              and in 3 and 4 parts (dali_dual_parts)
   crops       decode_crop on a lossless PNG whose pixels encode their own coordinates: each crop's
               box, next to torchvision's RandomResizedCrop.get_params on an image of the same size
   augment     DALIBatches over an LMDB written by the data stage's writer, of horizontal ramps
@@ -32,6 +33,7 @@ from PIL import Image
 from torchvision.transforms import v2 as T
 from torchvision.transforms.v2 import functional as TF
 
+from workflow_scripts.common.errors import StageError
 from workflow_scripts.data.lmdb_caffe2 import write_split
 from workflow_scripts.data.lmdb_dataset import LMDBImageNet
 from workflow_scripts.train import dali_input, gpu_input, pytorch_input
@@ -92,6 +94,7 @@ def batch_labels(n, **kw):
         "epochs": b.stats()["epochs_completed"],
         "decoder": b.stats()["decoder"],
         "dual_threads": b.stats().get("dual_threads"),
+        "dual_parts": b.stats().get("dual_parts"),
     }
 
 
@@ -110,6 +113,29 @@ out["ranks"] = [
 out["dual"] = batch_labels(2 * (N // 6), batch=6, seed=3, shuffle=False, decoder="dual", channels_last=True)
 out["dual_ranks"] = [
     batch_labels(6, batch=4, seed=pytorch_input.input_seed(0, r), rank=r, world_size=2, shuffle=False, decoder="dual")
+    for r in range(2)
+]
+# dual in 4 parts (dali_dual_parts), unshuffled: one rank over two epochs, its four readers' shards of
+# 7, 8, 7 and 8 records, three of them in the CPU's pipeline, 2 records a batch from each (4 runs of
+# each shard, the last padded); the same with 1 record from each (7 runs of some shards, 8 of others:
+# refused); two ranks in 3 parts, 5 records a shard
+out["dual_parts"] = batch_labels(6, batch=8, seed=3, shuffle=False, decoder="dual", dual_parts=4)
+try:
+    batch_labels(1, batch=4, seed=3, shuffle=False, decoder="dual", dual_parts=4)
+    out["dual_parts_drifting"] = None
+except StageError as e:
+    out["dual_parts_drifting"] = str(e)
+out["dual_parts_ranks"] = [
+    batch_labels(
+        10,
+        batch=3,
+        seed=pytorch_input.input_seed(0, r),
+        rank=r,
+        world_size=2,
+        shuffle=False,
+        decoder="dual",
+        dual_parts=3,
+    )  # fmt: skip
     for r in range(2)
 ]
 
