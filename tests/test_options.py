@@ -73,7 +73,10 @@ def test_descriptions_state_the_code_rules(trainer):
     c, d = trainer["consts"], {k: s["description"] for k, s in schema.section(SECTION).items()}
     assert f"0: {c['DALI_PREFETCH']} with dali, {c['GPU_PREFETCH']} with gpu" in d["prefetch"]
     assert f"at most {c['GPU_DECODE_WORKERS']} with input gpu" in d["loader_workers"]
-    assert f"cores per GPU - {c['DALI_TRAINER_CORES']}, at most {c['DALI_MAX_THREADS']}" in d["loader_workers"]
+    assert (
+        f"cores per GPU, at most {c['DALI_MAX_THREADS']}, from {c['DALI_CPU_DECODER_MIN_CPUS']} cores per GPU up, "
+        f"below that cores per GPU - {c['DALI_TRAINER_CORES']}"
+    ) in " ".join(d["loader_workers"].split())
     assert f"auto: cpu where a rank has {c['DALI_CPU_DECODER_MIN_CPUS']} CPUs or more" in d["dali_decoder"]
     assert f"auto: {c['DALI_HW_SHARE']}" in d["dali_hw_share"]
     assert f"0: one in {c['DALI_THREADS_PER_GPU_THREAD']}, at least 1" in d["dali_gpu_threads"]

@@ -12,11 +12,12 @@ INPUTS = ("auto", "cpu", "gpu", "dali")
 # The defaults behind the 'auto' and 0 rules of training.pytorch (schemas/config.schema.yaml
 # states them; why these: docs/decisions.md).
 GPU_DECODE_WORKERS = 4  # input gpu's workers only read bytes (docs/decisions.md#loader_workers)
-# DALI's threads: a rank's cores less what the trainer beside it uses (its training thread, CUDA's and
-# DALI's own), at most DALI_MAX_THREADS, beyond which more decoded no more
-# (docs/decisions.md#loader_workers).
+# DALI's threads: from DALI_CPU_DECODER_MIN_CPUS up, where libjpeg-turbo decodes alone and each
+# thread keeps only part of a core busy, as many as the rank's cores, at most DALI_MAX_THREADS;
+# below, beside the hardware decoder's share, the cores less what the trainer uses (its training
+# thread, CUDA's and DALI's own) (docs/decisions.md#loader_workers).
 DALI_TRAINER_CORES = 2
-DALI_MAX_THREADS = 12
+DALI_MAX_THREADS = 14
 # DALI pays a fixed cost each run of its pipeline: on a GPU it runs at least this many images at once,
 # split into the step's batches (docs/decisions.md#dali_run_batches).
 DALI_RUN_IMAGES = 512
@@ -259,6 +260,7 @@ def loader_workers(args, s, per_rank):
     if args.loader_workers or args.decode_threads:
         return args.loader_workers or args.decode_threads
     if s.input == "dali":
-        return max(1, min(per_rank - DALI_TRAINER_CORES, DALI_MAX_THREADS))
+        spare = 0 if per_rank >= DALI_CPU_DECODER_MIN_CPUS else DALI_TRAINER_CORES
+        return max(1, min(per_rank - spare, DALI_MAX_THREADS))
     rule = max(1, per_rank - 1)
     return min(rule, GPU_DECODE_WORKERS) if s.input == "gpu" else rule
