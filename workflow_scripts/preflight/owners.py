@@ -42,7 +42,8 @@ def decode_threads(framework, path, mine, gpu, decode=0, workers=0):
 
 def spare_cores(framework, gpu):
     """Cores of a GPU rank that its trainer's thread rule keeps from decoding (TensorFlow's 4 per
-    GPU, DALI's 4, none for MXNet's 16 per GPU); None on a CPU, where the rules decode on all."""
+    GPU, the 2 the trainer beside DALI uses, none for MXNet's 16 per GPU); None on a CPU, where the rules
+    decode on all."""
     return frameworks.of(framework).thread_rule().SPARE_ON_GPU if gpu else None
 
 
